@@ -1,0 +1,44 @@
+# `make demo` and `make test` each build .venv from nothing. Torch is pinned to the 2.13.0 CPU wheel where
+# there is no CUDA: an unpinned torch pulls several GB of CUDA packages.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+STAMP  := $(VENV)/.llmdiag-installed
+DEMO   ?= tp2pp2
+DEMO_OUT ?= runs/demo-$(DEMO)
+
+.PHONY: demo test test-fast bench browser clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+	  echo "CUDA found: installing the default torch build"; \
+	else \
+	  echo "no CUDA: installing torch==2.13.0 (CPU)"; $(PIP) install torch==2.13.0; \
+	fi
+	$(PIP) install -e '.[dev,workloads]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO_OUT)
+	$(VENV)/bin/llmdiag run --workload $(DEMO) --out $(DEMO_OUT)
+	$(VENV)/bin/llmdiag analyze $(DEMO_OUT)
+
+# Headless Chromium for the report's rendering test; best effort (root + apt only), the test skips without it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "chromium not installed: the browser test will be skipped"; }
+
+test: $(STAMP) browser
+	$(PY) -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests -m "not slow"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) runs llmdiag-report benchmarks/results
