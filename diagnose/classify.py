@@ -1,0 +1,140 @@
+"""Sorts every event into compute / comm / memcpy / memset / sync / host kinds.
+
+GPU traces: device-side events (those on a stream) are the timeline; NCCL/RCCL kernels by name (both
+`ncclKernel_*` and NCCL ≥ 2.19 `ncclDevKernel_*`), any kernel carrying `Collective name` args, and a
+user regex are communication. CPU-only (gloo) traces: the real work of a collective is a `gloo:<op>`
+span on a `pt_gloo_runloop` thread; compute is the top-level ops of the training threads, minus the
+short `c10d::*` enqueue ops and the blocking waits, which are classed as sync.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from diagnose.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
+
+COMM_KERNEL_RE = re.compile(r"^(nccl|rccl).*(Kernel|kernel)|^ncclDevKernel|^rccl|^nccl:|^msccl", re.I)
+MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")
+MEMSET_RE = re.compile(r"^(Memset|memset)|FillBuffer")
+SYNC_KERNEL_RE = re.compile(r"Sync\b|^cuda.*Synchronize|Event Sync|Stream Wait", re.I)
+# Host-side ops that are communication bookkeeping or blocking, not compute.
+HOST_COMM_RE = re.compile(
+    r"^(c10d::|c10d_functional::|_c10d_functional::|_c10d_functional_autograd::|record_param_comms|nccl:|gloo:)"
+    r"|^torch\.distributed|ProcessGroup|^aten::wait|wait_tensor|^_dtensor::"
+)
+GLOO_RE = re.compile(r"^gloo:")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "gpu_op")
+HOST_CATS_OP = ("cpu_op", "operator")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "privateuse1_runtime")
+ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "Trace", "trace")
+
+
+def classify(t: RankTrace, comm_regex: str | None = None) -> np.ndarray:
+    """Kind code per event (see trace.py), stored in `t.kind` and returned."""
+    n = len(t)
+    kind = np.full(n, OTHER, np.int8)
+    user = re.compile(comm_regex) if comm_regex else None
+    device = (t.stream >= 0) | t.cat_mask(*GPU_CATS)
+    device &= ~t.cat_mask("gpu_user_annotation")
+
+    if device.any():
+        kernel_like = device & ~t.cat_mask("gpu_memcpy", "gpu_memset", "cuda_sync")
+        kind[kernel_like] = COMPUTE
+        kind[device & t.cat_mask("gpu_memcpy")] = MEMCPY
+        kind[device & t.cat_mask("gpu_memset")] = MEMSET
+        kind[device & t.cat_mask("cuda_sync")] = SYNC
+        kind[kernel_like & t.name_mask(MEMCPY_RE.search)] = MEMCPY
+        kind[kernel_like & t.name_mask(MEMSET_RE.search)] = MEMSET
+        kind[kernel_like & t.name_mask(SYNC_KERNEL_RE.search)] = SYNC
+        comm = t.name_mask(COMM_KERNEL_RE.search)
+        if user is not None:
+            comm |= t.name_mask(user.search)
+        if t.comm_args:
+            has_args = np.zeros(n, bool)
+            has_args[[i for i, a in t.comm_args.items() if "Collective name" in a]] = True
+            comm |= has_args
+        kind[kernel_like & comm] = COMM
+
+    host = ~device
+    kind[host & t.cat_mask(*RUNTIME_CATS)] = RUNTIME
+    kind[host & t.cat_mask(*ANNOTATION_CATS)] = ANNOTATION
+    ops = host & t.cat_mask(*HOST_CATS_OP)
+    kind[ops] = CPU_OP
+
+    if not device.any():
+        _classify_cpu_only(t, kind, ops, user)
+    t.kind = kind
+    return kind
+
+
+def gloo_threads(t: RankTrace) -> set[int]:
+    """Threads that run gloo work: named pt_gloo_runloop, or carrying only gloo:* spans."""
+    named = {i for i, nm in t.thread_names.items() if "gloo" in nm}
+    gloo = t.name_mask(GLOO_RE.search)
+    if gloo.any():
+        ops_threads = set(np.unique(t.thread[t.cat_mask(*HOST_CATS_OP)]).tolist())
+        named |= set(np.unique(t.thread[gloo]).tolist()) - ops_threads
+    return named
+
+
+def _classify_cpu_only(t: RankTrace, kind: np.ndarray, ops: np.ndarray, user) -> None:
+    """CPU-only traces: gloo spans are comm; top-level ops on training threads are compute."""
+    comm = t.name_mask(GLOO_RE.search)
+    if user is not None:
+        comm |= t.name_mask(user.search)
+    kind[comm] = COMM
+    workers = gloo_threads(t)
+    training = ops & ~np.isin(t.thread, list(workers)) if workers else ops.copy()
+    top = top_level(t, training)
+    host_comm = t.name_mask(HOST_COMM_RE.search)
+    kind[top & ~host_comm] = COMPUTE
+    kind[top & host_comm & ~comm] = SYNC
+    # Enqueue ops and waits nested in compute (DDP's hooks inside autograd nodes) are carved out of it.
+    kind[training & ~top & host_comm & ~comm] = SYNC
+
+
+def top_level(t: RankTrace, mask: np.ndarray) -> np.ndarray:
+    """Events of `mask` not nested inside an earlier event of `mask` on the same thread."""
+    idx = np.flatnonzero(mask)
+    out = np.zeros(len(t), bool)
+    if len(idx) == 0:
+        return out
+    # Sort by (thread, ts, -dur) so a parent comes before its children that start at the same time.
+    o = np.lexsort((-t.dur[idx], t.ts[idx], t.thread[idx]))
+    idx = idx[o]
+    th, s, e = t.thread[idx], t.ts[idx], t.ts[idx] + t.dur[idx]
+    first = np.ones(len(idx), bool)
+    first[1:] = th[1:] != th[:-1]
+    # Running max of ends, restarted per thread: offset each thread's times so maxima never leak across.
+    grp = np.cumsum(first) - 1
+    span = int(e.max() - s.min()) + 1 if len(e) else 1
+    off = grp.astype(np.int64) * span * 2
+    run = np.maximum.accumulate(e - s.min() + off)
+    prev = np.empty(len(idx), np.int64)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = run[:-1]
+    is_top = first | (s - s.min() + off >= prev)
+    out[idx[is_top]] = True
+    return out
+
+
+def collective_kind(name: str, args: dict | None = None) -> str:
+    """Normalised collective kind from `Collective name` args or the kernel/op name."""
+    raw = ""
+    if args:
+        raw = str(args.get("Collective name", "") or "")
+    if not raw:
+        n = name
+        for prefix in ("gloo:", "c10d::", "_c10d_functional::", "nccl:"):
+            if n.startswith(prefix):
+                n = n[len(prefix) :]
+        m = re.match(r"(?:ncclDevKernel|ncclKernel|rcclKernel)_([A-Za-z]+)", n)
+        raw = m.group(1) if m else n.split("(")[0]
+    k = raw.lower().replace("_", "").replace("base", "").rstrip("_")
+    for key in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv", "barrier",
+                "reduce", "send", "recv", "gather", "scatter"):
+        if k.startswith(key) or k.endswith(key):
+            return key
+    return k or "unknown"

@@ -1,0 +1,87 @@
+"""Where the device time goes: top kernels (or top-level CPU ops) and launch-pattern hints."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from diagnose.overlap import NS_PER_MS, in_windows
+from diagnose.results import Hints, KernelStat
+from diagnose.steps import Window
+from diagnose.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
+
+# fp32 GEMMs that do not use tensor cores (cuBLAS sgemm, CUTLASS simt sgemm); tf32/bf16/fp16 ones do.
+FP32_GEMM_RE = re.compile(r"sgemm|gemm.*(_f32_|float_float)|cutlass.*simt.*sgemm", re.I)
+GEMM_RE = re.compile(r"gemm|matmul|cutlass|xmma|cublas|Cijk_", re.I)
+DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
+
+
+def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> list[KernelStat]:
+    kinds = (COMPUTE, COMM, MEMCPY, MEMSET)
+    mask = in_windows(t, np.isin(t.kind, kinds), wins)
+    if not t.is_gpu:
+        mask &= t.kind != MEMCPY  # CPU traces: top-level ops and gloo spans
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return []
+    names = t.name[idx]
+    dur = t.dur[idx]
+    total_all = float(dur.sum()) or 1.0
+    uniq, inv = np.unique(names, return_inverse=True)
+    tot = np.bincount(inv, weights=dur)
+    cnt = np.bincount(inv)
+    mx = np.zeros(len(uniq))
+    np.maximum.at(mx, inv, dur)
+    kind_of = np.zeros(len(uniq), np.int8)
+    kind_of[inv] = t.kind[idx]
+    out = []
+    for j in np.argsort(-tot)[:k]:
+        out.append(
+            KernelStat(
+                name=t.names[int(uniq[j])], kind=KIND_NAMES[int(kind_of[j])], count=int(cnt[j]),
+                total_ms=float(tot[j]) / NS_PER_MS, mean_us=float(tot[j]) / cnt[j] / 1e3, max_us=float(mx[j]) / 1e3,
+                share=float(tot[j]) / total_all,
+            )
+        )
+    return out
+
+
+def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> Hints:
+    n_steps = max(len(wins), 1)
+    kern = in_windows(t, np.isin(t.kind, (COMPUTE, COMM)) & (t.stream >= 0), wins)
+    durs = t.dur[kern]
+    cc = _compute_capability(t)
+    fp32 = None
+    comp = in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins)
+    if comp.any():
+        total = float(t.dur[comp].sum())
+        fp32_mask = comp & t.name_mask(FP32_GEMM_RE.search)
+        fp32 = float(t.dur[fp32_mask].sum()) / total if total else None
+    dl = in_windows(t, t.name_mask(DATALOADER_RE.search) & (t.stream < 0), wins)
+    dl_frac = None
+    if step_ms > 0 and wins:
+        from diagnose import intervals as iv
+
+        u = iv.union(t.ts[dl], t.ts[dl] + t.dur[dl])
+        dl_frac = iv.total(u) / NS_PER_MS / (step_ms * n_steps)
+    return Hints(
+        kernels_per_step=float(kern.sum()) / n_steps,
+        median_kernel_us=float(np.median(durs)) / 1e3 if len(durs) else None,
+        short_kernel_frac=float((durs < 10_000).mean()) if len(durs) else None,
+        device_idle_frac=(idle_ms / step_ms) if t.is_gpu and step_ms > 0 else None,
+        dataloader_frac=dl_frac,
+        fp32_gemm_frac=fp32,
+        compute_capability=cc,
+    )
+
+
+def _compute_capability(t: RankTrace) -> float | None:
+    props = t.meta.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        p = props[0]
+        try:
+            return float(p.get("computeMajor")) + float(p.get("computeMinor", 0)) / 10
+        except (TypeError, ValueError):
+            return None
+    return None

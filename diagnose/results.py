@@ -1,0 +1,226 @@
+"""Typed results: what the metrics compute and what the JSON summary holds.
+
+Times are milliseconds, sizes bytes, ratios in [0, 1] or None where undefined (no communication means
+no overlap ratio, never NaN). `Analysis.to_dict()` is the versioned summary written by
+`analyze --json`; the report, `check` and `diff` read that dict, so they work from a file as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class StepBreakdown:
+    """One analysis window (a ProfilerStep) on one rank. The five parts sum to time_ms."""
+
+    step: int
+    start_ms: float  # relative to the rank's trace origin
+    time_ms: float
+    compute_ms: float  # |U(compute)|
+    comm_ms: float  # |U(comm)|
+    overlapped_comm_ms: float  # |U(comm) ∩ U(compute)|
+    exposed_comm_ms: float  # |U(comm) − U(compute)|
+    compute_only_ms: float  # |U(compute) − U(comm)|
+    other_ms: float  # memcpy/memset time not under compute or comm
+    idle_ms: float  # nothing running
+    overlap_ratio: float | None
+
+
+@dataclass
+class CommGroupStats:
+    """Communication of one collective kind in one process group, on one rank."""
+
+    kind: str  # allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv, send, recv, ...
+    pg: str  # process group name/description, "" when the trace does not say
+    count: int
+    total_ms: float  # sum of durations (not a union: per-op view)
+    overlapped_ms: float  # sum over ops of |op ∩ U(compute)|
+    overlap_ratio: float | None  # overlapped_ms / total_ms (duration-weighted, Nsight's view)
+    bytes: int  # sum of message sizes where known, else 0
+    sized_count: int  # ops whose size is known
+    algbw_gbps: float | None  # bytes / time over the sized ops
+    busbw_gbps: float | None  # algbw × nccl-tests factor for the kind and group size
+    group_size: int | None
+
+
+@dataclass
+class KernelStat:
+    name: str
+    kind: str  # compute, comm, memcpy, memset
+    count: int
+    total_ms: float
+    mean_us: float
+    max_us: float
+    share: float  # of the summed time of all kernels (or top-level ops) in the windows
+
+
+@dataclass
+class MemoryStat:
+    device: str  # "cuda:0", "cpu"
+    peak_allocated: int
+    peak_reserved: int
+    peak_ms: float  # time of the allocated peak, relative to the trace origin
+    peak_op: str  # innermost op running at the peak, "" if none
+    capacity: int | None  # device memory, where known
+    timeline: list[list[float]]  # [[ms, allocated, reserved], ...] downsampled, peaks kept
+
+
+@dataclass
+class Hints:
+    """Facts the recommendation rules use that no headline metric carries."""
+
+    kernels_per_step: float
+    median_kernel_us: float | None
+    short_kernel_frac: float | None  # share of kernels under 10 µs
+    device_idle_frac: float | None  # GPU idle share of step time (GPU traces)
+    dataloader_frac: float | None  # host time in DataLoader __next__ per step time
+    fp32_gemm_frac: float | None  # share of compute kernel time in fp32 (non tensor-core) GEMMs
+    compute_capability: float | None  # e.g. 8.0, for tensor-core questions
+
+
+@dataclass
+class PipelineAction:
+    stage: int
+    kind: str  # F, B, I, W
+    microbatch: int
+    start_ms: float  # absolute (clock-aligned) time relative to the analysis' global origin
+    end_ms: float
+
+
+@dataclass
+class RankMetrics:
+    rank: int
+    file: str
+    host: str
+    trace_kind: str  # "gpu" or "cpu"
+    steps: list[StepBreakdown]
+    step_time_ms: float  # mean over steps
+    compute_ms: float  # per-step means of the breakdown parts
+    comm_ms: float
+    overlapped_comm_ms: float
+    exposed_comm_ms: float
+    compute_only_ms: float
+    other_ms: float
+    idle_ms: float
+    overlap_ratio: float | None  # Σ overlapped / Σ comm over the steps
+    exposed_comm_frac: float  # exposed comm / step time
+    idle_frac: float
+    comm_by_kind: list[CommGroupStats]
+    top_kernels: list[KernelStat]
+    memory: list[MemoryStat]
+    hints: Hints
+    pipeline_actions: list[PipelineAction] = field(default_factory=list)
+    coords: dict = field(default_factory=dict)  # mesh coordinates from the manifest
+    origin_us: float = 0.0  # the trace clock at time 0 of this rank's relative times
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StageBubble:
+    stage: int
+    rank: int
+    busy_ms: float  # |U(F/B/I/W spans of the stage)| per step
+    measured: float  # 1 − busy / pipeline window
+    replay: float | None  # same, in the zero-communication replay of the observed order
+    theory: float  # closed formula for the schedule
+    gap: float  # measured − theory
+
+
+@dataclass
+class PipelinePrediction:
+    schedule: str
+    microbatches: int
+    bubble: float  # replayed (mean over stages); the formula where no replay exists (interleaved, zero-bubble)
+    step_ms: float | None  # replayed pipeline window; None for formula-only rows
+    theory: float
+
+
+@dataclass
+class PipelineResult:
+    schedule: str
+    stages: int  # pipeline ranks p
+    stages_per_rank: int  # v
+    microbatches: int
+    window_ms: float  # measured pipeline window per step (mean)
+    replay_window_ms: float | None
+    stage_bubbles: list[StageBubble]
+    measured: float  # mean over stages
+    replay: float | None
+    theory: float
+    imbalance: float | None  # slowest stage busy / mean stage busy − 1
+    explanation: str  # why measured, replay and theory differ, in words
+    predictions: list[PipelinePrediction] = field(default_factory=list)
+
+
+@dataclass
+class CollectiveSkew:
+    pg: str
+    kind: str
+    matched: int  # collectives seen on ≥ 2 ranks
+    mean_skew_ms: float  # arrival skew: latest start − earliest start
+    max_skew_ms: float
+    mean_transfer_ms: float  # shortest duration among ranks
+
+
+@dataclass
+class SkewResult:
+    matched: int
+    by_collective: list[CollectiveSkew]
+    last_arrivals: dict[str, int]  # rank -> times it arrived last
+    host_shift_ms: dict[str, float]  # host -> clock shift applied
+    stragglers: list[dict]  # {"rank", "reason", "value"}
+
+
+@dataclass
+class Issue:
+    """A per-file problem: the rank is left out (error) or analysed with a caveat (warning)."""
+
+    file: str
+    message: str
+    rank: int | None = None
+    severity: str = "warning"  # "warning" or "error"
+
+
+@dataclass
+class Aggregate:
+    ranks: int
+    step_time_ms: float  # mean over ranks of per-rank mean step time
+    step_time_max_ms: float
+    overlap_ratio_min: float | None
+    overlap_ratio_mean: float | None
+    overlap_worst_rank: int | None
+    exposed_comm_frac_mean: float
+    exposed_comm_frac_max: float
+    idle_frac_mean: float
+    compute_frac_mean: float
+    memory_peak_max: int | None  # max over ranks/devices of peak allocated
+    memory_peak_rank: int | None
+    tokens_per_s: float | None
+    mfu: float | None
+    achieved_tflops_per_device: float | None
+
+
+@dataclass
+class Analysis:
+    source: str
+    name: str
+    trace_kind: str  # gpu, cpu, or mixed
+    world_size: int | None
+    layout: dict | None
+    manifest: dict | None  # the run's manifest, minus bulky per-step data
+    ranks: list[RankMetrics]
+    ranks_missing: list[int]
+    aggregate: Aggregate
+    pipeline: PipelineResult | None
+    skew: SkewResult | None
+    issues: list[Issue]
+    options: dict
+    findings: list[dict] = field(default_factory=list)  # filled by diagnose.rules
+    schema_version: int = SCHEMA_VERSION
+    llmdiag_version: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)

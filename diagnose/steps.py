@@ -1,0 +1,89 @@
+"""Analysis windows: one per ProfilerStep#N.
+
+On the host a step is its ProfilerStep span. On a GPU the device side of step N runs later than its host
+side, so its window is [first, last] device event correlated (launch ↔ kernel) with the host events
+inside step N's span. A trace without ProfilerStep is analysed as one window, with a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.trace import ANNOTATION, RankTrace
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class Window:
+    step: int
+    start: int  # ns
+    end: int  # ns
+    host_start: int
+    host_end: int
+
+
+def host_steps(t: RankTrace) -> list[tuple[int, int, int]]:
+    """(step number, start, end) of each ProfilerStep, merged when a step appears on several threads."""
+    ids = {i: int(m.group(1)) for i, n in enumerate(t.names) if (m := STEP_RE.match(n))}
+    if not ids:
+        return []
+    mask = np.isin(t.name, list(ids)) & (t.kind == ANNOTATION if t.kind is not None else True)
+    out: dict[int, list[int]] = {}
+    for i in np.flatnonzero(mask):
+        n = ids[int(t.name[i])]
+        s, e = int(t.ts[i]), int(t.ts[i] + t.dur[i])
+        if n in out:
+            out[n][0], out[n][1] = min(out[n][0], s), max(out[n][1], e)
+        else:
+            out[n] = [s, e]
+    return sorted((n, s, e) for n, (s, e) in out.items())
+
+
+def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], list[str]]:
+    """The analysis windows of a rank and any warnings about them."""
+    warnings: list[str] = []
+    steps = host_steps(t)
+    if not steps:
+        if len(t) == 0:
+            return [], ["trace has no complete events"]
+        warnings.append("no ProfilerStep in the trace: the whole trace is analysed as one step")
+        s, e = int(t.ts.min()), int((t.ts + t.dur).max())
+        steps = [(-1, s, e)]
+    elif exclude_last and len(steps) > 1:
+        steps = steps[:-1]
+    elif exclude_last:
+        warnings.append("only one ProfilerStep: it is kept although the last step is excluded")
+    if not t.is_gpu:
+        return [Window(n, s, e, s, e) for n, s, e in steps], warnings
+    return _device_windows(t, steps, warnings), warnings
+
+
+def _device_windows(t: RankTrace, steps, warnings: list[str]) -> list[Window]:
+    device = t.stream >= 0
+    host = ~device & (t.corr >= 0)
+    hs, hc = t.ts[host], t.corr[host]
+    starts = np.array([s for _, s, _ in steps], np.int64)
+    ends = np.array([e for _, _, e in steps], np.int64)
+    # Step index of each correlated host event (the launch), -1 outside every step.
+    k = np.searchsorted(starts, hs, side="right") - 1
+    inside = (k >= 0) & (hs <= ends[np.maximum(k, 0)])
+    corr_step = dict(zip(hc[inside].tolist(), k[inside].tolist()))
+    dev_idx = np.flatnonzero(device)
+    dc = t.corr[dev_idx]
+    step_of = np.fromiter((corr_step.get(c, -1) for c in dc.tolist()), np.int64, len(dc))
+    out = []
+    missing = 0
+    for j, (n, s, e) in enumerate(steps):
+        sel = dev_idx[step_of == j]
+        if len(sel):
+            out.append(Window(n, int(t.ts[sel].min()), int((t.ts[sel] + t.dur[sel]).max()), s, e))
+        else:
+            missing += 1
+            out.append(Window(n, s, e, s, e))
+    if missing:
+        warnings.append(f"{missing} step(s) launched no GPU work; their host span is used as the window")
+    return out
