@@ -1,0 +1,88 @@
+"""`llmdiag analyze PATH`: metrics, terminal tables, JSON summary and the HTML report."""
+
+from __future__ import annotations
+
+import os
+import sys
+import webbrowser
+
+import click
+import orjson
+
+from diagnose.errors import LlmdiagError
+
+
+def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
+    """Run folders get summary.json/report.html inside; foreign (maybe read-only) traces ./llmdiag-report/."""
+    if analysis.options.get("run_folder") and os.access(analysis.source, os.W_OK):
+        base_json, base_html = os.path.join(analysis.source, "summary.json"), os.path.join(analysis.source, "report.html")
+    else:
+        base_json = os.path.join("llmdiag-report", f"{analysis.name}.json")
+        base_html = os.path.join("llmdiag-report", f"{analysis.name}.html")
+    return json_path or base_json, report_path or base_html
+
+
+def write_json(summary: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+    os.replace(tmp, path)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "json_path", metavar="FILE", help="Write the JSON summary here (default: beside the report).")
+@click.option("--report", "report_path", metavar="FILE", help="Write the HTML report here.")
+@click.option("--no-report", is_flag=True, help="Skip the HTML report.")
+@click.option("--comm-regex", metavar="RE", help="Extra kernel-name regex counted as communication (e.g. DeepEP).")
+@click.option("--exclude-last-step", "--hta-compat", "exclude_last_step", is_flag=True,
+              help="Drop the last ProfilerStep, as HTA does (its numbers become comparable).")
+@click.option("--jobs", "-j", type=click.IntRange(1, 1024), help="Worker processes (default: all cores).")
+@click.option("--top", "top_k", type=click.IntRange(1, 1000), default=20, show_default=True, help="Top kernels kept per rank.")
+@click.option("--cross-check", type=click.Choice(["hta"]), help="Also run HTA on the same traces and print both overlaps.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the output paths and problems.")
+def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, top_k, cross_check,
+            open_browser, quiet):
+    """Analyse a run folder, a folder of Kineto traces, or trace files.
+
+    Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
+    nothing usable remains or the input is wrong.
+    """
+    import re
+
+    from diagnose.analyze import analyze_path
+
+    if comm_regex:
+        try:
+            re.compile(comm_regex)
+        except re.error as e:
+            raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
+    target = list(paths) if len(paths) > 1 else paths[0]
+    analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs,
+                            progress=not quiet, top_k=top_k)
+    summary = analysis.to_dict()
+    jpath, hpath = output_paths(analysis, json_path, report_path)
+    write_json(summary, jpath)
+    if not quiet:
+        from diagnose.terminal import render
+
+        click.echo(render(summary))
+    if cross_check:
+        from diagnose.hta_check import cross_check_hta
+
+        click.echo(cross_check_hta(analysis, exclude_last_step))
+    click.echo(f"\nsummary: {jpath}")
+    if not no_report:
+        from reports.render import render_report
+
+        out = render_report(summary, hpath)
+        click.echo(f"report:  {os.path.abspath(out)}")
+        if open_browser:
+            webbrowser.open("file://" + os.path.abspath(out))
+    errors = [i for i in analysis.issues if i.severity == "error"]
+    for i in errors:
+        msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"
+        click.echo(msg, err=True)
+    sys.exit(1 if errors else 0)

@@ -1,0 +1,110 @@
+"""Finds the trace files under a path and the manifest of a run folder.
+
+Accepted: an llmdiag run folder (manifest.json + traces/), any folder of Kineto traces at any depth
+(`.json`, `.json.gz`; torchtitan's `iteration_N/rank<R>_trace.json`, `*.pt.trace.json.gz`, HTA's layout),
+or single files. Symlinked directories are not followed (no loops). Ranks are resolved later, from each
+trace's distributedInfo first; the file name is only the last resort.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import orjson
+
+from diagnose.errors import LlmdiagError
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
+NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}
+RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+
+
+@dataclass
+class Source:
+    path: str  # what the user gave
+    name: str  # a short name for outputs
+    files: list[str]
+    manifest: dict | None
+    run_folder: bool  # an llmdiag run folder (the report goes inside it)
+
+
+def discover(paths: list[str] | str) -> Source:
+    if isinstance(paths, str):
+        paths = [paths]
+    files: list[str] = []
+    manifest = None
+    run_folder = False
+    for p in paths:
+        if not os.path.exists(p):
+            if os.path.islink(p):
+                raise LlmdiagError("broken symbolic link", p)
+            raise LlmdiagError("no such file or directory", p)
+        if os.path.isdir(p):
+            m = os.path.join(p, "manifest.json")
+            if os.path.isfile(m):
+                manifest = read_manifest(m)
+                run_folder = True
+            files += _walk(p)
+        else:
+            files.append(p)
+    if not files:
+        raise LlmdiagError("no trace files found", paths[0], "expected *.json or *.json.gz Kineto traces")
+    first = os.path.abspath(paths[0]).rstrip(os.sep)
+    name = os.path.basename(first)
+    for suffix in (".gz", ".json", ".pt.trace"):
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
+    return Source(paths[0], name or "traces", sorted(dict.fromkeys(files)), manifest, run_folder)
+
+
+def _walk(root: str) -> list[str]:
+    out = []
+    seen = set()
+    for d, dirs, names in os.walk(root, followlinks=False, onerror=_walk_error):
+        real = os.path.realpath(d)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(x for x in dirs if x not in ("results", "logs", "llmdiag-report", "__pycache__"))
+        for n in sorted(names):
+            if n in NOT_TRACES or not n.endswith(TRACE_SUFFIXES):
+                continue
+            out.append(os.path.join(d, n))
+    return out
+
+
+def _walk_error(e: OSError) -> None:
+    raise LlmdiagError(f"cannot list directory: {e.strerror}", e.filename)
+
+
+def read_manifest(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            m = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise LlmdiagError(f"unreadable manifest ({e})", path, "analyze the traces folder instead") from None
+    if not isinstance(m, dict):
+        raise LlmdiagError("manifest is not a JSON object", path)
+    return m
+
+
+def rank_from_name(path: str) -> int | None:
+    """rank<R> / rank-<R> / rank_<R> in the file name (not the directory: folders rarely mean ranks)."""
+    m = RANK_IN_NAME.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def manifest_rank_of(manifest: dict | None, path: str) -> int | None:
+    if not manifest:
+        return None
+    status = manifest.get("rank_status")
+    if isinstance(status, dict):
+        for r, st in status.items():
+            if isinstance(st, dict) and st.get("trace") and os.path.basename(str(st["trace"])) == os.path.basename(path):
+                try:
+                    return int(r)
+                except ValueError:
+                    return None
+    return None

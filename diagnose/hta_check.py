@@ -1,0 +1,58 @@
+"""`--cross-check hta`: HTA's own overlap on the same traces, beside llmdiag's.
+
+HTA (the `hta` extra) parses a folder of traces; its comm/compute overlap drops the last ProfilerStep,
+so llmdiag's number under the same convention is printed next to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+
+from diagnose.errors import LlmdiagError
+
+
+def hta_overlap(files: dict[int, str]) -> dict[int, float]:
+    """HTA 0.5's comm/comp overlap percentage per rank, for trace files keyed by rank."""
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError:
+        raise LlmdiagError("HolisticTraceAnalysis is not installed", None, "pip install 'llmdiag[hta]'") from None
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    tmp = tempfile.mkdtemp(prefix="llmdiag-hta-")
+    try:
+        for r, f in files.items():  # HTA wants one folder; link the files in under unique names
+            name = f"rank{r}." + ("json.gz" if f.endswith(".gz") else "json")
+            os.symlink(os.path.abspath(f), os.path.join(tmp, name))
+        ta = TraceAnalysis(trace_dir=tmp)
+        df = ta.get_comm_comp_overlap(visualize=False)
+        return {int(r): float(p) for r, p in zip(df["rank"], df["comp_comm_overlap_pctg"])}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cross_check_hta(analysis, exclude_last_step: bool) -> str:
+    from diagnose.analyze import analyze_path
+
+    files = {m.rank: m.file for m in analysis.ranks if m.trace_kind == "gpu"}
+    if not files:
+        return "\nHTA cross-check: skipped (HTA needs GPU traces; it fails on CPU-only ones)"
+    try:
+        hta = hta_overlap(files)
+    except LlmdiagError:
+        raise
+    except Exception as e:  # HTA's own failure is reported, not ours to crash on
+        return f"\nHTA cross-check: HTA failed ({type(e).__name__}: {e})"
+    same = analysis if exclude_last_step else analyze_path(analysis.source, comm_regex=analysis.options.get("comm_regex"),
+                                                            exclude_last_step=True, rules=False)
+    ours = {m.rank: m.overlap_ratio for m in same.ranks}
+    lines = ["\nHTA cross-check (overlap %, last step excluded as HTA does)", "rank      HTA   llmdiag   diff"]
+    for r in sorted(hta):
+        o = ours.get(r)
+        o_pct = None if o is None else 100 * o
+        h = hta[r]
+        diff = "" if o_pct is None or h != h else f"{o_pct - h:+6.2f}"
+        lines.append(f"{r:>4}  {h:7.2f}   {'n/a' if o_pct is None else f'{o_pct:7.2f}'}   {diff}")
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Process groups and pipeline replicas, from the manifest or from each trace's `pg_config`.
+
+DeviceMesh names its groups `mesh_tp`, `mesh_pp`, ...; `pg_config` is a list (or, in older traces, the
+Python repr of one) of {pg_name, pg_desc, pg_size, ranks}.
+"""
+
+from __future__ import annotations
+
+import ast
+
+DIMS = ("dp", "fsdp", "tp", "pp", "cp")
+
+
+def pg_config(dist: dict) -> list[dict]:
+    raw = dist.get("pg_config")
+    if isinstance(raw, str) and len(raw) < 4_000_000:
+        try:
+            raw = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return []
+    if not isinstance(raw, list):
+        return []
+    return [g for g in raw if isinstance(g, dict)]
+
+
+def pg_sizes(dist: dict) -> dict[str, int]:
+    """Group name and description -> size, for groups whose size the kernels do not record."""
+    out = {}
+    for g in pg_config(dist):
+        size = g.get("pg_size")
+        if isinstance(size, int):
+            for k in ("pg_name", "pg_desc"):
+                if g.get(k):
+                    out[str(g[k])] = size
+    return out
+
+
+def layout_from_pg(dist: dict, world_size: int | None) -> dict | None:
+    """{dp,fsdp,tp,pp,cp} sizes from DeviceMesh group names, where present."""
+    sizes = {}
+    for g in pg_config(dist):
+        desc = str(g.get("pg_desc", ""))
+        if desc.startswith("mesh_"):
+            dim = desc[5:]
+            if dim in DIMS and isinstance(g.get("pg_size"), int):
+                sizes[dim] = g["pg_size"]
+    if not sizes:
+        return None
+    out = {d: sizes.get(d, 1) for d in DIMS}
+    prod = 1
+    for v in out.values():
+        prod *= v
+    if world_size and prod != world_size and out["dp"] == 1:
+        out["dp"] = max(1, world_size // prod)
+    return out
+
+
+def pipeline_groups(manifest: dict | None, dists: dict[int, dict], ranks_with_actions: list[int]) -> list[list[int]]:
+    """Ranks of each pipeline replica in stage order."""
+    if manifest and isinstance(manifest.get("ranks"), dict):
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for r, c in manifest["ranks"].items():
+            if not isinstance(c, dict):
+                continue
+            key = tuple((d, c.get(d, 0)) for d in DIMS if d != "pp")
+            groups.setdefault(key, []).append((int(c.get("pp", 0)), int(r)))
+        out = [[r for _, r in sorted(g)] for g in groups.values()]
+        if out:
+            return out
+    seen, out = set(), []
+    for d in dists.values():
+        for g in pg_config(d):
+            if "pp" in str(g.get("pg_desc", "")) and isinstance(g.get("ranks"), list):
+                key = tuple(g["ranks"])
+                if key not in seen:
+                    seen.add(key)
+                    out.append(list(key))
+    return out or [sorted(ranks_with_actions)]

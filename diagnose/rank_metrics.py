@@ -1,0 +1,136 @@
+"""Everything computed from one rank's trace alone; runs in a worker process per rank.
+
+Only small results leave the worker: the RankMetrics, the pipeline actions and the collective records
+needed for cross-rank matching. The RankTrace columns die with the call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnose.classify import classify, collective_kind
+from diagnose.errors import TraceError
+from diagnose.kernels import hints, top_kernels
+from diagnose.layout import pg_sizes
+from diagnose.loader import load_trace
+from diagnose.memory import memory_stats
+from diagnose.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
+from diagnose.pipeline import Action, extract_actions
+from diagnose.results import RankMetrics
+from diagnose.skew import CollectiveRecord
+from diagnose.steps import windows
+from diagnose.trace import COMM
+
+
+@dataclass
+class RankJob:
+    path: str
+    comm_regex: str | None = None
+    exclude_last_step: bool = False
+    stage_hint: int | None = None
+    cpu_capacity: int | None = None
+    top_k: int = 20
+
+
+@dataclass
+class RankOutput:
+    path: str
+    rank: int | None
+    world_size: int | None
+    distributed: dict
+    host: str
+    device_name: str
+    metrics: RankMetrics | None
+    actions: list[Action] = field(default_factory=list)
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    bytes_read: int = 0
+    error: str | None = None  # one line: the rank could not be analysed
+
+
+def run_job(job: RankJob) -> RankOutput:
+    """Never raises for a bad file: the error comes back as text so the other ranks carry on."""
+    try:
+        return _run(job)
+    except TraceError as e:
+        return RankOutput(job.path, None, None, {}, "", "", None, error=e.line())
+    except MemoryError:
+        return RankOutput(job.path, None, None, {}, "", "", None,
+                          error=f"llmdiag: {job.path}: out of memory while parsing (trace too large for this machine)")
+
+
+def _run(job: RankJob) -> RankOutput:
+    t = load_trace(job.path)
+    classify(t, job.comm_regex)
+    wins, warns = windows(t, job.exclude_last_step)
+    if not wins:
+        raise TraceError("no events to analyse", job.path, "the trace holds no complete events")
+    tl = timeline(t)
+    steps = step_breakdowns(tl, wins)
+    n = len(steps)
+
+    def mean(attr):
+        return float(sum(getattr(s, attr) for s in steps) / n)
+
+    comm_total = sum(s.comm_ms for s in steps)
+    step_ms = mean("time_ms")
+    dist = t.distributed
+    host = str(t.meta.get("host_name", "") or "")
+    metrics = RankMetrics(
+        rank=t.rank if t.rank is not None else -1,
+        file=job.path,
+        host=host,
+        trace_kind="gpu" if t.is_gpu else "cpu",
+        steps=steps,
+        step_time_ms=step_ms,
+        compute_ms=mean("compute_ms"),
+        comm_ms=mean("comm_ms"),
+        overlapped_comm_ms=mean("overlapped_comm_ms"),
+        exposed_comm_ms=mean("exposed_comm_ms"),
+        compute_only_ms=mean("compute_only_ms"),
+        other_ms=mean("other_ms"),
+        idle_ms=mean("idle_ms"),
+        overlap_ratio=(sum(s.overlapped_comm_ms for s in steps) / comm_total) if comm_total > 0 else None,
+        exposed_comm_frac=mean("exposed_comm_ms") / step_ms if step_ms > 0 else 0.0,
+        idle_frac=mean("idle_ms") / step_ms if step_ms > 0 else 0.0,
+        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size),
+        top_kernels=top_kernels(t, wins, job.top_k),
+        memory=memory_stats(t, job.cpu_capacity),
+        hints=hints(t, wins, mean("idle_ms"), step_ms),
+        origin_us=t.origin_us,
+        warnings=list(t.warnings) + warns,
+    )
+    props = t.meta.get("deviceProperties")
+    device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    return RankOutput(
+        path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
+        device_name=device, metrics=metrics, actions=extract_actions(t, wins, job.stage_hint),
+        collectives=_collectives(t, wins), bytes_read=t.bytes_read,
+    )
+
+
+def _collectives(t, wins) -> list[CollectiveRecord]:
+    idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
+    relabel = gloo_collective_labels(t, idx)
+    counters: dict[tuple[str, str], int] = {}
+    out = []
+    for i in idx.tolist():
+        args = t.comm_args.get(i, {})
+        kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
+        pg = pg_label(args)
+        if args.get("Process Group Ranks"):
+            pg = f"{pg}{args['Process Group Ranks']}"
+        key = (pg, kind)
+        counters[key] = counters.get(key, -1) + 1
+        out.append(CollectiveRecord(pg, kind, counters[key], int(t.ts[i]), int(t.ts[i] + t.dur[i])))
+    return out
+
+
+def _small(dist: dict) -> dict:
+    return {k: dist[k] for k in ("rank", "world_size", "backend", "pg_config", "nccl_version") if k in dist}
+
+
+def default_jobs() -> int:
+    return max(1, os.cpu_count() or 1)
