@@ -184,6 +184,10 @@ def _pipeline(good, man, offset, hosts, shift_ns):
         return None
     pp = (man or {}).get("pipeline") or {}
     groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, with_actions)
+    for g in groups:  # `Forward i` spans carry no stage: a rank's stage is its place in its pipeline
+        for pos, r in enumerate(g):
+            if r in acts:
+                acts[r] = [type(a)(a.step, pos, a.kind, a.mb, a.start, a.end) if a.stage < 0 else a for a in acts[r]]
     schedule = pp.get("schedule") or _infer_schedule(acts, with_actions)
     res = analyse_pipeline(acts, groups, schedule, pp.get("microbatches"), pp.get("stages_per_rank"),
                            bool(_get(man, "oversubscribed")))

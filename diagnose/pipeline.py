@@ -38,19 +38,20 @@ def extract_actions(t: RankTrace, wins: list[Window], stage_hint: int | None) ->
             parsed[i] = (None, "F" if m.group(1) == "Forward" else "B", int(m.group(2)))
     if not parsed:
         return []
+    if any(p[0] is not None for p in parsed.values()):
+        # torch's GPipe/1F1B also write `Forward i` around recv + compute: the PP: labels are the compute.
+        parsed = {i: p for i, p in parsed.items() if p[0] is not None}
     idx = np.flatnonzero(np.isin(t.name, list(parsed)))
     # Prefer device-side spans (gpu_user_annotation) where the trace has them.
     gpu_ann = t.cat_mask("gpu_user_annotation")
     if gpu_ann[idx].any():
         idx = idx[gpu_ann[idx]]
-    if not any(p[0] is not None for p in parsed.values()) and stage_hint is None:
-        stage_hint = 0
     use_device = bool(gpu_ann[idx].any())
     out = []
     for i in idx.tolist():
         stage, kind, mb = parsed[int(t.name[i])]
-        if stage is None:
-            stage = stage_hint if stage_hint is not None else 0
+        if stage is None:  # unknown until the rank's place in its pipeline is known (analyze.py)
+            stage = stage_hint if stage_hint is not None else -1
         s, e = int(t.ts[i]), int(t.ts[i] + t.dur[i])
         step = _step_of(s, wins, use_device)
         if step is None:
