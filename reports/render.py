@@ -1,0 +1,98 @@
+"""Render the summary dict (`Analysis.to_dict()` or a summary.json) as one self-contained HTML file.
+
+Jinja2 with autoescape on renders every trace-derived string as text; figures are inline SVG built from
+numbers only; a Content-Security-Policy allows no script but the small table-sorting one (by hash), so an
+escaping slip still could not run anything. No CDN, no network, nothing outside the file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+
+from jinja2 import ChainableUndefined, Environment, FileSystemLoader
+from markupsafe import Markup, escape
+
+from diagnose import rules
+from reports import figures
+from reports.context import build
+from reports.glossary import GLOSSARY
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+# Click a header to sort a table (numbers by value, n/a last). Optional: the report reads fine without it.
+SORT_JS = (
+    "document.querySelectorAll('table.sort th').forEach(function(th){th.addEventListener('click',function(){"
+    "var t=th.closest('table'),b=t.tBodies[0],i=th.cellIndex,d=th.dataset.dir==='1'?-1:1;th.dataset.dir=d;"
+    "var k=function(r){var s=r.cells[i]?r.cells[i].textContent.trim():'',f=parseFloat(s.replace(/[,%]/g,''));"
+    "return isNaN(f)?[1,s]:[0,f];};Array.prototype.slice.call(b.rows).sort(function(x,y){var a=k(x),c=k(y);"
+    "return a[0]-c[0]||(a[1]>c[1]?d:a[1]<c[1]?-d:0);}).forEach(function(r){b.appendChild(r);});});});"
+    "document.documentElement.setAttribute('data-sortable','on');"
+)
+
+
+def _code(text) -> Markup:
+    """Escape `text` and turn `backticked` parts into <code> (actions quote settings that way)."""
+    parts = str(text or "").split("`")
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts))
+
+
+METRIC_ANCHORS = [  # finding["metric"] substring -> glossary entry
+    ("imbalance", "imbalance"), ("pipeline", "bubble"), ("busbw", "busbw"), ("comm_by_kind", "comm_overlap"),
+    ("memory", "memory"), ("hints", "hints"), ("skew", "straggler"), ("step_time", "step_time"),
+]
+
+
+def _anchor(metric) -> str:
+    return next((g for key, g in METRIC_ANCHORS if key in str(metric or "")), "severity")
+
+
+def _env() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=ChainableUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = rules.fmt
+    env.filters["code"] = _code
+    env.filters["anchor"] = _anchor
+    return env
+
+
+_ENV = _env()
+
+
+def render_html(summary: dict) -> str:
+    """The report as a string; findings are computed from the summary when it carries none."""
+    s = summary if summary.get("findings") else {**summary, "findings": rules.findings(summary)}
+    ctx = build(s)
+    shown = [r for _, r, _ in ctx["shown"]]
+    pipe = ctx["pipe"]
+    figs = {
+        "breakdown": Markup(figures.step_breakdown(shown)),
+        "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
+        "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
+    }
+    order = sorted(range(len(s["findings"])), key=lambda i: (
+        rules.SEVERITIES.index(s["findings"][i]["severity"]), -(s["findings"][i]["gain_ms"] or 0.0), i))
+    top = [(i, s["findings"][i]) for i in order[:3]]  # headline: high severity first, then expected gain
+    csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
+    return _ENV.get_template("report.html.j2").render(
+        **ctx, figs=figs, glossary=GLOSSARY, findings=s["findings"], top=top, script=Markup(SORT_JS),
+        csp=csp, severities=rules.SEVERITIES)
+
+
+def render_report(summary: dict, path: str) -> str:
+    """Write the report to `path` (atomically: temp file, then rename) and return the path."""
+    html = render_html(summary)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path

@@ -1,0 +1,259 @@
+"""Every rule fires on a summary built to trigger it, stays silent on a healthy one, and computes its gain
+from the measured numbers."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import orjson
+import pytest
+
+from diagnose.rules import RULES, fmt, findings, pg_role
+from tests.summaries import GIB, busy, summary
+
+
+def ids(s: dict) -> list[str]:
+    return [f["id"] for f in findings(s)]
+
+
+def _all_ranks(s, fn):
+    for r in s["ranks"]:
+        fn(r)
+    return s
+
+
+def low_overlap(pg: str):
+    def fn(r):
+        for c in r["comm_by_kind"]:
+            c["pg"] = pg
+            c["overlapped_ms"] = 0.2 * c["total_ms"]
+            c["overlap_ratio"] = 0.2
+        r["exposed_comm_ms"] = 0.8 * r["comm_ms"]
+    return fn
+
+
+def mem_frac(frac):
+    def fn(r):
+        for m in r["memory"]:
+            m["peak_reserved"] = int(frac * m["capacity"])
+            m["peak_allocated"] = min(m["peak_allocated"], m["peak_reserved"])
+    return fn
+
+
+def hints(**kw):
+    return lambda r: r["hints"].update(kw)
+
+
+def big_bubble(s):
+    for b in s["pipeline"]["stage_bubbles"]:
+        b["measured"] = 0.35
+    s["pipeline"]["measured"] = 0.35
+    return s
+
+
+def imbalanced(s):
+    s["pipeline"]["stage_bubbles"][0]["busy_ms"] = 120.0
+    s["pipeline"]["imbalance"] = 120.0 / ((120.0 + 78.0) / 2) - 1
+    return s
+
+
+def straggler(s):
+    s["skew"]["stragglers"] = [{"rank": 5, "reason": "arrives last at collectives", "value": 0.875}]
+    return s
+
+
+def oversubscribed(s):
+    s["manifest"]["oversubscribed"] = True
+    return s
+
+
+# rule id -> (kwargs of the healthy summary, mutation that must make the rule fire)
+TRIGGERS = {
+    "pipeline_bubble": ({"pipeline": True}, big_bubble),
+    "pipeline_imbalance": ({"pipeline": True}, imbalanced),
+    "dp_overlap": ({}, lambda s: _all_ranks(s, low_overlap("mesh_dp"))),
+    "tp_exposed": ({}, lambda s: _all_ranks(s, low_overlap("mesh_tp"))),
+    "memory_near_capacity": ({}, lambda s: _all_ranks(s, mem_frac(0.93))),
+    "memory_unused": ({}, lambda s: _all_ranks(s, mem_frac(0.30))),
+    "host_bound": ({}, lambda s: _all_ranks(s, hints(device_idle_frac=0.3, short_kernel_frac=0.7))),
+    "stragglers": ({}, straggler),
+    "low_busbw": ({}, lambda s: _all_ranks(s, lambda r: r["comm_by_kind"][0].update(busbw_gbps=60.0))),
+    "dataloader": ({}, lambda s: _all_ranks(s, hints(dataloader_frac=0.25))),
+    "fp32_gemm": ({}, lambda s: _all_ranks(s, hints(fp32_gemm_frac=0.5, compute_capability=8.0))),
+    "contaminated_timings": ({}, oversubscribed),
+}
+
+
+def test_every_rule_has_a_trigger_test():
+    assert set(TRIGGERS) == {rid for rid, _ in RULES}
+
+
+@pytest.mark.parametrize("kw", [{}, {"pipeline": True}, {"n": 512, "pipeline": True}, {"comm": False},
+                                {"memory": False, "with_manifest": False}])
+def test_healthy_runs_are_silent(kw):
+    assert ids(summary(**kw)) == []
+
+
+@pytest.mark.parametrize("rid", sorted(TRIGGERS))
+def test_rule_fires_and_is_well_formed(rid):
+    kw, mutate = TRIGGERS[rid]
+    base = summary(**kw)
+    assert rid not in ids(base)
+    fs = [f for f in findings(mutate(copy.deepcopy(base))) if f["id"] == rid]
+    assert fs, f"{rid} did not fire"
+    for f in fs:
+        assert set(f) == {"id", "severity", "title", "evidence", "ranks", "steps", "action", "expected_gain",
+                          "gain_ms", "metric"}
+        assert f["severity"] in ("high", "medium", "low")
+        assert re.search(r"\d", f["evidence"]), "evidence must carry numbers"
+        assert f["action"] and f["expected_gain"] and f["metric"]
+        assert all(isinstance(x, int) for x in f["ranks"] + f["steps"])
+        assert f["gain_ms"] is None or f["gain_ms"] >= 0
+    orjson.dumps(fs)  # JSON-serialisable as they go into summary.json
+
+
+def test_findings_sorted_by_gain():
+    fs = findings(busy())
+    gains = [f["gain_ms"] for f in fs if f["gain_ms"] is not None]
+    assert gains == sorted(gains, reverse=True) and len(gains) >= 3
+    first_none = next(i for i, f in enumerate(fs) if f["gain_ms"] is None)
+    assert all(f["gain_ms"] is None for f in fs[first_none:])
+
+
+def test_pipeline_gain_from_replayed_prediction():
+    s = big_bubble(summary(pipeline=True))
+    p = s["pipeline"]
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    base = next(q["step_ms"] for q in p["predictions"] if q["microbatches"] == p["microbatches"])
+    best = min((q for q in p["predictions"] if q["step_ms"]), key=lambda q: q["step_ms"])
+    assert f["gain_ms"] == pytest.approx(p["window_ms"] * (1 - best["step_ms"] / base), abs=1e-6)
+    assert f"--microbatches {best['microbatches']}" in f["action"]
+    assert fmt(p["measured"], "pct") in f["evidence"] and fmt(p["theory"], "pct") in f["evidence"]
+
+
+def test_pipeline_gain_from_formula_without_predictions():
+    s = big_bubble(summary(pipeline=True))
+    p = s["pipeline"]
+    p["predictions"] = []
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    pp, m, win = p["stages"], p["microbatches"], p["window_ms"]
+    busy_ms = win * (1 - p["measured"])
+    excess = p["measured"] - p["replay"]
+    # candidates: 2m, 4m (same schedule), interleaved v=2; 4m is the largest gain here
+    b = (pp - 1) / (4 * m + pp - 1)
+    assert f["gain_ms"] == pytest.approx(win - busy_ms / (1 - (b + excess)), abs=1e-6)
+
+
+def test_microbatch_limit_respected():
+    s = big_bubble(summary(pipeline=True))
+    s["manifest"]["options"]["global_batch"] = 2 * 16  # dp=2 -> 16 sequences per replica: m <= 16
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    assert "--microbatches 32" not in f["action"]
+
+
+def test_dataloader_gain_is_wait_time():
+    s = summary()
+    s["ranks"][2]["hints"]["dataloader_frac"] = 0.3
+    f = next(f for f in findings(s) if f["id"] == "dataloader")
+    assert f["gain_ms"] == pytest.approx(0.3 * s["ranks"][2]["step_time_ms"], abs=1e-6)
+    assert f["ranks"] == [2] and "num_workers=" in f["action"]
+    assert f["severity"] == "high"
+
+
+def test_dp_overlap_ddp_vs_fsdp_action():
+    s = TRIGGERS["dp_overlap"][1](summary())
+    f = next(f for f in findings(s) if f["id"] == "dp_overlap")
+    assert "bucket_cap_mb=" in f["action"]
+    exposed = sum(0.8 * c["total_ms"] / len(r["steps"]) for r in s["ranks"] for c in r["comm_by_kind"]) / 8
+    assert f["gain_ms"] == pytest.approx(min(exposed, s["ranks"][0]["compute_only_ms"]), rel=1e-6)
+    for r in s["ranks"]:
+        r["comm_by_kind"][0]["kind"] = "reducescatter"
+    f = next(f for f in findings(s) if f["id"] == "dp_overlap")
+    assert "reshard_after_forward=False" in f["action"]
+
+
+def test_tp_across_hosts_says_keep_tp_inside_node():
+    s = TRIGGERS["tp_exposed"][1](summary())
+    s["layout"]["tp"] = 16
+    f = next(f for f in findings(s) if f["id"] == "tp_exposed")
+    assert "inside a node" in f["action"] and "--sp" in f["action"]
+
+
+def test_memory_near_capacity_severity_and_ranks():
+    s = summary()
+    s["ranks"][4]["memory"][0]["peak_reserved"] = int(0.97 * 80 * GIB)
+    f = next(f for f in findings(s) if f["id"] == "memory_near_capacity")
+    assert f["severity"] == "high" and f["ranks"] == [4] and f["gain_ms"] is None
+    assert "activation checkpointing" in f["action"]
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 PCIe", "cpu", "AMD Instinct MI250X", ""])
+def test_low_busbw_silent_without_known_nvlink_peak(name):
+    s = TRIGGERS["low_busbw"][1](summary())
+    s["manifest"]["device"]["name"] = name
+    assert "low_busbw" not in ids(s)
+
+
+def test_low_busbw_silent_for_small_messages_and_cross_node_groups():
+    s = TRIGGERS["low_busbw"][1](summary())
+    small = copy.deepcopy(s)
+    for r in small["ranks"]:
+        r["comm_by_kind"][0]["bytes"] = r["comm_by_kind"][0]["sized_count"] * 1024
+    assert "low_busbw" not in ids(small)
+    for r in s["ranks"]:
+        r["comm_by_kind"][0]["group_size"] = 64  # more ranks than a host holds: inter-node links
+    assert "low_busbw" not in ids(s)
+
+
+def test_memory_uses_allocated_when_reserved_is_missing():
+    s = summary()
+    for r in s["ranks"]:
+        r["memory"][0]["peak_reserved"] = 0  # old traces: Total Reserved not recorded
+    assert "memory_unused" not in ids(s)  # 40 GiB allocated of 80 is not "unused"
+    s["ranks"][0]["memory"][0]["peak_allocated"] = int(0.95 * 80 * GIB)
+    assert "memory_near_capacity" in ids(s)
+
+
+def test_fp32_gemm_silent_before_ampere():
+    s = _all_ranks(summary(), hints(fp32_gemm_frac=0.5, compute_capability=7.0))
+    assert "fp32_gemm" not in ids(s)
+
+
+def test_host_bound_silent_when_kernels_are_long():
+    s = _all_ranks(summary(), hints(device_idle_frac=0.3, short_kernel_frac=0.1, median_kernel_us=400.0))
+    assert "host_bound" not in ids(s)
+
+
+def test_cpu_run_notes_timings():
+    f = findings(summary(gpu=False))
+    assert [x["id"] for x in f] == ["contaminated_timings"] and f[0]["severity"] == "low"
+    s = oversubscribed(summary(gpu=False))
+    assert findings(s)[0]["severity"] == "high"
+
+
+def test_empty_and_none_summary():
+    assert findings({"ranks": [], "aggregate": {}, "pipeline": None, "skew": None, "manifest": None}) == []
+    assert findings({}) == []
+
+
+def test_json_roundtrip_same_findings():
+    s = busy()
+    assert findings(orjson.loads(orjson.dumps(s))) == findings(s)
+
+
+@pytest.mark.parametrize("pg,kind,size,layout,role", [
+    ("mesh_tp", "allreduce", 2, {}, "tp"), ("mesh_dp_shard", "reducescatter", 4, {}, "dp"),
+    ("mesh_pp", "send", 2, {}, "pp"), ("default_pg", "allreduce", 8, {"dp": 8}, "dp"),
+    ("0", "allgather", 4, {"tp": 4, "dp": 2}, "tp"), ("", "allreduce", 8, {}, "dp"),
+    ("1", "allreduce", 2, {"tp": 2, "dp": 2}, "?"), ("", "allreduce", 2, {"tp": 2, "pp": 2}, "tp"),
+    ("", "allreduce", 4, {"dp": 4, "tp": 2, "pp": 2}, "dp"),
+])
+def test_pg_role(pg, kind, size, layout, role):
+    assert pg_role(kind, pg, size, layout) == role
+
+
+def test_fmt_rounding_and_none():
+    assert fmt(None, "ms") == "n/a" and fmt(float("nan"), "pct") == "n/a"
+    assert fmt(12.345678, "ms") == "12.35 ms" and fmt(0.1234, "pct") == "12.3%"
+    assert fmt(3 * GIB, "gib", False) == "3.00" and fmt(21, "num") == "21" and fmt(2.5, "num") == "2.500"
