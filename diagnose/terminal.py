@@ -77,7 +77,7 @@ def render(s: dict) -> str:
         for m in r["memory"]:
             cap = m["capacity"]
             rows.append([r["rank"], m["device"], f"{m['peak_allocated'] / 2**20:.1f}", f"{m['peak_reserved'] / 2**20:.1f}",
-                         _pct(m["peak_reserved"] / cap) if cap else "n/a", m["peak_op"][:40]])
+                         _pct(max(m["peak_reserved"], m["peak_allocated"]) / cap) if cap else "n/a", m["peak_op"][:40]])
     parts.append(_table("Memory peaks (MiB)", ["rank", "device", "allocated", "reserved", "of capacity", "op at peak"], rows))
 
     if s["ranks"]:
