@@ -1,0 +1,151 @@
+"""`llmdiag check` and `llmdiag diff`: thin click wrappers over gate.py and compare.py.
+
+Exit codes: 0 pass, 1 regression, 2 usage or input error (one line, no traceback). Both commands also
+turn LlmdiagError into that one line themselves, so they behave the same outside the `llmdiag` group.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+import click
+import orjson
+
+from diagnose.errors import LlmdiagError
+from diagnose.gate import AGGS, default_gates, evaluate
+from diagnose.gate_config import FLAG_GATES, build_gates
+from diagnose.gate_format import github_annotations, markdown_summary, render_verdict
+from diagnose.junit import error_junit, to_junit, write_text
+from diagnose.load_summary import load_side
+
+
+def _one_line_errors(f):
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except LlmdiagError as e:
+            ctx = click.get_current_context(silent=True)
+            root = ctx.find_root() if ctx else None
+            if root is not None and isinstance(root.obj, dict) and root.obj.get("debug"):
+                raise
+            click.echo(e.line(), err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def _write_json(path: str, data: dict) -> None:
+    write_text(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+
+
+_LIMIT_HELP = {
+    "max_overlap_drop": "Fail if overlap_ratio drops by more than this (ratio points, or \"5%\").",
+    "max_exposed_comm_rise": "Fail if exposed comm / step time rises by more than this.",
+    "max_bubble_rise": "Fail if the pipeline bubble rises by more than this.",
+    "max_step_time_rise": "Fail if step time rises by more than this (ms, or \"10%\").",
+    "max_memory_rise": "Fail if the memory peak rises by more than this (bytes, \"512MiB\", or \"10%\").",
+    "min_overlap": "Absolute: fail if overlap_ratio is below this (no baseline needed).",
+    "max_exposed_comm": "Absolute: fail if exposed comm / step time is above this.",
+    "max_bubble": "Absolute: fail if the pipeline bubble is above this.",
+    "max_step_time_ms": "Absolute: fail if step time (ms) is above this.",
+    "max_memory": "Absolute: fail if the memory peak is above this (bytes or \"40GiB\").",
+}
+
+
+def _limit_options(f):
+    for name in reversed(list(FLAG_GATES)):
+        f = click.option("--" + name.replace("_", "-"), name, type=str, default=None, metavar="LIMIT",
+                         help=_LIMIT_HELP[name])(f)
+    return f
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("current", type=click.Path())
+@click.option("--baseline", "-b", type=click.Path(), default=None,
+              help="Baseline: run folder, trace folder or summary JSON from `analyze --json`.")
+@click.option("--config", "-c", type=click.Path(), default=None, help="TOML file of gates (see docs/ci.md).")
+@click.option("--agg", type=click.Choice(AGGS), default=None,
+              help="Aggregation over ranks for flag gates and config gates without their own "
+                   "(default worst: min overlap, max of the others; rank: each rank against its own baseline).")
+@_limit_options
+@click.option("--strict", is_flag=True, default=None, help="Fail gates whose metric is undefined (n/a).")
+@click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
+@_one_line_errors
+def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, **limits):
+    """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
+
+    CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
+    (`llmdiag analyze RUN --json FILE`). With --baseline and no limits given, default gates apply.
+    """
+    t0 = time.perf_counter()
+    try:
+        gates, opts = build_gates(config, limits, agg)
+        if not gates and baseline is None:
+            raise LlmdiagError("nothing to check", None,
+                               "give --baseline, a --config, or an absolute limit such as --min-overlap")
+        if not gates:
+            gates = default_gates(agg or opts.get("agg", "worst"))
+        relative = [f"{g.metric} {g.rule}" for g in gates if g.relative]
+        if relative and baseline is None:
+            raise LlmdiagError(f"gates against a baseline need --baseline ({', '.join(relative)})")
+        cur = load_side(current, "current")
+        base = load_side(baseline, "baseline") if baseline else None
+    except LlmdiagError as e:
+        if junit_path:
+            write_text(junit_path, error_junit(e.line()))
+        raise
+    strict = bool(opts.get("strict", False) if strict is None else strict)
+    verdict = evaluate(cur, base, gates, strict)
+    if junit_path:
+        write_text(junit_path, to_junit(verdict, time.perf_counter() - t0))
+    if json_path:
+        _write_json(json_path, verdict.to_dict())
+    text = render_verdict(verdict)
+    if quiet:
+        lines = text.splitlines()
+        text = "\n".join([r.message for r in verdict.failed()] + lines[-1:])
+    click.echo(text)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in github_annotations(verdict):
+            click.echo(line)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            try:
+                with open(summary, "a", encoding="utf-8") as f:
+                    f.write(markdown_summary(verdict))
+            except OSError:
+                pass  # the job summary is a courtesy; the verdict stands without it
+    sys.exit(verdict.exit_code)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@click.option("--html", "html_path", type=click.Path(), default=None, help="Write a self-contained HTML diff.")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the comparison as JSON.")
+@click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Kernels listed per group (grew, shrank, new, vanished).")
+@_one_line_errors
+def diff(a, b, html_path, json_path, top):
+    """Compare two runs, trace folders or summaries side by side (B relative to A).
+
+    Ranks are matched by number; with different world sizes only aggregates are compared, and the
+    output says so.
+    """
+    from diagnose.compare import compare, render_text
+
+    c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
+    click.echo(render_text(c))
+    if json_path:
+        _write_json(json_path, c)
+    if html_path:
+        from reports.diff_render import render_diff_html
+
+        write_text(html_path, render_diff_html(c))
+        click.echo(f"\nwrote {html_path}")

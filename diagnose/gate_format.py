@@ -1,0 +1,103 @@
+"""Terminal tables and GitHub Actions annotations for `check` and `diff`.
+
+Plain text (no colour codes) so the same output reads in a terminal, a CI log and a pasted issue.
+"""
+
+from __future__ import annotations
+
+from diagnose.gate import Verdict, fmt_delta, fmt_value
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """Columns padded to the widest cell; columns in `right` are right-aligned (numbers)."""
+    right = right or set()
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+
+
+def _ranks(side: dict) -> str:
+    n, ws = side.get("ranks"), side.get("world_size")
+    word = "rank" if n == 1 else "ranks"
+    return f"{n} {word}" if n == ws else f"world size {ws}, {n} {word} analyzed"
+
+
+def _status(r, strict: bool) -> str:
+    if r.status == "fail":
+        return "FAIL"
+    if r.status == "n/a":
+        return "FAIL (n/a, strict)" if strict else "n/a"
+    return "pass"
+
+
+def render_verdict(v: Verdict) -> str:
+    cur = v.current or {}
+    base = v.baseline
+    head = [f"llmdiag check: {cur.get('label')} ({_ranks(cur)})"]
+    if base:
+        head[0] += f" vs baseline {base.get('label')} ({_ranks(base)})"
+    rows = []
+    for r in v.results:
+        rows.append([r.metric, r.agg, fmt_value(r.unit, r.baseline), fmt_value(r.unit, r.current),
+                     fmt_delta(r.unit, r.delta, r.baseline), r.limit, _status(r, v.strict), r.worst or "-"])
+    out = head + [""] + [table(["metric", "agg", "baseline", "current", "delta", "limit", "status",
+                                "worst"], rows, right={2, 3, 4})]
+    for n in v.notes:
+        out.append(f"note: {n}")
+    for r in v.results:
+        if r.status == "n/a":
+            out.append(f"n/a: {r.message}")
+    failed, na = v.failed(), sum(r.status == "n/a" for r in v.results)
+    out.append("")
+    if failed:
+        out.append(f"FAIL: {len(failed)} of {len(v.results)} gates failed")
+    else:
+        n = len(v.results)
+        out.append(f"PASS: {n} gate{'' if n == 1 else 's'}" + (f" ({na} n/a)" if na else ""))
+    return "\n".join(out)
+
+
+def _esc_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _esc_prop(s: str) -> str:
+    return _esc_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(v: Verdict) -> list[str]:
+    """Workflow commands: `::error` per failed gate, `::warning` per n/a gate and note."""
+    out = []
+    for r in v.results:
+        if r.status == "fail" or (r.status == "n/a" and v.strict):
+            level = "error"
+        elif r.status == "n/a":
+            level = "warning"
+        else:
+            continue
+        title = f"llmdiag check: {r.metric} {r.limit}"
+        out.append(f"::{level} title={_esc_prop(title)}::{_esc_data(r.message)}")
+    for n in v.notes:
+        out.append(f"::notice title={_esc_prop('llmdiag check')}::{_esc_data(n)}")
+    return out
+
+
+def markdown_summary(v: Verdict) -> str:
+    """The verdict as a Markdown table, for GitHub's job summary page ($GITHUB_STEP_SUMMARY)."""
+    cur, base = v.current or {}, v.baseline
+    title = f"### llmdiag check: {'PASS' if v.status == 'pass' else 'FAIL'} — {cur.get('label')}"
+    if base:
+        title += f" vs baseline {base.get('label')}"
+    lines = [title, "", "| metric | agg | baseline | current | delta | limit | status | worst |",
+             "|---|---|---:|---:|---:|---|---|---|"]
+    for r in v.results:
+        cells = [r.metric, r.agg, fmt_value(r.unit, r.baseline), fmt_value(r.unit, r.current),
+                 fmt_delta(r.unit, r.delta, r.baseline), r.limit, _status(r, v.strict), r.worst or "-"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [""] + [f"- {n}" for n in v.notes]
+    return "\n".join(lines) + "\n"
