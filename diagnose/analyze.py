@@ -7,6 +7,7 @@ rather than guessed; every good rank is analysed whatever its neighbours look li
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections import Counter
@@ -35,6 +36,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     outputs = _run_all(job_list, jobs or default_jobs(), progress)
 
     issues = [Issue(o.path, o.error, None, "error") for o in outputs if o.error]
+    issues += [Issue(p, f"llmdiag: {p}: not a regular file ({why}); left out", None, "error") for p, why in src.skipped]
     good = [o for o in outputs if not o.error]
     if not good:
         first = issues[0].message if issues else "no usable trace"
@@ -42,7 +44,10 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                            src.path)
     good = _resolve_ranks(good, man, issues)
     if not good:
-        raise LlmdiagError("no usable trace: every file was rejected (see the issues above)", src.path)
+        # The issues die with this exception, so the line itself says why (the CLI prints only the line).
+        errs = [i for i in issues if i.severity == "error"]
+        first = f"{errs[0].file}: {errs[0].message.removeprefix('llmdiag: ')}" if errs else "unknown"
+        raise LlmdiagError(f"no usable trace: all {len(outputs)} file(s) rejected; first problem: {first}", src.path)
     for o in good:
         for w in o.metrics.warnings:
             issues.append(Issue(o.path, w, o.rank, "warning"))
@@ -50,6 +55,9 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     world = _world_size(good, man)
     ranks_found = sorted(o.rank for o in good)
     missing = sorted(set(range(world)) - set(ranks_found)) if world else []
+    if missing:
+        issues.append(Issue(src.path, f"{len(missing)} of {world} ranks have no trace ({_ranges(missing)}); "
+                                      "world-level numbers cover the analysed ranks only", None, "warning"))
     if _get(man, "oversubscribed"):
         issues.append(Issue(src.path, f"{world} ranks ran on {_get(man, 'cpu_cores')} CPU cores: timings are "
                                       "contaminated by ranks competing for cores", None, "warning"))
@@ -57,8 +65,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
 
     layout = (man or {}).get("layout") or layout_from_pg(good[0].distributed, world)
     hosts = {o.rank: o.host or str(_get(man, "ranks", str(o.rank), "host") or "") for o in good}
-    origin = min(o.metrics.origin_us for o in good)
-    offset = {o.rank: int(round((o.metrics.origin_us - origin) * 1000)) for o in good}
+    offset = _clock_offsets(good, issues)
     for o in good:
         if man and isinstance(man.get("ranks"), dict):
             o.metrics.coords = {k: v for k, v in (man["ranks"].get(str(o.rank)) or {}).items() if k in DIMS}
@@ -140,6 +147,13 @@ def _resolve_ranks(good: list[RankOutput], man: dict | None, issues: list[Issue]
                 issues.append(Issue(o.path, f"trace of a different job (world size {o.world_size}, the others "
                                             f"{main}); left out", o.rank, "error"))
         good = [o for o in good if not o.world_size or o.world_size == main]
+    world = sizes.most_common(1)[0][0] if sizes else _get(man, "world_size")
+    if isinstance(world, int) and world > 0:
+        for o in good:
+            if o.rank >= world:
+                issues.append(Issue(o.path, f"rank {o.rank} is outside the world of {world} ranks (contradictory "
+                                            "distributedInfo or file name); left out", o.rank, "error"))
+        good = [o for o in good if o.rank < world]
     count = Counter(o.rank for o in good)
     for o in good:
         if count[o.rank] > 1:
@@ -149,6 +163,38 @@ def _resolve_ranks(good: list[RankOutput], man: dict | None, issues: list[Issue]
     for o in good:
         o.metrics.rank = o.rank
     return good
+
+
+MAX_CLOCK_US = 2.0**52  # µs (~142 years): beyond it a float clock has lost its µs and the trace is not a real clock
+
+
+def _clock_offsets(good: list[RankOutput], issues: list[Issue]) -> dict[int, int]:
+    """ns from the earliest rank's time 0 to each rank's; a rank with an absurd clock origin is not aligned."""
+    ok = [o.metrics.origin_us for o in good if math.isfinite(o.metrics.origin_us) and abs(o.metrics.origin_us) < MAX_CLOCK_US]
+    origin = min(ok) if ok else 0.0
+    out = {}
+    for o in good:
+        d = (o.metrics.origin_us - origin) * 1000
+        if not math.isfinite(d) or abs(d) >= 2**62:
+            issues.append(Issue(o.path, f"implausible clock origin ({o.metrics.origin_us:g} µs): not aligned with the "
+                                        "other ranks", o.rank, "warning"))
+            d = 0.0
+        out[o.rank] = int(round(d))
+    return out
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces)."""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
 
 
 def _world_size(good: list[RankOutput], man: dict | None) -> int | None:

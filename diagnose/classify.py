@@ -108,14 +108,18 @@ def top_level(t: RankTrace, mask: np.ndarray) -> np.ndarray:
     first = np.ones(len(idx), bool)
     first[1:] = th[1:] != th[:-1]
     # Running max of ends, restarted per thread: offset each thread's times so maxima never leak across.
+    # Times are first replaced by their rank among all starts and ends (order-preserving, < 2n), so the
+    # offsets cannot overflow int64 however far apart the timestamps are.
+    vals = np.unique(np.concatenate([s, e]))
+    s = np.searchsorted(vals, s).astype(np.int64)
+    e = np.searchsorted(vals, e).astype(np.int64)
     grp = np.cumsum(first) - 1
-    span = int(e.max() - s.min()) + 1 if len(e) else 1
-    off = grp.astype(np.int64) * span * 2
-    run = np.maximum.accumulate(e - s.min() + off)
+    off = grp.astype(np.int64) * (len(vals) + 1)
+    run = np.maximum.accumulate(e + off)
     prev = np.empty(len(idx), np.int64)
     prev[0] = np.iinfo(np.int64).min
     prev[1:] = run[:-1]
-    is_top = first | (s - s.min() + off >= prev)
+    is_top = first | (s + off >= prev)
     out[idx[is_top]] = True
     return out
 

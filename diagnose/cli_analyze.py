@@ -9,7 +9,7 @@ import webbrowser
 import click
 import orjson
 
-from diagnose.errors import LlmdiagError
+from diagnose.errors import LlmdiagError, printable
 
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
@@ -20,6 +20,35 @@ def output_paths(analysis, json_path: str | None, report_path: str | None) -> tu
         base_json = os.path.join("llmdiag-report", f"{analysis.name}.json")
         base_html = os.path.join("llmdiag-report", f"{analysis.name}.html")
     return json_path or base_json, report_path or base_html
+
+
+def _fix_str(s: str) -> str:
+    """A file name that is not UTF-8 reaches Python with lone surrogates; JSON cannot hold those."""
+    if not isinstance(s, str):
+        return s
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _map_str(v, f):
+    if isinstance(v, str):
+        return f(v)
+    if isinstance(v, dict):
+        return {k: _map_str(x, f) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_map_str(x, f) for x in v]
+    return v
+
+
+def json_safe(summary: dict) -> dict:
+    """`summary`, with strings orjson refuses (lone surrogates from non-UTF-8 file names) made valid."""
+    try:
+        orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        return summary
+    except TypeError:
+        return _map_str(summary, _fix_str)
 
 
 def write_json(summary: dict, path: str) -> None:
@@ -62,13 +91,13 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     target = list(paths) if len(paths) > 1 else paths[0]
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs,
                             progress=not quiet, top_k=top_k)
-    summary = analysis.to_dict()
+    summary = json_safe(analysis.to_dict())
     jpath, hpath = output_paths(analysis, json_path, report_path)
     write_json(summary, jpath)
     if not quiet:
         from diagnose.terminal import render
 
-        click.echo(render(summary))
+        click.echo(render(_map_str(summary, printable)))  # names in traces can hold terminal escapes
     if cross_check:
         from diagnose.hta_check import cross_check_hta
 
@@ -84,5 +113,5 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     errors = [i for i in analysis.issues if i.severity == "error"]
     for i in errors:
         msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"
-        click.echo(msg, err=True)
+        click.echo(printable(msg), err=True)
     sys.exit(1 if errors else 0)

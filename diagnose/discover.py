@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -28,12 +29,14 @@ class Source:
     files: list[str]
     manifest: dict | None
     run_folder: bool  # an llmdiag run folder (the report goes inside it)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): trace-named entries not read
 
 
 def discover(paths: list[str] | str) -> Source:
     if isinstance(paths, str):
         paths = [paths]
     files: list[str] = []
+    skipped: list[tuple[str, str]] = []
     manifest = None
     run_folder = False
     for p in paths:
@@ -46,19 +49,43 @@ def discover(paths: list[str] | str) -> Source:
             if os.path.isfile(m):
                 manifest = read_manifest(m)
                 run_folder = True
-            files += _walk(p)
+            files += _walk(p, skipped)
+        elif (why := _special(p)) is not None:
+            raise LlmdiagError(f"not a regular file ({why})", p, "give a trace file or a folder of traces")
         else:
             files.append(p)
+    if not files and skipped:
+        raise LlmdiagError(f"no readable trace files; {len(skipped)} skipped, first: {skipped[0][0]} ({skipped[0][1]})",
+                           paths[0])
     if not files:
         raise LlmdiagError("no trace files found", paths[0], "expected *.json or *.json.gz Kineto traces")
     first = os.path.abspath(paths[0]).rstrip(os.sep)
     name = os.path.basename(first)
     for suffix in (".gz", ".json", ".pt.trace"):
         name = name[: -len(suffix)] if name.endswith(suffix) else name
-    return Source(paths[0], name or "traces", sorted(dict.fromkeys(files)), manifest, run_folder)
+    return Source(paths[0], name or "traces", sorted(dict.fromkeys(files)), manifest, run_folder, skipped)
 
 
-def _walk(root: str) -> list[str]:
+def _special(path: str) -> str | None:
+    """Why `path` (following links) cannot be read as a file: a FIFO would block the reader forever."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # broken link or loop: the loader names the error
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def _walk(root: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
     out = []
     seen = set()
     for d, dirs, names in os.walk(root, followlinks=False, onerror=_walk_error):
@@ -71,7 +98,12 @@ def _walk(root: str) -> list[str]:
         for n in sorted(names):
             if n in NOT_TRACES or not n.endswith(TRACE_SUFFIXES):
                 continue
-            out.append(os.path.join(d, n))
+            path = os.path.join(d, n)
+            why = _special(path)
+            if why is None:
+                out.append(path)
+            elif why != "a directory" and skipped is not None:  # symlinked folders are not followed, silently
+                skipped.append((path, why))
     return out
 
 

@@ -6,6 +6,21 @@ and exits 2 (or records it as a per-rank warning and carries on with the good ra
 
 from __future__ import annotations
 
+import re
+
+# C0/C1 controls, DEL, the Unicode line/paragraph separators, bidi overrides, and lone surrogates (file names
+# that are not UTF-8): they could break the one-line message, rewrite the terminal (ANSI escapes, U+202E) or
+# fail to encode on stderr.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(s: object) -> str:
+    """`s` with control characters written as escapes (`\\n`, `\\x1b`, `\\u202e`): safe on one terminal line."""
+    text = str(s)
+    if not _UNPRINTABLE.search(text):
+        return text
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 class LlmdiagError(Exception):
     """A problem with the user's input, described in one line."""
@@ -17,9 +32,9 @@ class LlmdiagError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        hint = f" ({self.hint})" if self.hint else ""
-        return f"llmdiag: {where}{self.what}{hint}"
+        where = f"{printable(self.path)}: " if self.path else ""
+        hint = f" ({printable(self.hint)})" if self.hint else ""
+        return f"llmdiag: {where}{printable(self.what)}{hint}"
 
 
 class TraceError(LlmdiagError):

@@ -59,6 +59,10 @@ def run_job(job: RankJob) -> RankOutput:
     except MemoryError:
         return RankOutput(job.path, None, None, {}, "", "", None,
                           error=f"llmdiag: {job.path}: out of memory while parsing (trace too large for this machine)")
+    except Exception as e:  # a bug of ours, not the user's: this rank is left out, the others carry on
+        return RankOutput(job.path, None, None, {}, "", "", None,
+                          error=f"llmdiag: {job.path}: internal error while analysing this trace "
+                                f"({type(e).__name__}: {e}) (a bug in llmdiag; please report it with the trace)")
 
 
 def _run(job: RankJob) -> RankOutput:

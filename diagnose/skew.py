@@ -72,7 +72,10 @@ def skew(records: dict[int, list[CollectiveRecord]], hosts: dict[int, str],
         durs = [e - s for s, e in per_rank.values()]
         sk = max(starts.values()) - min(starts.values())
         by[(pg, kind)].append((sk, min(durs)))
-        last[max(starts, key=starts.get)] += 1
+        hi = max(starts.values())
+        latest = [r for r, s in starts.items() if s == hi]
+        if len(latest) == 1:  # a tie (all ranks at once) has no last arrival; do not blame the first rank listed
+            last[latest[0]] += 1
     stragglers = _stragglers(last, len(matched), compute_ms)
     if not matched and not stragglers:
         return None
