@@ -1,0 +1,48 @@
+"""Test hook: make one rank raise, die by SIGKILL, or hang, so the launcher's fault handling can be tested.
+
+`LLMDIAG_FAULT=rank:<R>:<raise|kill|hang>[:<step>]` (set by the hidden `llmdiag run --inject-fault`). The
+default step is the first one after profiling, so the other ranks have written their traces by then.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from diagnose.errors import LlmdiagError
+
+KINDS = ("raise", "kill", "hang")
+
+
+def parse(spec: str | None) -> tuple[int, str, int | None] | None:
+    if not spec:
+        return None
+    parts = spec.split(":")
+    try:
+        if parts[0] != "rank" or len(parts) not in (3, 4) or parts[2] not in KINDS:
+            raise ValueError
+        return int(parts[1]), parts[2], (int(parts[3]) if len(parts) == 4 else None)
+    except ValueError:
+        raise LlmdiagError(f"bad fault spec {spec!r}", hint="rank:<R>:raise|kill|hang[:<step>]") from None
+
+
+class Fault:
+    def __init__(self, rank: int, default_step: int, spec: str | None = None):
+        parsed = parse(spec if spec is not None else os.environ.get("LLMDIAG_FAULT"))
+        self.kind = None
+        if parsed and parsed[0] == rank:
+            self.kind = parsed[1]
+            self.step = parsed[2] if parsed[2] is not None else default_step
+
+    def maybe_fire(self, step: int) -> None:
+        if self.kind is None or step != self.step:
+            return
+        print(f"[llmdiag] injected fault: {self.kind} at step {step}", flush=True)
+        if self.kind == "raise":
+            raise RuntimeError(f"llmdiag injected fault: rank raised at step {step}")
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # hang: never reach the next collective
+            time.sleep(1.0)

@@ -1,0 +1,217 @@
+"""Workload strings (`tp4pp2`, `dp2tp2pp2`, `fsdp8`, `single`) and the checks that make a layout runnable.
+
+Torch-free on purpose: `llmdiag run` parses and validates here, so a bad string or a layout the model cannot
+be split into exits 2 with one line before any process starts. The same functions run again inside every
+rank, so launcher and ranks agree on microbatches, batch sizes and the stage-to-rank map.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+
+from diagnose.errors import LlmdiagError
+from workloads.config import ModelConfig
+
+DIMS = ("dp", "fsdp", "tp", "pp", "cp")
+# DeviceMesh order, outermost first (torchtitan's): pp, then data parallel (replicate, shard), cp, tp innermost
+# so that TP groups are the closest ranks (same node / NVLink).
+MESH_ORDER = ("pp", "dp", "fsdp", "cp", "tp")
+SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "zbv", "dualpipev")
+V_SCHEDULES = ("zbv", "dualpipev")  # two stages per rank, placed in a V
+_TOKEN = re.compile(r"(fsdp|dp|tp|pp|cp)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of the five parallel dimensions; 1 where absent."""
+
+    dp: int = 1
+    fsdp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.fsdp * self.tp * self.pp * self.cp
+
+    @property
+    def mesh_dims(self) -> list[str]:
+        """DeviceMesh dimension names, outermost first, sizes > 1 only."""
+        return [d for d in MESH_ORDER if getattr(self, d) > 1]
+
+    def as_dict(self) -> dict[str, int]:
+        return {d: getattr(self, d) for d in DIMS}
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Mesh coordinates of a global rank (row-major over MESH_ORDER, as init_device_mesh lays ranks out)."""
+        out = {}
+        for d in reversed(MESH_ORDER):
+            size = getattr(self, d)
+            out[d] = rank % size
+            rank //= size
+        return {d: out[d] for d in MESH_ORDER}
+
+
+def parse_workload(text: str) -> Layout:
+    """`tp4pp2` -> Layout(tp=4, pp=2). `single` is one process. Raises LlmdiagError with one line."""
+    s = text.strip().lower()
+    if s in ("single", ""):
+        if not s:
+            raise LlmdiagError("empty workload string", hint="e.g. single, dp2, fsdp8, tp2pp2, tp2cp2")
+        return Layout()
+    sizes: dict[str, int] = {}
+    pos = 0
+    while pos < len(s):
+        m = _TOKEN.match(s, pos)
+        if not m:
+            raise LlmdiagError(f"workload {text!r}: unexpected {s[pos:]!r}",
+                               hint="concatenate dpN, fsdpN, tpN, ppN, cpN, e.g. dp2tp2pp2")
+        dim = m.group(1)
+        digits = re.match(r"\d+", s[m.end():])
+        if not digits:
+            raise LlmdiagError(f"workload {text!r}: {dim} needs a size", hint=f"e.g. {dim}2")
+        n = int(digits.group())
+        if n < 1:
+            raise LlmdiagError(f"workload {text!r}: {dim} size must be >= 1, got {n}")
+        if dim in sizes:
+            raise LlmdiagError(f"workload {text!r}: {dim} given twice")
+        sizes[dim] = n
+        pos = m.end() + len(digits.group())
+    return Layout(**sizes)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline schedule and how stages and layers map onto pp ranks."""
+
+    schedule: str
+    microbatches: int
+    pp: int
+    stages_per_rank: int
+    layers: int
+
+    @property
+    def stages(self) -> int:
+        return self.pp * self.stages_per_rank
+
+    def stage_rank(self, stage: int) -> int:
+        """pp rank holding a stage: looped (stage % pp) or V (0..p-1 then back p-1..0), as torch maps them."""
+        if self.schedule in V_SCHEDULES:
+            return stage if stage < self.pp else self.stages - 1 - stage
+        return stage % self.pp
+
+    def stages_of(self, pp_rank: int) -> list[int]:
+        return [s for s in range(self.stages) if self.stage_rank(s) == pp_rank]
+
+    def layers_of(self, stage: int) -> list[int]:
+        """Contiguous split of the layer indices; the first `layers % stages` stages take one extra."""
+        base, extra = divmod(self.layers, self.stages)
+        start = stage * base + min(stage, extra)
+        return list(range(start, start + base + (1 if stage < extra else 0)))
+
+    def manifest(self) -> dict:
+        return {"schedule": self.schedule, "microbatches": self.microbatches, "stages": self.stages,
+                "stages_per_rank": self.stages_per_rank, "pp": self.pp}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the launcher and every rank must agree on, derived from the options."""
+
+    workload: str
+    layout: Layout
+    model: ModelConfig
+    pipeline: Pipeline | None
+    global_batch: int
+    sp: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def dp_replicas(self) -> int:
+        return self.layout.dp * self.layout.fsdp
+
+    @property
+    def local_batch(self) -> int:
+        """Sequences per data-parallel replica per step."""
+        return self.global_batch // self.dp_replicas
+
+    @property
+    def micro_batch(self) -> int:
+        return self.local_batch // (self.pipeline.microbatches if self.pipeline else 1)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.model.seq_len
+
+    @property
+    def model_flops_per_step(self) -> float:
+        return self.model.flops_per_token() * self.tokens_per_step
+
+    def stages_of(self, rank: int) -> list[int]:
+        if not self.pipeline:
+            return [0]
+        return self.pipeline.stages_of(self.layout.coords(rank)["pp"])
+
+
+def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, microbatches: int | None = None,
+            batch_given: bool = False, sp: bool = False, ranks_available: int | None = None,
+            ranks_reason: str = "") -> Plan:
+    """Parse and validate a workload against a model; fill in defaults (schedule 1f1b, 2·pp microbatches).
+
+    A default global batch is rounded up to a multiple of dp·fsdp·microbatches; an explicit `--batch` that
+    does not divide is an error.
+    """
+    lay = parse_workload(workload)
+    tp, pp, cp = lay.tp, lay.pp, lay.cp
+    if ranks_available is not None and lay.world_size != ranks_available:
+        raise LlmdiagError(f"workload {workload!r} needs {lay.world_size} ranks but {ranks_available} are available"
+                           + (f" ({ranks_reason})" if ranks_reason else ""))
+    if model.heads % tp:
+        raise LlmdiagError(f"tp{tp}: {model.heads} attention heads are not divisible by {tp}",
+                           hint=f"tp must divide heads={model.heads}")
+    if model.kv_heads % tp:
+        raise LlmdiagError(f"tp{tp}: {model.kv_heads} kv heads are not divisible by {tp}",
+                           hint=f"tp must divide kv_heads={model.kv_heads}")
+    if model.ffn % tp or model.vocab % tp:
+        raise LlmdiagError(f"tp{tp}: ffn {model.ffn} or vocab {model.vocab} not divisible by {tp}")
+    seq_split = cp * (tp if sp else 1)
+    if model.seq_len % seq_split:
+        raise LlmdiagError(f"seq_len {model.seq_len} is not divisible by {seq_split} "
+                           f"({'cp x tp with --sp' if sp else 'cp'})")
+    if sp and tp == 1:
+        raise LlmdiagError("--sp (sequence parallel) needs a tp dimension")
+
+    pipeline = None
+    if pp == 1:
+        if schedule is not None or microbatches is not None:
+            raise LlmdiagError("--schedule/--microbatches need a pp dimension", hint=f"e.g. {workload}pp2")
+    else:
+        schedule = schedule or "1f1b"
+        if schedule not in SCHEDULES:
+            raise LlmdiagError(f"unknown pipeline schedule {schedule!r}", hint="one of " + ", ".join(SCHEDULES))
+        v = 1 if schedule in ("gpipe", "1f1b") else 2
+        m = microbatches if microbatches is not None else 2 * pp
+        pipeline = Pipeline(schedule, m, pp, v, model.layers)
+        if m < 1:
+            raise LlmdiagError(f"--microbatches must be >= 1, got {m}")
+        if pipeline.stages > model.layers:
+            raise LlmdiagError(f"pp{pp}: {pipeline.stages} pipeline stages but the model has {model.layers} layers",
+                               hint="use --layers or a smaller pp")
+        if schedule == "1f1b" and m < pp:
+            raise LlmdiagError(f"1f1b needs microbatches >= pp ({pp}), got {m}")
+        if schedule == "dualpipev" and m < pipeline.stages:
+            raise LlmdiagError(f"dualpipev needs microbatches >= stages ({pipeline.stages}), got {m}")
+        if schedule == "interleaved1f1b" and m % max(1, m // pp):
+            raise LlmdiagError(f"interleaved1f1b needs microbatches divisible by {max(1, m // pp)}, got {m}")
+
+    per_step = lay.dp * lay.fsdp * (pipeline.microbatches if pipeline else 1)
+    batch = model.batch
+    if batch % per_step:
+        if batch_given:
+            raise LlmdiagError(f"--batch {batch} is not divisible by dp x fsdp x microbatches = {per_step}")
+        batch = math.ceil(batch / per_step) * per_step
+        model = replace(model, batch=batch)
+    return Plan(workload=workload, layout=lay, model=model, pipeline=pipeline, global_batch=batch, sp=sp)

@@ -1,0 +1,62 @@
+"""Compose the parallelisms on one DeviceMesh, in torchtitan's order: TP -> activation checkpointing -> FSDP/DDP.
+
+Pipeline parallelism decides which pieces a rank builds at all (its stages); context parallelism is a
+property of attention (the ring) plus a share of the data-parallel gradient reduction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads import model as M
+from workloads.grammar import Plan
+from workloads.options import RunOptions
+from workloads.parallel.mesh import Mesh
+
+
+def apply_ac(module: nn.Module) -> None:
+    """Full activation checkpointing per block: recompute each block's forward during backward."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for key, layer in list(module.layers.items()):
+        module.layers[key] = checkpoint_wrapper(layer, preserve_rng_state=False)
+
+
+def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, device: torch.device,
+                        compute_dtype: torch.dtype) -> dict[int, nn.Module]:
+    """The modules this rank trains, keyed by pipeline stage index ({0: whole model} without PP).
+
+    Master weights are fp32 everywhere; on GPU the forward runs in bf16 (autocast, and FSDP's
+    MixedPrecisionPolicy so that gathers move bf16).
+    """
+    from workloads.parallel.cp import apply_cp
+    from workloads.parallel.dp import apply_ddp
+    from workloads.parallel.fsdp import apply_fsdp, mixed_precision
+    from workloads.parallel.tp import apply_tp
+
+    cfg, pipe, lay = plan.model, plan.pipeline, plan.layout
+    stage_ids = plan.stages_of(rank)
+    dp_kind, dp_mesh = mesh.data_parallel()
+    mp = mixed_precision(compute_dtype)
+    modules: dict[int, nn.Module] = {}
+    for s in stage_ids:
+        if pipe:
+            module = M.build(cfg, pipe.layers_of(s), first=s == 0, last=s == pipe.stages - 1)
+        else:
+            module = M.build(cfg)
+        for prefix, piece in module.pieces():
+            M.materialize(piece, prefix, cfg, device, torch.float32, opts.seed)
+            if lay.tp > 1:
+                apply_tp(prefix, piece, mesh["tp"], plan.sp)
+        if lay.cp > 1:
+            apply_cp(module, mesh.group("cp"))
+        if opts.ac:
+            apply_ac(module)
+        if dp_kind in ("fsdp", "hsdp"):
+            module = apply_fsdp(module, dp_mesh, opts.reshard(plan), mp)
+        elif dp_kind == "ddp":
+            split_backward = pipe is not None and pipe.schedule in ("zbv", "dualpipev")
+            module = apply_ddp(module, dp_mesh, device, opts.bucket_cap_mb, lay.tp > 1 or split_backward, mp)
+        modules[s] = module
+    return modules

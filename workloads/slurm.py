@@ -1,0 +1,57 @@
+"""`llmdiag run --print-slurm`: an sbatch script that runs the same workload across nodes. Torch-free.
+
+One `llmdiag run` per node (srun, one task per node), each starting torchrun for its node's GPUs with a
+static rendezvous on the first node; node ranks come from SLURM_NODEID, so global rank = node x GPUs + local.
+Every node writes into one shared run folder; node 0 writes the manifest.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+from workloads.options import RunOptions
+
+_FLAGS_NOT_FORWARDED = ("--out", "--device")
+
+
+def sbatch_script(opts: RunOptions, *, nproc_per_node: int, timeout: float) -> str:
+    world = opts.plan().layout.world_size
+    gpn = min(nproc_per_node, world)
+    nodes = math.ceil(world / gpn)
+    minutes = math.ceil(timeout / 60) + 10
+    argv = opts.to_argv()
+    kept = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in _FLAGS_NOT_FORWARDED:
+            skip = True
+            continue
+        kept.append(shlex.quote(a))
+    args = " ".join(kept)
+    return f"""#!/bin/bash
+# llmdiag: {opts.workload} on {nodes} node(s) x {gpn} GPU(s). Submit with: sbatch this-file.sbatch
+#SBATCH --job-name=llmdiag-{opts.workload}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpn}
+#SBATCH --exclusive
+#SBATCH --time={minutes // 60:02d}:{minutes % 60:02d}:00
+#SBATCH --output=llmdiag-%x-%j.out
+set -euo pipefail
+
+# Make `llmdiag` available on every node, e.g.: source /path/to/llmdiag/.venv/bin/activate
+# The run folder must be on a filesystem that every node sees.
+OUT=${{LLMDIAG_OUT:-$PWD/runs/{opts.workload}-$SLURM_JOB_ID}}
+HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+PORT=${{LLMDIAG_PORT:-29500}}
+mkdir -p "$OUT"
+
+# $SLURM_NODEID is escaped so that each node expands its own.
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "exec llmdiag run {args} \\
+  --device cuda --nproc-per-node {gpn} --nnodes {nodes} --node-rank \\$SLURM_NODEID \\
+  --rdzv-endpoint $HEAD:$PORT --timeout {timeout:.0f} --out \\"$OUT\\""
+"""
