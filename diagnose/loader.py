@@ -1,151 +1,55 @@
-"""Kineto JSON (plain, gzip, gzip twice) -> RankTrace columns.
+"""Kineto JSON (plain, gzip, gzip twice) -> RankTrace columns, in bounded memory.
 
-Speed and memory come from three choices: orjson, a parse in chunks of the `traceEvents` array (so a
-1 GB trace never exists as one list of dicts), and column extraction by list comprehensions per field
-instead of a per-event loop. Any malformed input raises TraceError naming the file and the problem.
+tracestream.py hands over the `traceEvents` array in pieces of about a MB; each piece is reduced at once to
+numpy columns, so no list of dicts for the whole trace ever exists: peak memory is a few pieces plus the
+columns (~50 bytes per complete event). Pieces are decoded by msgspec into slotted structs where it is
+installed (fastjson.py), else by orjson into dicts; columns come out of either by C-level iteration
+(itemgetter / attrgetter / dict.get maps, dict-based interning of names, categories and threads), and a
+piece with malformed events takes a per-event path. Any malformed input raises TraceError naming the file
+and the problem. With LLMDIAG_CACHE_DIR set, parsed columns are kept on disk (cache.py).
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
-import zlib
+from itertools import compress, repeat
+from operator import eq, itemgetter
 
 import numpy as np
-import orjson
 
+from diagnose import cache, fastjson, tracestream
 from diagnose.errors import TraceError
 from diagnose.trace import MemoryEvents, RankTrace
+from diagnose.tracestream import JSON_HINT, Malformed, Stream, Whole, read_bytes
 
-CHUNK_BYTES = 48 << 20  # events are parsed this many bytes at a time
+__all__ = ["load_trace", "read_bytes", "file_size"]
 _EMPTY: dict = {}
 # The 2021 schema (kineto's TensorBoard samples) used capitalised categories.
-_CAT_ALIASES = {
-    "Operator": "cpu_op",
-    "Runtime": "cuda_runtime",
-    "Kernel": "kernel",
-    "Memcpy": "gpu_memcpy",
-    "Memset": "gpu_memset",
-    "python_function": "python_function",
-}
-_COMM_ARG_KEYS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Description",
-    "Process Group Ranks",
-    "Seq",
-    "seq",
-)
+_CAT_ALIASES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+                "Memset": "gpu_memset"}
+_COMM_ARG_KEYS = fastjson.COMM_FIELDS  # the args kept for collectives (and gloo spans' Input Dims)
+_PLAUSIBLE_US = 1e15  # ~31 years: a timestamp this far from the trace's median is an absurd value
 
 
-def read_bytes(path: str) -> bytes:
-    """The decompressed JSON bytes of a trace file (gzip, gzip of gzip, or plain)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except PermissionError:
-        raise TraceError("permission denied", path, "make the file readable") from None
-    except IsADirectoryError:
-        raise TraceError("is a directory, not a trace file", path) from None
-    except OSError as e:
-        raise TraceError(f"cannot read: {e.strerror or e}", path) from None
-    for _ in range(3):  # gzip, possibly gzipped again by a careless upload
-        if raw[:2] != b"\x1f\x8b":
-            break
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(f"corrupt gzip data ({e})", path, "the file was cut off or damaged; re-copy it") from None
-    if not raw.strip():
-        raise TraceError("empty file", path, "the rank probably died before writing its trace")
-    return raw
+# ---------------------------------------------------------------------------------------------- columns
+def _intern(index: dict, keys: list) -> np.ndarray:
+    """Ids of `keys` in `index` (insertion-ordered: list(index) are the values), adding new ones.
 
-
-def _loads(data: bytes, path: str):
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        what = "truncated JSON" if "unexpected end" in str(e).lower() or "eof" in str(e).lower() else "invalid JSON"
-        raise TraceError(f"{what} ({e})", path, "the trace was cut off or is not JSON; re-export it") from None
-
-
-def _split_events(raw: bytes, path: str) -> tuple[dict, list[bytes]]:
-    """Header object and the traceEvents array cut into independently parseable pieces.
-
-    A cut is tried after a `}` + `,` at an event boundary; a piece that does not parse on its own means the
-    cut fell inside a nested object or a string, and the cut moves on. Small files are one piece.
+    The per-key work is C-level: dict.fromkeys finds the piece's distinct keys (hashing each once; str
+    hashes are cached), only those are looked at in Python, then one dict lookup per key.
     """
-    key = raw.find(b'"traceEvents"')
-    if key < 0 or len(raw) < 2 * CHUNK_BYTES:
-        return {}, []
-    start = raw.find(b"[", key)
-    end = raw.rfind(b"]")
-    if start < 0 or end < start:
-        return {}, []
-    # Header: everything but the array, parsed with an empty array in its place.
-    tail = raw[end + 1 :]
-    header = _loads(raw[:start] + b"[]" + tail, path) if tail.strip() else None
-    if not isinstance(header, dict):
-        return {}, []  # unusual layout: fall back to parsing everything at once
-    pieces, pos, body_end = [], start + 1, end
-    while pos < body_end:
-        cut = body_end if body_end - pos <= CHUNK_BYTES else raw.find(b"},", pos + CHUNK_BYTES, body_end)
-        while True:
-            if cut < 0 or cut >= body_end:
-                cut = body_end
-                piece = raw[pos:cut]
-            else:
-                piece = raw[pos : cut + 1]
-            try:
-                events = orjson.loads(b"[" + piece + b"]")
-            except orjson.JSONDecodeError:
-                if cut >= body_end:
-                    raise TraceError("invalid JSON inside traceEvents", path, "re-export the trace") from None
-                cut = raw.find(b"},", cut + 2, body_end)
-                continue
-            pieces.append(events)
-            break
-        pos = cut + 2 if cut < body_end else body_end
-    return header, pieces
+    for k in dict.fromkeys(keys):
+        if k not in index:
+            index[k] = len(index)
+    return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
 
 
-def _events_and_header(raw: bytes, path: str) -> tuple[dict, list[list]]:
-    header, pieces = _split_events(raw, path)
-    if pieces:
-        return header, pieces
-    doc = _loads(raw, path)
-    if isinstance(doc, list):  # bare Chrome trace array
-        return {}, [doc]
-    if not isinstance(doc, dict):
-        raise TraceError("not a Kineto trace (top level is not an object)", path)
-    events = doc.pop("traceEvents", None)
-    if events is None:
-        raise TraceError("not a Kineto trace (no traceEvents)", path, "expected torch.profiler's Chrome trace export")
-    if not isinstance(events, list):
-        raise TraceError("traceEvents is not a list", path)
-    return doc, [events]
-
-
-class _Interner:
-    def __init__(self):
-        self.index: dict = {}
-        self.values: list = []
-
-    def ids(self, keys: list) -> np.ndarray:
-        index, values = self.index, self.values
-        out = np.empty(len(keys), np.int32)
-        for i, k in enumerate(keys):
-            j = index.get(k)
-            if j is None:
-                j = index[k] = len(values)
-                values.append(k)
-            out[i] = j
-        return out
+def _col(rows: list, key: str, default) -> list:
+    try:
+        return list(map(itemgetter(key), rows))
+    except KeyError:
+        return [e.get(key, default) for e in rows]
 
 
 def _num(v, default: float = math.nan) -> float:
@@ -161,88 +65,25 @@ def _num(v, default: float = math.nan) -> float:
     return default
 
 
-def _intarg(args: list, key: str) -> np.ndarray:
-    vals = [a.get(key, -1) for a in args]
+def _ints(vals: list) -> np.ndarray:
     try:
-        return np.array(vals, dtype=np.int64)
+        a = np.array(vals, dtype=np.int64)
+        if a.ndim == 1:  # lists of equal length would make a 2-D array
+            return a
     except (TypeError, ValueError, OverflowError):
-        return np.array([int(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 else -1 for v in vals], np.int64)
+        pass
+    return np.array([int(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 else -1 for v in vals],
+                    np.int64)
 
 
 def _floats(vals: list) -> np.ndarray:
     try:
-        return np.array(vals, dtype=np.float64)
+        a = np.array(vals, dtype=np.float64)
+        if a.ndim == 1:
+            return a
     except (TypeError, ValueError):
-        return np.array([_num(v) for v in vals], dtype=np.float64)
-
-
-class _Columns:
-    """Accumulates columns over event pieces."""
-
-    def __init__(self):
-        self.names, self.cats, self.threads = _Interner(), _Interner(), _Interner()
-        self.thread_names: dict = {}
-        self.parts: list[dict] = []
-        self.mem_parts: list[dict] = []
-        self.comm_args: dict[int, dict] = {}
-        self.n = 0
-        self.bad = 0
-
-    def add(self, events: list) -> None:
-        ph = [e.get("ph") if type(e) is dict else None for e in events]
-        X = [e for e, p in zip(events, ph) if p == "X"]
-        self.bad += sum(1 for e in events if type(e) is not dict)
-        for e, p in zip(events, ph):
-            if p == "M" and e.get("name") == "thread_name":
-                a = e.get("args") if isinstance(e.get("args"), dict) else _EMPTY
-                key = (_hashable(e.get("pid")), _hashable(e.get("tid")))
-                self.thread_names[key] = str(a.get("name", ""))
-        mem = [e for e, p in zip(events, ph) if p == "i" and e.get("name") == "[memory]"]
-        if mem:
-            self._add_memory(mem)
-        if not X:
-            return
-        args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in X)]
-        names = [e.get("name", "") for e in X]
-        try:
-            name_ids = self.names.ids(names)
-        except TypeError:  # unhashable name: hostile or broken trace
-            name_ids = self.names.ids([n if isinstance(n, str) else str(n) for n in names])
-        cats = [e.get("cat", "") for e in X]
-        try:
-            cat_ids = self.cats.ids(cats)
-        except TypeError:
-            cat_ids = self.cats.ids([c if isinstance(c, str) else str(c) for c in cats])
-        thread_ids = self.threads.ids([(_hashable(e.get("pid")), _hashable(e.get("tid"))) for e in X])
-        part = {
-            "ts": _floats([e.get("ts") for e in X]),
-            "dur": _floats([e.get("dur", math.nan) for e in X]),
-            "name": name_ids,
-            "cat": cat_ids,
-            "thread": thread_ids,
-            "stream": _intarg(args, "stream"),
-            "corr": _intarg(args, "correlation"),
-            "ext": _intarg(args, "External id"),
-        }
-        for i, a in enumerate(args):
-            if "Collective name" in a or ("Input Dims" in a and _is_comm_name(X[i].get("name"))):
-                self.comm_args[self.n + i] = {k: a[k] for k in (*_COMM_ARG_KEYS, "Input Dims") if k in a}
-        self.parts.append(part)
-        self.n += len(X)
-
-    def _add_memory(self, mem: list) -> None:
-        args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in mem)]
-        self.mem_parts.append(
-            {
-                "ts": _floats([e.get("ts") for e in mem]),
-                "device_type": _intarg(args, "Device Type"),
-                "device_id": _intarg(args, "Device Id"),
-                "allocated": _intarg(args, "Total Allocated"),
-                "reserved": _intarg(args, "Total Reserved"),
-                "bytes": _intarg(args, "Bytes"),
-                "thread": self.threads.ids([(_hashable(e.get("pid")), _hashable(e.get("tid"))) for e in mem]),
-            }
-        )
+        pass
+    return np.array([_num(v) for v in vals], dtype=np.float64)
 
 
 def _hashable(v):
@@ -253,25 +94,180 @@ def _is_comm_name(name) -> bool:
     return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name)
 
 
+class _DictView:
+    """Column access over orjson's event dicts (fastjson.StructView does the same over msgspec structs)."""
+
+    field = staticmethod(_col)
+
+    @staticmethod
+    def args(rows: list) -> list:
+        args = _col(rows, "args", _EMPTY)
+        return args if set(map(type, args)) <= {dict} else [a if type(a) is dict else _EMPTY for a in args]
+
+    @staticmethod
+    def arg(args: list, key: str) -> list:
+        return list(map(dict.get, args, repeat(key), repeat(fastjson.ARG_FIELDS[key][1])))
+
+    @staticmethod
+    def has(args: list, key: str) -> list:
+        return list(map(dict.__contains__, args, repeat(key)))
+
+    @staticmethod
+    def comm(a: dict) -> dict:
+        return {k: a[k] for k in _COMM_ARG_KEYS if k in a}
+
+    @staticmethod
+    def get(e: dict, key: str, default=None):
+        return e.get(key, default)
+
+
+class _Columns:
+    """Accumulates columns over event pieces."""
+
+    def __init__(self):
+        self.names: dict = {}
+        self.cats: dict = {}
+        self.threads: dict = {}
+        self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
+        self.thread_names: dict = {}
+        self.parts: list[dict] = []
+        self.mem_parts: list[dict] = []
+        self.comm_args: dict[int, dict] = {}
+        self.n = 0
+        self.bad = 0
+
+    def add(self, events: list) -> None:
+        v = fastjson.StructView if fastjson.is_struct_list(events) else _DictView
+        try:
+            ph = v.field(events, "ph")
+        except (KeyError, TypeError, AttributeError):
+            self.bad += sum(1 for e in events if type(e) is not dict)
+            ph = [e.get("ph") if type(e) is dict else None for e in events]
+        for e in compress(events, map(eq, ph, repeat("M"))):
+            if v.get(e, "name") == "thread_name":
+                a = v.args([e])[0]
+                self.thread_names[(_hashable(v.get(e, "pid")), _hashable(v.get(e, "tid")))] = str(v.arg([a], "name")[0])
+        instants = list(compress(events, map(eq, ph, repeat("i"))))
+        if instants:
+            mem = list(compress(instants, map(eq, v.field(instants, "name", ""), repeat("[memory]"))))
+            if mem:
+                self._add_memory(mem, v)
+        X = list(compress(events, map(eq, ph, repeat("X"))))
+        del events, ph
+        if X:
+            self._add_complete(X, v)
+
+    def _add_complete(self, X: list, v) -> None:
+        args = v.args(X)
+        names = v.field(X, "name", "")
+        try:
+            name_ids = _intern(self.names, names)
+        except TypeError:  # unhashable name: hostile or broken trace
+            name_ids = _intern(self.names, [n if isinstance(n, str) else str(n) for n in names])
+        del names
+        cats = v.field(X, "cat", "")
+        try:
+            cat_ids = _intern(self.cats, cats)
+        except TypeError:
+            cat_ids = _intern(self.cats, [c if isinstance(c, str) else str(c) for c in cats])
+        del cats
+        thread_ids = self._thread_ids(X, v)
+        self.parts.append({
+            "ts": _floats(v.field(X, "ts", None)),
+            "dur": _floats(v.field(X, "dur", math.nan)),
+            "name": name_ids,
+            "cat": cat_ids,
+            "thread": thread_ids,
+            "stream": _ints(v.arg(args, "stream")),
+            "corr": _ints(v.arg(args, "correlation")),
+            "ext": _ints(v.arg(args, "External id")),
+        })
+        if len(self.comm_name) < len(self.names):
+            self.comm_name += [_is_comm_name(n) for n in list(self.names)[len(self.comm_name):]]
+        comm = set(compress(range(len(X)), v.has(args, "Collective name")))
+        if any(self.comm_name):  # gloo / c10d spans: their Input Dims size the message
+            gloo = np.flatnonzero(np.array(self.comm_name, bool)[name_ids]).tolist()
+            comm.update(i for i, h in zip(gloo, v.has([args[i] for i in gloo], "Input Dims")) if h)
+        for i in sorted(comm):
+            self.comm_args[self.n + i] = v.comm(args[i])
+        self.n += len(X)
+
+    def _thread_ids(self, rows: list, v) -> np.ndarray:
+        pids, tids = v.field(rows, "pid", None), v.field(rows, "tid", None)
+        try:
+            p, t = np.array(pids), np.array(tids)
+        except (ValueError, OverflowError):  # ragged lists: the per-key path below
+            p = t = np.zeros(0)
+        if p.dtype.kind == t.dtype.kind == "i" and p.ndim == t.ndim == 1 and len(p) and p.min() >= 0 and t.min() >= 0 \
+                and p.max() < 2**31 and t.max() < 2**32:  # the usual int pid/tid: distinct pairs found by numpy
+            u, first, inv = np.unique((p << 32) | t, return_index=True, return_inverse=True)
+            o = np.argsort(first)  # ids in order of first appearance, as the per-key path gives them
+            ids = np.empty(len(u), np.int32)
+            ids[o] = _intern(self.threads, [(k >> 32, k & 0xFFFFFFFF) for k in u[o].tolist()])
+            return ids[inv.reshape(-1)]
+        keys = list(zip(pids, tids))
+        try:
+            return _intern(self.threads, keys)
+        except TypeError:  # unhashable pid/tid
+            return _intern(self.threads, [(_hashable(p), _hashable(t)) for p, t in keys])
+
+    def _add_memory(self, mem: list, v) -> None:
+        args = v.args(mem)
+        self.mem_parts.append({
+            "ts": _floats(v.field(mem, "ts", None)),
+            "device_type": _ints(v.arg(args, "Device Type")),
+            "device_id": _ints(v.arg(args, "Device Id")),
+            "allocated": _ints(v.arg(args, "Total Allocated")),
+            "reserved": _ints(v.arg(args, "Total Reserved")),
+            "bytes": _ints(v.arg(args, "Bytes")),
+            "thread": self._thread_ids(mem, v),
+        })
+
+
 def _cat(parts: list[dict], key: str, dtype) -> np.ndarray:
-    return np.concatenate([p[key] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    if not parts:
+        return np.zeros(0, dtype)
+    return np.concatenate([p.pop(key) for p in parts]).astype(dtype, copy=False)
 
 
+# ---------------------------------------------------------------------------------------------- RankTrace
 def load_trace(path: str) -> RankTrace:
-    """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it)."""
-    raw = read_bytes(path)
-    nbytes = len(raw)
-    header, pieces = _events_and_header(raw, path)
-    del raw
-    cols = _Columns()
-    while pieces:
-        cols.add(pieces.pop(0))
-    if not isinstance(header, dict):
-        header = {}
-    warnings: list[str] = []
-    if cols.bad:
-        warnings.append(f"{cols.bad} trace events are not JSON objects and were ignored")
+    """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it).
 
+    With LLMDIAG_CACHE_DIR set, a file parsed before (same path, size and mtime) is read from there (cache.py).
+    """
+    cache_dir = cache.directory()
+    if cache_dir and (t := cache.load(path, cache_dir)) is not None:
+        return t
+    t = _parse(path)
+    if cache_dir:
+        cache.store(t, cache_dir)
+    return t
+
+
+def _parse(path: str) -> RankTrace:
+    cols, stream = _Columns(), Stream(path, fastjson.decoder(), fastjson.ERRORS)
+    try:
+        for events in stream.pieces():
+            cols.add(events)
+            del events
+    except (Whole, Malformed) as e:
+        if isinstance(e, Malformed) and e.size > tracestream.WHOLE_LIMIT:
+            raise TraceError(str(e), path, JSON_HINT) from None
+        cols, stream = _Columns(), Stream(path)
+        stream.header, events = stream.whole()
+        for k in range(0, len(events), 50_000):
+            cols.add(events[k : k + 50_000])
+        del events
+    header = stream.header if isinstance(stream.header, dict) else {}
+    t = _build(path, header, cols, stream.nbytes)
+    if stream.replaced:
+        t.warnings.append(f"{stream.replaced} invalid UTF-8 sequence(s) in the trace were replaced by U+FFFD")
+    return t
+
+
+def _times(cols: _Columns, warnings: list[str]):
+    """int64 ns (ts, dur) relative to the origin, the events kept, and the origin in µs."""
     ts_us = _cat(cols.parts, "ts", np.float64)
     dur_us = _cat(cols.parts, "dur", np.float64)
     keep = np.isfinite(ts_us)
@@ -284,47 +280,58 @@ def load_trace(path: str) -> RankTrace:
     if neg.any():
         warnings.append(f"{int(neg.sum())} events have a negative dur; counted as zero-length")
     dur_us = np.where(np.isfinite(dur_us) & (dur_us > 0), dur_us, 0.0)
-    origin = float(math.floor(ts_us[keep].min())) if keep.any() else 0.0
-    ts = np.rint((ts_us - origin) * 1000.0)
-    dur = np.rint(dur_us * 1000.0)
-    # Guard against absurd values (e.g. 'Record Window End' decades away) overflowing int64.
-    big = keep & ((np.abs(ts) > 2**62) | (dur > 2**62))
+    with np.errstate(over="ignore", invalid="ignore"):
+        # The origin is the earliest plausible timestamp: one absurd event (-1e300) must not push the rest away.
+        sane = keep & (np.abs(ts_us - np.median(ts_us[keep])) < _PLAUSIBLE_US) if keep.any() else keep
+        origin = float(math.floor(ts_us[sane].min())) if sane.any() else 0.0
+        ts = np.rint((ts_us - origin) * 1000.0)
+        dur = np.rint(dur_us * 1000.0)
+        # Guard against absurd values (e.g. 'Record Window End' decades away) overflowing int64.
+        big = keep & ((np.abs(ts) > 2**62) | (dur > 2**62))
     if big.any():
         warnings.append(f"{int(big.sum())} events have timestamps beyond any plausible trace and were ignored")
         keep &= ~big
+    return ts, dur, keep, origin
+
+
+def _build(path: str, header: dict, cols: _Columns, nbytes: int) -> RankTrace:
+    warnings: list[str] = []
+    if cols.bad:
+        warnings.append(f"{cols.bad} trace events are not JSON objects and were ignored")
+    ts, dur, keep, origin = _times(cols, warnings)
     order = np.argsort(np.where(keep, ts, np.inf), kind="stable")[: int(keep.sum())]
     comm_args = {}
     if cols.comm_args:
         pos = np.full(len(ts), -1, np.int64)
         pos[order] = np.arange(len(order))
         comm_args = {int(pos[i]): a for i, a in cols.comm_args.items() if pos[i] >= 0}
+    thread_keys = list(cols.threads)
+    thread_names = {i: cols.thread_names[k] for i, k in enumerate(thread_keys) if k in cols.thread_names}
+    rank = _rank_from(header)
 
-    thread_keys = cols.threads.values
-    thread_names = {}
-    for i, key in enumerate(thread_keys):
-        if key in cols.thread_names:
-            thread_names[i] = cols.thread_names[key]
-    mem = _memory(cols, origin)
+    def col(key, dtype):
+        return _cat(cols.parts, key, dtype)[order]
+
     return RankTrace(
         path=path,
-        rank=_rank_from(header),
-        rank_source="distributedInfo" if _rank_from(header) is not None else "missing",
+        rank=rank,
+        rank_source="distributedInfo" if rank is not None else "missing",
         meta=header,
         origin_us=origin,
-        names=[n if isinstance(n, str) else str(n) for n in cols.names.values],
-        cats=[_CAT_ALIASES.get(c, c) if isinstance(c, str) else str(c) for c in cols.cats.values],
-        threads=list(thread_keys),
+        names=[n if isinstance(n, str) else str(n) for n in cols.names],
+        cats=[_CAT_ALIASES.get(c, c) if isinstance(c, str) else str(c) for c in cols.cats],
+        threads=thread_keys,
         thread_names=thread_names,
         ts=ts[order].astype(np.int64),
         dur=dur[order].astype(np.int64),
-        name=_cat(cols.parts, "name", np.int32)[order],
-        cat=_cat(cols.parts, "cat", np.int16)[order],
-        thread=_cat(cols.parts, "thread", np.int32)[order],
-        stream=_cat(cols.parts, "stream", np.int64)[order].clip(-1, 2**31 - 1).astype(np.int32),
-        corr=_cat(cols.parts, "corr", np.int64)[order],
-        ext=_cat(cols.parts, "ext", np.int64)[order],
+        name=col("name", np.int32),
+        cat=col("cat", np.int16),
+        thread=col("thread", np.int32),
+        stream=col("stream", np.int64).clip(-1, 2**31 - 1).astype(np.int32),
+        corr=col("corr", np.int64),
+        ext=col("ext", np.int64),
         comm_args=comm_args,
-        memory=mem,
+        memory=_memory(cols, origin),
         warnings=warnings,
         bytes_read=nbytes,
     )

@@ -1,0 +1,90 @@
+"""One measured workload, run in its own process by benchmarks.run (so its process tree can be sampled).
+
+    python -m benchmarks.child llmdiag|hta|orjson|render SPEC_JSON
+
+Prints one JSON line: wall (s, the work only: imports and interpreter start are excluded), cpu (user +
+sys of this process and its reaped workers), the getrusage maxima, and a few numbers to cross-check the
+tools (mean overlap %).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _llmdiag(spec: dict) -> dict:
+    from diagnose import fastjson
+    from diagnose.analyze import analyze_path
+
+    t0, c0 = time.perf_counter(), _cpu()
+    a = analyze_path(spec["path"], jobs=spec.get("jobs"), rules=False, exclude_last_step=True)
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    ov = [100 * m.overlap_ratio for m in a.ranks if m.overlap_ratio is not None]
+    return {"wall": wall, "cpu": cpu, "ranks": len(a.ranks), "overlap_pct": sum(ov) / len(ov) if ov else None,
+            "parser": "msgspec" if fastjson.decoder() else "orjson",
+            "issues": [i.message for i in a.issues if i.severity == "error"][:3]}
+
+
+def _hta(spec: dict) -> dict:
+    import logging
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    t0, c0 = time.perf_counter(), _cpu()
+    if spec.get("files"):
+        ta = TraceAnalysis(trace_files=dict(enumerate(spec["files"])), trace_dir=os.path.dirname(spec["files"][0]))
+    else:
+        ta = TraceAnalysis(trace_dir=spec["path"])
+    ov = ta.get_comm_comp_overlap(visualize=False)
+    ta.get_temporal_breakdown(visualize=False)
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    vals = [float(v) for v in ov["comp_comm_overlap_pctg"]]
+    return {"wall": wall, "cpu": cpu, "ranks": len(vals), "overlap_pct": sum(vals) / len(vals) if vals else None}
+
+
+def _orjson(spec: dict) -> dict:
+    import orjson
+
+    from diagnose.loader import read_bytes
+
+    wall = cpu = 0.0
+    for p in spec["files"]:
+        raw = read_bytes(p)  # not timed: the baseline is the parse of the decompressed bytes
+        t0, c0 = time.perf_counter(), _cpu()
+        doc = orjson.loads(raw)
+        wall, cpu = wall + time.perf_counter() - t0, cpu + _cpu() - c0
+        del doc, raw
+    return {"wall": wall, "cpu": cpu, "ranks": len(spec["files"])}
+
+
+def _render(spec: dict) -> dict:
+    from reports.render import render_report
+
+    with open(spec["summary"], "rb") as f:
+        summary = json.load(f)
+    t0, c0 = time.perf_counter(), _cpu()
+    render_report(summary, spec["out"])
+    return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0, "ranks": len(summary.get("ranks") or []),
+            "bytes_out": os.path.getsize(spec["out"])}
+
+
+def main() -> None:
+    tool, spec = sys.argv[1], json.loads(sys.argv[2])
+    res = {"llmdiag": _llmdiag, "hta": _hta, "orjson": _orjson, "render": _render}[tool](spec)
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    res.update(maxrss_self=s.ru_maxrss * 1024, maxrss_children=c.ru_maxrss * 1024)
+    print("RESULT " + json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

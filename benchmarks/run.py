@@ -1,0 +1,266 @@
+"""Analyzer benchmarks: llmdiag vs HolisticTraceAnalysis vs bare orjson.loads, same inputs, one process tree each.
+
+    python -m benchmarks.run                 # default sizes: a few minutes on 2 cores (`make bench`)
+    python -m benchmarks.run --quick         # smoke run, about a minute
+    python -m benchmarks.run --full          # the issue's sizes: 8 x 100 MB, 64 x 20 MB, 1 x 1 GB, 8..256 ranks
+    python -m benchmarks.run --cases real,r8 --repeats 5 --no-hta
+
+Every measurement is a fresh `python -m benchmarks.child` process whose whole tree (workers included) is
+sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). Times exclude interpreter start and
+imports; the median of --repeats runs is reported (HTA: --hta-repeats). Ratios come from one run of this
+script. Results: a table on stdout and benchmarks/results/<timestamp>.json. Method: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+from benchmarks import generate
+from benchmarks.proctree import run_sampled
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "real")
+MB = 1e6
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # real | set | scaling | render
+    ranks: int = 0
+    mb: float = 0.0
+    hta: bool = True
+    path: str = ""
+    files: list = field(default_factory=list)
+
+
+def cases_for(mode: str, real_dir: str) -> list[Case]:
+    real = []
+    for name, rel in [("real:sampled_pair", "hta/sampled_pair"), ("real:nccl_data", "hta/nccl_data.json.gz"),
+                      ("real:a100_16rank", "hta/a100_16rank_alltoall_rank0.json.gz"),
+                      ("real:ns_resolution", "hta/ns_resolution_rank-0.pt.trace.json.gz")]:
+        p = os.path.join(real_dir, rel)
+        if os.path.exists(p) and (mode != "quick" or name in ("real:sampled_pair", "real:nccl_data")):
+            files = sorted(glob.glob(os.path.join(p, "*.json.gz"))) if os.path.isdir(p) else [p]
+            real.append(Case(name, "real", len(files), path=p, files=files))
+    sizes = {  # (ranks, MB per rank, HTA too)
+        "quick": [(4, 5, True), (1, 50, False)],
+        "default": [(8, 25, True), (64, 2, True), (1, 100, False)],
+        "full": [(8, 100, True), (64, 20, True), (1, 250, True), (1, 1000, False)],
+    }[mode]
+    sets = [Case(f"r{r}x{m:g}", "set", r, m, h) for r, m, h in sizes]
+    scale_mb = {"quick": 1, "default": 1, "full": 4}[mode]
+    scale_ranks = {"quick": [4, 16], "default": [8, 32, 64], "full": [8, 32, 128, 256]}[mode]
+    scaling = [Case(f"scale:{r}x{scale_mb}", "scaling", r, scale_mb, False) for r in scale_ranks]
+    n = 64 if mode == "quick" else 512
+    render = [Case(f"render:{n}", "render", n, hta=False)]
+    return real + sets + scaling + render
+
+
+def measure(tool: str, spec: dict, repeats: int, timeout: float) -> dict:
+    runs = []
+    for _ in range(max(1, repeats)):
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        done, mem = run_sampled([sys.executable, "-m", "benchmarks.child", tool, json.dumps(spec)], timeout, env)
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if done.returncode != 0 or line is None:
+            err = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            return {"error": err[:300], **mem}
+        runs.append({**json.loads(line[7:]), **mem})
+    med = {k: statistics.median(r[k] for r in runs) for k in ("wall", "cpu")}
+    peak = {k: max(r[k] for r in runs) for k in ("peak_rss", "peak_pss", "maxrss_self", "maxrss_children", "procs")}
+    return {**runs[-1], **med, **peak, "runs": [round(r["wall"], 3) for r in runs]}
+
+
+def decompressed_sizes(files: list[str]) -> list[int]:
+    """Streamed, not held: this process's RSS is inherited by the children's ru_maxrss across exec."""
+    from diagnose.tracestream import blocks
+
+    return [sum(map(len, blocks(f))) for f in files]
+
+
+def prepare(case: Case, data_dir: str) -> None:
+    if case.kind in ("set", "scaling"):
+        case.path = os.path.join(data_dir, case.name.replace(":", "_"))
+        t = time.perf_counter()
+        case.files = generate.write_set(case.path, case.ranks, case.mb)
+        print(f"  data {case.name}: {case.path} ({time.perf_counter() - t:.0f} s)", flush=True)
+
+
+def render_summary(case: Case, src: Case, out_dir: str) -> None:
+    """A summary of `case.ranks` ranks: the analysis of a small generated set, its ranks repeated."""
+    import orjson
+
+    from diagnose.analyze import analyze_path
+
+    d = analyze_path(src.path, rules=False, exclude_last_step=True).to_dict()
+    base = d["ranks"]
+    d["ranks"] = [{**base[i % len(base)], "rank": i} for i in range(case.ranks)]
+    d["world_size"] = case.ranks
+    case.path = os.path.join(out_dir, f"summary-{case.ranks}.json")
+    with open(case.path, "wb") as f:
+        f.write(orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+
+
+def run_case(case: Case, a, results_dir: str) -> dict:
+    row: dict = {"case": case.name, "kind": case.kind, "ranks": case.ranks}
+    if case.kind == "render":
+        try:
+            import reports.render  # noqa: F401
+        except ImportError as e:
+            return {**row, "note": f"reports/render.py not importable ({e})"}
+        spec = {"summary": case.path, "out": os.path.join(results_dir, f"report-{case.ranks}.html")}
+        row["render"] = measure("render", spec, a.repeats, a.timeout)
+        return row
+    sizes = decompressed_sizes(case.files)
+    row.update(bytes=sum(sizes), largest=max(sizes), files=len(case.files))
+    row["llmdiag"] = measure("llmdiag", {"path": case.path, "jobs": a.jobs}, a.repeats, a.timeout)
+    if case.kind == "scaling":
+        return row
+    row["orjson"] = measure("orjson", {"files": case.files}, a.repeats, a.timeout)
+    if a.hta and case.hta:
+        spec = {"path": case.path} if os.path.isdir(case.path) else {"files": case.files}
+        row["hta"] = measure("hta", spec, a.hta_repeats, a.hta_timeout)
+    else:
+        why = "not run (--no-hta)" if not a.hta else "not run: too slow / too much memory at this size"
+        row["hta"] = {"error": why}
+    return row
+
+
+def _r(x, nd=2):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def table(rows: list[dict], baseline_pss: float | None) -> str:
+    head = ("| case | ranks | MB | llmdiag s | MB/s | orjson s | HTA s | vs HTA (wall) | vs HTA (cpu) | vs orjson (wall) "
+            "| vs orjson (cpu) | peak PSS MB | × largest | HTA peak MB | overlap % llmdiag / HTA |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if r["kind"] not in ("real", "set"):
+            continue
+        l, o, h = r["llmdiag"], r.get("orjson") or {}, r.get("hta") or {}
+        if "error" in l:
+            out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | failed: {l['error']} |" + " |" * 11)
+            continue
+        vs_h = h["wall"] / l["wall"] if "wall" in h else None
+        vs_hc = h["cpu"] / l["cpu"] if "cpu" in h else None
+        vs_o = o["wall"] / l["wall"] if "wall" in o else None
+        vs_oc = o["cpu"] / l["cpu"] if "cpu" in o else None
+        peak = l["peak_pss"] / MB
+        hta_s = _r(h.get("wall")) if "wall" in h else h.get("error", "-")[:70]
+        out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | {l['wall']:.2f} | {r['bytes'] / MB / l['wall']:.0f} "
+                   f"| {_r(o.get('wall'))} | {hta_s} | {_r(vs_h, 1)} | {_r(vs_hc, 1)} | {_r(vs_o)} | {_r(vs_oc)} | {peak:.0f} "
+                   f"| {peak * MB / r['largest']:.2f} | {_r(h['peak_pss'] / MB, 0) if 'wall' in h else '-'} "
+                   f"| {_r(l.get('overlap_pct'))} / {_r(h.get('overlap_pct'))} |")
+    scale = [r for r in rows if r["kind"] == "scaling" and "wall" in r["llmdiag"]]
+    if scale:
+        out += ["", "| scaling | ranks | MB | llmdiag s | s per GB | peak PSS MB |", "|---|---|---|---|---|---|"]
+        for r in scale:
+            l = r["llmdiag"]
+            out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | {l['wall']:.2f} "
+                       f"| {l['wall'] / (r['bytes'] / 1e9):.1f} | {l['peak_pss'] / MB:.0f} |")
+    for r in rows:
+        if r["kind"] == "render":
+            m = r.get("render") or {}
+            out.append("\n" + (r.get("note") or (f"render_report, {r['ranks']} ranks: failed: {m['error']}" if "error" in m
+                       else f"render_report, {m['ranks']} ranks: {m['wall']:.2f} s, {m['bytes_out'] / MB:.1f} MB of "
+                            f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS")))
+    if baseline_pss:
+        out.append(f"\nidle tree (parent + workers on a 2 KB trace): {baseline_pss / MB:.0f} MB PSS")
+    return "\n".join(out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="llmdiag analyzer benchmarks (docs/benchmarks.md)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smoke sizes (about a minute)")
+    g.add_argument("--full", action="store_true", help="the issue's sizes (tens of minutes, ~3.5 GB of data)")
+    ap.add_argument("--cases", help="comma-separated case names or prefixes (real, r8, scale, render, ...)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per llmdiag/orjson measurement (median)")
+    ap.add_argument("--hta-repeats", type=int, default=1, help="runs per HTA measurement (median)")
+    ap.add_argument("--no-hta", dest="hta", action="store_false", help="skip HolisticTraceAnalysis")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="llmdiag worker processes")
+    ap.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
+    ap.add_argument("--real-dir", default=REAL)
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per llmdiag/orjson run")
+    ap.add_argument("--hta-timeout", type=float, default=900, help="seconds per HTA run")
+    a = ap.parse_args(argv)
+    mode = "quick" if a.quick else "full" if a.full else "default"
+    if a.quick:
+        a.repeats = min(a.repeats, 1)
+    if a.hta:
+        try:
+            import hta  # noqa: F401
+        except ImportError:
+            print("HolisticTraceAnalysis is not installed: HTA columns are skipped (pip install HolisticTraceAnalysis)")
+            a.hta = False
+    cases = cases_for(mode, a.real_dir)
+    if a.cases:
+        want = a.cases.split(",")
+        cases = [c for c in cases if any(c.name.startswith(w) for w in want)]
+    os.makedirs(a.out, exist_ok=True)
+    from diagnose import fastjson
+
+    parser = "msgspec" if fastjson.decoder() else "orjson (pip install msgspec for the typed decoder)"
+    print(f"mode {mode}: {len(cases)} cases, jobs {a.jobs}, repeats {a.repeats} (HTA {a.hta_repeats}), "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, llmdiag parser {parser}", flush=True)
+    rows, t_all = [], time.perf_counter()
+    for c in cases:
+        prepare(c, a.data_dir)
+    baseline = None
+    small = next((c for c in cases if c.kind == "scaling"), None) or next((c for c in cases if c.kind == "set"), None)
+    for c in cases:
+        if c.kind == "render":
+            if small is None:
+                prepare(small := Case("scale:4x1", "scaling", 4, 1), a.data_dir)
+            render_summary(c, small, a.out)
+    tiny = os.path.join(a.real_dir, "hta", "cpu_only_rank-34.pt.trace.json.gz")
+    if os.path.exists(tiny):  # the tree's floor: interpreter, imports and `jobs` workers on a 2 KB trace
+        base = measure("llmdiag", {"path": tiny, "jobs": a.jobs}, 1, a.timeout)
+        baseline = base.get("peak_pss")
+    for c in cases:
+        t = time.perf_counter()
+        print(f"  {c.name} ...", end="", flush=True)
+        rows.append(run_case(c, a, a.out))
+        print(f" {time.perf_counter() - t:.0f} s", flush=True)
+    result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "mode": mode, "machine": machine(), "jobs": a.jobs,
+              "parser": parser.split()[0], "load_avg_at_end": os.getloadavg(),
+              "repeats": a.repeats, "hta_repeats": a.hta_repeats, "idle_tree_pss": baseline, "rows": rows,
+              "seconds": time.perf_counter() - t_all}
+    path = os.path.join(a.out, time.strftime("%Y%m%d-%H%M%S") + f"-{mode}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print()
+    print(table(rows, baseline))
+    print(f"\n{time.perf_counter() - t_all:.0f} s in all; results: {path}")
+
+
+def machine() -> dict:
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cores": os.cpu_count(),
+            "load_avg_at_start": os.getloadavg()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+        with open("/proc/meminfo") as f:
+            info["mem_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    for mod in ("numpy", "orjson", "pandas", "hta"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - optional
+            pass
+    return info
+
+
+if __name__ == "__main__":
+    main()

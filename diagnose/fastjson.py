@@ -1,0 +1,104 @@
+"""Optional typed decoding of trace events with msgspec (used by loader.py when msgspec is installed).
+
+orjson builds a dict for every event and every args object, with every key and value; most of that is
+thrown away. msgspec decodes straight into slotted structs holding only the fields llmdiag reads and skips
+the rest without building it: about 2-3x faster than orjson on Kineto traces, and the columns then come
+out by attribute access instead of dict hashing. Every field is typed `Any` (so values of an unexpected
+type cannot fail the decode; loader.py cleans them exactly as on the dict path) and keeps the dict path's
+default when absent. A piece msgspec refuses (an event that is not an object, args that are not an
+object, invalid UTF-8, malformed JSON) is handed back to orjson by the caller, so both paths give the same
+columns. Without msgspec, `decoder()` is None and everything goes through orjson.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any, Optional
+
+try:
+    import msgspec
+except ImportError:  # optional: `pip install msgspec` for the faster path
+    msgspec = None
+
+# JSON key -> (attribute, default when absent); defaults match loader.py's dict path.
+ARG_FIELDS = {
+    "stream": ("stream", -1), "correlation": ("correlation", -1), "External id": ("ext", -1),
+    "Device Type": ("device_type", -1), "Device Id": ("device_id", -1), "Total Allocated": ("allocated", -1),
+    "Total Reserved": ("reserved", -1), "Bytes": ("nbytes", -1), "name": ("name", ""),
+}
+COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
+               "Process Group Description", "Process Group Ranks", "Seq", "seq", "Input Dims")
+EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
+_COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
+_COMM_GET = attrgetter(*(a for _, a in _COMM_ATTRS))
+_COMM_CACHE: dict = {}
+
+if msgspec is not None:
+    UNSET = msgspec.UNSET
+    Args = msgspec.defstruct(
+        "Args",
+        [(a, Any, msgspec.field(default=d, name=k)) for k, (a, d) in ARG_FIELDS.items()]
+        + [(a, Any, msgspec.field(default=UNSET, name=k)) for k, a in _COMM_ATTRS],
+    )
+    Event = msgspec.defstruct("Event", [(k, Any, d) for k, d in EVENT_FIELDS.items()]
+                              + [("args", Optional[Args], None)])
+    NO_ARGS = Args()
+    _DECODER = msgspec.json.Decoder(list[Event])
+    # what msgspec may raise on a piece it refuses (UnicodeDecodeError, for invalid UTF-8, is a ValueError)
+    ERRORS: tuple = (msgspec.MsgspecError, ValueError, OverflowError, RecursionError)
+else:
+    UNSET = Args = Event = NO_ARGS = _DECODER = None
+    ERRORS = ()
+
+
+def decoder():
+    """bytes -> list of Event structs (raising on anything unusual), or None without msgspec."""
+    return _DECODER.decode if _DECODER is not None else None
+
+
+def is_struct_list(events: list) -> bool:
+    return Event is not None and bool(events) and type(events[0]) is Event
+
+
+class StructView:
+    """Column access over Event structs, with the interface of loader.py's dict view."""
+
+    @staticmethod
+    def field(rows: list, key: str, default=None) -> list:
+        return list(map(attrgetter(key), rows))
+
+    @staticmethod
+    def args(rows: list) -> list:
+        args = list(map(attrgetter("args"), rows))
+        if None in args:  # absent or null args
+            args = [NO_ARGS if a is None else a for a in args]
+        return args
+
+    @staticmethod
+    def arg(args: list, key: str) -> list:
+        return list(map(attrgetter(ARG_FIELDS[key][0]), args))
+
+    @staticmethod
+    def has(args: list, key: str) -> list:
+        return list(map(is_not, map(attrgetter(f"c{COMM_FIELDS.index(key)}"), args), repeat(UNSET)))
+
+    @staticmethod
+    def comm(a) -> dict:
+        """The collective args present; equal args share one dict (read-only downstream)."""
+        values = _COMM_GET(a)
+        try:
+            return _COMM_CACHE[values]
+        except KeyError:
+            pass
+        except TypeError:  # a list value (Input Dims): not shareable
+            return {k: v for (k, _), v in zip(_COMM_ATTRS, values) if v is not UNSET}
+        if len(_COMM_CACHE) > 50_000:
+            _COMM_CACHE.clear()
+        d = _COMM_CACHE[values] = {k: v for (k, _), v in zip(_COMM_ATTRS, values) if v is not UNSET}
+        return d
+
+    @staticmethod
+    def get(e, key: str, default=None):
+        return getattr(e, key) if key in EVENT_FIELDS else default
