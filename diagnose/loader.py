@@ -45,7 +45,7 @@ def _intern(index: dict, keys: list) -> np.ndarray:
     return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
 
 
-def _col(rows: list, key: str, default) -> list:
+def _col(rows: list, key: str, default=None) -> list:
     try:
         return list(map(itemgetter(key), rows))
     except KeyError:

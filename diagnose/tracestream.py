@@ -1,25 +1,23 @@
 """A trace file's bytes -> its `traceEvents`, piece by piece, in bounded memory (used by loader.py).
 
-The file is inflated as a stream (gzip, gzip of gzip, multi-member, or plain) and the events array is
-cut at event boundaries into pieces of about CHUNK_BYTES, each parsed by orjson on its own: neither the
-whole decompressed text nor a list of dicts for the whole trace ever exists, and small pieces stay in
-cache. A cut is tried after the last `},` of the buffer; a piece that does not parse means the cut fell
-inside a string or nested object, and the `},` before it is tried. The header (every top-level key but
+The file is inflated as a stream (gzip, gzip of gzip, multi-member, or plain) into one bytearray, and the
+events array is cut at event boundaries into pieces of about CHUNK_BYTES, each parsed on its own (by the
+optional typed decoder of fastjson.py, else orjson) in place, with no copy: neither the whole decompressed
+text nor a list of dicts for the whole trace ever exists, and small pieces stay in cache. A cut is tried
+after the last `},` within CHUNK_BYTES; a piece that does not parse means the cut fell inside a string or
+nested object, and the `},` before it is tried. The header (every top-level key but
 traceEvents, before or after the array) is parsed at the end with an empty array in place of the events.
 A layout the stream cannot follow (no top-level `"traceEvents": [` in the first HEAD_LIMIT bytes, say)
 raises Whole: the caller parses the file whole, as before. Invalid UTF-8 (names cut inside a multi-byte
-character) becomes U+FFFD and is counted in `replaced`. When the process works alone (not as one of a
-pool of workers), a reader thread inflates ahead on another core: zlib and file reads release the GIL.
+character) becomes U+FFFD and is counted in `replaced`. (A read-ahead thread inflating on another core was
+tried and dropped: the GIL hand-offs it needs per block ate the overlap on this workload.)
 """
 
 from __future__ import annotations
 
 import gzip
 import math
-import multiprocessing
-import queue
 import re
-import threading
 import zlib
 from functools import partial
 from itertools import chain
@@ -134,40 +132,6 @@ def blocks(path: str):
         yield from src
 
 
-def ahead(items, depth: int = 3):
-    """Runs the iterator `items` in a thread, up to `depth` items ahead of the consumer."""
-    q: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-    end = object()
-
-    def put(x) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(x, timeout=0.2)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def run():
-        try:
-            for x in items:
-                if not put(x):
-                    return
-            put(end)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            put(e)
-
-    threading.Thread(target=run, daemon=True).start()
-    try:
-        while (x := q.get()) is not end:
-            if isinstance(x, BaseException):
-                raise x
-            yield x
-    finally:
-        stop.set()
-
-
 class Stream:
     """One file's events, piece by piece (`pieces()`), then `header`, `nbytes` and `replaced`."""
 
@@ -190,12 +154,12 @@ class Stream:
         self.replaced += text.count("\ufffd") - raw.count("\ufffd".encode())
         return orjson.loads(text)
 
-    def _array(self, buf: bytearray, stop: int):
-        """buf[:stop] (a `[` and events separated by commas) parsed as one JSON array, in place: the byte at
-        `stop` becomes `]` for the parse (no copy of the piece), then is put back."""
+    def _array(self, buf: bytearray, stop: int, start: int = 0):
+        """buf[start:stop] (a `[` and events separated by commas) parsed as one JSON array, in place: the byte
+        at `stop` becomes `]` for the parse (no copy of the piece), then is put back."""
         saved, buf[stop] = buf[stop], 0x5D
         try:
-            with memoryview(buf) as whole, whole[: stop + 1] as piece:
+            with memoryview(buf) as whole, whole[start : stop + 1] as piece:
                 if self.fast is not None:
                     try:
                         return self.fast(piece)
@@ -208,8 +172,6 @@ class Stream:
     def pieces(self):
         """Lists of events of about CHUNK_BYTES each. Raises Whole or Malformed (see the module doc)."""
         src = blocks(self.path)
-        if multiprocessing.parent_process() is None:  # alone (one rank in-process): inflate on another core
-            src = ahead(src)
         try:
             head, m = b"", None
             for b in src:
@@ -231,16 +193,20 @@ class Stream:
             for b in src:
                 buf += b
                 total += len(b)
-                if len(buf) >= CHUNK_BYTES:
-                    cut, events = self._cut(buf)
-                    if events:
-                        yield events
+                at = 0  # buf[at] is the `[` opening the next piece
+                while len(buf) - at >= CHUNK_BYTES:
+                    cut, events = self._cut(buf, at)
+                    if not cut:
+                        break
+                    yield events
                     del events
-                    if cut:
-                        del buf[1:cut]
-                    if len(buf) > NO_CUT_LIMIT:  # events are small: no boundary in 64 MB means broken JSON
-                        raise Malformed(f"invalid JSON inside traceEvents (no event boundary in the "
-                                        f"{len(buf) >> 20} MB before byte {total})")
+                    at = cut - 1  # the comma after the piece's last event becomes the next piece's `[`
+                    buf[at] = 0x5B
+                if at:
+                    del buf[:at]  # from the front: CPython moves the start, copies nothing
+                if len(buf) > NO_CUT_LIMIT:  # events are small: no boundary in 64 MB means broken JSON
+                    raise Malformed(f"invalid JSON inside traceEvents (no event boundary in the "
+                                    f"{len(buf) >> 20} MB before byte {total})")
             self.nbytes = total
             try:
                 events, self.header = self._finish(prefix, buf)
@@ -251,28 +217,30 @@ class Stream:
         finally:
             src.close()
 
-    def _cut(self, buf: bytearray) -> tuple[int, list]:
-        """Events of `buf` up to its last event boundary, and where the rest starts (0: no cut found)."""
-        for stop, rest in self._boundaries(buf):
-            try:
-                return rest, self._array(buf, stop)
-            except orjson.JSONDecodeError:
-                pass  # a `},` inside a string or nested object: try the one before
+    def _cut(self, buf: bytearray, at: int) -> tuple[int, list]:
+        """Events of buf[at:] up to the last event boundary within CHUNK_BYTES (else within all of it), and
+        where the rest starts (0: no boundary parses)."""
+        for end in (at + CHUNK_BYTES, len(buf)):
+            for stop, rest in self._boundaries(buf, at, end):
+                try:
+                    return rest, self._array(buf, stop, at)
+                except orjson.JSONDecodeError:
+                    pass  # a `},` inside a string or nested object: try the one before
         return 0, []  # keep the bytes; the next cut or the end takes them
 
     @staticmethod
-    def _boundaries(buf: bytearray):
-        """(end of an event, start of the next) candidates, last first: `},` (any writer without spaces there),
-        else `}` whitespace `,` near the end."""
-        end, found = len(buf), False
+    def _boundaries(buf: bytearray, at: int, end: int):
+        """(end of an event, start of the next) in buf[at:end], last first: `},` (any writer without spaces
+        there), else `}` whitespace `,` near the end."""
+        found = False
         for _ in range(4):
-            pos = buf.rfind(b"},", 0, end)
+            pos = buf.rfind(b"},", at, end)
             if pos < 0:
                 break
             found, end = True, pos
             yield pos + 1, pos + 2
         if not found:
-            for m in list(_SEP.finditer(buf, max(0, len(buf) - max(2 * CHUNK_BYTES, 1 << 16))))[-4:][::-1]:
+            for m in list(_SEP.finditer(buf, max(at, end - max(2 * CHUNK_BYTES, 1 << 16)), end))[-4:][::-1]:
                 yield m.start() + 1, m.end()
 
     def _finish(self, prefix: bytes | None, buf: bytearray) -> tuple[list, dict]:
