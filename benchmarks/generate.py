@@ -270,6 +270,12 @@ def write_rank(path: str, rank: int, world: int, target_bytes: int, steps: int =
     blocks = max(1, round(target_bytes / steps / per_block))
     mbs = math.ceil(blocks / 48)
     layers = max(1, round(blocks / mbs))
+    if blocks > 4:  # ids and timestamps get longer at scale: size one real step and rescale (within ~1 %)
+        probe = _Rank(rank, world, tp, seed)
+        probe.step(100, layers, mbs)
+        per_block = sum(len(s) + 2 for s in probe.out) / (layers * mbs)
+        del probe
+        layers = max(1, round(target_bytes / steps / per_block / mbs))
     r = _Rank(rank, world, tp, seed)
     z = zlib.compressobj(level, zlib.DEFLATED, 31)
     total = 0
@@ -304,7 +310,7 @@ def write_set(out_dir: str, ranks: int, mb: float, *, steps: int = 4, seed: int 
               world: int | None = None) -> list[str]:
     """`ranks` trace files of about `mb` MB each under out_dir; reused when out_dir already holds this set."""
     os.makedirs(out_dir, exist_ok=True)
-    spec = {"ranks": ranks, "mb": mb, "steps": steps, "seed": seed, "world": world or ranks, "version": 1}
+    spec = {"ranks": ranks, "mb": mb, "steps": steps, "seed": seed, "world": world or ranks, "version": 2}
     stamp = os.path.join(out_dir, "generated.spec")  # not *.json: discovery would take it for a trace
     paths = [os.path.join(out_dir, f"rank{r}.pt.trace.json.gz") for r in range(ranks)]
     try:

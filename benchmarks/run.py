@@ -1,14 +1,15 @@
 """Analyzer benchmarks: llmdiag vs HolisticTraceAnalysis vs bare orjson.loads, same inputs, one process tree each.
 
-    python -m benchmarks.run                 # default sizes: a few minutes on 2 cores (`make bench`)
+    python -m benchmarks.run                 # `make bench`: real fixtures, 8 x 100 MB, 64 x 20 MB, 1 x 1 GB, 8..256 ranks
     python -m benchmarks.run --quick         # smoke run, about a minute
-    python -m benchmarks.run --full          # the issue's sizes: 8 x 100 MB, 64 x 20 MB, 1 x 1 GB, 8..256 ranks
+    python -m benchmarks.run --full          # the same sizes, baselines repeated too (median of 3)
     python -m benchmarks.run --cases real,r8 --repeats 5 --no-hta
 
 Every measurement is a fresh `python -m benchmarks.child` process whose whole tree (workers included) is
 sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). Times exclude interpreter start and
-imports; the median of --repeats runs is reported (HTA: --hta-repeats). Ratios come from one run of this
-script. Results: a table on stdout and benchmarks/results/<timestamp>.json. Method: docs/benchmarks.md.
+imports; the median of --repeats runs is reported for llmdiag and of --baseline-repeats runs for orjson and
+HTA (long runs, whose noise averages out; 1 by default to keep `make bench` within minutes). Ratios come
+from one run of this script. Results: a table on stdout and benchmarks/results/<timestamp>.json. Method: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -51,14 +52,14 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
         if os.path.exists(p) and (mode != "quick" or name in ("real:sampled_pair", "real:nccl_data")):
             files = sorted(glob.glob(os.path.join(p, "*.json.gz"))) if os.path.isdir(p) else [p]
             real.append(Case(name, "real", len(files), path=p, files=files))
-    sizes = {  # (ranks, MB per rank, HTA too)
-        "quick": [(4, 5, True), (1, 50, False)],
-        "default": [(8, 25, True), (64, 2, True), (1, 100, False)],
-        "full": [(8, 100, True), (64, 20, True), (1, 250, True), (1, 1000, False)],
+    sizes = {  # (ranks, MB per rank, HTA too): default and full are the issue's sizes; full repeats more
+        "quick": [(4, 5, True), (1, 50, True)],
+        "default": [(8, 100, True), (64, 20, True), (1, 1000, True)],
+        "full": [(8, 100, True), (64, 20, True), (1, 1000, True)],
     }[mode]
     sets = [Case(f"r{r}x{m:g}", "set", r, m, h) for r, m, h in sizes]
-    scale_mb = {"quick": 1, "default": 1, "full": 4}[mode]
-    scale_ranks = {"quick": [4, 16], "default": [8, 32, 64], "full": [8, 32, 128, 256]}[mode]
+    scale_mb = {"quick": 1, "default": 4, "full": 4}[mode]
+    scale_ranks = {"quick": [4, 16], "default": [8, 32, 128, 256], "full": [8, 32, 128, 256]}[mode]
     scaling = [Case(f"scale:{r}x{scale_mb}", "scaling", r, scale_mb, False) for r in scale_ranks]
     n = 64 if mode == "quick" else 512
     render = [Case(f"render:{n}", "render", n, hta=False)]
@@ -125,10 +126,10 @@ def run_case(case: Case, a, results_dir: str) -> dict:
     row["llmdiag"] = measure("llmdiag", {"path": case.path, "jobs": a.jobs}, a.repeats, a.timeout)
     if case.kind == "scaling":
         return row
-    row["orjson"] = measure("orjson", {"files": case.files}, a.repeats, a.timeout)
+    row["orjson"] = measure("orjson", {"files": case.files}, a.baseline_repeats, a.timeout)
     if a.hta and case.hta:
         spec = {"path": case.path} if os.path.isdir(case.path) else {"files": case.files}
-        row["hta"] = measure("hta", spec, a.hta_repeats, a.hta_timeout)
+        row["hta"] = measure("hta", spec, a.baseline_repeats, a.hta_timeout)
     else:
         why = "not run (--no-hta)" if not a.hta else "not run: too slow / too much memory at this size"
         row["hta"] = {"error": why}
@@ -174,7 +175,7 @@ def table(rows: list[dict], baseline_pss: float | None) -> str:
                        else f"render_report, {m['ranks']} ranks: {m['wall']:.2f} s, {m['bytes_out'] / MB:.1f} MB of "
                             f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS")))
     if baseline_pss:
-        out.append(f"\nidle tree (parent + workers on a 2 KB trace): {baseline_pss / MB:.0f} MB PSS")
+        out.append(f"\nidle tree (interpreter and imports, a 2 KB trace): {baseline_pss / MB:.0f} MB PSS")
     return "\n".join(out)
 
 
@@ -182,12 +183,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="llmdiag analyzer benchmarks (docs/benchmarks.md)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="smoke sizes (about a minute)")
-    g.add_argument("--full", action="store_true", help="the issue's sizes (tens of minutes, ~3.5 GB of data)")
+    g.add_argument("--full", action="store_true", help="default sizes, baselines repeated 3 times (~20 minutes)")
     ap.add_argument("--cases", help="comma-separated case names or prefixes (real, r8, scale, render, ...)")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per llmdiag/orjson measurement (median)")
-    ap.add_argument("--hta-repeats", type=int, default=1, help="runs per HTA measurement (median)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per llmdiag measurement (median)")
+    ap.add_argument("--baseline-repeats", type=int, help="runs per orjson and HTA measurement (median; "
+                    "default 1, 3 with --full)")
     ap.add_argument("--no-hta", dest="hta", action="store_false", help="skip HolisticTraceAnalysis")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="llmdiag worker processes")
+    ap.add_argument("--parser", choices=["auto", "orjson"], default="auto",
+                    help="llmdiag's JSON decoder: msgspec where installed (auto), or force orjson")
     ap.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     ap.add_argument("--real-dir", default=REAL)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
@@ -197,6 +201,8 @@ def main(argv=None) -> None:
     mode = "quick" if a.quick else "full" if a.full else "default"
     if a.quick:
         a.repeats = min(a.repeats, 1)
+    if a.baseline_repeats is None:
+        a.baseline_repeats = 3 if a.full else 1
     if a.hta:
         try:
             import hta  # noqa: F401
@@ -208,10 +214,12 @@ def main(argv=None) -> None:
         want = a.cases.split(",")
         cases = [c for c in cases if any(c.name.startswith(w) for w in want)]
     os.makedirs(a.out, exist_ok=True)
+    if a.parser == "orjson":
+        os.environ["LLMDIAG_PARSER"] = "orjson"  # inherited by every child
     from diagnose import fastjson
 
     parser = "msgspec" if fastjson.decoder() else "orjson (pip install msgspec for the typed decoder)"
-    print(f"mode {mode}: {len(cases)} cases, jobs {a.jobs}, repeats {a.repeats} (HTA {a.hta_repeats}), "
+    print(f"mode {mode}: {len(cases)} cases, jobs {a.jobs}, repeats {a.repeats} (baselines {a.baseline_repeats}), "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, llmdiag parser {parser}", flush=True)
     rows, t_all = [], time.perf_counter()
     for c in cases:
@@ -224,7 +232,7 @@ def main(argv=None) -> None:
                 prepare(small := Case("scale:4x1", "scaling", 4, 1), a.data_dir)
             render_summary(c, small, a.out)
     tiny = os.path.join(a.real_dir, "hta", "cpu_only_rank-34.pt.trace.json.gz")
-    if os.path.exists(tiny):  # the tree's floor: interpreter, imports and `jobs` workers on a 2 KB trace
+    if os.path.exists(tiny):  # the floor: interpreter and imports (a 2 KB trace runs in-process)
         base = measure("llmdiag", {"path": tiny, "jobs": a.jobs}, 1, a.timeout)
         baseline = base.get("peak_pss")
     for c in cases:
@@ -234,7 +242,7 @@ def main(argv=None) -> None:
         print(f" {time.perf_counter() - t:.0f} s", flush=True)
     result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "mode": mode, "machine": machine(), "jobs": a.jobs,
               "parser": parser.split()[0], "load_avg_at_end": os.getloadavg(),
-              "repeats": a.repeats, "hta_repeats": a.hta_repeats, "idle_tree_pss": baseline, "rows": rows,
+              "repeats": a.repeats, "baseline_repeats": a.baseline_repeats, "idle_tree_pss": baseline, "rows": rows,
               "seconds": time.perf_counter() - t_all}
     path = os.path.join(a.out, time.strftime("%Y%m%d-%H%M%S") + f"-{mode}.json")
     with open(path, "w") as f:

@@ -94,26 +94,41 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     return analysis
 
 
+MIN_BYTES_PER_WORKER = 1 << 20  # on disk; less work than this (~0.1 s of parsing) is cheaper than a worker's start
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # the worker reports why
+
+
 def _run_all(jobs: list[RankJob], n_workers: int, progress: bool) -> list[RankOutput]:
+    """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
+    end; small inputs run in this process (forking workers would cost more than the parse)."""
     n = len(jobs)
     show = progress and sys.stderr.isatty()
+    sizes = [_file_size(j.path) for j in jobs]
+    n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
+    order = sorted(range(n), key=lambda k: -sizes[k])
 
     def tick(k):
         if show:
             sys.stderr.write(f"\ranalysing traces {k}/{n}")
             sys.stderr.flush()
 
-    if n_workers <= 1 or n <= 1:
-        out = []
-        for k, j in enumerate(jobs, 1):
-            out.append(run_job(j))
-            tick(k)
+    out: list = [None] * n
+    if n_workers <= 1:
+        results = map(run_job, (jobs[k] for k in order))
+        for done, (k, res) in enumerate(zip(order, results), 1):
+            out[k] = res
+            tick(done)
     else:
-        with ProcessPoolExecutor(max_workers=min(n_workers, n)) as ex:
-            out = []
-            for k, res in enumerate(ex.map(run_job, jobs, chunksize=1), 1):
-                out.append(res)
-                tick(k)
+        with ProcessPoolExecutor(max_workers=n_workers) as ex:
+            for done, (k, res) in enumerate(zip(order, ex.map(run_job, (jobs[k] for k in order), chunksize=1)), 1):
+                out[k] = res
+                tick(done)
     if show:
         sys.stderr.write("\n")
     return out

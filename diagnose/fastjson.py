@@ -1,18 +1,22 @@
-"""Optional typed decoding of trace events with msgspec (used by loader.py when msgspec is installed).
+"""Typed decoding of trace events with msgspec (a dependency; loader.py falls back to orjson without it).
 
 orjson builds a dict for every event and every args object, with every key and value; most of that is
 thrown away. msgspec decodes straight into slotted structs holding only the fields llmdiag reads and skips
-the rest without building it: about 2-3x faster than orjson on Kineto traces, and the columns then come
-out by attribute access instead of dict hashing. Every field is typed `Any` (so values of an unexpected
-type cannot fail the decode; loader.py cleans them exactly as on the dict path) and keeps the dict path's
-default when absent. A piece msgspec refuses (an event that is not an object, args that are not an
-object, invalid UTF-8, malformed JSON) is handed back to orjson by the caller, so both paths give the same
-columns. Without msgspec, `decoder()` is None and everything goes through orjson.
+the rest without building it, and the columns then come out by attribute access instead of dict hashing.
+Every field is typed `Any` (so values of an unexpected type cannot fail the decode; loader.py cleans them
+exactly as on the dict path) and keeps the dict path's default when absent. Two choices keep the garbage
+collector out of the decode: the structs are untracked (`gc=False`: they hold no cycles), and `Input Dims`,
+a nested list on every shape-recording cpu_op that only gloo/c10d spans need, stays a raw byte slice
+(`msgspec.Raw`) decoded on demand. A piece msgspec refuses (an event that is not an object, args that are
+not an object, invalid UTF-8, malformed JSON) is handed back to orjson by the caller, so both paths give
+the same columns. Without msgspec (or with LLMDIAG_PARSER=orjson), `decoder()` is None and everything goes
+through orjson.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Optional
@@ -20,6 +24,8 @@ from typing import Any, Optional
 try:
     import msgspec
 except ImportError:  # optional: `pip install msgspec` for the faster path
+    msgspec = None
+if os.environ.get("LLMDIAG_PARSER", "").lower() == "orjson":  # force the dict path (benchmarks, debugging)
     msgspec = None
 
 # JSON key -> (attribute, default when absent); defaults match loader.py's dict path.
@@ -40,10 +46,12 @@ if msgspec is not None:
     Args = msgspec.defstruct(
         "Args",
         [(a, Any, msgspec.field(default=d, name=k)) for k, (a, d) in ARG_FIELDS.items()]
-        + [(a, Any, msgspec.field(default=UNSET, name=k)) for k, a in _COMM_ATTRS],
+        + [(a, msgspec.Raw if k == "Input Dims" else Any, msgspec.field(default=UNSET, name=k))
+           for k, a in _COMM_ATTRS],
+        gc=False,
     )
     Event = msgspec.defstruct("Event", [(k, Any, d) for k, d in EVENT_FIELDS.items()]
-                              + [("args", Optional[Args], None)])
+                              + [("args", Optional[Args], None)], gc=False)
     NO_ARGS = Args()
     _DECODER = msgspec.json.Decoder(list[Event])
     # what msgspec may raise on a piece it refuses (UnicodeDecodeError, for invalid UTF-8, is a ValueError)
@@ -51,6 +59,14 @@ if msgspec is not None:
 else:
     UNSET = Args = Event = NO_ARGS = _DECODER = None
     ERRORS = ()
+
+
+def _raw_value(raw):
+    """A msgspec.Raw slice decoded; a value that will not decode stays absent, like a malformed arg."""
+    try:
+        return msgspec.json.decode(raw)
+    except ERRORS:
+        return UNSET
 
 
 def decoder():
@@ -88,6 +104,8 @@ class StructView:
     def comm(a) -> dict:
         """The collective args present; equal args share one dict (read-only downstream)."""
         values = _COMM_GET(a)
+        if values[-1] is not UNSET:  # Input Dims, kept raw by the decoder (only gloo/c10d spans need it)
+            values = values[:-1] + (_raw_value(values[-1]),)
         try:
             return _COMM_CACHE[values]
         except KeyError:
