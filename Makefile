@@ -41,4 +41,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) runs llmdiag-report benchmarks/results
+	rm -rf $(VENV) runs llmdiag-report benchmarks/results benchmarks/data

@@ -45,12 +45,12 @@ def classify(t: RankTrace, comm_regex: str | None = None) -> np.ndarray:
         kind[device & t.cat_mask("gpu_memcpy")] = MEMCPY
         kind[device & t.cat_mask("gpu_memset")] = MEMSET
         kind[device & t.cat_mask("cuda_sync")] = SYNC
-        kind[kernel_like & t.name_mask(MEMCPY_RE.search)] = MEMCPY
-        kind[kernel_like & t.name_mask(MEMSET_RE.search)] = MEMSET
-        kind[kernel_like & t.name_mask(SYNC_KERNEL_RE.search)] = SYNC
-        comm = t.name_mask(COMM_KERNEL_RE.search)
+        kind[t.name_mask(MEMCPY_RE.search, kernel_like)] = MEMCPY
+        kind[t.name_mask(MEMSET_RE.search, kernel_like)] = MEMSET
+        kind[t.name_mask(SYNC_KERNEL_RE.search, kernel_like)] = SYNC
+        comm = t.name_mask(COMM_KERNEL_RE.search, kernel_like)
         if user is not None:
-            comm |= t.name_mask(user.search)
+            comm |= t.name_mask(user.search, kernel_like)
         if t.comm_args:
             has_args = np.zeros(n, bool)
             has_args[[i for i, a in t.comm_args.items() if "Collective name" in a]] = True

@@ -92,13 +92,20 @@ class RankTrace:
         """A trace with device-side events (any event on a GPU stream)."""
         return bool(len(self.stream)) and bool((self.stream >= 0).any())
 
-    def name_ids(self, predicate) -> np.ndarray:
-        """Ids of interned names satisfying `predicate(str)`: tests run once per distinct name."""
-        return np.fromiter((i for i, n in enumerate(self.names) if predicate(n)), np.int32)
+    def name_ids(self, predicate, among: np.ndarray | None = None) -> np.ndarray:
+        """Ids of interned names satisfying `predicate(str)`: tests run once per distinct name (only the names
+        of the events in the mask `among`, when given: kernel regexes need not read every host op's name)."""
+        names = self.names
+        cand = range(len(names)) if among is None else np.flatnonzero(np.bincount(self.name[among])).tolist()
+        return np.fromiter((i for i in cand if predicate(names[i])), np.int32)
 
-    def name_mask(self, predicate) -> np.ndarray:
-        ids = self.name_ids(predicate)
-        return np.isin(self.name, ids) if len(ids) else np.zeros(len(self.name), bool)
+    def name_mask(self, predicate, among: np.ndarray | None = None) -> np.ndarray:
+        """Events whose name satisfies `predicate` (and that are in the mask `among`, when given)."""
+        ids = self.name_ids(predicate, among)
+        if not len(ids):
+            return np.zeros(len(self.name), bool)
+        mask = np.isin(self.name, ids)
+        return mask if among is None else mask & among
 
     def cat_mask(self, *cats: str) -> np.ndarray:
         ids = [i for i, c in enumerate(self.cats) if c in cats]
