@@ -1,6 +1,6 @@
 """One measured workload, run in its own process by benchmarks.run (so its process tree can be sampled).
 
-    python -m benchmarks.child llmdiag|hta|orjson|render SPEC_JSON
+    python -m benchmarks.child llmdiag|hta|orjson|render|idle SPEC_JSON
 
 Prints one JSON line: wall (s, the work only: imports and interpreter start are excluded), cpu (user +
 sys of this process and its reaped workers), the getrusage maxima, and a few numbers to cross-check the
@@ -24,6 +24,7 @@ def _cpu() -> float:
 def _llmdiag(spec: dict) -> dict:
     from diagnose import fastjson
     from diagnose.analyze import analyze_path
+
 
     t0, c0 = time.perf_counter(), _cpu()
     a = analyze_path(spec["path"], jobs=spec.get("jobs"), rules=False, exclude_last_step=True)
@@ -74,6 +75,33 @@ def _orjson(spec: dict) -> dict:
     return {"wall": wall, "cpu": cpu, "ranks": len(spec["files"])}
 
 
+def _idle_worker(args) -> int:
+    path, hold = args
+    from diagnose.rank_metrics import RankJob, run_job
+
+    run_job(RankJob(path))  # the modules an analysis loads, loaded
+    time.sleep(hold)  # alive long enough for the sampler to see every worker at once
+    return 0
+
+
+def _idle(spec: dict) -> dict:
+    """The tree an analysis costs before its traces do: this process with the analysis modules loaded, plus
+    `jobs` forked workers in the same state, all held alive for `hold` seconds."""
+    from diagnose.rank_metrics import RankJob, run_job
+
+    t0 = time.perf_counter()
+    run_job(RankJob(spec["path"]))
+    jobs, hold = spec.get("jobs", 1), spec.get("hold", 1.0)
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as ex:
+            list(ex.map(_idle_worker, [(spec["path"], hold)] * jobs, chunksize=1))
+    else:
+        time.sleep(hold)
+    return {"wall": time.perf_counter() - t0, "cpu": _cpu(), "ranks": 0}
+
+
 def _render(spec: dict) -> dict:
     from reports.render import render_report
 
@@ -87,7 +115,7 @@ def _render(spec: dict) -> dict:
 
 def main() -> None:
     tool, spec = sys.argv[1], json.loads(sys.argv[2])
-    res = {"llmdiag": _llmdiag, "hta": _hta, "orjson": _orjson, "render": _render}[tool](spec)
+    res = {"llmdiag": _llmdiag, "hta": _hta, "orjson": _orjson, "render": _render, "idle": _idle}[tool](spec)
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     res.update(maxrss_self=s.ru_maxrss * 1024, maxrss_children=c.ru_maxrss * 1024)
     print("RESULT " + json.dumps(res))

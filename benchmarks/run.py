@@ -140,16 +140,21 @@ def _r(x, nd=2):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def table(rows: list[dict], baseline_pss: float | None) -> str:
+def floor_for(row: dict, floors: dict) -> float:
+    """The idle tree matching how llmdiag ran this case: in-process, or with forked workers."""
+    return floors.get("workers" if row["llmdiag"].get("procs", 1) > 1 else "inline") or 0.0
+
+
+def table(rows: list[dict], floors: dict) -> str:
     head = ("| case | ranks | MB | llmdiag s | MB/s | orjson s | HTA s | vs HTA (wall) | vs HTA (cpu) | vs orjson (wall) "
-            "| vs orjson (cpu) | peak PSS MB | × largest | HTA peak MB | overlap % llmdiag / HTA |")
+            "| vs orjson (cpu) | peak PSS MB | × largest | × largest above idle | HTA peak MB | overlap % llmdiag / HTA |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if r["kind"] not in ("real", "set"):
             continue
         l, o, h = r["llmdiag"], r.get("orjson") or {}, r.get("hta") or {}
         if "error" in l:
-            out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | failed: {l['error']} |" + " |" * 11)
+            out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | failed: {l['error']} |" + " |" * 12)
             continue
         vs_h = h["wall"] / l["wall"] if "wall" in h else None
         vs_hc = h["cpu"] / l["cpu"] if "cpu" in h else None
@@ -159,7 +164,8 @@ def table(rows: list[dict], baseline_pss: float | None) -> str:
         hta_s = _r(h.get("wall")) if "wall" in h else h.get("error", "-")[:70]
         out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | {l['wall']:.2f} | {r['bytes'] / MB / l['wall']:.0f} "
                    f"| {_r(o.get('wall'))} | {hta_s} | {_r(vs_h, 1)} | {_r(vs_hc, 1)} | {_r(vs_o)} | {_r(vs_oc)} | {peak:.0f} "
-                   f"| {peak * MB / r['largest']:.2f} | {_r(h['peak_pss'] / MB, 0) if 'wall' in h else '-'} "
+                   f"| {peak * MB / r['largest']:.2f} | {(peak * MB - floor_for(r, floors)) / r['largest']:.2f} "
+                   f"| {_r(h['peak_pss'] / MB, 0) if 'wall' in h else '-'} "
                    f"| {_r(l.get('overlap_pct'))} / {_r(h.get('overlap_pct'))} |")
     scale = [r for r in rows if r["kind"] == "scaling" and "wall" in r["llmdiag"]]
     if scale:
@@ -174,8 +180,9 @@ def table(rows: list[dict], baseline_pss: float | None) -> str:
             out.append("\n" + (r.get("note") or (f"render_report, {r['ranks']} ranks: failed: {m['error']}" if "error" in m
                        else f"render_report, {m['ranks']} ranks: {m['wall']:.2f} s, {m['bytes_out'] / MB:.1f} MB of "
                             f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS")))
-    if baseline_pss:
-        out.append(f"\nidle tree (interpreter and imports, a 2 KB trace): {baseline_pss / MB:.0f} MB PSS")
+    if floors.get("inline"):
+        out.append(f"\nidle tree (interpreter and analysis modules loaded): {floors['inline'] / MB:.0f} MB PSS in-process, "
+                   f"{(floors.get('workers') or 0) / MB:.0f} MB PSS with the forked workers")
     return "\n".join(out)
 
 
@@ -224,17 +231,13 @@ def main(argv=None) -> None:
     rows, t_all = [], time.perf_counter()
     for c in cases:
         prepare(c, a.data_dir)
-    baseline = None
+    floors = idle_floors(a)
     small = next((c for c in cases if c.kind == "scaling"), None) or next((c for c in cases if c.kind == "set"), None)
     for c in cases:
         if c.kind == "render":
             if small is None:
                 prepare(small := Case("scale:4x1", "scaling", 4, 1), a.data_dir)
             render_summary(c, small, a.out)
-    tiny = os.path.join(a.real_dir, "hta", "cpu_only_rank-34.pt.trace.json.gz")
-    if os.path.exists(tiny):  # the floor: interpreter and imports (a 2 KB trace runs in-process)
-        base = measure("llmdiag", {"path": tiny, "jobs": a.jobs}, 1, a.timeout)
-        baseline = base.get("peak_pss")
     for c in cases:
         t = time.perf_counter()
         print(f"  {c.name} ...", end="", flush=True)
@@ -242,14 +245,22 @@ def main(argv=None) -> None:
         print(f" {time.perf_counter() - t:.0f} s", flush=True)
     result = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "mode": mode, "machine": machine(), "jobs": a.jobs,
               "parser": parser.split()[0], "load_avg_at_end": os.getloadavg(),
-              "repeats": a.repeats, "baseline_repeats": a.baseline_repeats, "idle_tree_pss": baseline, "rows": rows,
+              "repeats": a.repeats, "baseline_repeats": a.baseline_repeats, "idle_tree_pss": floors, "rows": rows,
               "seconds": time.perf_counter() - t_all}
     path = os.path.join(a.out, time.strftime("%Y%m%d-%H%M%S") + f"-{mode}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print()
-    print(table(rows, baseline))
+    print(table(rows, floors))
     print(f"\n{time.perf_counter() - t_all:.0f} s in all; results: {path}")
+
+
+def idle_floors(a) -> dict:
+    """Peak PSS of the tree before any trace counts: in-process, and with `jobs` forked workers, each with the
+    analysis modules loaded (benchmarks/child.py `idle`). Small cases are read against these."""
+    path = generate.write_set(os.path.join(a.data_dir, "idle"), 1, 0.01)[0]
+    return {name: measure("idle", {"path": path, "jobs": jobs}, 1, a.timeout).get("peak_pss")
+            for name, jobs in (("inline", 1), ("workers", a.jobs))}
 
 
 def machine() -> dict:

@@ -22,7 +22,7 @@ from diagnose.errors import LlmdiagError
 from diagnose.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.rank_metrics import RankJob, RankOutput, default_jobs, run_job
 from diagnose.results import Aggregate, Analysis, Issue, PipelineAction
-from diagnose.skew import CollectiveRecord, skew
+from diagnose.skew import skew
 
 NS_PER_MS = 1e6
 
@@ -70,8 +70,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
         if man and isinstance(man.get("ranks"), dict):
             o.metrics.coords = {k: v for k, v in (man["ranks"].get(str(o.rank)) or {}).items() if k in DIMS}
 
-    records = {o.rank: [CollectiveRecord(c.pg, c.kind, c.ordinal, c.start + offset[o.rank], c.end + offset[o.rank])
-                        for c in o.collectives] for o in good}
+    records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
     sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}) if len(good) > 1 else None
@@ -94,7 +93,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     return analysis
 
 
-MIN_BYTES_PER_WORKER = 1 << 20  # on disk; less work than this (~0.1 s of parsing) is cheaper than a worker's start
+MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
 
 
 def _file_size(path: str) -> int:
@@ -230,7 +229,7 @@ def _mark_failed_ranks(man: dict | None, issues: list[Issue]) -> None:
 
 def _can_match(records: dict, layout: dict | None) -> bool:
     """Collectives without group info can only be matched when there is a single group."""
-    if any(c.pg for recs in records.values() for c in recs):
+    if any(pg for c in records.values() for pg, _ in c.keys):
         return True
     return not layout or sum(1 for d in DIMS if (layout.get(d) or 1) > 1) <= 1
 

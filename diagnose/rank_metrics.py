@@ -20,7 +20,7 @@ from diagnose.memory import memory_stats
 from diagnose.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.pipeline import Action, extract_actions
 from diagnose.results import RankMetrics
-from diagnose.skew import CollectiveRecord
+from diagnose.skew import Collectives, collectives_from
 from diagnose.steps import windows
 from diagnose.trace import COMM
 
@@ -45,7 +45,7 @@ class RankOutput:
     device_name: str
     metrics: RankMetrics | None
     actions: list[Action] = field(default_factory=list)
-    collectives: list[CollectiveRecord] = field(default_factory=list)
+    collectives: Collectives = field(default_factory=Collectives)
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
 
@@ -115,10 +115,9 @@ def _run(job: RankJob) -> RankOutput:
     )
 
 
-def _collectives(t, wins) -> list[CollectiveRecord]:
+def _collectives(t, wins) -> Collectives:
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
-    counters: dict[tuple[str, str], int] = {}
     out = []
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
@@ -126,10 +125,8 @@ def _collectives(t, wins) -> list[CollectiveRecord]:
         pg = pg_label(args)
         if args.get("Process Group Ranks"):
             pg = f"{pg}{args['Process Group Ranks']}"
-        key = (pg, kind)
-        counters[key] = counters.get(key, -1) + 1
-        out.append(CollectiveRecord(pg, kind, counters[key], int(t.ts[i]), int(t.ts[i] + t.dur[i])))
-    return out
+        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i])))
+    return collectives_from(out)
 
 
 def _small(dist: dict) -> dict:

@@ -9,7 +9,7 @@ median difference of matched completion times against the first host, before ske
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 
 import numpy as np
@@ -20,75 +20,145 @@ NS_PER_MS = 1e6
 
 
 @dataclass
-class CollectiveRecord:
-    """One collective on one rank, times on the rank's absolute clock (ns since the global origin)."""
+class Collectives:
+    """One rank's collectives as columns, times on the rank's absolute clock (ns since the global origin).
 
-    pg: str
-    kind: str
-    ordinal: int
-    start: int
-    end: int
+    Columns, not one object per collective: the parent holds every rank's, and 256 ranks with thousands of
+    collectives each must cost megabytes, not a gigabyte.
+    """
+
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (process group, kind) per key id
+    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    ordinal: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # n-th of its key on this rank
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def shifted(self, ns: int) -> "Collectives":
+        return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns)
 
 
-def align_hosts(records: dict[int, list[CollectiveRecord]], hosts: dict[int, str]) -> dict[str, float]:
-    """Clock shift (ns) per host so matched collectives complete together; the first host is the reference."""
+def collectives_from(records: list[tuple[str, str, int, int]]) -> Collectives:
+    """(process group, kind, start ns, end ns) in time order -> columns, each numbered within its key."""
+    ids: dict[tuple[str, str], int] = {}
+    key = [ids.setdefault((pg, kind), len(ids)) for pg, kind, _, _ in records]
+    counts = [0] * len(ids)
+    ordinal = []
+    for k in key:
+        ordinal.append(counts[k])
+        counts[k] += 1
+    return Collectives(list(ids), np.array(key, np.int32), np.array(ordinal, np.int32),
+                       np.array([r[2] for r in records], np.int64), np.array([r[3] for r in records], np.int64))
+
+
+@dataclass
+class _Table:
+    """Every rank's collectives in one set of columns, sorted so each matched collective is one segment."""
+
+    keys: list[tuple[str, str]]
+    rank: np.ndarray
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    seg: np.ndarray  # first row of each matched collective (seen on >= 2 ranks)
+    size: np.ndarray  # its rows
+    group: np.ndarray  # per row: its matched collective's number
+
+
+def _table(records: dict[int, Collectives]) -> _Table:
+    ids: dict[tuple[str, str], int] = {}
+    cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": []}
+    for r, c in records.items():
+        remap = np.array([ids.setdefault(k, len(ids)) for k in c.keys] or [0], np.int32)
+        cols["rank"].append(np.full(len(c), r, np.int64))
+        cols["key"].append(remap[c.key])
+        cols["ordinal"].append(c.ordinal)
+        cols["start"].append(c.start)
+        cols["end"].append(c.end)
+    rank, key, ordinal, start, end = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64) for k in cols)
+    o = np.lexsort((rank, ordinal, key))
+    rank, key, ordinal, start, end = rank[o], key[o], ordinal[o], start[o], end[o]
+    new = np.ones(len(key), bool)
+    new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
+    first = np.flatnonzero(new)
+    size = np.diff(np.append(first, len(key)))
+    keep = np.repeat(size >= 2, size)
+    rank, key, start, end = rank[keep], key[keep], start[keep], end[keep]
+    size = size[size >= 2]
+    seg = np.concatenate(([0], np.cumsum(size)[:-1])).astype(np.int64) if len(size) else np.zeros(0, np.int64)
+    return _Table(list(ids), rank, key, start, end, seg, size, np.repeat(np.arange(len(size)), size))
+
+
+def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
+    """Clock shift (ns) per host so matched collectives complete together; the first host is the reference.
+
+    Per matched collective, the median completion on the reference host minus the median on host h; the
+    host's shift is the median of those differences.
+    """
     host_list = sorted(set(hosts.values()))
     if len(host_list) < 2:
         return {h: 0.0 for h in host_list}
-    ends = _matched(records)
-    ref = host_list[0]
-    shifts = {ref: 0.0}
-    for h in host_list[1:]:
-        diffs = []
-        for per_rank in ends.values():
-            a = [e for r, (s, e) in per_rank.items() if hosts.get(r) == ref]
-            b = [e for r, (s, e) in per_rank.items() if hosts.get(r) == h]
-            if a and b:
-                diffs.append(median(a) - median(b))  # statistics: small lists, and no numpy.ma import
-        shifts[h] = float(median(diffs)) if diffs else 0.0
+    hid = {h: i for i, h in enumerate(host_list)}
+    host = np.array([hid.get(hosts.get(int(r), ""), -1) for r in t.rank.tolist()], np.int64)
+    known = host >= 0
+    g, hh, e = t.group[known], host[known], t.end[known]
+    o = np.lexsort((e, hh, g))  # segments of (collective, host), completions sorted within each
+    g, hh, e = g[o], hh[o], e[o]
+    new = np.ones(len(g), bool)
+    new[1:] = (g[1:] != g[:-1]) | (hh[1:] != hh[:-1])
+    first = np.flatnonzero(new)
+    n = np.diff(np.append(first, len(g)))
+    med2 = e[first + (n - 1) // 2] + e[first + n // 2]  # twice the median per (collective, host): exact ints
+    seg_g, seg_h = g[first], hh[first]
+    ref = dict(zip(seg_g[seg_h == 0].tolist(), med2[seg_h == 0].tolist()))
+    shifts = {host_list[0]: 0.0}
+    for i, h in enumerate(host_list[1:], 1):
+        mine = seg_h == i
+        diffs = [ref[gg] - m for gg, m in zip(seg_g[mine].tolist(), med2[mine].tolist()) if gg in ref]
+        shifts[h] = float(round(median(diffs) / 2)) if diffs else 0.0  # whole ns: clocks are in ns
     return shifts
 
 
-def _matched(records: dict[int, list[CollectiveRecord]]) -> dict[tuple, dict[int, tuple[int, int]]]:
-    out: dict[tuple, dict[int, tuple[int, int]]] = defaultdict(dict)
-    for r, recs in records.items():
-        for c in recs:
-            out[(c.pg, c.kind, c.ordinal)][r] = (c.start, c.end)
-    return {k: v for k, v in out.items() if len(v) >= 2}
-
-
-def skew(records: dict[int, list[CollectiveRecord]], hosts: dict[int, str],
-         compute_ms: dict[int, float]) -> SkewResult | None:
-    shifts = align_hosts(records, hosts)
-    shifted = {
-        r: [CollectiveRecord(c.pg, c.kind, c.ordinal, int(c.start + shifts.get(hosts.get(r, ""), 0.0)),
-                             int(c.end + shifts.get(hosts.get(r, ""), 0.0))) for c in recs]
-        for r, recs in records.items()
-    }
-    matched = _matched(shifted)
+def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float]) -> SkewResult | None:
+    """Collectives are matched by (process group, kind, ordinal); skew = latest start - earliest start."""
+    t = _table(records)
+    shifts = align_hosts(t, hosts)
+    if any(shifts.values()):
+        per_rank = np.array([int(shifts.get(hosts.get(int(r), ""), 0.0)) for r in t.rank.tolist()], np.int64)
+        t.start = t.start + per_rank
+        t.end = t.end + per_rank
+    matched = len(t.seg)
     last = Counter()
-    by: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for (pg, kind, _), per_rank in matched.items():
-        starts = {r: s for r, (s, e) in per_rank.items()}
-        durs = [e - s for s, e in per_rank.values()]
-        sk = max(starts.values()) - min(starts.values())
-        by[(pg, kind)].append((sk, min(durs)))
-        hi = max(starts.values())
-        latest = [r for r, s in starts.items() if s == hi]
-        if len(latest) == 1:  # a tie (all ranks at once) has no last arrival; do not blame the first rank listed
-            last[latest[0]] += 1
-    stragglers = _stragglers(last, len(matched), compute_ms)
+    by_collective = []
+    if matched:
+        hi = np.maximum.reduceat(t.start, t.seg)
+        sk = hi - np.minimum.reduceat(t.start, t.seg)
+        transfer = np.minimum.reduceat(t.end - t.start, t.seg)
+        at_hi = t.start == hi[t.group]
+        alone = np.add.reduceat(at_hi.astype(np.int64), t.seg) == 1  # a tie has no last arrival: blame no one
+        rows = np.flatnonzero(at_hi & alone[t.group])
+        last = Counter(dict(zip(*np.unique(t.rank[rows], return_counts=True))))
+        key = t.key[t.seg]
+        n = np.bincount(key, minlength=len(t.keys))
+        sum_sk = np.bincount(key, sk, len(t.keys))
+        max_sk = np.zeros(len(t.keys), np.int64)
+        np.maximum.at(max_sk, key, sk)
+        sum_tr = np.bincount(key, transfer, len(t.keys))
+        present = [k for k in range(len(t.keys)) if n[k]]
+        present.sort(key=lambda k: (-sum_sk[k] / n[k], t.keys[k]))
+        by_collective = [CollectiveSkew(pg=t.keys[k][0], kind=t.keys[k][1], matched=int(n[k]),
+                                        mean_skew_ms=float(sum_sk[k] / n[k]) / NS_PER_MS,
+                                        max_skew_ms=float(max_sk[k]) / NS_PER_MS,
+                                        mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS) for k in present]
+    stragglers = _stragglers(last, matched, compute_ms)
     if not matched and not stragglers:
         return None
     return SkewResult(
-        matched=len(matched),
-        by_collective=[
-            CollectiveSkew(pg=pg, kind=kind, matched=len(v), mean_skew_ms=float(np.mean([a for a, _ in v])) / NS_PER_MS,
-                           max_skew_ms=float(max(a for a, _ in v)) / NS_PER_MS,
-                           mean_transfer_ms=float(np.mean([b for _, b in v])) / NS_PER_MS)
-            for (pg, kind), v in sorted(by.items(), key=lambda kv: -np.mean([a for a, _ in kv[1]]))
-        ],
-        last_arrivals={str(r): n for r, n in last.most_common()},
+        matched=matched,
+        by_collective=by_collective,
+        last_arrivals={str(int(r)): int(c) for r, c in sorted(last.items(), key=lambda rc: (-rc[1], rc[0]))},
         host_shift_ms={h: s / NS_PER_MS for h, s in shifts.items()},
         stragglers=stragglers,
     )
@@ -97,7 +167,7 @@ def skew(records: dict[int, list[CollectiveRecord]], hosts: dict[int, str],
 def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[dict]:
     out = []
     if matched >= 3 and last:
-        r, n = last.most_common(1)[0]
+        r, n = min(last.items(), key=lambda rc: (-rc[1], rc[0]))
         n_ranks_seen = len(last)
         # Arriving last more often than chance would (1/ranks) and in at least half the collectives.
         if n / matched >= 0.5 and n_ranks_seen >= 1:

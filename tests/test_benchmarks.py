@@ -81,7 +81,7 @@ def test_runner_plumbing(tmp_path):
     row = {"case": "r1", "kind": "set", "ranks": 1, "bytes": 2e6, "largest": 2e6,
            "llmdiag": {"wall": 1.0, "cpu": 1.5, "peak_pss": 3e6, "overlap_pct": 10.0},
            "orjson": {"wall": 0.5, "cpu": 0.5}, "hta": {"error": "not run"}}
-    out = table([row, {"case": "render:4", "kind": "render", "ranks": 4, "note": "skipped"}], 1e6)
+    out = table([row, {"case": "render:4", "kind": "render", "ranks": 4, "note": "skipped"}], {"inline": 1e6})
     assert "| r1 | 1 | 2 | 1.00 | 2 |" in out and "skipped" in out
     assert Case("x", "set").files == []
     assert os.getpid() in tree(os.getpid())
