@@ -3,6 +3,10 @@
 Reads torch's runtime labels `PP:{stage}{F|I|B|W}{mb}` (which llmdiag's own gpipe/1f1b runs also write)
 and the older `Forward {mb}` / `Backward {mb}` spans of ScheduleGPipe/Schedule1F1B, whose stage must come
 from the manifest. On GPU traces a matching `gpu_user_annotation` gives the device-side span.
+
+torch's runtime schedules put the wait for an action's input inside its `PP:` span. llmdiag's own runs nest
+a second, equal label around the compute alone (workloads/parallel/pp.py); where equal labels nest, the
+innermost is the action. dualpipev's `PP:(…)OVERLAP_F_B` pairs are read only through such inner labels.
 """
 
 from __future__ import annotations
@@ -57,7 +61,27 @@ def extract_actions(t: RankTrace, wins: list[Window], stage_hint: int | None) ->
         if step is None:
             continue
         out.append(Action(step, stage, kind, mb, s, e))
-    return out
+    return _innermost(out)
+
+
+def _innermost(actions: list[Action]) -> list[Action]:
+    """Of equal actions whose spans nest (torch's span around the wait and the compute, ours around the
+    compute), the innermost."""
+    by: dict[tuple, list[Action]] = {}
+    for a in actions:
+        by.setdefault((a.step, a.stage, a.kind, a.mb), []).append(a)
+    if all(len(v) == 1 for v in by.values()):
+        return actions
+    drop = set()
+    for v in by.values():
+        seen = set()
+        for a in v:
+            inner = any(b is not a and a.start <= b.start and b.end <= a.end and (b.start, b.end) != (a.start, a.end)
+                        for b in v)
+            if inner or (a.start, a.end) in seen:  # an outer span, or the same span twice
+                drop.add(id(a))
+            seen.add((a.start, a.end))
+    return [a for a in actions if id(a) not in drop]
 
 
 def _step_of(ts: int, wins: list[Window], device: bool) -> int | None:

@@ -547,6 +547,34 @@ def test_pipeline_end_to_end_from_pp_labels(tmp_path):
     assert (acts[1][0].kind, acts[1][0].start_ms, acts[1][0].end_ms) == ("F", approx(0.1), approx(0.2))
 
 
+def test_pipeline_runtime_spans_with_waits_give_way_to_inner_compute_labels(tmp_path):
+    """torch's runtime schedules label `PP:0F1` around the input wait and the compute; llmdiag's runs nest an
+    equal label around the compute alone. The inner one is the action: the answer is the plain case's 0.2,
+    where the outer spans would have hidden the waits (and an unparsed OVERLAP_F_B pair changes nothing)."""
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]},
+           {"pg_name": "1", "pg_desc": "mesh_pp", "pg_size": 2, "ranks": [0, 1]}]
+    bs = []
+    for stage, text in ONE_F_ONE_B_P2.items():
+        b = TraceBuilder(rank=stage, world_size=2, backend="gloo", pg_config=pgs)
+        b.step(1, 0, 2000)
+        prev_end = 0
+        for item in text.split(", "):
+            lab, s, e = item.split()
+            s, e = int(s) * 100, int(e) * 100
+            b.annotation(f"PP:{stage}{lab}", prev_end, e - prev_end)  # torch's span: from the last action, waiting
+            b.pp(stage, lab[0], int(lab[1:]), s, e)
+            b.cpu_op("aten::mm", s, e - s)
+            prev_end = e
+        b.annotation(f"PP:({stage}F9;{stage}B9)OVERLAP_F_B", 1900, 50)
+        bs.append(b)
+    a = analyse(tmp_path, *bs)
+    p = a.pipeline
+    assert p is not None and p.microbatches == 4
+    for sb in p.stage_bubbles:
+        assert sb.measured == pytest.approx(0.2) and sb.replay == pytest.approx(0.2)
+    assert all(len(m.pipeline_actions) == 8 for m in a.ranks)
+
+
 # ------------------------------------------------------------------------------------------------ skew
 
 
