@@ -115,6 +115,12 @@ def _run(job: RankJob) -> RankOutput:
     )
 
 
+# Point-to-point transfers pair one sender with one receiver, in one direction: the n-th send of one rank
+# and the n-th send of another are unrelated, and a receiver waiting on its sender is the pipeline's
+# dependency, not a straggler. Skew is measured on collectives only.
+P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
+
+
 def _collectives(t, wins) -> Collectives:
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
@@ -122,6 +128,8 @@ def _collectives(t, wins) -> Collectives:
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
         kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
+        if kind in P2P_KINDS:
+            continue
         pg = pg_label(args)
         if args.get("Process Group Ranks"):
             pg = f"{pg}{args['Process Group Ranks']}"

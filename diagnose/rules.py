@@ -13,104 +13,10 @@ import statistics
 from diagnose.rules_base import (  # noqa: F401  (fmt, UNITS, pg_role re-exported for reports/)
     FP32_TO_BF16_SPEEDUP, LINK_BUSBW_GBPS, SEVERITIES, UNITS, Ctx, finding, fmt, gain_text, pg_role, severity_for,
     steps_where)
+from diagnose.rules_pipeline import pipeline_bubble, pipeline_imbalance
 
 
 # ---- the rules ----------------------------------------------------------------------------------------
-def pipeline_bubble(s: dict, c: Ctx) -> list[dict]:
-    """Bubble above the schedule formula or large -> more microbatches or a schedule with a smaller bubble."""
-    p = s.get("pipeline")
-    if not p or p["stages"] < 2 or not p.get("window_ms"):
-        return []
-    meas, theory, win, m = p["measured"], p["theory"], p["window_ms"], p["microbatches"]
-    if not (meas > theory + 0.05 or meas > 0.20):
-        return []
-    ref = p["replay"] if p.get("replay") is not None else theory
-    excess = max(0.0, meas - ref)  # comm waits / host overhead: assumed to stay after the change
-    busy = win * (1 - meas)
-    preds = p.get("predictions") or []
-    base = next((q["step_ms"] for q in preds if q["schedule"] == p["schedule"] and q["microbatches"] == m
-                 and q.get("step_ms")), p.get("replay_window_ms"))
-    limit = c.local_batch()
-    cands = []  # (new window, prediction, how)
-    for q in preds:
-        if (q["schedule"], q["microbatches"]) == (p["schedule"], m) or (limit and q["microbatches"] > limit):
-            continue
-        if q.get("step_ms") and base:
-            cands.append((win * q["step_ms"] / base, q, f"measured window × replayed pipeline time ratio "
-                          f"{fmt(q['step_ms'], 'ms')} / {fmt(base, 'ms')}"))
-        else:
-            b = min(0.95, q["bubble"] + excess)
-            cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
-                          "the replay"))
-    if not preds:
-        pp, v = p["stages"], max(1, p.get("stages_per_rank") or 1)
-        for sched, m2, vv in ((p["schedule"], 2 * m, v), (p["schedule"], 4 * m, v), ("interleaved1f1b", m, 2)):
-            if (limit and m2 > limit) or (sched, vv) == (p["schedule"], v) and m2 == m:
-                continue
-            b = (pp - 1) / (vv * m2 + pp - 1)
-            q = {"schedule": sched, "microbatches": m2, "bubble": b}
-            cands.append((busy / (1 - min(0.95, b + excess)), q, "formula (p−1)/(v·m+p−1), same busy time"))
-    cands = [x for x in cands if x[0] < win]
-    if not cands:
-        return []
-    best = min(cands, key=lambda x: x[0])
-    same = [x for x in cands if x[1]["schedule"] == p["schedule"]]
-    easy = min(same, key=lambda x: x[0]) if same else None
-    pick = easy if easy and (win - easy[0]) >= 0.7 * (win - best[0]) else best
-    new, q, how = pick
-    gain = win - new
-    act = _setting(p, q)
-    other = best if pick is not best else easy
-    if other is not None and other is not pick:
-        act += (f"; or {_setting(p, other[1])} (bubble {fmt(other[1]['bubble'], 'pct')}, window ≈ "
-                f"{fmt(other[0], 'ms')})")
-    worst = max(p["stage_bubbles"], key=lambda b: b["measured"]) if p.get("stage_bubbles") else None
-    ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p['schedule']} formula and "
-          f"{fmt(p.get('replay'), 'pct')} in the replay (p={p['stages']}, m={m}); pipeline window "
-          f"{fmt(win, 'ms')}")
-    if worst:
-        ev += f"; worst stage {worst['stage']} (rank {worst['rank']}) {fmt(worst['measured'], 'pct')}"
-    ranks = [b["rank"] for b in p.get("stage_bubbles") or [] if b["measured"] > b["theory"] + 0.05] or \
-        [b["rank"] for b in p.get("stage_bubbles") or []]
-    rsel = [r for r in c.ranks if r["rank"] in set(ranks)]
-    eg = gain_text(gain, win, f"bubble {fmt(ref, 'pct')} ({'replay' if p.get('replay') is not None else 'formula'}"
-                    f") → {fmt(q['bubble'], 'pct')} at {q['schedule']} m={q['microbatches']}; "
-                    f"window {fmt(win, 'ms')} → {fmt(new, 'ms')} ({how})")
-    return [finding("pipeline_bubble", severity_for(gain, win), "Pipeline bubble larger than needed", ev, ranks,
-                     steps_where(rsel), act, eg, gain, "pipeline.measured")]
-
-
-def _setting(p: dict, q: dict) -> str:
-    """The run options that turn the current pipeline into prediction `q`."""
-    parts = []
-    if q["schedule"] != p["schedule"]:
-        v = " (2 stages per rank)" if q["schedule"] in ("interleaved1f1b", "zbv", "dualpipev") else ""
-        parts.append(f"`--schedule {q['schedule']}`{v}")
-    if q["microbatches"] != p["microbatches"]:
-        parts.append(f"`--microbatches {q['microbatches']}`")
-    return " ".join(parts)
-
-
-def pipeline_imbalance(s: dict, c: Ctx) -> list[dict]:
-    """One stage much busier than the mean stage: the slowest stage sets the pace of the whole pipeline."""
-    p = s.get("pipeline")
-    if not p or p.get("imbalance") is None or p["imbalance"] <= 0.10 or not p.get("stage_bubbles"):
-        return []
-    sb = p["stage_bubbles"]
-    hi, lo = max(sb, key=lambda b: b["busy_ms"]), min(sb, key=lambda b: b["busy_ms"])
-    mean = statistics.fmean(b["busy_ms"] for b in sb)
-    gain = hi["busy_ms"] - mean
-    ev = (f"stage {hi['stage']} (rank {hi['rank']}) busy {fmt(hi['busy_ms'], 'ms')} per step vs mean "
-          f"{fmt(mean, 'ms')} (imbalance {fmt(p['imbalance'], 'pct')}); lightest stage {lo['stage']} "
-          f"{fmt(lo['busy_ms'], 'ms')}")
-    act = (f"move layers from stage {hi['stage']} to stage {lo['stage']} (the first and last stages also carry "
-           "the embedding and the output layer + loss: give them fewer transformer layers)")
-    eg = gain_text(gain, p["window_ms"], "slowest stage busy time → mean stage busy time")
-    return [finding("pipeline_imbalance", severity_for(gain, p["window_ms"]), "Pipeline stages unbalanced", ev,
-                     [hi["rank"]], steps_where([r for r in c.ranks if r["rank"] == hi["rank"]]), act, eg, gain,
-                     "pipeline.imbalance")]
-
-
 def _exposed_comm_rule(s: dict, c: Ctx, roles: tuple) -> tuple | None:
     """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %."""
     rows = []

@@ -590,6 +590,26 @@ def _skew_pair(shift_us=0, host1="host0"):
     return r0, r1
 
 
+def test_point_to_point_is_not_skew(tmp_path):
+    """A pipeline's sends and receives: the receiver waits on its sender by design, and the n-th send of one
+    rank has nothing to do with the n-th send of another. Only the allreduce is matched."""
+    r0 = TraceBuilder(rank=0, world_size=2, host_name="host0")
+    r1 = TraceBuilder(rank=1, world_size=2, host_name="host0")
+    for b, starts in ((r0, (100, 300, 500)), (r1, (400, 600, 800))):
+        b.step(1, 0, 1000)
+        for k, s in enumerate(starts):
+            for coll in ("send", "recv", "sendrecv"):
+                b.nccl(coll, s + 10 * ("send", "recv", "sendrecv").index(coll), 5, launch_at=10 + k, nelems=64,
+                       group_size=2, name=f"ncclDevKernel_SendRecv_{coll}(ncclDevKernelArgsStorage<4096ul>)")
+    r0.nccl("allreduce", 900, 50, launch_at=50, nelems=1024, group_size=2, pg_ranks=[0, 1])
+    r1.nccl("allreduce", 900, 50, launch_at=50, nelems=1024, group_size=2, pg_ranks=[0, 1])
+    a = analyse(tmp_path, r0, r1)
+    assert a.skew is not None and a.skew.matched == 1
+    assert [c.kind for c in a.skew.by_collective] == ["allreduce"]
+    assert a.skew.stragglers == [] and a.skew.last_arrivals == {}
+    assert {c.kind for c in a.ranks[0].comm_by_kind} >= {"send", "recv", "sendrecv"}  # still counted as comm
+
+
 def test_arrival_skew_and_last_arrival_straggler(tmp_path):
     a = analyse(tmp_path, *_skew_pair())
     sk = a.skew
