@@ -145,6 +145,21 @@ def test_pipeline_gain_from_formula_without_predictions():
     assert f["gain_ms"] == pytest.approx(win - busy_ms / (1 - (b + excess)), abs=1e-6)
 
 
+def test_zero_bubble_schedule_prediction_scales_the_replay():
+    """dualpipev's formula says 0 at any m; the prediction scales today's replayed bubble by m/m' instead."""
+    s = big_bubble(summary(pipeline=True))
+    p = s["pipeline"]
+    p.update(schedule="dualpipev", stages_per_rank=2, theory=0.0, predictions=[])
+    s["manifest"]["options"]["global_batch"] = None
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    m, win = p["microbatches"], p["window_ms"]
+    busy_ms = win * (1 - p["measured"])
+    excess = p["measured"] - p["replay"]
+    b = p["replay"] * m / (4 * m)  # 4m: the largest gain; interleaved v=2 at m is worse than any of these
+    assert f["gain_ms"] == pytest.approx(win - busy_ms / (1 - (b + excess)), abs=1e-6)
+    assert f"--microbatches {4 * m}" in f["action"]
+
+
 def test_microbatch_limit_respected():
     s = big_bubble(summary(pipeline=True))
     s["manifest"]["options"]["global_batch"] = 2 * 16  # dp=2 -> 16 sequences per replica: m <= 16
