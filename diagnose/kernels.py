@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from diagnose.classify import prefiltered
 from diagnose.overlap import NS_PER_MS, in_windows
 from diagnose.results import Hints, KernelStat
 from diagnose.steps import Window
@@ -15,6 +16,8 @@ from diagnose.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
 FP32_GEMM_RE = re.compile(r"sgemm|gemm.*(_f32_|float_float)|cutlass.*simt.*sgemm", re.I)
 GEMM_RE = re.compile(r"gemm|matmul|cutlass|xmma|cublas|Cijk_", re.I)
 DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
+is_fp32_gemm = prefiltered(FP32_GEMM_RE, "gemm")
+is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")
 
 
 def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> list[KernelStat]:
@@ -63,9 +66,9 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
     comp = in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins)
     if comp.any():
         total = float(t.dur[comp].sum())
-        fp32_mask = t.name_mask(FP32_GEMM_RE.search, comp)
+        fp32_mask = t.name_mask(is_fp32_gemm, comp)
         fp32 = float(t.dur[fp32_mask].sum()) / total if total else None
-    dl = in_windows(t, t.name_mask(DATALOADER_RE.search, t.stream < 0), wins)
+    dl = in_windows(t, t.name_mask(is_dataloader, t.stream < 0), wins)
     dl_frac = None
     if step_ms > 0 and wins:
         from diagnose import intervals as iv

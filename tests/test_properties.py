@@ -315,3 +315,23 @@ def structured_traces(draw):
 @example(data=b'{"traceEvents":[{"ph":"X","ts":false,"name":"a","dur":[null,null]}]}')
 def test_parser_structured_garbage(data):
     _parse_only_trace_errors(data, "structured.json")
+
+
+# The substring prefilters in front of the classification regexes must never change an answer.
+_NAME_PARTS = st.sampled_from(["Memcpy", "memcpy", "hipMemcpy", "dma", "CopyDeviceToHost", "Memset", "FillBuffer",
+                               "Sync", "sync", "cudaDeviceSynchronize", "Event Sync", "Stream Wait", "STREAM WAIT",
+                               "c10d::", "_c10d_functional::", "record_param_comms", "nccl:", "gloo:",
+                               "torch.distributed", "ProcessGroup", "aten::wait", "wait_tensor", "_dtensor::",
+                               "sgemm", "GEMM", "_f32_", "float_float", "cutlass", "simt", "DataLoader",
+                               "dataloader", "__next__", "void", "<", ">", " ", "::", "x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_NAME_PARTS | st.text(max_size=6), max_size=8).map("".join))
+def test_prefiltered_regexes_answer_as_the_regex(name):
+    from diagnose import classify, kernels
+
+    for pred, rx in ((classify.is_memcpy, classify.MEMCPY_RE), (classify.is_memset, classify.MEMSET_RE),
+                     (classify.is_sync_kernel, classify.SYNC_KERNEL_RE), (classify.is_host_comm, classify.HOST_COMM_RE),
+                     (kernels.is_fp32_gemm, kernels.FP32_GEMM_RE), (kernels.is_dataloader, kernels.DATALOADER_RE)):
+        assert pred(name) == (rx.search(name) is not None), (rx.pattern, name)
