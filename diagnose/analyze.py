@@ -7,6 +7,7 @@ rather than guessed; every good rank is analysed whatever its neighbours look li
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -109,6 +110,8 @@ def _run_all(jobs: list[RankJob], n_workers: int, progress: bool) -> list[RankOu
     n = len(jobs)
     show = progress and sys.stderr.isatty()
     sizes = [_file_size(j.path) for j in jobs]
+    if n == 1 and n_workers > 1:  # one rank: its parse is split across the cores instead (split_parse.py)
+        jobs = [dataclasses.replace(jobs[0], helpers=n_workers)]
     n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
     order = sorted(range(n), key=lambda k: -sizes[k])
 

@@ -231,15 +231,29 @@ def _cat(parts: list[dict], key: str, dtype) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- RankTrace
-def load_trace(path: str) -> RankTrace:
+SPLIT_MIN_BYTES = 8 << 20  # on disk (~80 MB of JSON): below this, helpers cost about what they save
+
+
+def load_trace(path: str, helpers: int = 0) -> RankTrace:
     """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it).
 
+    With helpers > 1, a file over SPLIT_MIN_BYTES is parsed by that many forked processes (split_parse.py).
     With LLMDIAG_CACHE_DIR set, a file parsed before (same path, size and mtime) is read from there (cache.py).
     """
     cache_dir = cache.directory()
     if cache_dir and (t := cache.load(path, cache_dir)) is not None:
         return t
-    t = _parse(path)
+    t = None
+    if helpers > 1 and file_size(path) >= SPLIT_MIN_BYTES:
+        from diagnose.split_parse import parse_split
+
+        if (got := parse_split(path, helpers)) is not None:
+            cols, header, nbytes, replaced = got
+            t = _build(path, header, cols, nbytes)
+            if replaced:
+                t.warnings.append(f"{replaced} invalid UTF-8 sequence(s) in the trace were replaced by U+FFFD")
+    if t is None:
+        t = _parse(path)
     if cache_dir:
         cache.store(t, cache_dir)
     return t
@@ -300,7 +314,27 @@ def _times(cols: _Columns, warnings: list[str]):
     return ts, dur, keep, origin
 
 
+def _renumber_threads(cols: _Columns) -> None:
+    """Thread ids in order of first appearance among complete events, then memory events. Interning sees
+    each piece's memory events before its complete ones, so without this the numbering would depend on
+    where pieces were cut (serial and split parses cut differently)."""
+    seen = [p["thread"] for p in cols.parts] + [p["thread"] for p in cols.mem_parts]
+    if not seen or not cols.threads:
+        return
+    ids = np.concatenate(seen)
+    first = np.full(len(cols.threads), len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    order = np.argsort(first, kind="stable")  # old ids, in new order
+    new = np.empty(len(order), np.int32)
+    new[order] = np.arange(len(order), dtype=np.int32)
+    keys = list(cols.threads)
+    cols.threads = {keys[k]: i for i, k in enumerate(order.tolist())}
+    for p in cols.parts + cols.mem_parts:
+        p["thread"] = new[p["thread"]]
+
+
 def _build(path: str, header: dict, cols: _Columns, nbytes: int) -> RankTrace:
+    _renumber_threads(cols)
     warnings: list[str] = []
     if cols.bad:
         warnings.append(f"{cols.bad} trace events are not JSON objects and were ignored")

@@ -33,6 +33,7 @@ class RankJob:
     stage_hint: int | None = None
     cpu_capacity: int | None = None
     top_k: int = 20
+    helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
 
 
 @dataclass
@@ -66,7 +67,7 @@ def run_job(job: RankJob) -> RankOutput:
 
 
 def _run(job: RankJob) -> RankOutput:
-    t = load_trace(job.path)
+    t = load_trace(job.path, job.helpers)
     classify(t, job.comm_regex)
     wins, warns = windows(t, job.exclude_last_step)
     if not wins:

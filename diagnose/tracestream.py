@@ -33,6 +33,7 @@ except ImportError:  # an optional speed-up (a wheel for common platforms); zlib
 _ZLIB_ERRORS = (zlib.error, _zlib.error)
 
 CHUNK_BYTES = 1 << 20  # decompressed bytes parsed at a time: small pieces stay in cache and keep memory low
+RAW_CHUNK_FACTOR = 4  # raw pieces (split_parse.py) are this many CHUNK_BYTES
 READ_BYTES = 1 << 20  # compressed bytes read at a time
 HEAD_LIMIT = 64 << 20  # `"traceEvents": [` must start within this many bytes, or the file is parsed whole
 NO_CUT_LIMIT = 64 << 20  # this much text without an event boundary is malformed, not one huge event
@@ -141,12 +142,15 @@ def blocks(path: str):
 class Stream:
     """One file's events, piece by piece (`pieces()`), then `header`, `nbytes` and `replaced`."""
 
-    def __init__(self, path: str, fast=None, fast_errors: tuple = ()):
+    def __init__(self, path: str, fast=None, fast_errors: tuple = (), raw: bool = False):
         self.path = path
         self.fast, self.fast_errors = fast, fast_errors  # an optional typed decoder (fastjson.py)
         self.header: dict = {}
         self.nbytes = 0
         self.replaced = 0  # invalid UTF-8 sequences replaced by U+FFFD
+        self.raw = raw  # pieces as bytes, cut at the last boundary without parsing (split_parse.py)
+        # Raw pieces travel to another process: larger ones keep the per-piece costs there small.
+        self.chunk = CHUNK_BYTES * (RAW_CHUNK_FACTOR if raw else 1)
 
     def loads(self, data):
         """orjson.loads; invalid UTF-8 is replaced by U+FFFD (and counted) rather than fatal."""
@@ -162,7 +166,11 @@ class Stream:
 
     def _array(self, buf: bytearray, stop: int, start: int = 0):
         """buf[start:stop] (a `[` and events separated by commas) parsed as one JSON array, in place: the byte
-        at `stop` becomes `]` for the parse (no copy of the piece), then is put back."""
+        at `stop` becomes `]` for the parse (no copy of the piece), then is put back. In raw mode, the
+        piece's bytes with that `]`, unparsed."""
+        if self.raw:
+            with memoryview(buf) as whole, whole[start:stop] as piece:
+                return b"".join((piece, b"]"))  # one copy
         saved, buf[stop] = buf[stop], 0x5D
         try:
             with memoryview(buf) as whole, whole[start : stop + 1] as piece:
@@ -200,7 +208,7 @@ class Stream:
                 buf += b
                 total += len(b)
                 at = 0  # buf[at] is the `[` opening the next piece
-                while len(buf) - at >= CHUNK_BYTES:
+                while len(buf) - at >= self.chunk:
                     cut, events = self._cut(buf, at)
                     if not cut:
                         break
@@ -224,10 +232,12 @@ class Stream:
             src.close()
 
     def _cut(self, buf: bytearray, at: int) -> tuple[int, list]:
-        """Events of buf[at:] up to the last event boundary within CHUNK_BYTES (else within all of it), and
+        """Events of buf[at:] up to the last event boundary within self.chunk (else within all of it), and
         where the rest starts (0: no boundary parses)."""
-        for end in (at + CHUNK_BYTES, len(buf)):
-            for stop, rest in self._boundaries(buf, at, end):
+        for end in (at + self.chunk, len(buf)):
+            for stop, rest in self._boundaries(buf, at, end, 64 if self.raw else 4):  # raw: no parse per try
+                if self.raw and bytes(buf[rest : rest + 64]).lstrip()[:1] != b"{":
+                    continue  # unparsed, so at least an object must follow (kernel names hold `}, `)
                 try:
                     return rest, self._array(buf, stop, at)
                 except orjson.JSONDecodeError:
@@ -235,18 +245,18 @@ class Stream:
         return 0, []  # keep the bytes; the next cut or the end takes them
 
     @staticmethod
-    def _boundaries(buf: bytearray, at: int, end: int):
+    def _boundaries(buf: bytearray, at: int, end: int, tries: int = 4):
         """(end of an event, start of the next) in buf[at:end], last first: `},` (any writer without spaces
         there), else `}` whitespace `,` near the end."""
         found = False
-        for _ in range(4):
+        for _ in range(tries):
             pos = buf.rfind(b"},", at, end)
             if pos < 0:
                 break
             found, end = True, pos
             yield pos + 1, pos + 2
         if not found:
-            for m in list(_SEP.finditer(buf, max(at, end - max(2 * CHUNK_BYTES, 1 << 16)), end))[-4:][::-1]:
+            for m in list(_SEP.finditer(buf, max(at, end - max(2 * CHUNK_BYTES, 1 << 16)), end))[-tries:][::-1]:
                 yield m.start() + 1, m.end()
 
     def _finish(self, prefix: bytes | None, buf: bytearray) -> tuple[list, dict]:

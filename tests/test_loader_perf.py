@@ -211,3 +211,68 @@ def test_dict_view_fast_path_is_taken():
     cols = _Columns()
     cols.add(rich().events)
     assert cols.bad == 0 and cols.n > 0
+
+
+# ------------------------------------------------------------------------------- one file, several processes
+def _refuse(piece):  # module level: the helpers get it by name
+    from diagnose import split_parse
+
+    raise split_parse._BadPiece
+
+
+@pytest.fixture
+def split_always(monkeypatch):
+    from diagnose import loader
+
+    monkeypatch.setattr(loader, "SPLIT_MIN_BYTES", 0)
+
+
+@pytest.mark.parametrize("layout", ["compact", "pretty", "array-first", "space-before-comma"])
+@pytest.mark.parametrize("chunk", [64, 300, 4096])
+def test_split_parse_equals_one_process(tmp_path, tiny_chunks, backend, split_always, layout, chunk):
+    """Raw pieces decoded by forked helpers and merged (split_parse.py) give the serial columns exactly,
+    including names holding `}, ` and `},{` that a raw cut must not split at (or must fall back from)."""
+    b = rich()
+    b.kernel("void k<{lambda()#1}, at::A<2>, {x}>(X),{\"ph\": \"X\"}", 2500, 5, stream=7)
+    path = tmp_path / "rank0.json"
+    path.write_bytes(layouts(b)[layout])
+    serial = load_trace(str(path))
+    tiny_chunks(chunk, read=7)
+    same(load_trace(str(path), helpers=2), serial)  # split, or (a cut inside those names) its fallback
+
+
+def test_split_parse_of_a_generated_rank_and_its_fallback(tmp_path, tiny_chunks, split_always, monkeypatch):
+    from benchmarks.generate import write_rank
+    from diagnose import split_parse
+
+    path = str(tmp_path / "rank0.pt.trace.json.gz")
+    write_rank(path, 0, 2, 400_000, steps=2)
+    serial = load_trace(path)
+    tiny_chunks(4096)
+    assert split_parse.parse_split(path, 2) is not None
+    same(load_trace(path, helpers=2), serial)
+
+    monkeypatch.setattr(split_parse, "_decode", _refuse)  # a cut inside a string: the serial parse takes over
+    assert split_parse.parse_split(path, 2) is None
+    same(load_trace(path, helpers=2), serial)
+
+
+def test_split_parse_bad_input_reads_as_serial(tmp_path, tiny_chunks, split_always):
+    """Invalid UTF-8 is replaced and counted the same way; a truncated file gives the serial error."""
+    from benchmarks.generate import write_rank
+
+    raw = orjson.dumps(rich().to_dict()).replace(b"void gemm_kernel<float>()", b"void gemm_\xe4\xb8kernel\xff<float>()")
+    (tmp_path / "t.json").write_bytes(raw)
+    tiny_chunks(300)
+    serial = load_trace(str(tmp_path / "t.json"))
+    same(load_trace(str(tmp_path / "t.json"), helpers=2), serial)
+    assert any("UTF-8" in w for w in serial.warnings)
+    path = str(tmp_path / "rank0.pt.trace.json.gz")
+    write_rank(path, 0, 2, 200_000, steps=2)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    with pytest.raises(TraceError) as serial_err:
+        load_trace(path)
+    with pytest.raises(TraceError) as split_err:
+        load_trace(path, helpers=2)
+    assert str(split_err.value) == str(serial_err.value)
