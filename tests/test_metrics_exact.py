@@ -520,20 +520,33 @@ def test_predict_replay_matches_formula_for_uniform_stages():
                 assert b == pytest.approx((p - 1) / (m + p - 1))
 
 
-def test_pipeline_end_to_end_from_pp_labels(tmp_path):
-    """Two CPU ranks with PP:{stage}{F|B}{mb} labels; stages from the mesh_pp group of pg_config."""
+def _one_f_one_b_ranks(torch_spans: bool = False) -> list[TraceBuilder]:
+    """Two CPU ranks running ONE_F_ONE_B_P2 with PP:{stage}{F|B}{mb} labels around the compute; stages from
+    the mesh_pp group of pg_config. torch_spans: also torch's runtime spans, each from the previous action's
+    end (the input wait) to its own end, around ours, plus an OVERLAP_F_B pair label."""
     pgs = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]},
            {"pg_name": "1", "pg_desc": "mesh_pp", "pg_size": 2, "ranks": [0, 1]}]
     bs = []
     for stage, text in ONE_F_ONE_B_P2.items():
         b = TraceBuilder(rank=stage, world_size=2, backend="gloo", pg_config=pgs)
         b.step(1, 0, 2000)
+        prev_end = 0
         for item in text.split(", "):
             lab, s, e = item.split()
-            b.pp(stage, lab[0], int(lab[1:]), int(s) * 100, int(e) * 100)
-            b.cpu_op("aten::mm", int(s) * 100, (int(e) - int(s)) * 100)
+            s, e = int(s) * 100, int(e) * 100
+            if torch_spans:
+                b.annotation(f"PP:{stage}{lab}", prev_end, e - prev_end)
+            b.pp(stage, lab[0], int(lab[1:]), s, e)
+            b.cpu_op("aten::mm", s, e - s)
+            prev_end = e
+        if torch_spans:
+            b.annotation(f"PP:({stage}F9;{stage}B9)OVERLAP_F_B", 1900, 50)
         bs.append(b)
-    a = analyse(tmp_path, *bs)
+    return bs
+
+
+def test_pipeline_end_to_end_from_pp_labels(tmp_path):
+    a = analyse(tmp_path, *_one_f_one_b_ranks())
     p = a.pipeline
     assert p is not None
     assert p.schedule == "1f1b" and p.stages == 2 and p.microbatches == 4
@@ -551,23 +564,7 @@ def test_pipeline_runtime_spans_with_waits_give_way_to_inner_compute_labels(tmp_
     """torch's runtime schedules label `PP:0F1` around the input wait and the compute; llmdiag's runs nest an
     equal label around the compute alone. The inner one is the action: the answer is the plain case's 0.2,
     where the outer spans would have hidden the waits (and an unparsed OVERLAP_F_B pair changes nothing)."""
-    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]},
-           {"pg_name": "1", "pg_desc": "mesh_pp", "pg_size": 2, "ranks": [0, 1]}]
-    bs = []
-    for stage, text in ONE_F_ONE_B_P2.items():
-        b = TraceBuilder(rank=stage, world_size=2, backend="gloo", pg_config=pgs)
-        b.step(1, 0, 2000)
-        prev_end = 0
-        for item in text.split(", "):
-            lab, s, e = item.split()
-            s, e = int(s) * 100, int(e) * 100
-            b.annotation(f"PP:{stage}{lab}", prev_end, e - prev_end)  # torch's span: from the last action, waiting
-            b.pp(stage, lab[0], int(lab[1:]), s, e)
-            b.cpu_op("aten::mm", s, e - s)
-            prev_end = e
-        b.annotation(f"PP:({stage}F9;{stage}B9)OVERLAP_F_B", 1900, 50)
-        bs.append(b)
-    a = analyse(tmp_path, *bs)
+    a = analyse(tmp_path, *_one_f_one_b_ranks(torch_spans=True))
     p = a.pipeline
     assert p is not None and p.microbatches == 4
     for sb in p.stage_bubbles:
