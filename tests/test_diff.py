@@ -85,7 +85,6 @@ def test_cli_diff_writes_html_and_json(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(HTA), reason="shared real-trace fixtures not present")
 def test_real_traces_2rank_vs_16rank():
-    pytest.importorskip("diagnose.analyze")
     from diagnose.load_summary import load_side
 
     a = load_side(os.path.join(HTA, "nccl_data.json.gz"))
