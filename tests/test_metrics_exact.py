@@ -19,7 +19,7 @@ from diagnose.overlap import busbw_factor
 from diagnose.pipeline import Action, theory_bubble
 from diagnose.replay import predict
 from diagnose.trace import COMM, COMPUTE, SYNC
-from tests.builder import GLOO_TID, MAIN_TID, TraceBuilder, cpu_rank, gpu_rank
+from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank
 
 EPS = 1e-9  # ms: far below one ns
 
