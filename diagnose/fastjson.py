@@ -38,6 +38,7 @@ COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "Input Dims")
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
+assert COMM_FIELDS[-1] == "Input Dims"  # StructView.comm decodes the last value, kept raw, on demand
 _COMM_GET = attrgetter(*(a for _, a in _COMM_ATTRS))
 _COMM_CACHE: dict = {}
 
