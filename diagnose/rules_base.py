@@ -33,6 +33,13 @@ def fmt(x, unit: str = "num", suffix: bool = True) -> str:
 
 # ---- shared facts -------------------------------------------------------------------------------------
 SEVERITIES = ("high", "medium", "low")
+
+
+def headline_order(findings: list[dict]) -> list[int]:
+    """Indexes of `findings` as headlines show them (report cards, terminal): high severity first, then
+    expected gain, then the findings' own order."""
+    return sorted(range(len(findings)), key=lambda i: (
+        SEVERITIES.index(findings[i]["severity"]), -(findings[i]["gain_ms"] or 0.0), i))
 DP_KINDS = ("allreduce", "reducescatter", "allgather")
 # Achievable intra-node NVLink bus bandwidth (nccl-tests all-reduce busbw), GB/s, by device-name substring.
 # PCIe parts and unknown devices are absent on purpose: the low-bandwidth rule stays silent for them.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from diagnose.rules_base import headline_order
+
 MAX_ROWS = 16
 
 
@@ -96,7 +98,8 @@ def render(s: dict) -> str:
 
     if s.get("findings"):
         lines = [f"  [{f['severity']}] {f['title']}\n      evidence: {f['evidence']}\n      action: {f['action']}"
-                 f"\n      expected gain: {f['expected_gain']}" for f in s["findings"][:5]]
+                 f"\n      expected gain: {f['expected_gain']}"
+                 for f in (s["findings"][i] for i in headline_order(s["findings"])[:5])]
         parts.append("\nRecommendations\n" + "\n".join(lines))
     issues = s.get("issues") or []
     if issues:

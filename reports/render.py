@@ -71,9 +71,7 @@ def render_html(summary: dict) -> str:
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
     }
-    order = sorted(range(len(s["findings"])), key=lambda i: (
-        rules.SEVERITIES.index(s["findings"][i]["severity"]), -(s["findings"][i]["gain_ms"] or 0.0), i))
-    top = [(i, s["findings"][i]) for i in order[:3]]  # headline: high severity first, then expected gain
+    top = [(i, s["findings"][i]) for i in rules.headline_order(s["findings"])[:3]]
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(
         **ctx, figs=figs, glossary=GLOSSARY, findings=s["findings"], top=top, script=Markup(SORT_JS),
