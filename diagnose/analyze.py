@@ -20,6 +20,7 @@ from diagnose import __version__
 from diagnose.bubbles import analyse_pipeline
 from diagnose.discover import discover, manifest_rank_of, rank_from_name
 from diagnose.errors import LlmdiagError
+from diagnose.loader import file_size
 from diagnose.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.rank_metrics import RankJob, RankOutput, default_jobs, run_job
 from diagnose.results import Aggregate, Analysis, Issue, PipelineAction
@@ -97,19 +98,12 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
 MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
 
 
-def _file_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0  # the worker reports why
-
-
 def _run_all(jobs: list[RankJob], n_workers: int, progress: bool) -> list[RankOutput]:
     """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
     end; small inputs run in this process (forking workers would cost more than the parse)."""
     n = len(jobs)
     show = progress and sys.stderr.isatty()
-    sizes = [_file_size(j.path) for j in jobs]
+    sizes = [file_size(j.path) for j in jobs]
     if n == 1 and n_workers > 1:  # one rank: its parse is split across the cores instead (split_parse.py)
         jobs = [dataclasses.replace(jobs[0], helpers=n_workers)]
     n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
@@ -240,7 +234,7 @@ def _can_match(records: dict, layout: dict | None) -> bool:
 def _pipeline(good, man, offset, hosts, shift_ns):
     acts = {}
     for o in good:
-        sh = offset[o.rank] + int(shift_ns.get(hosts.get(o.rank, ""), 0))
+        sh = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py made them
         acts[o.rank] = [type(a)(a.step, a.stage, a.kind, a.mb, a.start + sh, a.end + sh) for a in o.actions]
     with_actions = [r for r, a in acts.items() if a]
     if not with_actions:

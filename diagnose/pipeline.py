@@ -43,7 +43,7 @@ def extract_actions(t: RankTrace, wins: list[Window], stage_hint: int | None) ->
     if not parsed:
         return []
     if any(p[0] is not None for p in parsed.values()):
-        # torch's GPipe/1F1B also write `Forward i` around recv + compute: the PP: labels are the compute.
+        # torch's GPipe also writes `Forward i` around recv + compute: prefer the PP: labels.
         parsed = {i: p for i, p in parsed.items() if p[0] is not None}
     idx = np.flatnonzero(np.isin(t.name, list(parsed)))
     # Prefer device-side spans (gpu_user_annotation) where the trace has them.

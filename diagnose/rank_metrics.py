@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.classify import classify, collective_kind
+from diagnose.classify import P2P_KINDS, classify, collective_kind
 from diagnose.errors import TraceError
 from diagnose.kernels import hints, top_kernels
 from diagnose.layout import pg_sizes
@@ -116,10 +116,8 @@ def _run(job: RankJob) -> RankOutput:
     )
 
 
-# Point-to-point transfers pair one sender with one receiver, in one direction: the n-th send of one rank
-# and the n-th send of another are unrelated, and a receiver waiting on its sender is the pipeline's
-# dependency, not a straggler. Skew is measured on collectives only.
-P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
+# Skew is measured on collectives only: the n-th send of one rank and the n-th send of another are unrelated,
+# and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
 
 
 def _collectives(t, wins) -> Collectives:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import statistics
 
+from diagnose.classify import P2P_KINDS
+
 # ---- number formats (shared with reports/) ------------------------------------------------------------
 # unit -> (scale, decimals, suffix). One table so every printed number rounds the same way.
 UNITS = {
@@ -68,7 +70,7 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
     for tok in re.split(r"[^a-z0-9]+", (pg or "").lower()):
         if tok in _ROLE_TOKENS:
             return _ROLE_TOKENS[tok]
-    if kind in ("send", "recv", "sendrecv"):
+    if kind in P2P_KINDS:
         return "pp"
     lay = {k: int((layout or {}).get(k) or 1) for k in ("dp", "fsdp", "tp", "pp", "cp")}
     role = {"dp": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}

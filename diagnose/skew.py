@@ -8,7 +8,7 @@ median difference of matched completion times against the first host, before ske
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
 

@@ -36,10 +36,10 @@ GLOSSARY = {
     "algbw": ("Algorithm bandwidth", "Message bytes (nelems × dtype size) / op duration, over ops of known size."),
     "busbw": ("Bus bandwidth", "algbw × 2(n−1)/n for all-reduce, (n−1)/n for all-gather, reduce-scatter and "
               "all-to-all, 1 otherwise (nccl-tests convention); comparable with the link peak."),
-    "skew": ("Arrival skew", "Collectives matched across ranks by process group and sequence number: latest start − "
-             "earliest start. Transfer time: the shortest duration among the ranks."),
-    "straggler": ("Straggler", "The rank that arrives last at collectives most often, or whose compute per step "
-                  "exceeds the median by more than 5 %."),
+    "skew": ("Arrival skew", "Collectives matched across ranks by process group, kind and ordinal (send/recv are not "
+             "matched): latest start − earliest start. Transfer time: the shortest duration among the ranks."),
+    "straggler": ("Straggler", "The rank that arrives last in at least half of ≥ 3 matched collectives, or whose "
+                  "compute per step exceeds the median by more than 5 %."),
     "tokens_per_s": ("Tokens/s", "Tokens per optimizer step (all data-parallel replicas) / mean step time."),
     "mfu": ("MFU", "Achieved FLOP/s per device / the device's dense bf16 peak (known for GPUs only). Model "
             "FLOPs per step = 6·N·tokens + 12·layers·hidden·seq·tokens (PaLM's convention)."),
