@@ -209,3 +209,12 @@ def test_print_slurm_writes_a_valid_multi_node_script(tmp_path, args, nodes, per
     path = tmp_path / "job.sbatch"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_print_slurm_refuses_nodes_that_do_not_divide_the_world():
+    """12 ranks on nodes of 8 would start 16 ranks, and every node's plan would refuse them: say so at once."""
+    proc = subprocess.run([sys.executable, "-m", "diagnose.cli", "run", "--workload", "dp3tp4", "--nproc-per-node",
+                           "8", "--print-slurm"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    (line,) = proc.stderr.strip().splitlines()
+    assert "12 ranks" in line and "nodes of 8" in line and "Traceback" not in proc.stderr

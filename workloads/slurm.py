@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shlex
 
+from diagnose.errors import LlmdiagError
 from workloads.options import RunOptions
 
 _FLAGS_NOT_FORWARDED = ("--out", "--device")
@@ -18,7 +19,10 @@ _FLAGS_NOT_FORWARDED = ("--out", "--device")
 def sbatch_script(opts: RunOptions, *, nproc_per_node: int, timeout: float) -> str:
     world = opts.plan().layout.world_size
     gpn = min(nproc_per_node, world)
-    nodes = math.ceil(world / gpn)
+    if world % gpn:  # every node runs gpn ranks: a remainder would make each node's plan refuse the world size
+        raise LlmdiagError(f"--print-slurm: {opts.workload} needs {world} ranks, which nodes of {gpn} do not divide",
+                           hint="pass --nproc-per-node with a divisor of the world size")
+    nodes = world // gpn
     minutes = math.ceil(timeout / 60) + 10
     argv = opts.to_argv()
     kept = []
