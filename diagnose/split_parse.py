@@ -99,7 +99,7 @@ def parse_split(path: str, helpers: int):
     except (Whole, Malformed, _BadPiece, BrokenProcessPool, OSError):  # OSError: no fork (memory, limits)
         return None
     header = stream.header if isinstance(stream.header, dict) else {}
-    return cols, header, stream.nbytes, replaced
+    return cols, header, stream.nbytes, replaced + stream.replaced  # the helpers' pieces and this header
 
 
 def _take(cols, fut) -> int:

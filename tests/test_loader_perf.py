@@ -264,6 +264,11 @@ def test_split_parse_bad_input_reads_as_serial(tmp_path, tiny_chunks, split_alwa
     serial = load_trace(str(tmp_path / "t.json"))
     same(load_trace(str(tmp_path / "t.json"), helpers=2), serial)
     assert any("UTF-8" in w for w in serial.warnings)
+    head = orjson.dumps(rich().to_dict()).replace(b'"H100"', b'"H1\xff00"')  # in the header, parsed by this process
+    (tmp_path / "h.json").write_bytes(head)
+    serial = load_trace(str(tmp_path / "h.json"))
+    same(load_trace(str(tmp_path / "h.json"), helpers=2), serial)
+    assert any("UTF-8" in w for w in serial.warnings)
     path = str(tmp_path / "rank0.pt.trace.json.gz")
     write_rank(path, 0, 2, 200_000, steps=2)
     data = open(path, "rb").read()
