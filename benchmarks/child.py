@@ -22,7 +22,7 @@ def _cpu() -> float:
 
 
 def _llmdiag(spec: dict) -> dict:
-    from diagnose import fastjson
+    from diagnose.io import fastjson
     from diagnose.analyze import analyze_path
 
 
@@ -61,7 +61,7 @@ def _orjson(spec: dict) -> dict:
 
     import orjson
 
-    from diagnose.loader import read_bytes
+    from diagnose.io.loader import read_bytes
 
     wall = cpu = 0.0
     for p in spec["files"]:
@@ -77,7 +77,7 @@ def _orjson(spec: dict) -> dict:
 
 def _idle_worker(args) -> int:
     path, hold = args
-    from diagnose.rank_metrics import RankJob, run_job
+    from diagnose.metrics.per_rank import RankJob, run_job
 
     run_job(RankJob(path))  # the modules an analysis loads, loaded
     time.sleep(hold)  # alive long enough for the sampler to see every worker at once
@@ -87,7 +87,7 @@ def _idle_worker(args) -> int:
 def _idle(spec: dict) -> dict:
     """The tree an analysis costs before its traces do: this process with the analysis modules loaded, plus
     `jobs` forked workers in the same state, all held alive for `hold` seconds."""
-    from diagnose.rank_metrics import RankJob, run_job
+    from diagnose.metrics.per_rank import RankJob, run_job
 
     t0 = time.perf_counter()
     run_job(RankJob(spec["path"]))

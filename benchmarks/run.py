@@ -83,7 +83,7 @@ def measure(tool: str, spec: dict, repeats: int, timeout: float) -> dict:
 
 def decompressed_sizes(files: list[str]) -> list[int]:
     """Streamed, not held: this process's RSS is inherited by the children's ru_maxrss across exec."""
-    from diagnose.tracestream import blocks
+    from diagnose.io.stream import blocks
 
     return [sum(map(len, blocks(f))) for f in files]
 
@@ -223,7 +223,7 @@ def main(argv=None) -> None:
     os.makedirs(a.out, exist_ok=True)
     if a.parser == "orjson":
         os.environ["LLMDIAG_PARSER"] = "orjson"  # inherited by every child
-    from diagnose import fastjson
+    from diagnose.io import fastjson
 
     parser = "msgspec" if fastjson.decoder() else "orjson (pip install msgspec for the typed decoder)"
     print(f"mode {mode}: {len(cases)} cases, jobs {a.jobs}, repeats {a.repeats} (baselines {a.baseline_repeats}), "

@@ -17,14 +17,14 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from diagnose import __version__
-from diagnose.bubbles import analyse_pipeline
-from diagnose.discover import discover, manifest_rank_of, rank_from_name
+from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.io.discover import discover, manifest_rank_of, rank_from_name
 from diagnose.errors import LlmdiagError
-from diagnose.loader import file_size
-from diagnose.layout import DIMS, layout_from_pg, pipeline_groups
-from diagnose.rank_metrics import RankJob, RankOutput, default_jobs, run_job
-from diagnose.results import Aggregate, Analysis, Issue, PipelineAction
-from diagnose.skew import skew
+from diagnose.io.loader import file_size
+from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
+from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
+from diagnose.model.analysis import Aggregate, Analysis, Issue, PipelineAction
+from diagnose.metrics.skew import skew
 
 NS_PER_MS = 1e6
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from jinja2 import Undefined
 from markupsafe import Markup
 
-from diagnose.rules_base import LINK_BUSBW_GBPS, fmt, pg_role
+from diagnose.rules.base import LINK_BUSBW_GBPS, fmt, pg_role
 
 MAX_RANKS = 32
 MAX_MEMORY_SERIES = 8

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from diagnose.compare import fmt, fmt_change
+from diagnose.gate.diff import fmt, fmt_change
 
 TEMPLATES = Path(__file__).parent / "templates"
 

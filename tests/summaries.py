@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from diagnose.results import (Aggregate, Analysis, CollectiveSkew, CommGroupStats, Hints, Issue, KernelStat,
+from diagnose.model.analysis import (Aggregate, Analysis, CollectiveSkew, CommGroupStats, Hints, Issue, KernelStat,
                               MemoryStat, PipelineAction, PipelinePrediction, PipelineResult, RankMetrics,
                               SkewResult, StageBubble, StepBreakdown)
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from diagnose.analyze import analyze_path
-from diagnose.pipeline import theory_bubble
+from diagnose.metrics.pipeline_actions import theory_bubble
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ PP_MODEL = ("--hidden", "256", "--seq-len", "128", "--batch", "16")
 
 
 def run_workload(out: str, workload: str, *args: str) -> str:
-    cmd = [sys.executable, "-m", "diagnose.cli", "run", "--workload", workload, "--out", out, *args]
+    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return out

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.compare import compare, render_text
+from diagnose.gate.diff import compare, render_text
 from reports.diff_render import render_diff_html
 from tests.test_gate import make_pipeline, make_summary
 
@@ -69,7 +69,7 @@ def test_html_is_escaped_and_self_contained():
 
 
 def test_cli_diff_writes_html_and_json(tmp_path):
-    from diagnose.cli_gate import diff
+    from diagnose.cli.gate import diff
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_bytes(orjson.dumps(make_summary(n=2)))
@@ -85,7 +85,7 @@ def test_cli_diff_writes_html_and_json(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(HTA), reason="shared real-trace fixtures not present")
 def test_real_traces_2rank_vs_16rank():
-    from diagnose.load_summary import load_side
+    from diagnose.gate.sides import load_side
 
     a = load_side(os.path.join(HTA, "nccl_data.json.gz"))
     b = load_side(os.path.join(HTA, "a100_16rank_alltoall_rank0.json.gz"))

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate import METRICS, Gate, evaluate, parse_limit
-from diagnose.gate_config import parse_config
-from diagnose.gate_format import github_annotations
-from diagnose.junit import to_junit
-from diagnose.results import (
+from diagnose.gate.verdict import METRICS, Gate, evaluate, parse_limit
+from diagnose.gate.config import parse_config
+from diagnose.gate.format import github_annotations
+from diagnose.gate.junit import to_junit
+from diagnose.model.analysis import (
     Aggregate,
     Analysis,
     CommGroupStats,
@@ -200,11 +200,11 @@ def test_github_annotations_escaped():
 @pytest.fixture
 def cli():
     try:
-        from diagnose.cli import main
+        from diagnose.cli.main import main
     except ImportError:  # another command's module is not there yet: test ours alone
         import click
 
-        from diagnose.cli_gate import check, diff
+        from diagnose.cli.gate import check, diff
         main = click.Group("llmdiag", commands={"check": check, "diff": diff})
     runner = CliRunner()
     return lambda *args, env=None: runner.invoke(main, [str(a) for a in args], env=env or {"GITHUB_ACTIONS": ""})
@@ -244,7 +244,7 @@ def test_cli_exit_codes(cli, files, tmp_path):
 def test_cli_input_error_is_one_line(cli, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text('{"hello": 1}')
-    r = CliRunner().invoke(__import__("diagnose.cli_gate", fromlist=["check"]).check,
+    r = CliRunner().invoke(__import__("diagnose.cli.gate", fromlist=["check"]).check,
                            [str(junk), "--min-overlap", "0.5"])
     assert r.exit_code == 2
     assert r.output.strip().startswith("llmdiag: ") and len(r.output.strip().splitlines()) == 1
@@ -294,8 +294,8 @@ def test_cli_default_gates_and_input_error_junit(cli, files, tmp_path):
 
 
 def test_slim_summary_for_baselines(tmp_path):
-    from diagnose.load_summary import load_side
-    from diagnose.load_summary import main as slim_main
+    from diagnose.gate.sides import load_side
+    from diagnose.gate.sides import main as slim_main
 
     s = make_summary()
     s["ranks"][0]["memory"][0]["timeline"] = [[0.0, 1.0, 1.0]] * 1000

@@ -10,15 +10,15 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose import intervals as iv
+from diagnose.metrics import intervals as iv
 from diagnose.analyze import analyze_path
-from diagnose.bubbles import analyse_pipeline
-from diagnose.classify import classify, collective_kind
-from diagnose.loader import load_trace
-from diagnose.overlap import busbw_factor
-from diagnose.pipeline import Action, theory_bubble
-from diagnose.replay import predict
-from diagnose.trace import COMM, COMPUTE, SYNC
+from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.classify import classify, collective_kind
+from diagnose.io.loader import load_trace
+from diagnose.metrics.overlap import busbw_factor
+from diagnose.metrics.pipeline_actions import Action, theory_bubble
+from diagnose.metrics.pipeline_replay import predict
+from diagnose.io.trace import COMM, COMPUTE, SYNC
 from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank
 
 EPS = 1e-9  # ms: far below one ns
@@ -279,7 +279,7 @@ def test_comm_regex_marks_custom_kernels(tmp_path):
 
 
 def test_comm_regex_through_the_cli(tmp_path):
-    from diagnose.cli_analyze import analyze
+    from diagnose.cli.analyze import analyze
 
     path = _deepep_trace().write(tmp_path / "t" / "rank0.json")
     out = tmp_path / "s.json"

@@ -141,7 +141,7 @@ def test_dataloader_bound_with_zero_workers():
 @pytest.mark.parametrize("name", ["nccl_data.json.gz", "sampled_pair"])
 def test_hta_itself_agrees(hta_compat, name):
     """Run HTA on the same files (a temp folder of symlinks, as diagnose/hta_check.py does)."""
-    from diagnose.hta_check import hta_overlap
+    from diagnose.cli.hta_check import hta_overlap
 
     a = hta_compat[name]
     files = {m.rank: m.file for m in a.ranks}
@@ -154,7 +154,7 @@ def test_hta_itself_agrees(hta_compat, name):
 
 def test_hta_check_cli_text(hta_compat):
     """cross_check_hta formats both numbers (HTA is in the dev extra that `make test` installs)."""
-    from diagnose.hta_check import cross_check_hta
+    from diagnose.cli.hta_check import cross_check_hta
 
     text = cross_check_hta(hta_compat["nccl_data.json.gz"], exclude_last_step=True)
     assert "HTA cross-check" in text and "14.31" in text

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from diagnose.analyze import analyze_path
-from diagnose.cli import main as cli_main
+from diagnose.cli.main import main as cli_main
 from diagnose.errors import LlmdiagError
 from tests.builder import TraceBuilder, gpu_rank
 
@@ -585,7 +585,7 @@ def test_analyze_path_raises_only_llmdiag_errors(tmp_path):
 
 def test_a_bug_on_one_rank_does_not_take_down_the_others(tmp_path, baseline, monkeypatch):
     """The per-rank worker is a fault boundary: an unexpected exception leaves that file out, named."""
-    import diagnose.rank_metrics as rm
+    import diagnose.metrics.per_rank as rm
 
     real = rm.classify
 
@@ -605,15 +605,9 @@ def test_a_bug_on_one_rank_does_not_take_down_the_others(tmp_path, baseline, mon
     assert_good_unchanged(run, baseline)
 
 
-def _has_cli_run() -> bool:
-    return (REPO / "diagnose" / "cli_run.py").exists()
-
-
-@pytest.mark.skipif(not _has_cli_run(), reason="diagnose/cli_run.py not written yet: `python -m diagnose.cli` "
-                                               "cannot start (the CliRunner tests above use a stub)")
 def test_real_entry_point_in_a_subprocess(tmp_path):
     d = with_bad(tmp_path, "rank2.json", b"{")
-    p = subprocess.run([sys.executable, "-m", "diagnose.cli", "analyze", str(d), "--no-report", "-q", "-j", "2",
+    p = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", str(d), "--no-report", "-q", "-j", "2",
                         "--json", str(tmp_path / "s.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr

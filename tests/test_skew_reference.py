@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.skew import collectives_from, skew
+from diagnose.metrics.skew import collectives_from, skew
 
 
 def reference(recs: dict[int, list[tuple]], hosts: dict[int, str]):

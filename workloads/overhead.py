@@ -22,7 +22,7 @@ ARGS = ["--profile-steps", "2,2,6", "--steps", "24", "--device", "cpu"]
 
 
 def measure(out: str, workload: str) -> dict:
-    cmd = [sys.executable, "-m", "diagnose.cli", "run", "--workload", workload, "--out", out, *ARGS]
+    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *ARGS]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "manifest.json")) as f:
         m = json.load(f)

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose import intervals as iv
-from diagnose.classify import collective_kind
-from diagnose.results import CommGroupStats, StepBreakdown
-from diagnose.steps import Window
-from diagnose.trace import COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
+from diagnose.metrics import intervals as iv
+from diagnose.metrics.classify import collective_kind
+from diagnose.model.analysis import CommGroupStats, StepBreakdown
+from diagnose.metrics.steps import Window
+from diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
 
 NS_PER_MS = 1e6
 DTYPE_BYTES = {

@@ -14,7 +14,7 @@ from statistics import median
 
 import numpy as np
 
-from diagnose.results import CollectiveSkew, SkewResult
+from diagnose.model.analysis import CollectiveSkew, SkewResult
 
 NS_PER_MS = 1e6
 

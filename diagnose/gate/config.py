@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
+from diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
 
 try:  # Python 3.11+
     import tomllib as _toml

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.steps import Window
-from diagnose.trace import RankTrace
+from diagnose.metrics.steps import Window
+from diagnose.io.trace import RankTrace
 
 PP_RE = re.compile(r"^PP:(\d+)(F|I|B|W)(\d+)$")
 OLD_RE = re.compile(r"^(Forward|Backward) (\d+)$")

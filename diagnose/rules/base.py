@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from diagnose.classify import P2P_KINDS
+from diagnose.metrics.classify import P2P_KINDS
 
 # ---- number formats (shared with reports/) ------------------------------------------------------------
 # unit -> (scale, decimals, suffix). One table so every printed number rounds the same way.

@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.classify import P2P_KINDS, classify, collective_kind
+from diagnose.metrics.classify import P2P_KINDS, classify, collective_kind
 from diagnose.errors import TraceError
-from diagnose.kernels import hints, top_kernels
-from diagnose.layout import pg_sizes
-from diagnose.loader import load_trace
-from diagnose.memory import memory_stats
-from diagnose.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
-from diagnose.pipeline import Action, extract_actions
-from diagnose.results import RankMetrics
-from diagnose.skew import Collectives, collectives_from
-from diagnose.steps import windows
-from diagnose.trace import COMM
+from diagnose.metrics.kernels import hints, top_kernels
+from diagnose.metrics.layout import pg_sizes
+from diagnose.io.loader import load_trace
+from diagnose.metrics.memory import memory_stats
+from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
+from diagnose.metrics.pipeline_actions import Action, extract_actions
+from diagnose.model.analysis import RankMetrics
+from diagnose.metrics.skew import Collectives, collectives_from
+from diagnose.metrics.steps import windows
+from diagnose.io.trace import COMM
 
 
 @dataclass

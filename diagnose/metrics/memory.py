@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.overlap import NS_PER_MS
-from diagnose.results import MemoryStat
-from diagnose.trace import CPU_OP, RankTrace
+from diagnose.metrics.overlap import NS_PER_MS
+from diagnose.model.analysis import MemoryStat
+from diagnose.io.trace import CPU_OP, RankTrace
 
 TIMELINE_POINTS = 400
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.pipeline import theory_bubble
-from diagnose.rules_base import Ctx, finding, fmt, gain_text, severity_for, steps_where
+from diagnose.metrics.pipeline_actions import theory_bubble
+from diagnose.rules.base import Ctx, finding, fmt, gain_text, severity_for, steps_where
 
 
 def pipeline_bubble(s: dict, c: Ctx) -> list[dict]:

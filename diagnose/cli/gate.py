@@ -15,11 +15,11 @@ import click
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate import AGGS, default_gates, evaluate
-from diagnose.gate_config import FLAG_GATES, build_gates
-from diagnose.gate_format import github_annotations, markdown_summary, render_verdict
-from diagnose.junit import error_junit, to_junit, write_text
-from diagnose.load_summary import load_side
+from diagnose.gate.verdict import AGGS, default_gates, evaluate
+from diagnose.gate.config import FLAG_GATES, build_gates
+from diagnose.gate.format import github_annotations, markdown_summary, render_verdict
+from diagnose.gate.junit import error_junit, to_junit, write_text
+from diagnose.gate.sides import load_side
 
 
 def _one_line_errors(f):
@@ -138,7 +138,7 @@ def diff(a, b, html_path, json_path, top):
     Ranks are matched by number; with different world sizes only aggregates are compared, and the
     output says so.
     """
-    from diagnose.compare import compare, render_text
+    from diagnose.gate.diff import compare, render_text
 
     c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
     click.echo(render_text(c))

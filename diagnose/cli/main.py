@@ -38,9 +38,9 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    from diagnose.cli_run import run
-    from diagnose.cli_analyze import analyze
-    from diagnose.cli_gate import check, diff
+    from diagnose.cli.run import run
+    from diagnose.cli.analyze import analyze
+    from diagnose.cli.gate import check, diff
 
     for cmd in (run, analyze, check, diff):
         main.add_command(cmd)

@@ -95,11 +95,11 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     jpath, hpath = output_paths(analysis, json_path, report_path)
     write_json(summary, jpath)
     if not quiet:
-        from diagnose.terminal import render
+        from diagnose.cli.terminal import render
 
         click.echo(render(_map_str(summary, printable)))  # names in traces can hold terminal escapes
     if cross_check:
-        from diagnose.hta_check import cross_check_hta
+        from diagnose.cli.hta_check import cross_check_hta
 
         click.echo(cross_check_hta(analysis, exclude_last_step))
     click.echo(f"\nsummary: {jpath}")

@@ -10,8 +10,8 @@ top-kernel list, which is truncated, and the labels say that too.
 from __future__ import annotations
 
 from diagnose.errors import printable
-from diagnose.gate import METRICS, aggregate, fmt_value, units, world_size
-from diagnose.gate_format import table
+from diagnose.gate.verdict import METRICS, aggregate, fmt_value, units, world_size
+from diagnose.gate.format import table
 
 SAME_REL = 0.02  # changes under 2 % (or 0.01 for ratios) read as "same"
 SAME_RATIO = 0.01

@@ -15,7 +15,7 @@ import zlib
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.results import SCHEMA_VERSION
+from diagnose.model.analysis import SCHEMA_VERSION
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -107,12 +107,12 @@ def slim(summary: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m diagnose.load_summary SIDE OUT.json`: write a slim summary to commit as a baseline."""
+    """`python -m diagnose.gate.sides SIDE OUT.json`: write a slim summary to commit as a baseline."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        sys.exit("usage: python -m diagnose.load_summary RUN|TRACES|SUMMARY OUT.json")
+        sys.exit("usage: python -m diagnose.gate.sides RUN|TRACES|SUMMARY OUT.json")
     try:
         data = slim(load_side(args[0]))
         with open(args[1], "wb") as f:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.trace import ANNOTATION, RankTrace
+from diagnose.io.trace import ANNOTATION, RankTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 

@@ -12,10 +12,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from diagnose import intervals as iv
-from diagnose.pipeline import Action, theory_bubble
-from diagnose.replay import predict, replay
-from diagnose.results import PipelinePrediction, PipelineResult, StageBubble
+from diagnose.metrics import intervals as iv
+from diagnose.metrics.pipeline_actions import Action, theory_bubble
+from diagnose.metrics.pipeline_replay import predict, replay
+from diagnose.model.analysis import PipelinePrediction, PipelineResult, StageBubble
 
 NS_PER_MS = 1e6
 

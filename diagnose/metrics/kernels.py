@@ -6,11 +6,11 @@ import re
 
 import numpy as np
 
-from diagnose.classify import prefiltered
-from diagnose.overlap import NS_PER_MS, in_windows
-from diagnose.results import Hints, KernelStat
-from diagnose.steps import Window
-from diagnose.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
+from diagnose.metrics.classify import prefiltered
+from diagnose.metrics.overlap import NS_PER_MS, in_windows
+from diagnose.model.analysis import Hints, KernelStat
+from diagnose.metrics.steps import Window
+from diagnose.io.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
 
 # fp32 GEMMs that do not use tensor cores (cuBLAS sgemm, CUTLASS simt sgemm); tf32/bf16/fp16 ones do.
 FP32_GEMM_RE = re.compile(r"sgemm|gemm.*(_f32_|float_float)|cutlass.*simt.*sgemm", re.I)
@@ -71,7 +71,7 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
     dl = in_windows(t, t.name_mask(is_dataloader, t.stream < 0), wins)
     dl_frac = None
     if step_ms > 0 and wins:
-        from diagnose import intervals as iv
+        from diagnose.metrics import intervals as iv
 
         u = iv.union(t.ts[dl], t.ts[dl] + t.dur[dl])
         dl_frac = iv.total(u) / NS_PER_MS / (step_ms * n_steps)

@@ -18,7 +18,7 @@ import zipfile
 import numpy as np
 import orjson
 
-from diagnose.trace import MemoryEvents, RankTrace
+from diagnose.io.trace import MemoryEvents, RankTrace
 
 ENV = "LLMDIAG_CACHE_DIR"
 VERSION = 1

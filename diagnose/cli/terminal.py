@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnose.rules_base import headline_order
+from diagnose.rules.base import headline_order
 
 MAX_ROWS = 16
 

@@ -5,7 +5,7 @@ Plain text (no colour codes) so the same output reads in a terminal, a CI log an
 
 from __future__ import annotations
 
-from diagnose.gate import Verdict, fmt_delta, fmt_value
+from diagnose.gate.verdict import Verdict, fmt_delta, fmt_value
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:

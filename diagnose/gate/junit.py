@@ -12,7 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate import Verdict
+from diagnose.gate.verdict import Verdict
 
 SUITE = "llmdiag.check"
 

@@ -18,8 +18,9 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
-from diagnose import fastjson
-from diagnose.tracestream import Malformed, Stream, Whole
+from diagnose.io import fastjson
+from diagnose.io.columns import Columns, intern
+from diagnose.io.stream import Malformed, Stream, Whole
 
 IN_FLIGHT_PER_HELPER = 3  # pieces queued per helper: enough to keep it busy, few enough to bound memory
 
@@ -30,8 +31,6 @@ class _BadPiece(Exception):
 
 def _decode(piece: bytes) -> dict:
     """Columns of one piece, with the piece's own tables (runs in a helper)."""
-    from diagnose.loader import _Columns
-
     s = Stream("", fastjson.decoder(), fastjson.ERRORS)
     events = None
     if s.fast is not None:
@@ -46,7 +45,7 @@ def _decode(piece: bytes) -> dict:
             raise _BadPiece from None
     if not isinstance(events, list):
         raise _BadPiece
-    cols = _Columns()
+    cols = Columns()
     cols.add(events)
     return {"names": list(cols.names), "cats": list(cols.cats), "threads": list(cols.threads),
             "thread_names": cols.thread_names, "parts": cols.parts, "mem_parts": cols.mem_parts,
@@ -55,11 +54,9 @@ def _decode(piece: bytes) -> dict:
 
 def _merge(cols, piece: dict) -> None:
     """Append one piece's columns to `cols`, its local ids renumbered into cols' tables."""
-    from diagnose.loader import _intern
-
-    names = _intern(cols.names, piece["names"]) if piece["names"] else np.zeros(0, np.int32)
-    cats = _intern(cols.cats, piece["cats"]) if piece["cats"] else np.zeros(0, np.int32)
-    threads = _intern(cols.threads, piece["threads"]) if piece["threads"] else np.zeros(0, np.int32)
+    names = intern(cols.names, piece["names"]) if piece["names"] else np.zeros(0, np.int32)
+    cats = intern(cols.cats, piece["cats"]) if piece["cats"] else np.zeros(0, np.int32)
+    threads = intern(cols.threads, piece["threads"]) if piece["threads"] else np.zeros(0, np.int32)
     for part in piece["parts"]:
         part["name"], part["cat"], part["thread"] = names[part["name"]], cats[part["cat"]], threads[part["thread"]]
         cols.parts.append(part)
@@ -74,10 +71,8 @@ def _merge(cols, piece: dict) -> None:
 
 def parse_split(path: str, helpers: int):
     """(columns, header, decompressed bytes, U+FFFD replacements) of `path`, or None: parse it serially."""
-    from diagnose.loader import _Columns
-
     stream = Stream(path, raw=True)
-    cols, replaced = _Columns(), 0
+    cols, replaced = Columns(), 0
     pending: deque = deque()
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     try:

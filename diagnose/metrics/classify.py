@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from diagnose.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
+from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
 
 COMM_KERNEL_RE = re.compile(r"^(nccl|rccl).*(Kernel|kernel)|^ncclDevKernel|^rccl|^nccl:|^msccl", re.I)
 MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")

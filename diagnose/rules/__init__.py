@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.rules_base import (  # noqa: F401  (fmt, UNITS, pg_role, headline_order re-exported for reports/)
+from diagnose.rules.base import (  # noqa: F401  (fmt, UNITS, pg_role, headline_order re-exported for reports/)
     FP32_TO_BF16_SPEEDUP, LINK_BUSBW_GBPS, SEVERITIES, UNITS, Ctx, finding, fmt, gain_text, headline_order, pg_role,
     severity_for, steps_where)
-from diagnose.rules_pipeline import pipeline_bubble, pipeline_imbalance
+from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 
 
 # ---- the rules ----------------------------------------------------------------------------------------

@@ -1,0 +1,216 @@
+"""Event pieces -> numpy columns: the accumulator both the serial parse (loader.py) and the split parse
+(split_parse.py) fill, so the two produce identical tables.
+
+Per-key work is C-level (itemgetter / attrgetter / dict.get maps, dict-based interning of names, categories
+and threads); a piece with malformed events takes a per-event path.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress, repeat
+from operator import eq, itemgetter
+
+import numpy as np
+
+from diagnose.io import fastjson
+
+_EMPTY: dict = {}
+_COMM_ARG_KEYS = fastjson.COMM_FIELDS  # the args kept for collectives (and gloo spans' Input Dims)
+
+
+def intern(index: dict, keys: list) -> np.ndarray:
+    """Ids of `keys` in `index` (insertion-ordered: list(index) are the values), adding new ones.
+
+    The per-key work is C-level: dict.fromkeys finds the piece's distinct keys (hashing each once; str
+    hashes are cached), only those are looked at in Python, then one dict lookup per key.
+    """
+    for k in dict.fromkeys(keys):
+        if k not in index:
+            index[k] = len(index)
+    return np.fromiter(map(index.__getitem__, keys), np.int32, len(keys))
+
+
+def _col(rows: list, key: str, default=None) -> list:
+    try:
+        return list(map(itemgetter(key), rows))
+    except KeyError:
+        return [e.get(key, default) for e in rows]
+
+
+def _num(v, default: float = math.nan) -> float:
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return default
+    return default
+
+
+def _ints(vals: list) -> np.ndarray:
+    try:
+        a = np.array(vals, dtype=np.int64)
+        if a.ndim == 1:  # lists of equal length would make a 2-D array
+            return a
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return np.array([int(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**62 else -1 for v in vals],
+                    np.int64)
+
+
+def _floats(vals: list) -> np.ndarray:
+    try:
+        a = np.array(vals, dtype=np.float64)
+        if a.ndim == 1:
+            return a
+    except (TypeError, ValueError):
+        pass
+    return np.array([_num(v) for v in vals], dtype=np.float64)
+
+
+def _hashable(v):
+    return v if isinstance(v, (int, str, float)) or v is None else str(v)
+
+
+def _is_comm_name(name) -> bool:
+    return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name)
+
+
+class _DictView:
+    """Column access over orjson's event dicts (fastjson.StructView does the same over msgspec structs)."""
+
+    field = staticmethod(_col)
+
+    @staticmethod
+    def args(rows: list) -> list:
+        args = _col(rows, "args", _EMPTY)
+        return args if set(map(type, args)) <= {dict} else [a if type(a) is dict else _EMPTY for a in args]
+
+    @staticmethod
+    def arg(args: list, key: str) -> list:
+        return list(map(dict.get, args, repeat(key), repeat(fastjson.ARG_FIELDS[key][1])))
+
+    @staticmethod
+    def has(args: list, key: str) -> list:
+        return list(map(dict.__contains__, args, repeat(key)))
+
+    @staticmethod
+    def comm(a: dict) -> dict:
+        return {k: a[k] for k in _COMM_ARG_KEYS if k in a}
+
+    @staticmethod
+    def get(e: dict, key: str, default=None):
+        return e.get(key, default)
+
+
+class Columns:
+    """Accumulates columns over event pieces."""
+
+    def __init__(self):
+        self.names: dict = {}
+        self.cats: dict = {}
+        self.threads: dict = {}
+        self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
+        self.thread_names: dict = {}
+        self.parts: list[dict] = []
+        self.mem_parts: list[dict] = []
+        self.comm_args: dict[int, dict] = {}
+        self.n = 0
+        self.bad = 0
+
+    def add(self, events: list) -> None:
+        v = fastjson.StructView if fastjson.is_struct_list(events) else _DictView
+        try:
+            ph = v.field(events, "ph")
+        except (KeyError, TypeError, AttributeError):
+            self.bad += sum(1 for e in events if type(e) is not dict)
+            ph = [e.get("ph") if type(e) is dict else None for e in events]
+        for e in compress(events, map(eq, ph, repeat("M"))):
+            if v.get(e, "name") == "thread_name":
+                a = v.args([e])[0]
+                self.thread_names[(_hashable(v.get(e, "pid")), _hashable(v.get(e, "tid")))] = str(v.arg([a], "name")[0])
+        instants = list(compress(events, map(eq, ph, repeat("i"))))
+        if instants:
+            mem = list(compress(instants, map(eq, v.field(instants, "name", ""), repeat("[memory]"))))
+            if mem:
+                self._add_memory(mem, v)
+        X = list(compress(events, map(eq, ph, repeat("X"))))
+        del events, ph
+        if X:
+            self._add_complete(X, v)
+
+    def _add_complete(self, X: list, v) -> None:
+        args = v.args(X)
+        names = v.field(X, "name", "")
+        try:
+            name_ids = intern(self.names, names)
+        except TypeError:  # unhashable name: hostile or broken trace
+            name_ids = intern(self.names, [n if isinstance(n, str) else str(n) for n in names])
+        del names
+        cats = v.field(X, "cat", "")
+        try:
+            cat_ids = intern(self.cats, cats)
+        except TypeError:
+            cat_ids = intern(self.cats, [c if isinstance(c, str) else str(c) for c in cats])
+        del cats
+        thread_ids = self._thread_ids(X, v)
+        self.parts.append({
+            "ts": _floats(v.field(X, "ts", None)),
+            "dur": _floats(v.field(X, "dur", math.nan)),
+            "name": name_ids,
+            "cat": cat_ids,
+            "thread": thread_ids,
+            "stream": _ints(v.arg(args, "stream")),
+            "corr": _ints(v.arg(args, "correlation")),
+            "ext": _ints(v.arg(args, "External id")),
+        })
+        if len(self.comm_name) < len(self.names):
+            self.comm_name += [_is_comm_name(n) for n in list(self.names)[len(self.comm_name):]]
+        comm = set(compress(range(len(X)), v.has(args, "Collective name")))
+        if any(self.comm_name):  # gloo / c10d spans: their Input Dims size the message
+            gloo = np.flatnonzero(np.array(self.comm_name, bool)[name_ids]).tolist()
+            comm.update(i for i, h in zip(gloo, v.has([args[i] for i in gloo], "Input Dims")) if h)
+        for i in sorted(comm):
+            self.comm_args[self.n + i] = v.comm(args[i])
+        self.n += len(X)
+
+    def _thread_ids(self, rows: list, v) -> np.ndarray:
+        pids, tids = v.field(rows, "pid", None), v.field(rows, "tid", None)
+        try:
+            p, t = np.array(pids), np.array(tids)
+        except (ValueError, OverflowError):  # ragged lists: the per-key path below
+            p = t = np.zeros(0)
+        if p.dtype.kind == t.dtype.kind == "i" and p.ndim == t.ndim == 1 and len(p) and p.min() >= 0 and t.min() >= 0 \
+                and p.max() < 2**31 and t.max() < 2**32:  # the usual int pid/tid: distinct pairs found by numpy
+            u, first, inv = np.unique((p << 32) | t, return_index=True, return_inverse=True)
+            o = np.argsort(first)  # ids in order of first appearance, as the per-key path gives them
+            ids = np.empty(len(u), np.int32)
+            ids[o] = intern(self.threads, [(k >> 32, k & 0xFFFFFFFF) for k in u[o].tolist()])
+            return ids[inv.reshape(-1)]
+        keys = list(zip(pids, tids))
+        try:
+            return intern(self.threads, keys)
+        except TypeError:  # unhashable pid/tid
+            return intern(self.threads, [(_hashable(p), _hashable(t)) for p, t in keys])
+
+    def _add_memory(self, mem: list, v) -> None:
+        args = v.args(mem)
+        self.mem_parts.append({
+            "ts": _floats(v.field(mem, "ts", None)),
+            "device_type": _ints(v.arg(args, "Device Type")),
+            "device_id": _ints(v.arg(args, "Device Id")),
+            "allocated": _ints(v.arg(args, "Total Allocated")),
+            "reserved": _ints(v.arg(args, "Total Reserved")),
+            "bytes": _ints(v.arg(args, "Bytes")),
+            "thread": self._thread_ids(mem, v),
+        })
+
+
+def concat(parts: list[dict], key: str, dtype) -> np.ndarray:
+    if not parts:
+        return np.zeros(0, dtype)
+    return np.concatenate([p.pop(key) for p in parts]).astype(dtype, copy=False)

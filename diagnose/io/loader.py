@@ -1,0 +1,215 @@
+"""Kineto JSON (plain, gzip, gzip twice) -> RankTrace columns, in bounded memory.
+
+tracestream.py hands over the `traceEvents` array in pieces of about a MB; each piece is reduced at once to
+numpy columns, so no list of dicts for the whole trace ever exists: peak memory is a few pieces plus the
+columns (~50 bytes per complete event). Pieces are decoded by msgspec into slotted structs where it is
+installed (fastjson.py), else by orjson into dicts; columns come out of either by C-level iteration
+(itemgetter / attrgetter / dict.get maps, dict-based interning of names, categories and threads), and a
+piece with malformed events takes a per-event path. Any malformed input raises TraceError naming the file
+and the problem. With LLMDIAG_CACHE_DIR set, parsed columns are kept on disk (cache.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from diagnose.io import cache
+from diagnose.io import fastjson
+from diagnose.io import stream as tracestream
+from diagnose.errors import TraceError
+from diagnose.io.columns import Columns, concat
+from diagnose.io.trace import MemoryEvents, RankTrace
+from diagnose.io.stream import JSON_HINT, Malformed, Stream, Whole, read_bytes
+
+__all__ = ["load_trace", "read_bytes", "file_size"]
+# The 2021 schema (kineto's TensorBoard samples) used capitalised categories.
+_CAT_ALIASES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+                "Memset": "gpu_memset"}
+_PLAUSIBLE_US = 1e15  # ~31 years: a timestamp this far from the trace's median is an absurd value
+
+
+# ---------------------------------------------------------------------------------------------- RankTrace
+SPLIT_MIN_BYTES = 32 << 20  # on disk (~300 MB of JSON): 1.3x on a 1 GB rank, but ~1.1x (and slower under load) at 100 MB
+
+
+def load_trace(path: str, helpers: int = 0) -> RankTrace:
+    """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it).
+
+    With helpers > 1, a file over SPLIT_MIN_BYTES is parsed by that many forked processes (split_parse.py).
+    With LLMDIAG_CACHE_DIR set, a file parsed before (same path, size and mtime) is read from there (cache.py).
+    """
+    cache_dir = cache.directory()
+    if cache_dir and (t := cache.load(path, cache_dir)) is not None:
+        return t
+    t = None
+    if helpers > 1 and file_size(path) >= SPLIT_MIN_BYTES:
+        from diagnose.io.split_parse import parse_split
+
+        if (got := parse_split(path, helpers)) is not None:
+            cols, header, nbytes, replaced = got
+            t = _build(path, header, cols, nbytes)
+            if replaced:
+                t.warnings.append(f"{replaced} invalid UTF-8 sequence(s) in the trace were replaced by U+FFFD")
+    if t is None:
+        t = _parse(path)
+    if cache_dir:
+        cache.store(t, cache_dir)
+    return t
+
+
+def _parse(path: str) -> RankTrace:
+    cols, stream = Columns(), Stream(path, fastjson.decoder(), fastjson.ERRORS)
+    try:
+        for events in stream.pieces():
+            cols.add(events)
+            del events
+    except (Whole, Malformed) as e:
+        if isinstance(e, Malformed) and e.size > tracestream.WHOLE_LIMIT:
+            raise TraceError(str(e), path, JSON_HINT) from None
+        cols, stream = Columns(), Stream(path)
+        stream.header, events = stream.whole()
+        for k in range(0, len(events), 50_000):
+            cols.add(events[k : k + 50_000])
+        del events
+    header = stream.header if isinstance(stream.header, dict) else {}
+    t = _build(path, header, cols, stream.nbytes)
+    if stream.replaced:
+        t.warnings.append(f"{stream.replaced} invalid UTF-8 sequence(s) in the trace were replaced by U+FFFD")
+    return t
+
+
+def _middle(x: np.ndarray) -> float:
+    """A median element (np.median would import numpy.ma on first use: 20 ms of a small trace's analysis)."""
+    k = len(x) // 2
+    return float(np.partition(x, k)[k])
+
+
+def _times(cols: Columns, warnings: list[str]):
+    """int64 ns (ts, dur) relative to the origin, the events kept, and the origin in µs."""
+    ts_us = concat(cols.parts, "ts", np.float64)
+    dur_us = concat(cols.parts, "dur", np.float64)
+    keep = np.isfinite(ts_us)
+    if (~keep).any():
+        warnings.append(f"{int((~keep).sum())} events without a numeric ts were ignored")
+    nodur = ~np.isfinite(dur_us) & keep
+    if nodur.any():
+        warnings.append(f"{int(nodur.sum())} complete events have no dur; counted as zero-length")
+    neg = (dur_us < 0) & keep
+    if neg.any():
+        warnings.append(f"{int(neg.sum())} events have a negative dur; counted as zero-length")
+    dur_us = np.where(np.isfinite(dur_us) & (dur_us > 0), dur_us, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # The origin is the earliest plausible timestamp: one absurd event (-1e300) must not push the rest away.
+        sane = keep & (np.abs(ts_us - _middle(ts_us[keep])) < _PLAUSIBLE_US) if keep.any() else keep
+        origin = float(math.floor(ts_us[sane].min())) if sane.any() else 0.0
+        ts = np.rint((ts_us - origin) * 1000.0)
+        dur = np.rint(dur_us * 1000.0)
+        # Guard against absurd values (e.g. 'Record Window End' decades away) overflowing int64.
+        big = keep & ((np.abs(ts) > 2**62) | (dur > 2**62))
+    if big.any():
+        warnings.append(f"{int(big.sum())} events have timestamps beyond any plausible trace and were ignored")
+        keep &= ~big
+    return ts, dur, keep, origin
+
+
+def _renumber_threads(cols: Columns) -> None:
+    """Thread ids in order of first appearance among complete events, then memory events. Interning sees
+    each piece's memory events before its complete ones, so without this the numbering would depend on
+    where pieces were cut (serial and split parses cut differently)."""
+    seen = [p["thread"] for p in cols.parts] + [p["thread"] for p in cols.mem_parts]
+    if not seen or not cols.threads:
+        return
+    ids = np.concatenate(seen)
+    first = np.full(len(cols.threads), len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids)))
+    order = np.argsort(first, kind="stable")  # old ids, in new order
+    new = np.empty(len(order), np.int32)
+    new[order] = np.arange(len(order), dtype=np.int32)
+    keys = list(cols.threads)
+    cols.threads = {keys[k]: i for i, k in enumerate(order.tolist())}
+    for p in cols.parts + cols.mem_parts:
+        p["thread"] = new[p["thread"]]
+
+
+def _build(path: str, header: dict, cols: Columns, nbytes: int) -> RankTrace:
+    _renumber_threads(cols)
+    warnings: list[str] = []
+    if cols.bad:
+        warnings.append(f"{cols.bad} trace events are not JSON objects and were ignored")
+    ts, dur, keep, origin = _times(cols, warnings)
+    order = np.argsort(np.where(keep, ts, np.inf), kind="stable")[: int(keep.sum())]
+    comm_args = {}
+    if cols.comm_args:
+        pos = np.full(len(ts), -1, np.int64)
+        pos[order] = np.arange(len(order))
+        comm_args = {int(pos[i]): a for i, a in cols.comm_args.items() if pos[i] >= 0}
+    thread_keys = list(cols.threads)
+    thread_names = {i: cols.thread_names[k] for i, k in enumerate(thread_keys) if k in cols.thread_names}
+    rank = _rank_from(header)
+
+    def col(key, dtype):
+        return concat(cols.parts, key, dtype)[order]
+
+    return RankTrace(
+        path=path,
+        rank=rank,
+        rank_source="distributedInfo" if rank is not None else "missing",
+        meta=header,
+        origin_us=origin,
+        names=[n if isinstance(n, str) else str(n) for n in cols.names],
+        cats=[_CAT_ALIASES.get(c, c) if isinstance(c, str) else str(c) for c in cols.cats],
+        threads=thread_keys,
+        thread_names=thread_names,
+        ts=ts[order].astype(np.int64),
+        dur=dur[order].astype(np.int64),
+        name=col("name", np.int32),
+        cat=col("cat", np.int16),
+        thread=col("thread", np.int32),
+        stream=col("stream", np.int64).clip(-1, 2**31 - 1).astype(np.int32),
+        corr=col("corr", np.int64),
+        ext=col("ext", np.int64),
+        comm_args=comm_args,
+        memory=_memory(cols, origin),
+        warnings=warnings,
+        bytes_read=nbytes,
+    )
+
+
+def _memory(cols: Columns, origin: float) -> MemoryEvents:
+    if not cols.mem_parts:
+        return MemoryEvents.empty()
+    ts_us = concat(cols.mem_parts, "ts", np.float64)
+    ok = np.isfinite(ts_us) & (np.abs(ts_us - origin) < 2**50)
+    o = np.argsort(ts_us[ok], kind="stable")
+
+    def col(key, dtype):
+        return concat(cols.mem_parts, key, np.int64)[ok][o].astype(dtype)
+
+    return MemoryEvents(
+        ts=np.rint((ts_us[ok][o] - origin) * 1000.0).astype(np.int64),
+        device_type=col("device_type", np.int16),
+        device_id=col("device_id", np.int16),
+        allocated=col("allocated", np.int64),
+        reserved=col("reserved", np.int64),
+        bytes=col("bytes", np.int64),
+        thread=col("thread", np.int32),
+    )
+
+
+def _rank_from(header: dict) -> int | None:
+    d = header.get("distributedInfo")
+    if isinstance(d, dict):
+        r = d.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+            return r
+    return None
+
+
+def file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
