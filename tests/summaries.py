@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from diagnose.model.analysis import (Aggregate, Analysis, CollectiveSkew, CommGroupStats, Hints, Issue, KernelStat,
-                              MemoryStat, PipelineAction, PipelinePrediction, PipelineResult, RankMetrics,
-                              SkewResult, StageBubble, StepBreakdown)
+from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, CollectiveSkew, CommGroupStats, Hints,
+                                     Issue, KernelStat, MemoryStat, PipelineAction, PipelinePrediction,
+                                     PipelineResult, RankMetrics, SkewResult, StageBubble, StepBreakdown)
+from diagnose.model.summary import manifest_from_dict
 
 GIB = 2**30
 EVIL = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', "{{ 7*7 }}", "$x^2$ & 'q'"]
@@ -190,17 +191,24 @@ def analysis(n: int = 8, *, gpu: bool = True, pipeline: bool = False, comm: bool
     if man and evil:
         man["workload"] = EVIL[0]
         man["device"]["name"] = EVIL[1] + " H100"
+    man = manifest_from_dict(man, "test") if man else None
     issues = [Issue(file=EVIL[3] if evil else "traces/rank9.pt.trace.json.gz",
                     message=EVIL[0] + EVIL[2] if evil else "truncated gzip stream; rank left out", rank=9,
                     severity="error")] if n == 8 else []
     return Analysis(source=EVIL[1] if evil else "runs/demo", name=EVIL[2] if evil else "demo", trace_kind="gpu" if gpu
                     else "cpu", world_size=n, layout=layout, manifest=man, ranks=ranks, ranks_missing=[],
-                    aggregate=agg, pipeline=pres, skew=skew, issues=issues, options={}, llmdiag_version="0.1.0")
+                    aggregate=agg, pipeline=pres, skew=skew, issues=issues, options=AnalysisOptions(),
+                    llmdiag_version="0.1.0")
 
 
 def summary(n: int = 8, **kw) -> dict:
     """The JSON summary of `analysis(...)`, findings left empty (tests run the rules themselves)."""
     return analysis(n, **kw).to_dict()
+
+
+def typed(s: dict) -> Analysis:
+    """A summary dict a test has edited, read back as every consumer reads one."""
+    return Analysis.from_dict(s, "test summary")
 
 
 def busy(n: int = 8, **kw) -> dict:

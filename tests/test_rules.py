@@ -4,13 +4,30 @@ from the measured numbers."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import orjson
 import pytest
 
-from diagnose.rules import RULES, fmt, findings, pg_role
-from tests.summaries import GIB, busy, summary
+from diagnose.model.analysis import SEVERITIES, Evidence, Finding
+from diagnose.model.format import fmt
+from diagnose.model.roles import pg_role
+from diagnose.rules import RULES
+from diagnose.rules import findings as run_rules
+from tests.summaries import GIB, analysis, busy, summary, typed
+
+
+def flat(f: Finding) -> dict:
+    """A finding as the flat record these tests check (evidence text, ranks, steps and metric beside the rest)."""
+    return {"id": f.id, "severity": f.severity, "title": f.title, "evidence": f.evidence.text,
+            "ranks": f.evidence.ranks, "steps": f.evidence.steps, "action": f.action,
+            "expected_gain": f.expected_gain, "gain_ms": f.gain_ms, "metric": f.evidence.metric}
+
+
+def findings(s: dict) -> list[dict]:
+    """The rules over an edited summary dict, read back as every consumer reads one."""
+    return [flat(f) for f in run_rules(typed(s))]
 
 
 def ids(s: dict) -> list[str]:
@@ -100,11 +117,13 @@ def test_rule_fires_and_is_well_formed(rid):
     kw, mutate = TRIGGERS[rid]
     base = summary(**kw)
     assert rid not in ids(base)
-    fs = [f for f in findings(mutate(copy.deepcopy(base))) if f["id"] == rid]
+    typed_fs = [f for f in run_rules(typed(mutate(copy.deepcopy(base)))) if f.id == rid]
+    fs = [flat(f) for f in typed_fs]
     assert fs, f"{rid} did not fire"
-    for f in fs:
-        assert set(f) == {"id", "severity", "title", "evidence", "ranks", "steps", "action", "expected_gain",
-                          "gain_ms", "metric"}
+    for tf, f in zip(typed_fs, fs):
+        assert {x.name for x in dataclasses.fields(tf)} == {"id", "severity", "title", "evidence", "action",
+                                                            "expected_gain", "gain_ms", "gain_frac"}
+        assert isinstance(tf.evidence, Evidence)
         assert f["severity"] in ("high", "medium", "low")
         assert re.search(r"\d", f["evidence"]), "evidence must carry numbers"
         assert f["action"] and f["expected_gain"] and f["metric"]
@@ -113,12 +132,14 @@ def test_rule_fires_and_is_well_formed(rid):
     orjson.dumps(fs)  # JSON-serialisable as they go into summary.json
 
 
-def test_findings_sorted_by_gain():
+def test_findings_in_the_one_order():
+    """Severity first, then expected gain (none last within a severity): the order every output shows."""
     fs = findings(busy())
-    gains = [f["gain_ms"] for f in fs if f["gain_ms"] is not None]
-    assert gains == sorted(gains, reverse=True) and len(gains) >= 3
-    first_none = next(i for i, f in enumerate(fs) if f["gain_ms"] is None)
-    assert all(f["gain_ms"] is None for f in fs[first_none:])
+    keys = [(SEVERITIES.index(f["severity"]), -(f["gain_ms"] or 0.0)) for f in fs]
+    assert keys == sorted(keys) and len([f for f in fs if f["gain_ms"] is not None]) >= 3
+    for sev in SEVERITIES:
+        gains = [f["gain_ms"] for f in fs if f["severity"] == sev and f["gain_ms"] is not None]
+        assert gains == sorted(gains, reverse=True)
 
 
 def test_pipeline_gain_from_replayed_prediction():
@@ -248,13 +269,17 @@ def test_cpu_run_notes_timings():
 
 
 def test_empty_and_none_summary():
-    assert findings({"ranks": [], "aggregate": {}, "pipeline": None, "skew": None, "manifest": None}) == []
-    assert findings({}) == []
+    a = analysis(1, comm=False, memory=False, with_manifest=False)
+    a.ranks, a.pipeline, a.skew, a.trace_kind = [], None, None, "gpu"
+    assert run_rules(a) == []
 
 
 def test_json_roundtrip_same_findings():
     s = busy()
     assert findings(orjson.loads(orjson.dumps(s))) == findings(s)
+    a = typed(s)
+    a.findings = run_rules(a)
+    assert typed(a.to_dict()).findings == a.findings
 
 
 @pytest.mark.parametrize("pg,kind,size,layout,role", [

@@ -127,16 +127,3 @@ def rank_from_name(path: str) -> int | None:
     m = RANK_IN_NAME.search(os.path.basename(path))
     return int(m.group(1)) if m else None
 
-
-def manifest_rank_of(manifest: dict | None, path: str) -> int | None:
-    if not manifest:
-        return None
-    status = manifest.get("rank_status")
-    if isinstance(status, dict):
-        for r, st in status.items():
-            if isinstance(st, dict) and st.get("trace") and os.path.basename(str(st["trace"])) == os.path.basename(path):
-                try:
-                    return int(r)
-                except ValueError:
-                    return None
-    return None

@@ -145,10 +145,6 @@ def top_level(t: RankTrace, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-# Point-to-point transfers: one sender, one receiver, one direction (not matched across ranks as collectives).
-P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
-
-
 def collective_kind(name: str, args: dict | None = None) -> str:
     """Normalised collective kind from `Collective name` args or the kernel/op name."""
     raw = ""

@@ -7,7 +7,8 @@ import re
 import numpy as np
 
 from diagnose.metrics.classify import prefiltered
-from diagnose.metrics.overlap import NS_PER_MS, in_windows
+from diagnose.metrics.overlap import in_windows
+from diagnose.model.format import NS_PER_MS
 from diagnose.model.analysis import Hints, KernelStat
 from diagnose.metrics.steps import Window
 from diagnose.io.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
@@ -20,14 +21,15 @@ is_fp32_gemm = prefiltered(FP32_GEMM_RE, "gemm")
 is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")
 
 
-def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> list[KernelStat]:
+def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[KernelStat], float]:
+    """The `k` kernels (or top-level CPU ops) with most time in the windows, and the time of all of them (ms)."""
     kinds = (COMPUTE, COMM, MEMCPY, MEMSET)
     mask = in_windows(t, np.isin(t.kind, kinds), wins)
     if not t.is_gpu:
         mask &= t.kind != MEMCPY  # CPU traces: top-level ops and gloo spans
     idx = np.flatnonzero(mask)
     if len(idx) == 0:
-        return []
+        return [], 0.0
     names = t.name[idx]
     dur = t.dur[idx]
     total_all = float(dur.sum()) or 1.0
@@ -47,7 +49,7 @@ def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> list[KernelSta
                 share=float(tot[j]) / total_all,
             )
         )
-    return out
+    return out, float(dur.sum()) / NS_PER_MS
 
 
 def _median(x: np.ndarray) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-DIMS = ("dp", "fsdp", "tp", "pp", "cp")
+from diagnose.model.manifest import DIMS, Manifest
 
 
 def pg_config(dist: dict) -> list[dict]:
@@ -55,15 +55,16 @@ def layout_from_pg(dist: dict, world_size: int | None) -> dict | None:
     return out
 
 
-def pipeline_groups(manifest: dict | None, dists: dict[int, dict], ranks_with_actions: list[int]) -> list[list[int]]:
+def pipeline_groups(manifest: Manifest | None, dists: dict[int, dict], ranks_with_actions: list[int]) -> list[list[int]]:
     """Ranks of each pipeline replica in stage order."""
-    if manifest and isinstance(manifest.get("ranks"), dict):
+    if manifest and manifest.ranks:
         groups: dict[tuple, list[tuple[int, int]]] = {}
-        for r, c in manifest["ranks"].items():
-            if not isinstance(c, dict):
+        for r in manifest.ranks:
+            if not r.isdigit():
                 continue
+            c = manifest.coords_of(int(r))
             key = tuple((d, c.get(d, 0)) for d in DIMS if d != "pp")
-            groups.setdefault(key, []).append((int(c.get("pp", 0)), int(r)))
+            groups.setdefault(key, []).append((c.get("pp", 0), int(r)))
         out = [[r for _, r in sorted(g)] for g in groups.values()]
         if out:
             return out

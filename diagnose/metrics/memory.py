@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.metrics.overlap import NS_PER_MS
+from diagnose.model.format import NS_PER_MS
 from diagnose.model.analysis import MemoryStat
 from diagnose.io.trace import CPU_OP, RankTrace
 

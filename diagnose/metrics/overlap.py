@@ -16,8 +16,8 @@ from diagnose.metrics.classify import collective_kind
 from diagnose.model.analysis import CommGroupStats, StepBreakdown
 from diagnose.metrics.steps import Window
 from diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
+from diagnose.model.format import NS_PER_MS
 
-NS_PER_MS = 1e6
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
     "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "int16": 2,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.metrics.classify import P2P_KINDS, classify, collective_kind
+from diagnose.metrics.classify import classify, collective_kind
+from diagnose.model.roles import P2P_KINDS
 from diagnose.errors import TraceError
 from diagnose.metrics.kernels import hints, top_kernels
 from diagnose.metrics.layout import pg_sizes
@@ -83,6 +84,7 @@ def _run(job: RankJob) -> RankOutput:
     step_ms = mean("time_ms")
     dist = t.distributed
     host = str(t.meta.get("host_name", "") or "")
+    top, kernel_ms = top_kernels(t, wins, job.top_k)
     metrics = RankMetrics(
         rank=t.rank if t.rank is not None else -1,
         file=job.path,
@@ -101,7 +103,8 @@ def _run(job: RankJob) -> RankOutput:
         exposed_comm_frac=mean("exposed_comm_ms") / step_ms if step_ms > 0 else 0.0,
         idle_frac=mean("idle_ms") / step_ms if step_ms > 0 else 0.0,
         comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size),
-        top_kernels=top_kernels(t, wins, job.top_k),
+        top_kernels=top,
+        kernel_time_ms=kernel_ms,
         memory=memory_stats(t, job.cpu_capacity),
         hints=hints(t, wins, mean("idle_ms"), step_ms),
         origin_us=t.origin_us,

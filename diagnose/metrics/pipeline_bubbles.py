@@ -16,8 +16,8 @@ from diagnose.metrics import intervals as iv
 from diagnose.metrics.pipeline_actions import Action, theory_bubble
 from diagnose.metrics.pipeline_replay import predict, replay
 from diagnose.model.analysis import PipelinePrediction, PipelineResult, StageBubble
+from diagnose.model.format import NS_PER_MS
 
-NS_PER_MS = 1e6
 
 
 def analyse_pipeline(

@@ -14,9 +14,9 @@ from statistics import median
 
 import numpy as np
 
-from diagnose.model.analysis import CollectiveSkew, SkewResult
+from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
+from diagnose.model.format import NS_PER_MS
 
-NS_PER_MS = 1e6
 
 
 @dataclass
@@ -164,18 +164,17 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     )
 
 
-def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[dict]:
+def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:
     out = []
     if matched >= 3 and last:
         r, n = min(last.items(), key=lambda rc: (-rc[1], rc[0]))
         n_ranks_seen = len(last)
         # Arriving last more often than chance would (1/ranks) and in at least half the collectives.
         if n / matched >= 0.5 and n_ranks_seen >= 1:
-            out.append({"rank": int(r), "reason": "arrives last at collectives", "value": n / matched})
+            out.append(Straggler(int(r), "arrives last at collectives", n / matched))
     if len(compute_ms) >= 2:
         med = float(median(compute_ms.values()))
         for r, c in sorted(compute_ms.items()):
             if med > 0 and c > med * 1.05:
-                out.append({"rank": int(r), "reason": "compute per step above the median by more than 5%",
-                            "value": c / med - 1})
+                out.append(Straggler(int(r), "compute per step above the median by more than 5%", c / med - 1))
     return out

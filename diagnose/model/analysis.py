@@ -1,15 +1,18 @@
-"""Typed results: what the metrics compute and what the JSON summary holds.
+"""The typed analysis: what the metrics compute, what every output reads, what the JSON summary holds.
 
 Times are milliseconds, sizes bytes, ratios in [0, 1] or None where undefined (no communication means
-no overlap ratio, never NaN). `Analysis.to_dict()` is the versioned summary written by
-`analyze --json`; the report, `check` and `diff` read that dict, so they work from a file as well.
+no overlap ratio, never NaN). Rules, the terminal, the HTML report, `check` and `diff` all read one
+`Analysis`; JSON exists only at the edge (`diagnose.model.summary`: `to_dict` / `from_dict`).
+Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summaries are read as well.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 1
+from diagnose.model.manifest import Manifest
+
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -67,6 +70,16 @@ class MemoryStat:
     capacity: int | None  # device memory, where known
     timeline: list[list[float]]  # [[ms, allocated, reserved], ...] downsampled, peaks kept
 
+    @property
+    def used(self) -> int:
+        """Bytes the device holds for the process: reserved, or allocated where older traces record no
+        reserved (0)."""
+        return max(self.peak_reserved, self.peak_allocated)
+
+    @property
+    def used_frac(self) -> float | None:
+        return self.used / self.capacity if self.capacity else None
+
 
 @dataclass
 class Hints:
@@ -116,6 +129,17 @@ class RankMetrics:
     coords: dict = field(default_factory=dict)  # mesh coordinates from the manifest
     origin_us: float = 0.0  # the trace clock at time 0 of this rank's relative times
     warnings: list[str] = field(default_factory=list)
+    kernel_time_ms: float | None = None  # summed time of all kernels (or top-level ops) in the windows, all steps
+
+    @property
+    def nsteps(self) -> int:
+        """Steps analysed (at least 1, so per-step divisions are defined)."""
+        return max(1, len(self.steps))
+
+    @property
+    def memory_peak(self) -> int | None:
+        """Peak allocated bytes over this rank's devices."""
+        return max((m.peak_allocated for m in self.memory), default=None)
 
 
 @dataclass
@@ -166,12 +190,19 @@ class CollectiveSkew:
 
 
 @dataclass
+class Straggler:
+    rank: int
+    reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
+    value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
+
+
+@dataclass
 class SkewResult:
     matched: int
     by_collective: list[CollectiveSkew]
     last_arrivals: dict[str, int]  # rank -> times it arrived last
     host_shift_ms: dict[str, float]  # host -> clock shift applied
-    stragglers: list[dict]  # {"rank", "reason", "value"}
+    stragglers: list[Straggler]
 
 
 @dataclass
@@ -203,24 +234,80 @@ class Aggregate:
     achieved_tflops_per_device: float | None
 
 
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass
+class Evidence:
+    """What a finding rests on: the measured numbers in words, the summary field, where it was seen."""
+
+    text: str
+    metric: str  # summary path of the number the rule tests, e.g. "pipeline.measured"
+    ranks: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    id: str  # the rule's id (docs/recommendations.md)
+    severity: str  # one of SEVERITIES
+    title: str
+    evidence: Evidence
+    action: str
+    expected_gain: str  # the gain in words, with how it was computed
+    gain_ms: float | None  # per step; None where the finding is not a speed-up
+    gain_frac: float | None = None  # gain_ms / the analysis' mean step time: the one share every output prints
+
+    def order_key(self) -> tuple:
+        """The one order of findings everywhere: severity, then expected gain, then rule id."""
+        return SEVERITIES.index(self.severity), -(self.gain_ms or 0.0), self.id
+
+
+@dataclass
+class AnalysisOptions:
+    """How `analyze` was asked to read the traces."""
+
+    comm_regex: str | None = None
+    exclude_last_step: bool = False
+    files: int = 0  # trace files found
+    bytes: int = 0  # bytes read from the analysed ranks' files
+    run_folder: bool = False  # the input was an llmdiag run folder (outputs go inside it)
+
+
 @dataclass
 class Analysis:
     source: str
     name: str
     trace_kind: str  # gpu, cpu, or mixed
     world_size: int | None
-    layout: dict | None
-    manifest: dict | None  # the run's manifest, minus bulky per-step data
+    layout: dict[str, int] | None
+    manifest: Manifest | None  # the run's manifest, minus bulky per-step data
     ranks: list[RankMetrics]
     ranks_missing: list[int]
     aggregate: Aggregate
     pipeline: PipelineResult | None
     skew: SkewResult | None
     issues: list[Issue]
-    options: dict
-    findings: list[dict] = field(default_factory=list)  # filled by diagnose.rules
+    options: AnalysisOptions
+    findings: list[Finding] = field(default_factory=list)  # filled by diagnose.rules, in Finding.order_key order
     schema_version: int = SCHEMA_VERSION
     llmdiag_version: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        from diagnose.model.summary import to_dict
+
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "summary") -> Analysis:
+        from diagnose.model.summary import from_dict
+
+        return from_dict(data, where)
+
+    def rank(self, rank: int) -> RankMetrics | None:
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+    @property
+    def step_ms(self) -> float | None:
+        """The mean step time every share of "the step" divides by."""
+        return self.aggregate.step_time_ms or None

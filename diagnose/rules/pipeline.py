@@ -5,51 +5,53 @@ from __future__ import annotations
 import statistics
 
 from diagnose.metrics.pipeline_actions import theory_bubble
-from diagnose.rules.base import Ctx, finding, fmt, gain_text, severity_for, steps_where
+from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
+from diagnose.model.format import fmt
+from diagnose.rules.base import Ctx, severity_for, steps_where
 
 
-def pipeline_bubble(s: dict, c: Ctx) -> list[dict]:
+def pipeline_bubble(c: Ctx) -> list[Finding]:
     """Bubble above the schedule formula or large -> more microbatches or a schedule with a smaller bubble."""
-    p = s.get("pipeline")
-    if not p or p["stages"] < 2 or not p.get("window_ms"):
+    p = c.a.pipeline
+    if not p or p.stages < 2 or not p.window_ms:
         return []
-    meas, theory, win, m = p["measured"], p["theory"], p["window_ms"], p["microbatches"]
+    meas, theory, win, m = p.measured, p.theory, p.window_ms, p.microbatches
     if not (meas > theory + 0.05 or meas > 0.20):
         return []
-    ref = p["replay"] if p.get("replay") is not None else theory
+    ref = p.replay if p.replay is not None else theory
     excess = max(0.0, meas - ref)  # comm waits / host overhead: assumed to stay after the change
     busy = win * (1 - meas)
-    preds = p.get("predictions") or []
-    base = next((q["step_ms"] for q in preds if q["schedule"] == p["schedule"] and q["microbatches"] == m
-                 and q.get("step_ms")), p.get("replay_window_ms"))
+    preds = p.predictions
+    base = next((q.step_ms for q in preds if q.schedule == p.schedule and q.microbatches == m and q.step_ms),
+                p.replay_window_ms)
     limit = c.local_batch()
     cands = []  # (new window, prediction, how)
     for q in preds:
-        if (q["schedule"], q["microbatches"]) == (p["schedule"], m) or (limit and q["microbatches"] > limit):
+        if (q.schedule, q.microbatches) == (p.schedule, m) or (limit and q.microbatches > limit):
             continue
-        if q.get("step_ms") and base:
-            cands.append((win * q["step_ms"] / base, q, f"measured window × replayed pipeline time ratio "
-                          f"{fmt(q['step_ms'], 'ms')} / {fmt(base, 'ms')}"))
+        if q.step_ms and base:
+            cands.append((win * q.step_ms / base, q, f"measured window × replayed pipeline time ratio "
+                          f"{fmt(q.step_ms, 'ms')} / {fmt(base, 'ms')}"))
         else:
-            b = min(0.95, q["bubble"] + excess)
+            b = min(0.95, q.bubble + excess)
             cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
                           "the replay"))
     if not preds:
-        pp, v = p["stages"], max(1, p.get("stages_per_rank") or 1)
-        for sched, m2, vv in ((p["schedule"], 2 * m, v), (p["schedule"], 4 * m, v), ("interleaved1f1b", m, 2)):
-            if (limit and m2 > limit) or (sched, vv) == (p["schedule"], v) and m2 == m:
+        pp, v = p.stages, max(1, p.stages_per_rank or 1)
+        for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):
+            if (limit and m2 > limit) or (sched, vv) == (p.schedule, v) and m2 == m:
                 continue
             if theory_bubble(sched, pp, m2, vv) == 0.0:  # zero-bubble: the formula's 0 is not reached at small m
                 b, how = ref * m / m2, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)"
             else:
                 b, how = theory_bubble(sched, pp, m2, vv), "formula (p−1)/(v·m+p−1)"
-            q = {"schedule": sched, "microbatches": m2, "bubble": b}
+            q = PipelinePrediction(schedule=sched, microbatches=m2, bubble=b, step_ms=None, theory=b)
             cands.append((busy / (1 - min(0.95, b + excess)), q, f"{how}, same busy time"))
     cands = [x for x in cands if x[0] < win]
     if not cands:
         return []
     best = min(cands, key=lambda x: x[0])
-    same = [x for x in cands if x[1]["schedule"] == p["schedule"]]
+    same = [x for x in cands if x[1].schedule == p.schedule]
     easy = min(same, key=lambda x: x[0]) if same else None
     pick = easy if easy and (win - easy[0]) >= 0.7 * (win - best[0]) else best
     new, q, how = pick
@@ -57,50 +59,47 @@ def pipeline_bubble(s: dict, c: Ctx) -> list[dict]:
     act = _setting(p, q)
     other = best if pick is not best else easy
     if other is not None and other is not pick:
-        act += (f"; or {_setting(p, other[1])} (bubble {fmt(other[1]['bubble'], 'pct')}, window ≈ "
+        act += (f"; or {_setting(p, other[1])} (bubble {fmt(other[1].bubble, 'pct')}, window ≈ "
                 f"{fmt(other[0], 'ms')})")
-    worst = max(p["stage_bubbles"], key=lambda b: b["measured"]) if p.get("stage_bubbles") else None
-    ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p['schedule']} formula and "
-          f"{fmt(p.get('replay'), 'pct')} in the replay (p={p['stages']}, m={m}); pipeline window "
-          f"{fmt(win, 'ms')}")
+    worst = max(p.stage_bubbles, key=lambda b: b.measured) if p.stage_bubbles else None
+    ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p.schedule} formula and "
+          f"{fmt(p.replay, 'pct')} in the replay (p={p.stages}, m={m}); pipeline window {fmt(win, 'ms')}")
     if worst:
-        ev += f"; worst stage {worst['stage']} (rank {worst['rank']}) {fmt(worst['measured'], 'pct')}"
-    ranks = [b["rank"] for b in p.get("stage_bubbles") or [] if b["measured"] > b["theory"] + 0.05] or \
-        [b["rank"] for b in p.get("stage_bubbles") or []]
-    rsel = [r for r in c.ranks if r["rank"] in set(ranks)]
-    eg = gain_text(gain, win, f"bubble {fmt(ref, 'pct')} ({'replay' if p.get('replay') is not None else 'formula'}"
-                    f") → {fmt(q['bubble'], 'pct')} at {q['schedule']} m={q['microbatches']}; "
-                    f"window {fmt(win, 'ms')} → {fmt(new, 'ms')} ({how})")
-    return [finding("pipeline_bubble", severity_for(gain, win), "Pipeline bubble larger than needed", ev, ranks,
-                     steps_where(rsel), act, eg, gain, "pipeline.measured")]
+        ev += f"; worst stage {worst.stage} (rank {worst.rank}) {fmt(worst.measured, 'pct')}"
+    ranks = [b.rank for b in p.stage_bubbles if b.measured > b.theory + 0.05] or [b.rank for b in p.stage_bubbles]
+    rsel = [r for r in c.ranks if r.rank in set(ranks)]
+    eg = c.gain_text(gain, f"bubble {fmt(ref, 'pct')} ({'replay' if p.replay is not None else 'formula'}) → "
+                     f"{fmt(q.bubble, 'pct')} at {q.schedule} m={q.microbatches}; window {fmt(win, 'ms')} → "
+                     f"{fmt(new, 'ms')} ({how})")
+    return [c.finding("pipeline_bubble", severity_for(gain, c.step_ms), "Pipeline bubble larger than needed", ev,
+                      ranks, steps_where(rsel), act, eg, gain, "pipeline.measured")]
 
 
-def _setting(p: dict, q: dict) -> str:
+def _setting(p: PipelineResult, q: PipelinePrediction) -> str:
     """The run options that turn the current pipeline into prediction `q`."""
     parts = []
-    if q["schedule"] != p["schedule"]:
-        v = " (2 stages per rank)" if q["schedule"] in ("interleaved1f1b", "zbv", "dualpipev") else ""
-        parts.append(f"`--schedule {q['schedule']}`{v}")
-    if q["microbatches"] != p["microbatches"]:
-        parts.append(f"`--microbatches {q['microbatches']}`")
+    if q.schedule != p.schedule:
+        v = " (2 stages per rank)" if q.schedule in ("interleaved1f1b", "zbv", "dualpipev") else ""
+        parts.append(f"`--schedule {q.schedule}`{v}")
+    if q.microbatches != p.microbatches:
+        parts.append(f"`--microbatches {q.microbatches}`")
     return " ".join(parts)
 
 
-def pipeline_imbalance(s: dict, c: Ctx) -> list[dict]:
+def pipeline_imbalance(c: Ctx) -> list[Finding]:
     """One stage much busier than the mean stage: the slowest stage sets the pace of the whole pipeline."""
-    p = s.get("pipeline")
-    if not p or p.get("imbalance") is None or p["imbalance"] <= 0.10 or not p.get("stage_bubbles"):
+    p = c.a.pipeline
+    if not p or p.imbalance is None or p.imbalance <= 0.10 or not p.stage_bubbles:
         return []
-    sb = p["stage_bubbles"]
-    hi, lo = max(sb, key=lambda b: b["busy_ms"]), min(sb, key=lambda b: b["busy_ms"])
-    mean = statistics.fmean(b["busy_ms"] for b in sb)
-    gain = hi["busy_ms"] - mean
-    ev = (f"stage {hi['stage']} (rank {hi['rank']}) busy {fmt(hi['busy_ms'], 'ms')} per step vs mean "
-          f"{fmt(mean, 'ms')} (imbalance {fmt(p['imbalance'], 'pct')}); lightest stage {lo['stage']} "
-          f"{fmt(lo['busy_ms'], 'ms')}")
-    act = (f"move layers from stage {hi['stage']} to stage {lo['stage']} (the first and last stages also carry "
+    sb = p.stage_bubbles
+    hi, lo = max(sb, key=lambda b: b.busy_ms), min(sb, key=lambda b: b.busy_ms)
+    mean = statistics.fmean(b.busy_ms for b in sb)
+    gain = hi.busy_ms - mean
+    ev = (f"stage {hi.stage} (rank {hi.rank}) busy {fmt(hi.busy_ms, 'ms')} per step vs mean {fmt(mean, 'ms')} "
+          f"(imbalance {fmt(p.imbalance, 'pct')}); lightest stage {lo.stage} {fmt(lo.busy_ms, 'ms')}")
+    act = (f"move layers from stage {hi.stage} to stage {lo.stage} (the first and last stages also carry "
            "the embedding and the output layer + loss: give them fewer transformer layers)")
-    eg = gain_text(gain, p["window_ms"], "slowest stage busy time → mean stage busy time")
-    return [finding("pipeline_imbalance", severity_for(gain, p["window_ms"]), "Pipeline stages unbalanced", ev,
-                     [hi["rank"]], steps_where([r for r in c.ranks if r["rank"] == hi["rank"]]), act, eg, gain,
-                     "pipeline.imbalance")]
+    eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
+    return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
+                      [hi.rank], steps_where([r for r in c.ranks if r.rank == hi.rank]), act, eg, gain,
+                      "pipeline.imbalance")]

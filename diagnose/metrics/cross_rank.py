@@ -1,0 +1,270 @@
+"""Cross-rank assembly: the per-rank outputs of one job in, the typed Analysis out.
+
+Ranks are resolved and checked together (distributedInfo, then manifest, then file name; duplicate ranks,
+traces of a different job and missing ranks become issues rather than guesses), clocks are aligned, then
+skew, the pipeline and the aggregate are computed across ranks. Every good rank is analysed whatever its
+neighbours look like.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+
+import numpy as np
+
+from diagnose.errors import LlmdiagError
+from diagnose.io.discover import rank_from_name
+from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
+from diagnose.metrics.per_rank import RankOutput
+from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.skew import skew
+from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction
+from diagnose.model.format import NS_PER_MS
+from diagnose.model.manifest import Manifest, PipelineConfig
+
+
+def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
+             version: str) -> Analysis:
+    """The Analysis of one job from its ranks' outputs (in file order); LlmdiagError when no rank is usable."""
+    issues = [Issue(o.path, o.error, None, "error") for o in outputs if o.error]
+    issues += [Issue(p, f"llmdiag: {p}: not a regular file ({why}); left out", None, "error") for p, why in skipped]
+    good = [o for o in outputs if not o.error]
+    if not good:
+        first = issues[0].message if issues else "no usable trace"
+        raise LlmdiagError(f"no usable trace among {len(outputs)} file(s); first problem: {first.removeprefix('llmdiag: ')}",
+                           source)
+    good = _resolve_ranks(good, man, issues)
+    if not good:
+        # The issues die with this exception, so the line itself says why (the CLI prints only the line).
+        errs = [i for i in issues if i.severity == "error"]
+        first = f"{errs[0].file}: {errs[0].message.removeprefix('llmdiag: ')}" if errs else "unknown"
+        raise LlmdiagError(f"no usable trace: all {len(outputs)} file(s) rejected; first problem: {first}", source)
+    for o in good:
+        for w in o.metrics.warnings:
+            issues.append(Issue(o.path, w, o.rank, "warning"))
+
+    world = _world_size(good, man)
+    ranks_found = sorted(o.rank for o in good)
+    missing = sorted(set(range(world)) - set(ranks_found)) if world else []
+    if missing:
+        issues.append(Issue(source, f"{len(missing)} of {world} ranks have no trace ({ranges(missing)}); "
+                                    "world-level numbers cover the analysed ranks only", None, "warning"))
+    if man and man.oversubscribed:
+        issues.append(Issue(source, f"{world} ranks ran on {man.cpu_cores} CPU cores: timings are "
+                                    "contaminated by ranks competing for cores", None, "warning"))
+    _mark_failed_ranks(man, issues)
+
+    layout = (man.layout if man else None) or layout_from_pg(good[0].distributed, world)
+    hosts = {o.rank: o.host or (man.host_of(o.rank) if man else None) or "" for o in good}
+    offset = _clock_offsets(good, issues)
+    if man:
+        for o in good:
+            o.metrics.coords = man.coords_of(o.rank)
+
+    records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
+    if not _can_match(records, layout):
+        records = {}
+    sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}) if len(good) > 1 else None
+    shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
+
+    pipeline = _pipeline(good, man, offset, hosts, shift_ns)
+    metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
+    return Analysis(
+        source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
+        layout=layout, manifest=man, ranks=metrics, ranks_missing=missing,
+        aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
+        options=AnalysisOptions(**{**opts.__dict__, "bytes": sum(o.bytes_read for o in good)}),
+        llmdiag_version=version,
+    )
+
+
+def _resolve_ranks(good: list[RankOutput], man: Manifest | None, issues: list[Issue]) -> list[RankOutput]:
+    """distributedInfo, then manifest, then file name; duplicates and other jobs are rejected, not guessed."""
+    for o in good:
+        if o.rank is None:
+            r = manifest_rank_of(man, o.path)
+            src = "manifest"
+            if r is None:
+                r, src = rank_from_name(o.path), "file name"
+            if r is None:
+                issues.append(Issue(o.path, "no rank in distributedInfo, manifest or file name", None, "warning"))
+            else:
+                issues.append(Issue(o.path, f"no rank in distributedInfo: rank {r} taken from the {src}", r, "warning"))
+            o.rank = r
+    unnamed = [o for o in good if o.rank is None]
+    if unnamed:
+        taken = {o.rank for o in good if o.rank is not None}
+        free = (r for r in range(10**9) if r not in taken)
+        for o in unnamed:
+            o.rank = next(free)
+            issues.append(Issue(o.path, f"numbered rank {o.rank} by file order", o.rank, "warning"))
+    sizes = Counter(o.world_size for o in good if o.world_size)
+    if len(sizes) > 1:
+        main = sizes.most_common(1)[0][0]
+        for o in good:
+            if o.world_size and o.world_size != main:
+                issues.append(Issue(o.path, f"trace of a different job (world size {o.world_size}, the others "
+                                            f"{main}); left out", o.rank, "error"))
+        good = [o for o in good if not o.world_size or o.world_size == main]
+    world = sizes.most_common(1)[0][0] if sizes else (man.world_size if man else None)
+    if isinstance(world, int) and world > 0:
+        for o in good:
+            if o.rank >= world:
+                issues.append(Issue(o.path, f"rank {o.rank} is outside the world of {world} ranks (contradictory "
+                                            "distributedInfo or file name); left out", o.rank, "error"))
+        good = [o for o in good if o.rank < world]
+    count = Counter(o.rank for o in good)
+    for o in good:
+        if count[o.rank] > 1:
+            issues.append(Issue(o.path, f"rank {o.rank} appears in {count[o.rank]} files; all of them left out "
+                                        "(which one is right cannot be told)", o.rank, "error"))
+    good = [o for o in good if count[o.rank] == 1]
+    for o in good:
+        o.metrics.rank = o.rank
+    return good
+
+
+MAX_CLOCK_US = 2.0**52  # µs (~142 years): beyond it a float clock has lost its µs and the trace is not a real clock
+
+
+def _clock_offsets(good: list[RankOutput], issues: list[Issue]) -> dict[int, int]:
+    """ns from the earliest rank's time 0 to each rank's; a rank with an absurd clock origin is not aligned."""
+    ok = [o.metrics.origin_us for o in good if math.isfinite(o.metrics.origin_us) and abs(o.metrics.origin_us) < MAX_CLOCK_US]
+    origin = min(ok) if ok else 0.0
+    out = {}
+    for o in good:
+        d = (o.metrics.origin_us - origin) * 1000
+        if not math.isfinite(d) or abs(d) >= 2**62:
+            issues.append(Issue(o.path, f"implausible clock origin ({o.metrics.origin_us:g} µs): not aligned with the "
+                                        "other ranks", o.rank, "warning"))
+            d = 0.0
+        out[o.rank] = int(round(d))
+    return out
+
+
+def ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces)."""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
+
+
+def _world_size(good: list[RankOutput], man: Manifest | None) -> int | None:
+    ws = [o.world_size for o in good if o.world_size]
+    if ws:
+        return Counter(ws).most_common(1)[0][0]
+    if man and man.world_size:
+        return man.world_size
+    return None
+
+
+def _mark_failed_ranks(man: Manifest | None, issues: list[Issue]) -> None:
+    for r, st in (man.failed_ranks() if man else {}).items():
+        issues.append(Issue(str(st.get("trace") or f"rank {r}"), f"rank {r} {st.get('status')} during the run: "
+                            f"{str(st.get('error') or '').strip().splitlines()[-1:] or ''}", _int(r), "error"))
+
+
+def _can_match(records: dict, layout: dict | None) -> bool:
+    """Collectives without group info can only be matched when there is a single group."""
+    if any(pg for c in records.values() for pg, _ in c.keys):
+        return True
+    return not layout or sum(1 for d in DIMS if (layout.get(d) or 1) > 1) <= 1
+
+
+def _pipeline(good, man, offset, hosts, shift_ns):
+    acts = {}
+    for o in good:
+        sh = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py made them
+        acts[o.rank] = [type(a)(a.step, a.stage, a.kind, a.mb, a.start + sh, a.end + sh) for a in o.actions]
+    with_actions = [r for r, a in acts.items() if a]
+    if not with_actions:
+        return None
+    pp = (man.pipeline if man else None) or PipelineConfig()
+    groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, with_actions)
+    for g in groups:  # `Forward i` spans carry no stage: a rank's stage is its place in its pipeline
+        for pos, r in enumerate(g):
+            if r in acts:
+                acts[r] = [type(a)(a.step, pos, a.kind, a.mb, a.start, a.end) if a.stage < 0 else a for a in acts[r]]
+    schedule = pp.schedule or _infer_schedule(acts, with_actions)
+    res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank,
+                           bool(man and man.oversubscribed))
+    origin = min(a.start for r in with_actions for a in acts[r])
+    for o in good:
+        o.metrics.pipeline_actions = [
+            PipelineAction(a.stage, a.kind, a.mb, (a.start - origin) / NS_PER_MS, (a.end - origin) / NS_PER_MS)
+            for a in acts[o.rank]
+        ]
+    return res
+
+
+def _infer_schedule(acts, ranks) -> str:
+    kinds = {a.kind for r in ranks for a in acts[r]}
+    if "W" in kinds or "I" in kinds:
+        return "zbv"
+    stages_per_rank = max(len({a.stage for a in acts[r]}) for r in ranks)
+    if stages_per_rank > 1:
+        return "interleaved1f1b"
+    r0 = ranks[0]
+    first_step = min(a.step for a in acts[r0])
+    order = [a.kind for a in sorted(acts[r0], key=lambda a: a.start) if a.step == first_step]
+    return "gpipe" if order == sorted(order, key=lambda k: k != "F") else "1f1b"
+
+
+def _aggregate(ms, man: Manifest | None) -> Aggregate:
+    ov = [(m.overlap_ratio, m.rank) for m in ms if m.overlap_ratio is not None]
+    peaks = [(mem.peak_allocated, m.rank) for m in ms for mem in m.memory]
+    step = float(np.mean([m.step_time_ms for m in ms]))
+    tokens = man.tokens_per_step if man else None
+    flops = man.model_flops_per_step if man else None
+    peak = man.device.peak_flops if man and man.device else None
+    world = (man.world_size if man else None) or len(ms)
+    tps = tokens / (step / 1e3) if tokens and step > 0 else None
+    achieved = flops / (step / 1e3) / world if flops and step > 0 else None
+    return Aggregate(
+        ranks=len(ms), step_time_ms=step, step_time_max_ms=max(m.step_time_ms for m in ms),
+        overlap_ratio_min=min(v for v, _ in ov) if ov else None,
+        overlap_ratio_mean=float(np.mean([v for v, _ in ov])) if ov else None,
+        overlap_worst_rank=min(ov)[1] if ov else None,
+        exposed_comm_frac_mean=float(np.mean([m.exposed_comm_frac for m in ms])),
+        exposed_comm_frac_max=max(m.exposed_comm_frac for m in ms),
+        idle_frac_mean=float(np.mean([m.idle_frac for m in ms])),
+        compute_frac_mean=float(np.mean([m.compute_ms / m.step_time_ms if m.step_time_ms else 0 for m in ms])),
+        memory_peak_max=max(peaks)[0] if peaks else None, memory_peak_rank=max(peaks)[1] if peaks else None,
+        tokens_per_s=tps, mfu=(achieved / peak) if achieved and peak else None,
+        achieved_tflops_per_device=achieved / 1e12 if achieved else None,
+    )
+
+
+def _kind(ms) -> str:
+    kinds = {m.trace_kind for m in ms}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def stage_hint(man: Manifest | None, path: str) -> int | None:
+    r = rank_from_name(path)
+    stages = man.stages_of(r) if man and r is not None else []
+    return stages[0] if stages else None
+
+
+def manifest_rank_of(man: Manifest | None, path: str) -> int | None:
+    """The rank whose status record names this trace file."""
+    for r, st in (man.rank_status if man else {}).items():
+        if isinstance(st, dict) and st.get("trace") and os.path.basename(str(st["trace"])) == os.path.basename(path):
+            return _int(r)
+    return None
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None

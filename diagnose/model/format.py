@@ -1,0 +1,56 @@
+"""The one number format of every human-facing output: terminal, HTML report, findings, `check`, `diff`.
+
+A number reads the same wherever it is printed because it is printed by `fmt` with a unit from `UNITS`;
+changes print through `fmt_delta`. "n/a" is the only rendering of an undefined value (None, NaN), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+NS_PER_MS = 1_000_000  # trace times are integer ns after loading; summaries hold ms
+GIB = 2**30
+
+# unit -> (scale, decimals, suffix)
+UNITS = {
+    "ms": (1.0, 2, " ms"), "us": (1.0, 1, " µs"), "pct": (100.0, 1, "%"), "gib": (2.0**-30, 2, " GiB"),
+    "gbps": (1.0, 1, " GB/s"), "int": (1.0, 0, ""), "tps": (1.0, 0, " tok/s"), "tflops": (1.0, 1, " TFLOP/s"),
+    "num": (1.0, 3, ""), "avg": (1.0, 1, ""), "x": (1.0, 2, "×"), "ratio": (1.0, 3, ""),
+}
+_BYTES = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def _undefined(x) -> bool:
+    return x is None or isinstance(x, bool) or (isinstance(x, float) and not math.isfinite(x))
+
+
+def fmt(x, unit: str = "num", suffix: bool = True) -> str:
+    """`x` in `unit`, rounded by the table above ("bytes" picks B/KiB/MiB/GiB from the value)."""
+    if _undefined(x):
+        return "n/a"
+    if not isinstance(x, (int, float)):
+        return str(x)
+    if unit == "bytes":
+        for name, size in _BYTES:
+            if abs(x) >= size:
+                return f"{x / size:.2f} {name}" if suffix else f"{x / size:.2f}"
+        return f"{x:.0f} B" if suffix else f"{x:.0f}"
+    scale, nd, suf = UNITS[unit]
+    if unit == "num" and isinstance(x, int):
+        nd = 0  # counts stay counts
+    s = f"{float(x) * scale:,.{nd}f}"
+    return s + suf if suffix else s
+
+
+def fmt_delta(d, unit: str, base=None) -> str:
+    """A signed change `d` in `unit`, with its relative size against `base` where that is defined."""
+    if _undefined(d):
+        return "n/a"
+    sign = "+" if d >= 0 else "-"
+    rel = f" ({sign}{abs(d) / abs(base) * 100:.1f}%)" if base and not _undefined(base) and unit not in ("ratio", "pct") \
+        else ""
+    return f"{sign}{fmt(abs(d), unit)}{rel}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

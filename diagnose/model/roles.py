@@ -1,0 +1,42 @@
+"""Which parallel dimension a process group serves, from its name, its size and the layout.
+
+Shared by the rules and every output so a group's role reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+from diagnose.model.manifest import DIMS
+
+P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
+DP_KINDS = ("allreduce", "reducescatter", "allgather")
+_ROLE_TOKENS = {"tp": "tp", "tensor": "tp", "pp": "pp", "pipeline": "pp", "cp": "cp", "context": "cp",
+                "ep": "ep", "expert": "ep", "dp": "dp", "fsdp": "dp", "shard": "dp", "replicate": "dp",
+                "ddp": "dp", "hsdp": "dp"}
+_DIM_ROLE = {"dp": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}
+
+
+def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> str:
+    """dp, tp, pp, cp, ep or "?".
+
+    DeviceMesh names groups `mesh_tp`, `mesh_dp_shard`, ...; otherwise (gloo spans carry no group) a
+    collective of a layout with one non-pipeline dimension belongs to it, else the group size is matched
+    against the layout; send/recv are pipeline traffic.
+    """
+    for tok in re.split(r"[^a-z0-9]+", (pg or "").lower()):
+        if tok in _ROLE_TOKENS:
+            return _ROLE_TOKENS[tok]
+    if kind in P2P_KINDS:
+        return "pp"
+    lay = {k: int((layout or {}).get(k) or 1) for k in DIMS}
+    active = {_DIM_ROLE[k] for k, v in lay.items() if v > 1} - {"pp"}  # pipelines talk point-to-point only
+    if len(active) == 1:
+        return active.pop()
+    if group_size and group_size > 1:
+        hits = {_DIM_ROLE[k] for k, v in lay.items() if v == group_size} - {"pp"}
+        if lay["dp"] * lay["fsdp"] == group_size:
+            hits.add("dp")
+        if len(hits) == 1:
+            return hits.pop()
+    return "dp" if kind in DP_KINDS and not active else "?"

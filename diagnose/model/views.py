@@ -1,0 +1,206 @@
+"""Cross-rank views of an Analysis, each computed here once: every output prints these rows.
+
+Conventions, stated in every output's table title:
+- "per step" numbers divide a rank's total over its analysed steps by its step count;
+- "mean over ranks" averages per-rank values over the ranks that have the thing (a collective group the
+  rank takes part in, a kernel in the rank's top-K list); `ranks` says how many that was;
+- ratios of time (overlap, share) are ratios of sums, so one long op is not hidden by many short ones.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
+from diagnose.model.devices import link_busbw_gbps
+from diagnose.model.roles import pg_role
+
+
+def _mean(xs) -> float | None:
+    xs = list(xs)
+    return statistics.fmean(xs) if xs else None
+
+
+# ---- communication per (kind, process group) ------------------------------------------------------------
+@dataclass(frozen=True)
+class CommGroupRow:
+    kind: str
+    pg: str  # "" when the trace does not name the group
+    role: str  # dp, tp, pp, cp, ep or "?"
+    ranks: int  # ranks that run this collective in this group
+    group_size: int | None
+    ops_per_step: float  # mean over those ranks
+    time_ms_per_step: float  # summed op durations per step, mean over those ranks
+    exposed_ms_per_step: float  # op time not under compute, per step, mean over those ranks
+    overlap: float | None  # Σ overlapped / Σ op time over those ranks (duration-weighted)
+    worst_overlap: float | None  # the lowest per-rank overlap ratio
+    worst_rank: int | None
+    msg_bytes: float | None  # mean message size over ops of known size
+    algbw_gbps: float | None  # mean over ranks with sized ops
+    busbw_gbps: float | None
+    busbw_min_gbps: float | None
+    busbw_min_rank: int | None
+    of_link_peak: float | None  # busbw / the device's achievable link busbw, where the device is known
+
+
+def comm_by_group(a: Analysis) -> list[CommGroupRow]:
+    """One row per (kind, process group) over all ranks, most time per step first."""
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in a.ranks:
+        for c in r.comm_by_kind:
+            groups[(c.kind, c.pg)].append((r, c))
+    peak = link_busbw_gbps(device_name(a))
+    out = []
+    for (kind, pg), xs in groups.items():
+        tot = sum(c.total_ms for _, c in xs)
+        ov = sum(c.overlapped_ms for _, c in xs)
+        rated = [(r, c) for r, c in xs if c.overlap_ratio is not None]
+        worst = min(rated, key=lambda x: x[1].overlap_ratio) if rated else None
+        bws = [(r, c) for r, c in xs if c.busbw_gbps is not None]
+        low = min(bws, key=lambda x: x[1].busbw_gbps) if bws else None
+        sized = sum(c.sized_count for _, c in xs)
+        bw = _mean(c.busbw_gbps for _, c in bws)
+        out.append(CommGroupRow(
+            kind=kind, pg=pg, role=pg_role(kind, pg, xs[0][1].group_size, a.layout), ranks=len(xs),
+            group_size=xs[0][1].group_size,
+            ops_per_step=statistics.fmean(c.count / r.nsteps for r, c in xs),
+            time_ms_per_step=statistics.fmean(c.total_ms / r.nsteps for r, c in xs),
+            exposed_ms_per_step=statistics.fmean((c.total_ms - c.overlapped_ms) / r.nsteps for r, c in xs),
+            overlap=ov / tot if tot else None,
+            worst_overlap=worst[1].overlap_ratio if worst else None, worst_rank=worst[0].rank if worst else None,
+            msg_bytes=sum(c.bytes for _, c in xs) / sized if sized else None,
+            algbw_gbps=_mean(c.algbw_gbps for _, c in bws if c.algbw_gbps is not None), busbw_gbps=bw,
+            busbw_min_gbps=low[1].busbw_gbps if low else None, busbw_min_rank=low[0].rank if low else None,
+            of_link_peak=bw / peak if peak and bw is not None else None,
+        ))
+    return sorted(out, key=lambda g: (-g.time_ms_per_step, g.kind, g.pg))
+
+
+def device_name(a: Analysis) -> str:
+    return (a.manifest.device.name if a.manifest and a.manifest.device else "") or ""
+
+
+# ---- per step over ranks --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    ranks: int
+    mean_ms: float  # mean over the ranks that have this step
+    max_ms: float  # the slowest rank's time in this step
+    max_rank: int
+
+
+def per_step(a: Analysis) -> list[StepRow]:
+    acc: dict[int, list] = defaultdict(list)
+    for r in a.ranks:
+        for st in r.steps:
+            acc[st.step].append((st.time_ms, r.rank))
+    rows = []
+    for step in sorted(acc):
+        xs = acc[step]
+        t, rank = max(xs, key=lambda x: (x[0], -x[1]))
+        rows.append(StepRow(step, len(xs), statistics.fmean(x[0] for x in xs), t, rank))
+    return rows
+
+
+# ---- memory ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryRow:
+    rank: int
+    stat: MemoryStat
+
+    @property
+    def frac(self) -> float | None:
+        return self.stat.used_frac
+
+
+def memory_use(a: Analysis) -> list[MemoryRow]:
+    """Every (rank, device), closest to capacity first (by bytes used where the capacity is unknown)."""
+    rows = [MemoryRow(r.rank, m) for r in a.ranks for m in r.memory]
+    return sorted(rows, key=lambda x: (x.frac is None, -(x.frac if x.frac is not None else x.stat.used), x.rank))
+
+
+def memory_peak(a: Analysis) -> tuple[int | None, int | None]:
+    """(peak allocated bytes over every rank and device, the rank that holds it)."""
+    peaks = [(r.memory_peak, r.rank) for r in a.ranks if r.memory_peak is not None]
+    if not peaks:
+        return None, None
+    v, rank = max(peaks, key=lambda x: (x[0], -x[1]))
+    return v, rank
+
+
+# ---- kernels --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    kind: str
+    ranks: int  # ranks whose top-K list holds it
+    ms_per_step: float  # mean over those ranks
+    count_per_step: float
+    mean_us: float | None
+    max_us: float
+    share: float | None  # Σ its time / Σ all kernel time, over those ranks
+
+
+def _kernel_time_ms(r: RankMetrics) -> float | None:
+    if r.kernel_time_ms:
+        return r.kernel_time_ms
+    k = next((k for k in r.top_kernels if k.share > 0), None)  # schema-1 summaries: from any kernel's share
+    return k.total_ms / k.share if k else None
+
+
+def kernel_table(a: Analysis, top: int = 20) -> list[KernelRow]:
+    """Kernels (or top-level CPU ops) over ranks, most time per step first."""
+    acc: dict[tuple, list] = defaultdict(list)
+    for r in a.ranks:
+        for k in r.top_kernels:
+            acc[(k.name, k.kind)].append((r, k))
+    rows = []
+    for (name, kind), xs in acc.items():
+        total = sum(k.total_ms for _, k in xs)
+        count = sum(k.count for _, k in xs)
+        denom = [_kernel_time_ms(r) for r, _ in xs]
+        rows.append(KernelRow(
+            name=name, kind=kind, ranks=len(xs), ms_per_step=statistics.fmean(k.total_ms / r.nsteps for r, k in xs),
+            count_per_step=statistics.fmean(k.count / r.nsteps for r, k in xs),
+            mean_us=total * 1e3 / count if count else None, max_us=max(k.max_us for _, k in xs),
+            share=total / sum(denom) if all(denom) else None))
+    return sorted(rows, key=lambda x: (-x.ms_per_step, x.name))[:top]
+
+
+# ---- ranks at a glance ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spread:
+    """min / median (lower) / max of one per-rank value, each an exact value of one rank."""
+
+    key: str
+    min: tuple[float, int]  # (value, rank)
+    median: tuple[float, int]
+    max: tuple[float, int]
+
+
+def spread(a: Analysis, key: str) -> Spread | None:
+    vals = sorted((getattr(r, key), r.rank) for r in a.ranks if getattr(r, key) is not None)
+    if not vals:
+        return None
+    return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1])
+
+
+def hosts(a: Analysis) -> dict[int, str]:
+    """rank -> host, from the trace, else the manifest, else "unknown"."""
+    man = a.manifest
+    return {r.rank: r.host or (man.host_of(r.rank) if man else None) or "unknown" for r in a.ranks}
+
+
+def ranks_per_host(a: Analysis) -> int | None:
+    """Ranks per host from the manifest's rank map (or the traces' hosts), else the device count."""
+    per = a.manifest.ranks_per_host() if a.manifest else None
+    if per:
+        return per
+    hs = [r.host for r in a.ranks if r.host]
+    if hs:
+        return max(hs.count(h) for h in set(hs))
+    dev = a.manifest.device if a.manifest else None
+    return dev.count if dev and dev.count else None

@@ -1,0 +1,63 @@
+"""Memory rules: a device close to capacity, or most of it unused."""
+
+from __future__ import annotations
+
+from diagnose.model.analysis import Finding, MemoryStat, RankMetrics
+from diagnose.model.format import fmt
+from diagnose.rules.base import Ctx, steps_where
+
+
+def _mem_rows(c: Ctx) -> list[tuple[RankMetrics, MemoryStat, float, int | None]]:
+    """(rank, device memory, used/capacity, activation bytes = peak − lowest allocated) of every device with
+    a known capacity."""
+    out = []
+    for r in c.ranks:
+        for m in r.memory:
+            if m.capacity and m.capacity > 0 and m.device != "cpu":
+                tl = [pt[1] for pt in m.timeline if len(pt) >= 2]
+                act = int(m.peak_allocated - min(tl)) if tl else None
+                out.append((r, m, m.used_frac, act))
+    return out
+
+
+def memory_near_capacity(c: Ctx) -> list[Finding]:
+    """Peak reserved > 90 % of the device: one longer sequence or allocator fragmentation away from OOM."""
+    rows = [x for x in _mem_rows(c) if x[2] > 0.90]
+    if not rows:
+        return []
+    r, m, f, act = max(rows, key=lambda x: x[2])
+    batch = c.man.batch if c.man else None
+    mb = int(c.option("micro_batch") or (batch.micro_batch if batch else None) or 0)
+    ev = (f"rank {r.rank} {m.device}: peak reserved {fmt(m.peak_reserved, 'gib')} of {fmt(m.capacity, 'gib')} "
+          f"({fmt(f, 'pct')}), peak allocated {fmt(m.peak_allocated, 'gib')}; {len(rows)} device(s) above 90 %")
+    acts = ["activation checkpointing (`--ac`, or selective per-layer `checkpoint_wrapper`)",
+            "more FSDP sharding (larger fsdp degree, `reshard_after_forward=True`)"]
+    acts.append(f"smaller microbatch ({mb} → {max(1, mb // 2)} sequences)" if mb > 1 else "smaller microbatch")
+    head = m.capacity - m.used
+    eg = f"headroom {fmt(head, 'gib')} now"
+    if act:
+        eg += (f"; activations are ≈ {fmt(act, 'gib')} of the peak (peak − lowest allocated): halving them "
+               f"gives ≈ {fmt(head + act / 2, 'gib')} headroom")
+    return [c.finding("memory_near_capacity", "high" if f > 0.95 else "medium", "Memory close to device capacity",
+                      ev, [x[0].rank for x in rows], steps_where([r]), "; ".join(acts), eg, None,
+                      "ranks[].memory[].peak_reserved")]
+
+
+def memory_unused(c: Ctx) -> list[Finding]:
+    """Every device below 40 % of capacity: a larger microbatch makes bigger, more efficient GEMMs."""
+    rows = _mem_rows(c)
+    if not rows or max(x[2] for x in rows) >= 0.40:
+        return []
+    r, m, f, act = max(rows, key=lambda x: x[2])
+    ev = (f"highest use: rank {r.rank} {m.device} peak reserved {fmt(m.peak_reserved, 'gib')}, allocated "
+          f"{fmt(m.peak_allocated, 'gib')} of {fmt(m.capacity, 'gib')} ({fmt(f, 'pct')}) over {len(rows)} device(s)")
+    k = None
+    if act and act > 0:
+        k = int((0.85 * m.capacity - (m.peak_allocated - act)) // act)
+    act_s = f"raise the microbatch {k}× (`--batch`, same microbatch count)" if k and k >= 2 else \
+        "raise the microbatch size (`--batch`)"
+    eg = (f"≈ {k}× the activations fit under 85 % of capacity (activations ≈ {fmt(act, 'gib')}, baseline "
+          f"{fmt(m.peak_allocated - act, 'gib')}); larger GEMMs usually raise MFU" if k else
+          "unused memory can hold larger microbatches; larger GEMMs usually raise MFU")
+    return [c.finding("memory_unused", "low", "Most device memory unused", ev, [x[0].rank for x in rows], [],
+                      act_s, eg, None, "ranks[].memory[].peak_reserved")]
