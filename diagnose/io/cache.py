@@ -53,7 +53,7 @@ def load(path: str, cache_dir: str) -> RankTrace | None:
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, orjson.JSONDecodeError):
         return None
     return RankTrace(
-        path=path, rank=info["rank"], rank_source=info["rank_source"], meta=info["meta"], origin_us=info["origin_us"],
+        path=path, rank=info["rank"], meta=info["meta"], origin_us=info["origin_us"],
         names=info["names"], cats=info["cats"], threads=[tuple(k) for k in info["threads"]],
         thread_names={int(k): v for k, v in info["thread_names"].items()},
         comm_args={int(k): v for k, v in info["comm_args"].items()}, memory=mem, warnings=info["warnings"],
@@ -66,7 +66,7 @@ def store(t: RankTrace, cache_dir: str) -> bool:
     entry = _entry(t.path, cache_dir)
     if entry is None:
         return False
-    info = {"rank": t.rank, "rank_source": t.rank_source, "meta": t.meta, "origin_us": t.origin_us, "names": t.names,
+    info = {"rank": t.rank, "meta": t.meta, "origin_us": t.origin_us, "names": t.names,
             "cats": t.cats, "threads": t.threads, "thread_names": t.thread_names, "comm_args": t.comm_args,
             "warnings": t.warnings, "bytes_read": t.bytes_read}
     try:

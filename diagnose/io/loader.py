@@ -156,7 +156,6 @@ def _build(path: str, header: dict, cols: Columns, nbytes: int) -> RankTrace:
     return RankTrace(
         path=path,
         rank=rank,
-        rank_source="distributedInfo" if rank is not None else "missing",
         meta=header,
         origin_us=origin,
         names=[n if isinstance(n, str) else str(n) for n in cols.names],

@@ -48,7 +48,6 @@ class MemoryEvents:
 class RankTrace:
     path: str
     rank: int | None
-    rank_source: str  # "distributedInfo", "manifest", "file name", or "missing"
     meta: dict  # top-level keys of the trace but traceEvents (distributedInfo, deviceProperties, ...)
     origin_us: float  # absolute time of ts == 0, in the trace's own µs clock
     names: list[str]

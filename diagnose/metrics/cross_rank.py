@@ -8,6 +8,7 @@ neighbours look like.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import Counter
@@ -184,7 +185,7 @@ def _pipeline(good, man, offset, hosts, shift_ns):
     acts = {}
     for o in good:
         sh = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py made them
-        acts[o.rank] = [type(a)(a.step, a.stage, a.kind, a.mb, a.start + sh, a.end + sh) for a in o.actions]
+        acts[o.rank] = [dataclasses.replace(a, start=a.start + sh, end=a.end + sh) for a in o.actions]
     with_actions = [r for r, a in acts.items() if a]
     if not with_actions:
         return None
@@ -193,14 +194,14 @@ def _pipeline(good, man, offset, hosts, shift_ns):
     for g in groups:  # `Forward i` spans carry no stage: a rank's stage is its place in its pipeline
         for pos, r in enumerate(g):
             if r in acts:
-                acts[r] = [type(a)(a.step, pos, a.kind, a.mb, a.start, a.end) if a.stage < 0 else a for a in acts[r]]
+                acts[r] = [dataclasses.replace(a, stage=pos) if a.stage < 0 else a for a in acts[r]]
     schedule = pp.schedule or _infer_schedule(acts, with_actions)
     res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank,
                            bool(man and man.oversubscribed))
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [
-            PipelineAction(a.stage, a.kind, a.mb, (a.start - origin) / NS_PER_MS, (a.end - origin) / NS_PER_MS)
+            PipelineAction(a.stage, a.kind, a.microbatch, (a.start - origin) / NS_PER_MS, (a.end - origin) / NS_PER_MS)
             for a in acts[o.rank]
         ]
     return res

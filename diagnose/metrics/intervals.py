@@ -35,14 +35,6 @@ def total(u: Union) -> int:
     return int((u[1] - u[0]).sum())
 
 
-def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals cut to [lo, hi]; those outside become empty (removed)."""
-    s = np.maximum(starts, lo)
-    e = np.minimum(ends, hi)
-    keep = e > s
-    return s[keep], e[keep]
-
-
 def covered_upto(u: Union, x: np.ndarray) -> np.ndarray:
     """|U ∩ (−∞, x]| for each x."""
     us, ue = u

@@ -15,7 +15,6 @@ from diagnose.io.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTra
 
 # fp32 GEMMs that do not use tensor cores (cuBLAS sgemm, CUTLASS simt sgemm); tf32/bf16/fp16 ones do.
 FP32_GEMM_RE = re.compile(r"sgemm|gemm.*(_f32_|float_float)|cutlass.*simt.*sgemm", re.I)
-GEMM_RE = re.compile(r"gemm|matmul|cutlass|xmma|cublas|Cijk_", re.I)
 DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
 is_fp32_gemm = prefiltered(FP32_GEMM_RE, "gemm")
 is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")

@@ -28,7 +28,7 @@ class Action:
     step: int
     stage: int
     kind: str  # F, B, I, W
-    mb: int
+    microbatch: int
     start: int  # ns, rank-relative
     end: int
 
@@ -69,7 +69,7 @@ def _innermost(actions: list[Action]) -> list[Action]:
     compute), the innermost."""
     by: dict[tuple, list[Action]] = {}
     for a in actions:
-        by.setdefault((a.step, a.stage, a.kind, a.mb), []).append(a)
+        by.setdefault((a.step, a.stage, a.kind, a.microbatch), []).append(a)
     if all(len(v) == 1 for v in by.values()):
         return actions
     drop = set()

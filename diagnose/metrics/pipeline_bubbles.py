@@ -33,7 +33,7 @@ def analyse_pipeline(
         return None
     p = max(len(g) for g in groups) if groups else len(ranks)
     stages = sorted({a.stage for r in ranks for a in actions[r]})
-    m = microbatches or len({a.mb for r in ranks for a in actions[r]})
+    m = microbatches or len({a.microbatch for r in ranks for a in actions[r]})
     v = stages_per_rank or max(1, len(stages) // max(p, 1))
     theory = theory_bubble(schedule, p, m, v)
 
@@ -93,12 +93,12 @@ def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[in
     durs: dict[tuple, list[float]] = defaultdict(list)
     for r in g:
         for a in actions[r]:
-            durs[(a.stage, a.kind, a.mb)].append((a.end - a.start) / NS_PER_MS)
+            durs[(a.stage, a.kind, a.microbatch)].append((a.end - a.start) / NS_PER_MS)
     dur = {k: float(np.mean(v)) for k, v in durs.items()}
     orders = {}
     for r in g:
         first = sorted((a for a in actions[r] if a.step == steps[0]), key=lambda a: a.start)
-        orders[r] = [(a.stage, a.kind, a.mb) for a in first]
+        orders[r] = [(a.stage, a.kind, a.microbatch) for a in first]
     last_stage = max(k[0] for k in dur)
     return replay(orders, dur, last_stage)
 

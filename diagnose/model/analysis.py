@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import orjson
+
+from diagnose.errors import LlmdiagError
+from diagnose.model.codec import Invalid, build, plain
 from diagnose.model.manifest import Manifest
 
 SCHEMA_VERSION = 2
@@ -294,15 +298,23 @@ class Analysis:
     llmdiag_version: str = ""
 
     def to_dict(self) -> dict:
-        from diagnose.model.summary import to_dict
-
-        return to_dict(self)
+        """The versioned summary: plain JSON types (numpy scalars become Python numbers)."""
+        return orjson.loads(orjson.dumps(plain(self), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "summary") -> Analysis:
-        from diagnose.model.summary import from_dict
-
-        return from_dict(data, where)
+    def from_dict(cls, data, where: str = "summary") -> Analysis:
+        """An Analysis from a summary of schema 1 or 2; LlmdiagError naming the first field that does not fit."""
+        if not isinstance(data, dict) or "ranks" not in data or "schema_version" not in data:
+            raise LlmdiagError("not an llmdiag summary (no 'schema_version' and 'ranks')", where,
+                               "write one with `llmdiag analyze RUN --json FILE`")
+        v = data["schema_version"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= SCHEMA_VERSION:
+            raise LlmdiagError(f"summary schema_version {v!r} is not one this llmdiag reads (1 to {SCHEMA_VERSION})",
+                               where, "upgrade llmdiag, or re-record the summary")
+        try:
+            return build(cls, _upgrade_v1(data) if v == 1 else data)
+        except Invalid as e:
+            raise LlmdiagError(f"invalid summary: {e}", where) from None
 
     def rank(self, rank: int) -> RankMetrics | None:
         return next((r for r in self.ranks if r.rank == rank), None)
@@ -311,3 +323,15 @@ class Analysis:
     def step_ms(self) -> float | None:
         """The mean step time every share of "the step" divides by."""
         return self.aggregate.step_time_ms or None
+
+
+def _upgrade_v1(data: dict) -> dict:
+    """Schema 1 kept a finding's evidence as text beside its ranks, steps and metric."""
+    out = []
+    for f in data.get("findings") or []:
+        if isinstance(f, dict) and not isinstance(f.get("evidence"), dict):
+            f = dict(f)
+            f["evidence"] = {"text": f.pop("evidence", ""), "metric": f.pop("metric", ""),
+                             "ranks": f.pop("ranks", []), "steps": f.pop("steps", [])}
+        out.append(f)
+    return {**data, "findings": out, "schema_version": SCHEMA_VERSION}

@@ -68,7 +68,7 @@ class Manifest:
     failure: dict | str | None = None
     started_at: str | None = None
     finished_at: str | None = None
-    extra: dict = field(default_factory=dict)  # keys this version does not know, kept for the round trip
+    extra: dict = field(default_factory=dict, metadata={"rest": True})  # keys this version does not know
 
     # ---- per-rank facts ----------------------------------------------------------------------------------
     def _entry(self, rank: int) -> dict:

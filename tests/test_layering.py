@@ -1,0 +1,153 @@
+"""The code's shape, checked: data flows one way (io → metrics → rules → gate → cli), no import cycle, no
+module reaching back up a stage, the report independent of the rules, the training side independent of the
+analyzer, and no module grown past what one reader holds in mind.
+
+Imports are read with `ast` from every .py file, lazy imports inside functions included: a cycle hidden in a
+function body is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("diagnose", "reports", "workloads")
+# Stage of each part of diagnose/: a module may import its own part and lower stages only.
+STAGES = {"diagnose": 0, "diagnose.errors": 0, "diagnose.model": 1, "diagnose.io": 2, "diagnose.metrics": 3,
+          "diagnose.rules": 4, "diagnose.analyze": 5, "diagnose.gate": 6, "diagnose.cli": 7}
+REPORTS_MAY_IMPORT = ("diagnose", "diagnose.errors", "diagnose.model")
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an import refers to (`from diagnose.io import cache` -> diagnose.io.cache)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(mod: str) -> set[str]:
+    tree = ast.parse(MODULES[mod].read_text(encoding="utf-8"))
+    pkg = mod if MODULES[mod].name == "__init__.py" else mod.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for n in names:
+            if n.split(".")[0] in PACKAGES and (r := _resolve(n)) and r != mod:
+                out.add(r)
+    return out
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _stage(mod: str) -> tuple[str, int] | None:
+    for part in sorted(STAGES, key=len, reverse=True):
+        if mod == part or mod.startswith(part + "."):
+            return part, STAGES[part]
+    return None
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_walk_sees_the_code():
+    assert {"diagnose.model.analysis", "diagnose.io.loader", "diagnose.rules", "reports.render"} <= set(MODULES)
+    assert "diagnose.model.analysis" in GRAPH["diagnose.rules.base"]
+    assert "diagnose.io.split_parse" in GRAPH["diagnose.io.loader"]  # a lazy import inside a function counts
+
+
+def test_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_no_upward_import():
+    bad = []
+    for mod, deps in GRAPH.items():
+        src = _stage(mod)
+        if src is None:
+            continue
+        for dep in deps:
+            dst = _stage(dep)
+            if dst is not None and dst[1] > src[1]:
+                bad.append(f"{mod} -> {dep}")
+            if dst is not None and dst[1] == src[1] and dst[0] != src[0]:
+                bad.append(f"{mod} -> {dep} (sideways between stages)")
+    assert bad == []
+
+
+def test_reports_read_only_the_model():
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("reports") for d in deps
+           if not d.startswith("reports") and _stage(d) and _stage(d)[0] not in REPORTS_MAY_IMPORT]
+    assert bad == []
+
+
+def test_nothing_imports_the_cli_and_the_analyzer_never_imports_training_code():
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
+           if d.startswith("diagnose.cli") and not m.startswith("diagnose.cli")]
+    bad += [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
+            if d.startswith("workloads") and m.startswith(("diagnose", "reports")) and not m.startswith("diagnose.cli")]
+    bad += [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
+            if m.startswith("workloads") and d.startswith(("diagnose", "reports"))]
+    assert bad == []
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_module_size(mod):
+    n = len(MODULES[mod].read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_LINES, f"{MODULES[mod].relative_to(ROOT)} has {n} lines: split it by what it computes"
