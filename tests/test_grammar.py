@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diagnose.errors import LlmdiagError
 from workloads.config import SIZES, model_config
+from workloads.errors import WorkloadError
 from workloads.grammar import DIMS, SCHEDULES, Layout, Pipeline, parse_workload, resolve
 from workloads.options import RunOptions
 
@@ -53,7 +53,7 @@ def test_good_strings(text, layout):
     ("ep2", "unexpected"),
 ])
 def test_bad_strings_raise_one_line(text, needle):
-    with pytest.raises(LlmdiagError) as e:
+    with pytest.raises(WorkloadError) as e:
         parse_workload(text)
     assert needle in str(e.value) and "\n" not in e.value.line()
 
@@ -96,7 +96,7 @@ def test_coords_are_row_major_and_a_bijection(sizes):
 def test_layouts_the_model_cannot_take(workload, kw, needle):
     kw = dict(kw)
     model = kw.pop("model", TINY)
-    with pytest.raises(LlmdiagError) as e:
+    with pytest.raises(WorkloadError) as e:
         resolve(workload, model, **kw)
     assert needle in str(e.value)
 
@@ -132,9 +132,9 @@ def test_model_config_arithmetic_and_overrides():
     assert SIZES["1b"].params() == pytest.approx(1.50e9, rel=0.02)  # Llama 3.2 1B with an untied head
     c = model_config("tiny", layers=8, hidden=256, seq_len=128, batch=4)
     assert (c.layers, c.hidden, c.ffn, c.seq_len, c.batch) == (8, 256, 704, 128, 4)
-    with pytest.raises(LlmdiagError):
+    with pytest.raises(WorkloadError):
         model_config("70b")
-    with pytest.raises(LlmdiagError):
+    with pytest.raises(WorkloadError):
         model_config("tiny", hidden=100)  # 8 heads of 12.5
 
 
@@ -151,9 +151,9 @@ def test_profile_steps_and_total_steps():
     assert RunOptions("dp2").profile() == (1, 1, 3) and RunOptions("dp2").total_steps() == 8
     assert RunOptions("dp2", profile_steps="4").profile() == (1, 1, 4)
     for bad in ("1,1", "a,b,c", "1,1,0", "-1,1,1"):
-        with pytest.raises(LlmdiagError):
+        with pytest.raises(WorkloadError):
             RunOptions("dp2", profile_steps=bad).profile()
-    with pytest.raises(LlmdiagError):
+    with pytest.raises(WorkloadError):
         RunOptions("dp2", steps=4).total_steps()
 
 
@@ -164,7 +164,7 @@ def test_fault_specs():
     assert parse("rank:0:hang:5") == (0, "hang", 5)
     assert parse(None) is None
     for bad in ("rank:1", "rank:x:kill", "node:1:kill", "rank:1:explode"):
-        with pytest.raises(LlmdiagError):
+        with pytest.raises(WorkloadError):
             parse(bad)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from workloads.errors import WorkloadError
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -68,14 +70,12 @@ SIZES: dict[str, ModelConfig] = {
 def model_config(size: str, *, layers: int | None = None, hidden: int | None = None,
                  seq_len: int | None = None, batch: int | None = None) -> ModelConfig:
     """The named size with overrides. A new hidden size rescales the SwiGLU width to ~8/3·hidden (multiple of 64)."""
-    from diagnose.errors import LlmdiagError
-
     if size not in SIZES:
-        raise LlmdiagError(f"unknown model size {size!r}", hint="one of " + ", ".join(SIZES))
+        raise WorkloadError(f"unknown model size {size!r}", hint="one of " + ", ".join(SIZES))
     cfg = SIZES[size]
     for name, value in (("--layers", layers), ("--hidden", hidden), ("--seq-len", seq_len), ("--batch", batch)):
         if value is not None and value < 1:
-            raise LlmdiagError(f"{name} must be >= 1, got {value}")
+            raise WorkloadError(f"{name} must be >= 1, got {value}")
     if hidden is not None and hidden != cfg.hidden:
         cfg = replace(cfg, hidden=hidden, ffn=-(-int(8 * hidden / 3) // 64) * 64)
     if layers is not None:
@@ -85,5 +85,5 @@ def model_config(size: str, *, layers: int | None = None, hidden: int | None = N
     if batch is not None:
         cfg = replace(cfg, batch=batch)
     if cfg.hidden % cfg.heads or cfg.head_dim % 2:
-        raise LlmdiagError(f"hidden {cfg.hidden} must split into {cfg.heads} heads of even size")
+        raise WorkloadError(f"hidden {cfg.hidden} must split into {cfg.heads} heads of even size")
     return cfg

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from diagnose.errors import LlmdiagError
+from workloads.errors import WorkloadError
 
 KINDS = ("raise", "kill", "hang")
 
@@ -25,7 +25,7 @@ def parse(spec: str | None) -> tuple[int, str, int | None] | None:
             raise ValueError
         return int(parts[1]), parts[2], (int(parts[3]) if len(parts) == 4 else None)
     except ValueError:
-        raise LlmdiagError(f"bad fault spec {spec!r}", hint="rank:<R>:raise|kill|hang[:<step>]") from None
+        raise WorkloadError(f"bad fault spec {spec!r}", hint="rank:<R>:raise|kill|hang[:<step>]") from None
 
 
 class Fault:

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from diagnose.errors import LlmdiagError
+from workloads.errors import WorkloadError
 from workloads.config import ModelConfig
 
 DIMS = ("dp", "fsdp", "tp", "pp", "cp")
@@ -19,6 +19,7 @@ DIMS = ("dp", "fsdp", "tp", "pp", "cp")
 # so that TP groups are the closest ranks (same node / NVLink).
 MESH_ORDER = ("pp", "dp", "fsdp", "cp", "tp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "zbv", "dualpipev")
+DEFAULT_SCHEDULE = "1f1b"
 V_SCHEDULES = ("zbv", "dualpipev")  # two stages per rank, placed in a V
 _TOKEN = re.compile(r"(fsdp|dp|tp|pp|cp)")
 
@@ -56,28 +57,28 @@ class Layout:
 
 
 def parse_workload(text: str) -> Layout:
-    """`tp4pp2` -> Layout(tp=4, pp=2). `single` is one process. Raises LlmdiagError with one line."""
+    """`tp4pp2` -> Layout(tp=4, pp=2). `single` is one process. Raises WorkloadError with one line."""
     s = text.strip().lower()
     if s in ("single", ""):
         if not s:
-            raise LlmdiagError("empty workload string", hint="e.g. single, dp2, fsdp8, tp2pp2, tp2cp2")
+            raise WorkloadError("empty workload string", hint="e.g. single, dp2, fsdp8, tp2pp2, tp2cp2")
         return Layout()
     sizes: dict[str, int] = {}
     pos = 0
     while pos < len(s):
         m = _TOKEN.match(s, pos)
         if not m:
-            raise LlmdiagError(f"workload {text!r}: unexpected {s[pos:]!r}",
-                               hint="concatenate dpN, fsdpN, tpN, ppN, cpN, e.g. dp2tp2pp2")
+            raise WorkloadError(f"workload {text!r}: unexpected {s[pos:]!r}",
+                                hint="concatenate dpN, fsdpN, tpN, ppN, cpN, e.g. dp2tp2pp2")
         dim = m.group(1)
         digits = re.match(r"\d+", s[m.end():])
         if not digits:
-            raise LlmdiagError(f"workload {text!r}: {dim} needs a size", hint=f"e.g. {dim}2")
+            raise WorkloadError(f"workload {text!r}: {dim} needs a size", hint=f"e.g. {dim}2")
         n = int(digits.group())
         if n < 1:
-            raise LlmdiagError(f"workload {text!r}: {dim} size must be >= 1, got {n}")
+            raise WorkloadError(f"workload {text!r}: {dim} size must be >= 1, got {n}")
         if dim in sizes:
-            raise LlmdiagError(f"workload {text!r}: {dim} given twice")
+            raise WorkloadError(f"workload {text!r}: {dim} given twice")
         sizes[dim] = n
         pos = m.end() + len(digits.group())
     return Layout(**sizes)
@@ -167,51 +168,51 @@ def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, m
     lay = parse_workload(workload)
     tp, pp, cp = lay.tp, lay.pp, lay.cp
     if ranks_available is not None and lay.world_size != ranks_available:
-        raise LlmdiagError(f"workload {workload!r} needs {lay.world_size} ranks but {ranks_available} are available"
-                           + (f" ({ranks_reason})" if ranks_reason else ""))
+        raise WorkloadError(f"workload {workload!r} needs {lay.world_size} ranks but {ranks_available} are available"
+                            + (f" ({ranks_reason})" if ranks_reason else ""))
     if model.heads % tp:
-        raise LlmdiagError(f"tp{tp}: {model.heads} attention heads are not divisible by {tp}",
-                           hint=f"tp must divide heads={model.heads}")
+        raise WorkloadError(f"tp{tp}: {model.heads} attention heads are not divisible by {tp}",
+                            hint=f"tp must divide heads={model.heads}")
     if model.kv_heads % tp:
-        raise LlmdiagError(f"tp{tp}: {model.kv_heads} kv heads are not divisible by {tp}",
-                           hint=f"tp must divide kv_heads={model.kv_heads}")
+        raise WorkloadError(f"tp{tp}: {model.kv_heads} kv heads are not divisible by {tp}",
+                            hint=f"tp must divide kv_heads={model.kv_heads}")
     if model.ffn % tp or model.vocab % tp:
-        raise LlmdiagError(f"tp{tp}: ffn {model.ffn} or vocab {model.vocab} not divisible by {tp}")
+        raise WorkloadError(f"tp{tp}: ffn {model.ffn} or vocab {model.vocab} not divisible by {tp}")
     seq_split = cp * (tp if sp else 1)
     if model.seq_len % seq_split:
-        raise LlmdiagError(f"seq_len {model.seq_len} is not divisible by {seq_split} "
-                           f"({'cp x tp with --sp' if sp else 'cp'})")
+        raise WorkloadError(f"seq_len {model.seq_len} is not divisible by {seq_split} "
+                            f"({'cp x tp with --sp' if sp else 'cp'})")
     if sp and tp == 1:
-        raise LlmdiagError("--sp (sequence parallel) needs a tp dimension")
+        raise WorkloadError("--sp (sequence parallel) needs a tp dimension")
 
     pipeline = None
     if pp == 1:
         if schedule is not None or microbatches is not None:
-            raise LlmdiagError("--schedule/--microbatches need a pp dimension", hint=f"e.g. {workload}pp2")
+            raise WorkloadError("--schedule/--microbatches need a pp dimension", hint=f"e.g. {workload}pp2")
     else:
-        schedule = schedule or "1f1b"
+        schedule = schedule or DEFAULT_SCHEDULE
         if schedule not in SCHEDULES:
-            raise LlmdiagError(f"unknown pipeline schedule {schedule!r}", hint="one of " + ", ".join(SCHEDULES))
+            raise WorkloadError(f"unknown pipeline schedule {schedule!r}", hint="one of " + ", ".join(SCHEDULES))
         v = 1 if schedule in ("gpipe", "1f1b") else 2
         m = microbatches if microbatches is not None else 2 * pp
         pipeline = Pipeline(schedule, m, pp, v, model.layers)
         if m < 1:
-            raise LlmdiagError(f"--microbatches must be >= 1, got {m}")
+            raise WorkloadError(f"--microbatches must be >= 1, got {m}")
         if pipeline.stages > model.layers:
-            raise LlmdiagError(f"pp{pp}: {pipeline.stages} pipeline stages but the model has {model.layers} layers",
-                               hint="use --layers or a smaller pp")
+            raise WorkloadError(f"pp{pp}: {pipeline.stages} pipeline stages but the model has {model.layers} layers",
+                                hint="use --layers or a smaller pp")
         if schedule == "1f1b" and m < pp:
-            raise LlmdiagError(f"1f1b needs microbatches >= pp ({pp}), got {m}")
+            raise WorkloadError(f"1f1b needs microbatches >= pp ({pp}), got {m}")
         if schedule == "dualpipev" and m < pipeline.stages:
-            raise LlmdiagError(f"dualpipev needs microbatches >= stages ({pipeline.stages}), got {m}")
+            raise WorkloadError(f"dualpipev needs microbatches >= stages ({pipeline.stages}), got {m}")
         if schedule == "interleaved1f1b" and m % max(1, m // pp):
-            raise LlmdiagError(f"interleaved1f1b needs microbatches divisible by {max(1, m // pp)}, got {m}")
+            raise WorkloadError(f"interleaved1f1b needs microbatches divisible by {max(1, m // pp)}, got {m}")
 
     per_step = lay.dp * lay.fsdp * (pipeline.microbatches if pipeline else 1)
     batch = model.batch
     if batch % per_step:
         if batch_given:
-            raise LlmdiagError(f"--batch {batch} is not divisible by dp x fsdp x microbatches = {per_step}")
+            raise WorkloadError(f"--batch {batch} is not divisible by dp x fsdp x microbatches = {per_step}")
         batch = math.ceil(batch / per_step) * per_step
         model = replace(model, batch=batch)
     return Plan(workload=workload, layout=lay, model=model, pipeline=pipeline, global_batch=batch, sp=sp)

@@ -19,13 +19,12 @@ import threading
 import time
 from datetime import datetime
 
-from diagnose.errors import LlmdiagError
+from workloads.errors import WorkloadError
 from workloads import manifest as man
 from workloads.grammar import Plan
-from workloads.options import RunOptions
+from workloads.options import LaunchOptions, RunOptions
 from workloads.rankio import now_iso
 
-DEFAULT_TIMEOUT_S = 600.0
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -38,8 +37,9 @@ def _gpu_driver_present() -> bool:
     return any(os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd"))
 
 
-def _resolve_device(requested: str) -> tuple[str, int]:
-    """(cpu|cuda, visible GPU count)."""
+def resolve_device(requested: str) -> tuple[str, int]:
+    """(cpu|cuda, visible GPU count) for `--device auto|cpu|cuda`. The launcher resolves before the ranks start
+    and passes the result on; a rank started by hand with `auto` resolves through here too."""
     if requested == "cpu" or (requested == "auto" and not _gpu_driver_present()):
         return "cpu", 0
     import torch
@@ -47,7 +47,7 @@ def _resolve_device(requested: str) -> tuple[str, int]:
     if torch.cuda.is_available():
         return "cuda", torch.cuda.device_count()
     if requested == "cuda":
-        raise LlmdiagError("--device cuda but torch sees no CUDA device")
+        raise WorkloadError("--device cuda but torch sees no CUDA device")
     return "cpu", 0
 
 
@@ -107,13 +107,12 @@ def _signal(pid: int, sig: int, group: bool = False) -> None:
 
 
 class Launch:
-    def __init__(self, opts: RunOptions, plan: Plan, *, nproc: int, nnodes: int, node_rank: int,
-                 rdzv_endpoint: str | None, timeout: float, fault: str | None, echo, echo_err):
-        self.opts, self.plan, self.nproc, self.nnodes, self.node_rank = opts, plan, nproc, nnodes, node_rank
-        self.rdzv_endpoint, self.timeout, self.fault = rdzv_endpoint, timeout, fault
+    def __init__(self, opts: RunOptions, plan: Plan, lo: LaunchOptions, *, nproc: int, echo, echo_err):
+        self.opts, self.plan, self.nproc, self.nnodes, self.node_rank = opts, plan, nproc, lo.nnodes, lo.node_rank
+        self.rdzv_endpoint, self.timeout, self.fault = lo.rdzv_endpoint, lo.timeout, lo.inject_fault
         self.echo, self.echo_err = echo, echo_err
         self.out = opts.out
-        self.local_ranks = range(node_rank * nproc, (node_rank + 1) * nproc)
+        self.local_ranks = range(lo.node_rank * nproc, (lo.node_rank + 1) * nproc)
         self.torchrun_output: list[str] = []
 
     def command(self) -> list[str]:
@@ -257,37 +256,36 @@ def judge(out: str, world: int, local_ranks, results: dict, codes: dict[int, int
     return status, {"rank": root, "ranks": bad, "reason": f"rank {root}: {reason}"}
 
 
-def launch(opts: RunOptions, *, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-           nproc_per_node: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, fault: str | None = None,
-           command: list[str] | None = None, echo=print, echo_err=None) -> int:
+def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = None, echo=print,
+           echo_err=None) -> int:
     """Run the workload; returns the process exit code (0 ok, 1 a rank failed or timed out)."""
     echo_err = echo_err or (lambda s: print(s, file=sys.stderr))
-    opts.device, gpus = _resolve_device(opts.device)
+    nnodes, node_rank, nproc_per_node, timeout = lo.nnodes, lo.node_rank, lo.nproc_per_node, lo.timeout
+    opts.device, gpus = resolve_device(opts.device)
     cuda = opts.device == "cuda"
     plan = opts.plan()
     if nproc_per_node is None:
         nproc_per_node = gpus if cuda else -(-plan.layout.world_size // nnodes)
     if cuda and nproc_per_node > gpus:
-        raise LlmdiagError(f"--nproc-per-node {nproc_per_node} but only {gpus} GPUs are visible")
+        raise WorkloadError(f"--nproc-per-node {nproc_per_node} but only {gpus} GPUs are visible")
     reason = (f"{nnodes} node(s) x {nproc_per_node} " + ("GPUs" if cuda else "processes")) + " per node"
     plan = opts.plan(ranks_available=nnodes * nproc_per_node, ranks_reason=reason)
     if nnodes > 1 and not opts.out:
-        raise LlmdiagError("multi-node runs need --out on a filesystem every node shares")
+        raise WorkloadError("multi-node runs need --out on a filesystem every node shares")
     opts.out = os.path.abspath(opts.out or default_out(opts.workload))
     results_dir = os.path.join(opts.out, "results")
     if node_rank == 0 and (os.path.exists(os.path.join(opts.out, "manifest.json"))
                            or (os.path.isdir(results_dir) and os.listdir(results_dir))):
-        raise LlmdiagError(f"{opts.out} already holds a run", hint="choose another --out")
+        raise WorkloadError(f"{opts.out} already holds a run", hint="choose another --out")
     for sub in ("traces", "results", "logs"):
         os.makedirs(os.path.join(opts.out, sub), exist_ok=True)
 
     cores = os.cpu_count() or 1
     oversubscribed = not cuda and nproc_per_node > cores
     device, torch_version = _device_info(opts.device)
-    run = Launch(opts, plan, nproc=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                 rdzv_endpoint=rdzv_endpoint, timeout=timeout, fault=fault, echo=echo, echo_err=echo_err)
+    run = Launch(opts, plan, lo, nproc=nproc_per_node, echo=echo, echo_err=echo_err)
     launch_info = {"launcher": "torchrun", "nnodes": nnodes, "nproc_per_node": nproc_per_node,
-                   "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint, "timeout_s": timeout,
+                   "node_rank": node_rank, "rdzv_endpoint": lo.rdzv_endpoint, "timeout_s": timeout,
                    "torchrun_command": run.command()}
     manifest = man.build(plan, opts, device=device, torch_version=torch_version,
                          command=command or sys.argv, cpu_cores=cores, oversubscribed=oversubscribed,

@@ -52,10 +52,18 @@ def host_memory() -> int | None:
         return None
 
 
+def _version() -> str:
+    """The installed package's version (workloads/ does not import diagnose/, which declares it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llmdiag")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, command: list[str], cpu_cores: int,
           oversubscribed: bool, launch: dict, started_at: str) -> dict:
-    from diagnose import __version__
-
     wait, warmup, active = opts.profile()
     lay = plan.layout
     ranks = {}
@@ -82,7 +90,7 @@ def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, com
         "device": device,
         "dtype": "bfloat16" if cuda else "float32",
         "torch_version": torch_version,
-        "llmdiag_version": __version__,
+        "llmdiag_version": _version(),
         "profiler": {"wait": wait, "warmup": warmup, "active": active, "record_shapes": True,
                      "profile_memory": True, "with_stack": opts.with_stack},
         "steps": opts.total_steps(),

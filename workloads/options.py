@@ -1,42 +1,110 @@
-"""The options of one run, shared by `llmdiag run` (launcher) and `python -m workloads.train` (every rank).
+"""The options of one run, declared once: `llmdiag run`'s click options and each rank's argv parser come from here.
 
-Torch-free. The launcher turns RunOptions into argv for torchrun; each rank parses the same argv back and calls
-`plan()`, so both sides derive the same Plan from the same text.
+RunOptions is what reaches the ranks: the launcher turns it into argv for torchrun (`to_argv`), each rank
+parses it back (`from_argv`) and calls `plan()`, so both sides derive the same Plan from the same text.
+LaunchOptions is what only the launcher needs (timeout, nodes, rendezvous). Every field carries its default,
+help, choices and flag spelling (`opt`); `cli_options` reads them for both the click command
+(diagnose/cli/run.py) and argparse here, so no default or help text is written twice. Torch-free.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, fields
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from types import NoneType
 
-from diagnose.errors import LlmdiagError
-from workloads.config import model_config
-from workloads.grammar import Plan, resolve
+from workloads import faults
+from workloads.config import SIZES, model_config
+from workloads.errors import WorkloadError
+from workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
 
 DEFAULT_TAIL_STEPS = 3  # unprofiled steps after the profiler stops, to measure its overhead
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def opt(default=MISSING, help: str = "", *, choices=None, flag: str | None = None, short: str | None = None,
+        shown: str | None = None, hidden: bool = False, argv_required: bool = False):
+    """A dataclass field that is also a command-line option.
+
+    `flag` overrides `--field-name`; `short` adds an alias (`-w`); `shown` is the `[default: ...]` text for a
+    default that is decided later (None here, filled by the plan); `argv_required` makes a rank refuse argv
+    without it (the launcher always passes it, so the CLI need not).
+    """
+    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag, "short": short,
+                                             "shown": shown, "hidden": hidden, "argv_required": argv_required})
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """One field as a command-line option. kind: `flag` (bool, off by default), `tristate` (bool | None:
+    `--x/--no-x`, None when neither is given) or `value` (int, float or str, one argument)."""
+
+    name: str
+    flag: str
+    kind: str
+    type: type
+    default: object
+    required: bool
+    help: str
+    choices: tuple | None
+    short: str | None
+    shown: str | None
+    hidden: bool
+    argv_required: bool
+
+    @property
+    def negative(self) -> str:
+        return "--no-" + self.flag[2:]
+
+
+def cli_options(cls) -> list[CliOption]:
+    """The fields of an options dataclass, in declaration order, as command-line options."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        args = typing.get_args(hints[f.name])
+        base = next(a for a in args if a is not NoneType) if args else hints[f.name]
+        kind = "value" if base is not bool else ("tristate" if NoneType in args else "flag")
+        if kind == "flag" and f.default is not False:
+            raise TypeError(f"{cls.__name__}.{f.name}: a flag must default to False")
+        m = f.metadata
+        out.append(CliOption(f.name, m["flag"] or "--" + f.name.replace("_", "-"), kind, base,
+                             None if f.default is MISSING else f.default, f.default is MISSING, m["help"],
+                             tuple(m["choices"]) if m["choices"] else None, m["short"], m["shown"], m["hidden"],
+                             m["argv_required"]))
+    return out
+
+
+def pick(cls, values: dict):
+    """An options dataclass from a dict that may hold other classes' options too (click's kwargs)."""
+    return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 @dataclass
 class RunOptions:
-    workload: str
-    out: str = ""
-    model: str = "tiny"
-    layers: int | None = None
-    hidden: int | None = None
-    seq_len: int | None = None
-    batch: int | None = None
-    schedule: str | None = None
-    microbatches: int | None = None
-    steps: int | None = None
-    profile_steps: str = "1,1,3"
-    sp: bool = False
-    bucket_cap_mb: float = 25.0
-    reshard_after_forward: bool | None = None
-    ac: bool = False
-    with_stack: bool = False
-    seed: int = 0
-    lr: float = 1e-3
-    device: str = "cpu"
+    workload: str = opt(help="Parallel layout: any concatenation of dpN fsdpN tpN ppN cpN (tp2pp2, dp2tp2pp2, "
+                             "fsdp8), or single.", short="-w")
+    model: str = opt("tiny", "Model size: " + ", ".join(SIZES) + " (tiny is the CPU default).")
+    layers: int | None = opt(None, "Override the number of decoder layers.")
+    hidden: int | None = opt(None, "Override the hidden size (SwiGLU width follows).")
+    seq_len: int | None = opt(None, "Override the sequence length.")
+    batch: int | None = opt(None, "Global batch in sequences.", shown="the size's, rounded to divide")
+    schedule: str | None = opt(None, "Pipeline schedule (pp only).", choices=SCHEDULES, shown=DEFAULT_SCHEDULE)
+    microbatches: int | None = opt(None, "Pipeline microbatches per step (pp only).", shown="2 x pp")
+    steps: int | None = opt(None, "Total optimizer steps.",
+                            shown=f"profiled steps + {DEFAULT_TAIL_STEPS} unprofiled")
+    profile_steps: str = opt("1,1,3", "Profiler schedule WAIT,WARMUP,ACTIVE.")
+    out: str = opt("", "Run folder.", shown="runs/<workload>-<YYYYmmdd-HHMMSS>", argv_required=True)
+    device: str = opt("auto", "cuda (NCCL, one GPU per rank) when available, else cpu (gloo).", choices=DEVICES)
+    sp: bool = opt(False, "Sequence parallel with tp.")
+    bucket_cap_mb: float = opt(25.0, "DDP gradient bucket size.")
+    reshard_after_forward: bool | None = opt(None, "FSDP: free gathered weights after forward.",
+                                             shown="on, off under pp")
+    ac: bool = opt(False, "Activation checkpointing per decoder block.")
+    with_stack: bool = opt(False, "Record Python stacks in the traces (larger, slower).")
+    seed: int = opt(0, "Seed for weights and data.")
+    lr: float = opt(1e-3, "AdamW learning rate.")
 
     # -- derived ---------------------------------------------------------------------------------------------
     def profile(self) -> tuple[int, int, int]:
@@ -48,16 +116,16 @@ class RunOptions:
         if len(parts) == 1:
             parts = [1, 1, parts[0]]
         if len(parts) != 3 or parts[0] < 0 or parts[1] < 0 or parts[2] < 1:
-            raise LlmdiagError(f"--profile-steps {self.profile_steps!r}: expected WAIT,WARMUP,ACTIVE with ACTIVE >= 1",
-                               hint="e.g. 1,1,3")
+            raise WorkloadError(f"--profile-steps {self.profile_steps!r}: expected WAIT,WARMUP,ACTIVE with ACTIVE >= 1",
+                                hint="e.g. 1,1,3")
         return parts[0], parts[1], parts[2]
 
     def total_steps(self) -> int:
         profiled = sum(self.profile())
         steps = self.steps if self.steps is not None else profiled + DEFAULT_TAIL_STEPS
         if steps < profiled:
-            raise LlmdiagError(f"--steps {steps} is fewer than the {profiled} steps of --profile-steps "
-                               f"{self.profile_steps}")
+            raise WorkloadError(f"--steps {steps} is fewer than the {profiled} steps of --profile-steps "
+                                f"{self.profile_steps}")
         return steps
 
     def plan(self, ranks_available: int | None = None, ranks_reason: str = "") -> Plan:
@@ -82,38 +150,60 @@ class RunOptions:
         return d
 
     # -- argv round trip ---------------------------------------------------------------------------------------
-    def to_argv(self) -> list[str]:
+    def to_argv(self, exclude: tuple[str, ...] = ()) -> list[str]:
+        """Every option that is not None, as the flags `from_argv` reads back (`exclude`: field names left out)."""
         argv = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            flag = "--" + f.name.replace("_", "-")
-            if value is None:
+        for o in cli_options(type(self)):
+            value = getattr(self, o.name)
+            if value is None or o.name in exclude:
                 continue
-            if f.name == "reshard_after_forward":
-                argv.append(flag if value else "--no-reshard-after-forward")
-            elif isinstance(value, bool):
-                if value:
-                    argv.append(flag)
+            if o.kind == "tristate":
+                argv.append(o.flag if value else o.negative)
+            elif o.kind == "flag":
+                argv += [o.flag] if value else []
             else:
-                argv += [flag, str(value)]
+                argv += [o.flag, str(value)]
         return argv
 
     @classmethod
     def from_argv(cls, argv: list[str] | None) -> RunOptions:
         p = argparse.ArgumentParser(prog="python -m workloads.train",
                                     description="One rank of an llmdiag workload (start it under torchrun).")
-        p.add_argument("--workload", required=True)
-        p.add_argument("--out", required=True)
-        for name in ("model", "schedule", "profile-steps", "device"):
-            p.add_argument("--" + name)
-        for name in ("layers", "hidden", "seq-len", "batch", "microbatches", "steps", "seed"):
-            p.add_argument("--" + name, type=int)
-        for name in ("bucket-cap-mb", "lr"):
-            p.add_argument("--" + name, type=float)
-        for name in ("sp", "ac", "with-stack"):
-            p.add_argument("--" + name, action="store_true")
-        p.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=None)
-        p.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false")
-        ns = vars(p.parse_args(argv))
-        defaults = cls(workload="")
-        return cls(**{k: (v if v is not None else getattr(defaults, k)) for k, v in ns.items()})
+        for o in cli_options(cls):
+            if o.kind == "flag":
+                p.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
+            elif o.kind == "tristate":
+                p.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
+                p.add_argument(o.negative, dest=o.name, action="store_false")
+            else:
+                p.add_argument(o.flag, dest=o.name, type=o.type, choices=o.choices, default=o.default,
+                               required=o.required or o.argv_required, help=o.help)
+        return cls(**vars(p.parse_args(argv)))
+
+
+@dataclass
+class LaunchOptions:
+    """How `llmdiag run` starts this node's ranks; the ranks never see these."""
+
+    timeout: float = opt(600.0, "Seconds before a run that does not finish is stopped.")
+    nproc_per_node: int | None = opt(None, "Ranks per node.", shown="GPUs per node, or all ranks on CPU")
+    nnodes: int = opt(1, "Number of nodes (multi-node: run once per node).")
+    node_rank: int = opt(0, "This node's index (multi-node).")
+    rdzv_endpoint: str | None = opt(None, "host:port of node 0 (multi-node).")
+    print_slurm: bool = opt(False, "Print an sbatch script for this run and exit.")
+    inject_fault: str | None = opt(None, "Test hook: rank:<R>:raise|kill|hang[:<step>].", hidden=True)
+
+    def check(self, opts: RunOptions) -> None:
+        """Everything that can be refused before torch is imported or a process starts."""
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise WorkloadError(f"--node-rank {self.node_rank} must lie in 0..{self.nnodes - 1}")
+        if self.nnodes > 1 and not self.rdzv_endpoint and not self.print_slurm:
+            raise WorkloadError("--nnodes > 1 needs --rdzv-endpoint host:port (node 0's address)")
+        if self.timeout <= 0:
+            raise WorkloadError(f"--timeout must be > 0, got {self.timeout}")
+        # --print-slurm picks the node count itself; otherwise ranks per node x nodes must be the world size.
+        per_node = self.nproc_per_node
+        available = per_node * self.nnodes if per_node and not self.print_slurm else None
+        opts.plan(ranks_available=available, ranks_reason=f"{self.nnodes} node(s) x {per_node} per node")
+        opts.total_steps()
+        faults.parse(self.inject_fault)

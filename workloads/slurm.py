@@ -10,32 +10,23 @@ from __future__ import annotations
 import math
 import shlex
 
-from diagnose.errors import LlmdiagError
-from workloads.options import RunOptions
+from workloads.errors import WorkloadError
+from workloads.options import LaunchOptions, RunOptions
 
-_FLAGS_NOT_FORWARDED = ("--out", "--device")
+GPUS_PER_NODE = 8  # without --nproc-per-node
+_NOT_FORWARDED = ("out", "device")  # the script sets its own
 
 
-def sbatch_script(opts: RunOptions, *, nproc_per_node: int, timeout: float) -> str:
+def sbatch_script(opts: RunOptions, lo: LaunchOptions) -> str:
     world = opts.plan().layout.world_size
-    gpn = min(nproc_per_node, world)
+    gpn = min(lo.nproc_per_node or GPUS_PER_NODE, world)
+    timeout = lo.timeout
     if world % gpn:  # every node runs gpn ranks: a remainder would make each node's plan refuse the world size
-        raise LlmdiagError(f"--print-slurm: {opts.workload} needs {world} ranks, which nodes of {gpn} do not divide",
-                           hint="pass --nproc-per-node with a divisor of the world size")
+        raise WorkloadError(f"--print-slurm: {opts.workload} needs {world} ranks, which nodes of {gpn} do not divide",
+                            hint="pass --nproc-per-node with a divisor of the world size")
     nodes = world // gpn
     minutes = math.ceil(timeout / 60) + 10
-    argv = opts.to_argv()
-    kept = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in _FLAGS_NOT_FORWARDED:
-            skip = True
-            continue
-        kept.append(shlex.quote(a))
-    args = " ".join(kept)
+    args = " ".join(shlex.quote(a) for a in opts.to_argv(exclude=_NOT_FORWARDED))
     return f"""#!/bin/bash
 # llmdiag: {opts.workload} on {nodes} node(s) x {gpn} GPU(s). Submit with: sbatch this-file.sbatch
 #SBATCH --job-name=llmdiag-{opts.workload}

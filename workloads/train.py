@@ -38,11 +38,13 @@ class Trainer:
     def setup(self) -> None:
         import torch
 
+        from workloads.launch import resolve_device
         from workloads.model import loss_fn
         from workloads.parallel import build_local_modules
         from workloads.parallel.mesh import build_mesh, init_distributed
 
         opts = self.opts
+        opts.device = resolve_device(opts.device)[0]  # `llmdiag run` passes cpu|cuda; by hand it may be auto
         self.plan = plan = opts.plan()
         if plan.layout.world_size != self.world:
             raise RuntimeError(f"workload {opts.workload} needs {plan.layout.world_size} ranks, torchrun started "
