@@ -11,57 +11,70 @@ from click.testing import CliRunner
 
 from diagnose.gate.diff import compare, render_text
 from reports.diff_render import render_diff_html
-from tests.test_gate import make_pipeline, make_summary
+from tests.test_gate import make_analysis, make_pipeline, make_summary
 
 HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta")
 
 
 def _section(c, prefix):
-    return next((s for s in c["sections"] if s["title"].startswith(prefix)), None)
+    return next((s for s in c.sections if s.title.startswith(prefix)), None)
 
 
 def _row(c, prefix, name):
-    return next(r for r in _section(c, prefix)["rows"] if r["name"] == name)
+    return next(r for r in _section(c, prefix).rows if r.name == name)
 
 
 def test_world_sizes_differ_is_aggregate_only():
-    c = compare(make_summary(n=2, overlap=0.8), make_summary(n=4, overlap=0.6))
-    assert c["aggregate_only"] is True
-    assert any("world sizes differ (2 vs 4)" in n and "aggregate-only" in n for n in c["notes"])
+    c = compare(make_analysis(n=2, overlap=0.8), make_analysis(n=4, overlap=0.6))
+    assert c.aggregate_only is True
+    assert any("world sizes differ (2 vs 4)" in n and "aggregate-only" in n for n in c.notes)
     assert _section(c, "Per rank") is None
     r = _row(c, "Overlap", "overlap ratio, mean")
-    assert (r["a"], r["b"], r["change"]) == (0.8, 0.6, "worse")
+    assert (r.a, r.b, r.change) == (0.8, 0.6, "worse")
     text = render_text(c)
     assert "AGGREGATE-ONLY COMPARISON" in text and "2 ranks" in text and "4 ranks" in text
 
 
 def test_matched_ranks_and_kernels():
-    a = make_summary(kernels={"aten::mm": 40.0, "aten::add": 10.0, "old_kernel": 5.0, "gloo:all_reduce": 20.0})
-    b = make_summary(ranks={1: {"step": 130.0}},
-                     kernels={"aten::mm": 60.0, "aten::add": 5.0, "new_kernel": 7.0, "gloo:all_reduce": 20.2})
+    a = make_analysis(kernels={"aten::mm": 40.0, "aten::add": 10.0, "old_kernel": 5.0, "gloo:all_reduce": 20.0})
+    b = make_analysis(ranks={1: {"step": 130.0}},
+                      kernels={"aten::mm": 60.0, "aten::add": 5.0, "new_kernel": 7.0, "gloo:all_reduce": 20.2})
     c = compare(a, b)
-    assert c["aggregate_only"] is False and not c["notes"]
+    assert c.aggregate_only is False and not c.notes
     per_rank = _section(c, "Per rank")
-    r1 = next(r for r in per_rank["rows"] if r["name"] == "rank 1 step_time")
-    assert (r1["a"], r1["b"], r1["change"]) == (100.0, 130.0, "worse")
-    k = c["kernels"]
-    assert [r["name"] for r in k["grew"]] == ["aten::mm"] and k["grew"][0]["delta"] == pytest.approx(20.0)
-    assert [r["name"] for r in k["shrank"]] == ["aten::add"]
-    assert [r["name"] for r in k["new"]] == ["new_kernel"] and [r["name"] for r in k["vanished"]] == ["old_kernel"]
-    assert "gloo:all_reduce" not in {r["name"] for r in k["grew"] + k["shrank"]}  # +1 % reads as same
+    r1 = next(r for r in per_rank.rows if r.name == "rank 1 step_time")
+    assert (r1.a, r1.b, r1.change) == (100.0, 130.0, "worse")
+    k = c.kernels
+    assert [r.name for r in k.grew] == ["aten::mm"] and k.grew[0].delta == pytest.approx(20.0)
+    assert [r.name for r in k.shrank] == ["aten::add"]
+    assert [r.name for r in k.new] == ["new_kernel"] and [r.name for r in k.vanished] == ["old_kernel"]
+    assert "gloo:all_reduce" not in {r.name for r in k.grew + k.shrank}  # +1 % reads as same
     text = render_text(c)
     assert "New in B" in text and "Vanished in B" in text and "AGGREGATE-ONLY" not in text
 
 
+def test_one_direction_word_per_metric_and_layouts_in_words():
+    from tests.summaries import analysis, busy, typed
+
+    c = compare(analysis(8, pipeline=True), typed(busy(8)))
+    rows = [r for s in c.sections for r in s.rows] + c.kernels.grew + c.kernels.shrank
+    for r in rows:
+        allowed = {"better", "worse"} if r.better else {"up", "down"}
+        assert r.change in allowed | {"same", ""}, r
+    assert {r.change for r in rows} >= {"worse", "same"}
+    c = compare(analysis(8), analysis(4))
+    assert "layouts differ (dp=4 × tp=2 vs dp=4)" in c.notes and "{" not in render_text(c)
+
+
 def test_pipeline_rows():
-    c = compare(make_summary(pipeline=make_pipeline([0.2, 0.2])), make_summary(pipeline=make_pipeline([0.1, 0.3])))
+    c = compare(make_analysis(pipeline=make_pipeline([0.2, 0.2])), make_analysis(pipeline=make_pipeline([0.1, 0.3])))
     p = _section(c, "Pipeline")
-    assert {r["name"] for r in p["rows"]} >= {"bubble, measured (mean over stages)", "bubble, stage 1 (rank 1)"}
+    assert {r.name for r in p.rows} >= {"bubble, measured (mean over stages)", "bubble, stage 1 (rank 1)"}
 
 
 def test_html_is_escaped_and_self_contained():
     evil = "<script>alert(1)</script>"
-    c = compare(make_summary(n=2), make_summary(n=4, kernels={evil: 9.0}))
+    c = compare(make_analysis(n=2), make_analysis(n=4, kernels={evil: 9.0}))
     html = render_diff_html(c)
     assert "<script" not in html and "&lt;script&gt;" in html
     assert not re.search(r"""(src|href)\s*=|@import|url\(""", html)
@@ -90,16 +103,16 @@ def test_real_traces_2rank_vs_16rank():
     a = load_side(os.path.join(HTA, "nccl_data.json.gz"))
     b = load_side(os.path.join(HTA, "a100_16rank_alltoall_rank0.json.gz"))
     c = compare(a, b)
-    assert c["a"]["world_size"] == 2 and c["b"]["world_size"] == 16
-    assert c["aggregate_only"] is True and any("world sizes differ (2 vs 16)" in n for n in c["notes"])
+    assert c.a.world_size == 2 and c.b.world_size == 16
+    assert c.aggregate_only is True and any("world sizes differ (2 vs 16)" in n for n in c.notes)
     ov = _row(c, "Overlap", "overlap ratio, mean")
     # HTA's reference overlap: 14.31 % and 1.37 %; a second implementation lands within a few points
-    assert 0.08 < ov["a"] < 0.22 and 0.0 < ov["b"] < 0.05 and ov["change"] == "worse"
-    kinds = {r["name"].split(":")[0] for r in _section(c, "Overlap")["rows"] if ":" in r["name"]}
+    assert 0.08 < ov.a < 0.22 and 0.0 < ov.b < 0.05 and ov.change == "worse"
+    kinds = {r.name.split()[0] for r in _section(c, "Communication").rows if ":" in r.name}
     assert {"allreduce", "sendrecv"} <= kinds
-    k = c["kernels"]
-    assert any(r["name"].startswith("ncclKernel_AllReduce") for r in k["vanished"])
-    assert any(r["name"].startswith("ncclKernel_SendRecv") for r in k["new"])
+    k = c.kernels
+    assert any(r.name.startswith("ncclKernel_AllReduce") for r in k.vanished)
+    assert any(r.name.startswith("ncclKernel_SendRecv") for r in k.new)
     text = render_text(c)
     assert "world size 16, 1 rank analyzed" in text and "AGGREGATE-ONLY" in text
     assert "ncclKernel_SendRecv" in render_diff_html(c)

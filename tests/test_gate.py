@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from diagnose.gate.junit import to_junit
 from diagnose.model.analysis import (
     Aggregate,
     Analysis,
+    AnalysisOptions,
     CommGroupStats,
     Hints,
     KernelStat,
@@ -25,6 +27,7 @@ from diagnose.model.analysis import (
     StageBubble,
     StepBreakdown,
 )
+from tests.summaries import typed
 
 GiB = 1 << 30
 
@@ -50,7 +53,13 @@ def make_summary(n=2, name="run", ranks=None, pipeline=None, **kw) -> dict:
     agg = Aggregate(n, sum(r.step_time_ms for r in rs) / n, max(r.step_time_ms for r in rs),
                     min(ovs) if ovs else None, sum(ovs) / len(ovs) if ovs else None, 0, 0.05, 0.05, 0.3, 0.6,
                     GiB, 0, 1000.0, None, None)
-    return Analysis(f"/runs/{name}", name, "cpu", n, {"dp": n}, None, rs, [], agg, pipeline, None, [], {}).to_dict()
+    return Analysis(f"/runs/{name}", name, "cpu", n, {"dp": n}, None, rs, [], agg, pipeline, None, [],
+                    AnalysisOptions()).to_dict()
+
+
+def make_analysis(**kw) -> Analysis:
+    """`make_summary` read back as every side of a check is (gate/sides.py)."""
+    return typed(make_summary(**kw))
 
 
 def make_pipeline(bubbles) -> PipelineResult:
@@ -103,10 +112,10 @@ def test_config_sections_aliases_and_typos():
 # --- evaluation ---------------------------------------------------------------------------------------------
 
 def test_relative_pass_and_fail():
-    base = make_summary(overlap=0.8, step=100.0)
+    base = make_analysis(overlap=0.8, step=100.0)
     gs = gates(("overlap_ratio", "max_drop", 0.05), ("step_time", "max_rise", "10%"))
-    assert evaluate(make_summary(overlap=0.77, step=109.0), base, gs).status == "pass"
-    v = evaluate(make_summary(ranks={1: {"overlap": 0.6}}, step=100.0), base, gs)
+    assert evaluate(make_analysis(overlap=0.77, step=109.0), base, gs).status == "pass"
+    v = evaluate(make_analysis(ranks={1: {"overlap": 0.6}}, step=100.0), base, gs)
     assert v.status == "fail" and v.exit_code == 1
     ov = v.results[0]
     assert (ov.status, ov.baseline, ov.current, ov.worst) == ("fail", 0.8, 0.6, "rank 1")
@@ -115,13 +124,13 @@ def test_relative_pass_and_fail():
 
 
 def test_limit_exactly_met_passes():
-    v = evaluate(make_summary(step=110.0), make_summary(step=100.0), gates(("step_time", "max_rise", "10%")))
+    v = evaluate(make_analysis(step=110.0), make_analysis(step=100.0), gates(("step_time", "max_rise", "10%")))
     assert v.status == "pass"
 
 
 def test_aggregations():
-    base = make_summary(overlap=0.8)
-    cur = make_summary(ranks={0: {"overlap": 0.9}, 1: {"overlap": 0.72}})
+    base = make_analysis(overlap=0.8)
+    cur = make_analysis(ranks={0: {"overlap": 0.9}, 1: {"overlap": 0.72}})
     by = {a: evaluate(cur, base, gates(("overlap_ratio", "max_drop", 0.05), agg=a)).results[0] for a in
           ("worst", "min", "mean", "rank")}
     assert by["worst"].current == by["min"].current == 0.72 and by["worst"].status == "fail"
@@ -130,8 +139,8 @@ def test_aggregations():
 
 
 def test_undefined_is_na_and_fails_only_when_strict():
-    base = make_summary(comm=False, overlap=None)
-    cur = make_summary(comm=False, overlap=None)
+    base = make_analysis(comm=False, overlap=None)
+    cur = make_analysis(comm=False, overlap=None)
     gs = gates(("overlap_ratio", "max_drop", 0.05), ("overlap_ratio", "min", 0.5))
     v = evaluate(cur, base, gs)
     assert v.status == "pass" and [r.status for r in v.results] == ["n/a", "n/a"]
@@ -140,37 +149,37 @@ def test_undefined_is_na_and_fails_only_when_strict():
 
 
 def test_relative_limit_on_zero_baseline_is_na():
-    v = evaluate(make_summary(exposed=0.01), make_summary(exposed=0.0), gates(("exposed_comm", "max_rise", "10%")))
+    v = evaluate(make_analysis(exposed=0.01), make_analysis(exposed=0.0), gates(("exposed_comm", "max_rise", "10%")))
     assert v.results[0].status == "n/a" and "relative limit" in v.results[0].message
 
 
 def test_world_sizes_differ_compares_aggregates():
-    v = evaluate(make_summary(n=4, overlap=0.8), make_summary(n=2, overlap=0.8),
+    v = evaluate(make_analysis(n=4, overlap=0.8), make_analysis(n=2, overlap=0.8),
                  gates(("overlap_ratio", "max_drop", 0.05), agg="rank"))
     assert v.aggregate_only and v.status == "pass"
     assert v.results[0].agg == "worst" and any("world sizes differ" in n for n in v.notes)
 
 
 def test_bubble_per_stage_and_mean():
-    base = make_summary(pipeline=make_pipeline([0.2, 0.2]))
-    cur = make_summary(pipeline=make_pipeline([0.2, 0.3]))
+    base = make_analysis(pipeline=make_pipeline([0.2, 0.2]))
+    cur = make_analysis(pipeline=make_pipeline([0.2, 0.3]))
     worst = evaluate(cur, base, gates(("bubble", "max_rise", 0.05))).results[0]
     assert worst.status == "fail" and worst.worst == "stage 1 (rank 1)" and worst.current == 0.3
     mean = evaluate(cur, base, gates(("bubble", "max_rise", 0.05), agg="mean")).results[0]
     assert mean.status == "pass" and mean.current == pytest.approx(0.25)
-    none = evaluate(make_summary(), make_summary(), gates(("bubble", "max", 0.1))).results[0]
+    none = evaluate(make_analysis(), make_analysis(), gates(("bubble", "max", 0.1))).results[0]
     assert none.status == "n/a" and "no pipeline" in none.message
 
 
 def test_memory_peak_and_absolute_gates_without_baseline():
-    cur = make_summary(ranks={1: {"mem": 3 * GiB}})
+    cur = make_analysis(ranks={1: {"mem": 3 * GiB}})
     v = evaluate(cur, None, gates(("memory_peak", "max", "2GiB"), ("step_time", "max", 150)))
     assert [r.status for r in v.results] == ["fail", "pass"] and v.results[0].worst == "rank 1"
 
 
 def test_junit_structure():
-    base = make_summary(overlap=0.8)
-    cur = make_summary(overlap=0.6, comm=True)
+    base = make_analysis(overlap=0.8)
+    cur = make_analysis(overlap=0.6, comm=True)
     gs = gates(("overlap_ratio", "max_drop", 0.05), ("step_time", "max_rise", "10%"), ("bubble", "max", 0.1))
     root = ET.fromstring(to_junit(evaluate(cur, base, gs)))
     assert root.tag == "testsuites"
@@ -187,7 +196,7 @@ def test_junit_structure():
 
 
 def test_github_annotations_escaped():
-    v = evaluate(make_summary(overlap=0.6), make_summary(overlap=0.8), gates(("overlap_ratio", "max_drop", 0.05)))
+    v = evaluate(make_analysis(overlap=0.6), make_analysis(overlap=0.8), gates(("overlap_ratio", "max_drop", 0.05)))
     v.notes.append("50% done,\nnext")
     lines = github_annotations(v)
     assert lines[0].startswith("::error title=llmdiag check%3A overlap_ratio max_drop 0.05::overlap_ratio")
@@ -303,5 +312,23 @@ def test_slim_summary_for_baselines(tmp_path):
     src.write_bytes(orjson.dumps(s))
     slim_main([str(src), str(out)])
     slim = load_side(str(out))
-    assert slim["ranks"][0]["memory"][0]["timeline"] == [] and out.stat().st_size < src.stat().st_size
-    assert evaluate(slim, s, gates(("overlap_ratio", "max_drop", 0.0), ("memory_peak", "max_rise", 0))).status == "pass"
+    assert slim.ranks[0].memory[0].timeline == [] and out.stat().st_size < src.stat().st_size
+    assert evaluate(slim, typed(s), gates(("overlap_ratio", "max_drop", 0.0), ("memory_peak", "max_rise", 0))).status \
+        == "pass"
+
+
+HTA_TRACE = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "real" / "hta" / "nccl_data.json.gz"
+
+
+@pytest.mark.skipif(not HTA_TRACE.is_file(), reason="shared real-trace fixtures not present")
+def test_trace_and_its_summary_are_the_same_side(tmp_path):
+    """A check over traces and over their `analyze --json` file reads one Analysis, so gives one verdict."""
+    from diagnose.analyze import analyze_path
+    from diagnose.gate.sides import load_side
+
+    js = tmp_path / "summary.json"
+    js.write_bytes(orjson.dumps(analyze_path(str(HTA_TRACE)).to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
+    fresh, stored = load_side(str(HTA_TRACE)), load_side(str(js))
+    assert fresh == stored
+    gs = gates(("overlap_ratio", "min", 0.1), ("step_time", "max", 1e6), ("memory_peak", "max", "1GiB"))
+    assert evaluate(fresh, None, gs) == evaluate(stored, None, gs)

@@ -43,11 +43,11 @@ def test_baseline_matches_the_workload_and_gates():
     from diagnose.gate.sides import load_side
 
     s = load_side(str(BASELINE))
-    assert s["world_size"] == 2 and s["trace_kind"] == "cpu" and len(s["ranks"]) == 2
-    opts = s["manifest"]["options"]
-    assert (opts["workload"], opts["profile_steps"], opts["bucket_cap_mb"]) == (
+    assert s.world_size == 2 and s.trace_kind == "cpu" and len(s.ranks) == 2
+    man = s.manifest
+    assert (man.option("workload"), man.option("profile_steps"), man.option("bucket_cap_mb")) == (
         "dp2", RUN_ARGS[3], OVERLAPPED_BUCKET_MB)
-    assert all(r["overlap_ratio"] is not None for r in s["ranks"])
+    assert all(r.overlap_ratio is not None for r in s.ranks)
     assert BASELINE.stat().st_size < 64_000  # slim: no memory timelines
     gates, _ = build_gates(str(GATES), {}, None)
     assert {("overlap_ratio", "max_drop"), ("overlap_ratio", "min"), ("memory_peak", "max_rise")} <= {

@@ -1,11 +1,13 @@
-"""`llmdiag check` and `llmdiag diff`: thin click wrappers over gate.py and compare.py.
+"""`llmdiag check` and `llmdiag diff`: thin click wrappers over diagnose/gate/ (verdict, diff).
 
 Exit codes: 0 pass, 1 regression, 2 usage or input error (one line, no traceback). Both commands also
 turn LlmdiagError into that one line themselves, so they behave the same outside the `llmdiag` group.
+The verdict and the comparison are dataclasses; they become JSON here, at the edge, and nowhere else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -40,6 +42,11 @@ def _one_line_errors(f):
 
 def _write_json(path: str, data: dict) -> None:
     write_text(path, orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+
+
+def _verdict_json(v) -> dict:
+    """The verdict file (`check --json`, docs/ci.md): the Verdict's fields plus the exit code."""
+    return {**dataclasses.asdict(v), "exit_code": v.exit_code}
 
 
 _LIMIT_HELP = {
@@ -105,7 +112,7 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     if junit_path:
         write_text(junit_path, to_junit(verdict, time.perf_counter() - t0))
     if json_path:
-        _write_json(json_path, verdict.to_dict())
+        _write_json(json_path, _verdict_json(verdict))
     text = render_verdict(verdict)
     if quiet:
         lines = text.splitlines()
@@ -143,7 +150,7 @@ def diff(a, b, html_path, json_path, top):
     c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
     click.echo(render_text(c))
     if json_path:
-        _write_json(json_path, c)
+        _write_json(json_path, dataclasses.asdict(c))
     if html_path:
         from reports.diff_render import render_diff_html
 

@@ -1,237 +1,288 @@
-"""`llmdiag diff`: two summaries side by side, as plain data a terminal table and the HTML both render.
+"""`llmdiag diff`: two analyses side by side, as typed rows a terminal table and the HTML both render.
+
+The numbers are the shared cross-rank views (`diagnose.model.views`): communication per (kind, process
+group) from `comm_by_group`, kernels from `kernel_table`, the memory peak from `memory_peak`, so a row of
+the diff shows what the terminal and the report show for the same thing.
 
 Ranks are matched by rank number when both sides have the same ranks; otherwise only aggregates over
 ranks are compared, and the result says so (`aggregate_only`), because rank 3 of an 8-rank job and rank 3
-of a 16-rank job are not the same worker. Kernel times are per step and per rank, so runs with different
-step counts or world sizes still compare; a kernel is "new" or "vanished" relative to each side's
+of a 16-rank job are not the same worker. A kernel is "new" or "vanished" relative to each side's
 top-kernel list, which is truncated, and the labels say that too.
+
+Every row measures something with one known direction or none (`MEASURES`): a change reads "better" or
+"worse" where a direction is known, "up" or "down" where none is, and "same" when it is small.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from diagnose.errors import printable
-from diagnose.gate.verdict import METRICS, aggregate, fmt_value, units, world_size
-from diagnose.gate.format import table
+from diagnose.gate.format import ranks_text, table
+from diagnose.gate.verdict import METRICS, Side, aggregate, describe, units
+from diagnose.model import views
+from diagnose.model.analysis import Analysis
+from diagnose.model.format import fmt, fmt_delta
 
-SAME_REL = 0.02  # changes under 2 % (or 0.01 for ratios) read as "same"
-SAME_RATIO = 0.01
+SAME_REL = 0.02  # changes under 2 % (or 1 point for percentages) read as "same"
+SAME_POINTS = 0.01
+ALL_KERNELS = 1 << 30  # kernel_table's `top`: every kernel, so both sides' lists can be matched
 
-
-def _mean(vals):
-    vals = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _row(name: str, unit: str, a, b, better: str | None = None) -> dict:
-    delta = rel = None
-    change = ""
-    if a is not None and b is not None:
-        delta = b - a
-        rel = delta / abs(a) if a else None
-        small = abs(delta) < SAME_RATIO if unit == "ratio" else (rel is not None and abs(rel) < SAME_REL) or delta == 0
-        if small:
-            change = "same"
-        elif better:
-            change = "better" if (delta > 0) == (better == "higher") else "worse"
-        else:
-            change = "up" if delta > 0 else "down"
-    return {"name": name, "unit": unit, "a": a, "b": b, "delta": delta, "rel": rel, "better": better,
-            "change": change}
+# what a row measures -> (unit, which way is better: "lower", "higher", or None where neither is)
+MEASURES = {
+    "time": ("ms", "lower"),  # step time, pipeline window
+    "part": ("ms", None),  # compute, communication, overlapped time, a kernel: neither good nor bad alone
+    "waste": ("ms", "lower"),  # exposed communication, memcpy/memset, idle
+    "overlap": ("pct", "higher"),
+    "waste_frac": ("pct", "lower"),  # exposed communication or idle over the step
+    "busbw": ("gbps", "higher"),
+    "tokens": ("tps", "higher"),
+    "mfu": ("pct", "higher"),
+    "tflops": ("tflops", "higher"),
+    "memory": ("bytes", "lower"),
+    "bubble": ("pct", "lower"),
+    "imbalance": ("pct", "lower"),
+}
 
 
-def _rank_mean(s: dict, key: str):
-    return _mean([r.get(key) for r in s.get("ranks") or []])
+@dataclass
+class Row:
+    name: str
+    unit: str
+    a: float | None
+    b: float | None
+    delta: float | None  # b − a
+    rel: float | None  # delta / |a|
+    better: str | None  # "lower", "higher", or None
+    change: str  # better, worse, up, down, same; "" where a side is undefined
+    kind: str = ""  # kernels: compute, comm, memcpy, memset
 
 
-def _agg(s: dict, key: str):
-    v = (s.get("aggregate") or {}).get(key)
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+@dataclass
+class Section:
+    title: str
+    rows: list[Row]
 
 
-def _steps(r: dict) -> int:
-    return max(1, len(r.get("steps") or []))
+@dataclass
+class Kernels:
+    grew: list[Row]
+    shrank: list[Row]
+    new: list[Row]  # only `b` defined
+    vanished: list[Row]  # only `a` defined
 
 
-def _comm(s: dict) -> dict:
-    """kind -> {ms: per step per rank, overlap: duration-weighted, busbw: mean}."""
-    out: dict = {}
-    n = max(1, len(s.get("ranks") or []))
-    for r in s.get("ranks") or []:
-        for c in r.get("comm_by_kind") or []:
-            d = out.setdefault(c["kind"], {"ms": 0.0, "ov": 0.0, "tot": 0.0, "bw": []})
-            d["ms"] += (c.get("total_ms") or 0.0) / _steps(r) / n
-            d["ov"] += c.get("overlapped_ms") or 0.0
-            d["tot"] += c.get("total_ms") or 0.0
-            if c.get("busbw_gbps") is not None:
-                d["bw"].append(c["busbw_gbps"])
-    return {k: {"ms": d["ms"], "overlap": d["ov"] / d["tot"] if d["tot"] else None, "busbw": _mean(d["bw"])}
-            for k, d in out.items()}
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    aggregate_only: bool
+    notes: list[str]
+    sections: list[Section]
+    kernels: Kernels
 
 
-def _kernels(s: dict) -> dict:
-    """name -> {kind, ms: time per step per rank (0 where absent from a rank's top list)}."""
-    out: dict = {}
-    n = max(1, len(s.get("ranks") or []))
-    for r in s.get("ranks") or []:
-        for k in r.get("top_kernels") or []:
-            d = out.setdefault(k["name"], {"kind": k.get("kind", ""), "ms": 0.0})
-            d["ms"] += (k.get("total_ms") or 0.0) / _steps(r) / n
-    return out
+def _change(unit: str, better: str | None, a: float, b: float) -> str:
+    d = b - a
+    small = d == 0 or (abs(d) < SAME_POINTS if unit == "pct" else bool(a) and abs(d / a) < SAME_REL)
+    if small:
+        return "same"
+    if better:
+        return "better" if (d > 0) == (better == "higher") else "worse"
+    return "up" if d > 0 else "down"
 
 
-def _memory(s: dict, key: str):
-    vals = [m.get(key) for r in s.get("ranks") or [] for m in r.get("memory") or []]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return max(vals) if vals else None
+def row(name: str, measure: str, a, b, kind: str = "") -> Row:
+    unit, better = MEASURES[measure]
+    a = None if a is None else float(a)
+    b = None if b is None else float(b)
+    if a is None or b is None:
+        return Row(name, unit, a, b, None, None, better, "", kind)
+    return Row(name, unit, a, b, b - a, (b - a) / abs(a) if a else None, better, _change(unit, better, a, b), kind)
 
 
-def _side(s: dict, name: str) -> dict:
-    return {"label": printable(s.get("name") or s.get("source") or name), "source": printable(s.get("source") or ""),
-            "world_size": world_size(s), "trace_kind": s.get("trace_kind"),
-            "ranks": sorted(r["rank"] for r in s.get("ranks") or []), "layout": s.get("layout"),
-            "ranks_missing": s.get("ranks_missing") or []}
+def _defined(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.a is not None or r.b is not None]
 
 
-def _drop_empty(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r["a"] is not None or r["b"] is not None]
+def _attr(x, name: str):
+    """A field of a view row or result that one side may not have."""
+    return getattr(x, name) if x is not None else None
 
 
-def compare(a: dict, b: dict, top: int = 10) -> dict:
-    sa, sb = _side(a, "A"), _side(b, "B")
-    matched = sa["world_size"] == sb["world_size"] and sa["ranks"] == sb["ranks"]
+def _rank_mean(a: Analysis, get) -> float | None:
+    vals = [v for v in map(get, a.ranks) if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def layout_text(layout: dict[str, int] | None) -> str:
+    """{"dp": 2, "tp": 2, "pp": 1} -> "dp=2 × tp=2" (dimensions of size 1 left out)."""
+    dims = [f"{k}={v}" for k, v in (layout or {}).items() if v > 1]
+    return " × ".join(dims) or "dp=1"
+
+
+def _notes(sa: Side, sb: Side, matched: bool) -> list[str]:
     notes = []
-    if sa["world_size"] != sb["world_size"]:
-        notes.append(f"world sizes differ ({sa['world_size']} vs {sb['world_size']}): aggregate-only "
+    if sa.world_size != sb.world_size:
+        notes.append(f"world sizes differ ({sa.world_size} vs {sb.world_size}): aggregate-only "
                      "comparison (means and extremes over ranks), no rank-by-rank rows")
     elif not matched:
         notes.append("rank sets differ: aggregate-only comparison over the ranks each side has")
-    if sa["trace_kind"] and sb["trace_kind"] and sa["trace_kind"] != sb["trace_kind"]:
-        notes.append(f"trace kinds differ ({sa['trace_kind']} vs {sb['trace_kind']}): CPU and GPU "
+    if sa.trace_kind and sb.trace_kind and sa.trace_kind != sb.trace_kind:
+        notes.append(f"trace kinds differ ({sa.trace_kind} vs {sb.trace_kind}): CPU and GPU "
                      "timings measure different things")
-    if sa["layout"] and sb["layout"] and sa["layout"] != sb["layout"]:
-        notes.append(f"layouts differ ({sa['layout']} vs {sb['layout']})")
-    sections = []
+    la, lb = layout_text(sa.layout), layout_text(sb.layout)
+    if sa.layout and sb.layout and la != lb:
+        notes.append(f"layouts differ ({la} vs {lb})")
+    return notes
 
-    def pair(name: str, unit: str, get, better: str | None = None) -> dict:
-        return _row(name, unit, get(a), get(b), better)
 
-    step = [("step time", "step_time_ms", "lower"), ("compute", "compute_ms", None),
-            ("communication", "comm_ms", None), ("  overlapped", "overlapped_comm_ms", None),
-            ("  exposed", "exposed_comm_ms", "lower"), ("compute only", "compute_only_ms", None),
-            ("memcpy/memset", "other_ms", "lower"), ("idle", "idle_ms", "lower")]
-    rows = [_row(n, "ms", _rank_mean(a, k), _rank_mean(b, k), d) for n, k, d in step]
-    rows.append(pair("step time, slowest rank", "ms", lambda s: _agg(s, "step_time_max_ms"), "lower"))
-    sections.append({"title": "Step breakdown (ms per step, mean over ranks)", "rows": _drop_empty(rows)})
+# ---- sections -------------------------------------------------------------------------------------------
+def _steps(a: Analysis, b: Analysis) -> Section:
+    parts = [("step time", "step_time_ms", "time"), ("compute", "compute_ms", "part"),
+             ("communication", "comm_ms", "part"), ("  overlapped", "overlapped_comm_ms", "part"),
+             ("  exposed", "exposed_comm_ms", "waste"), ("compute only", "compute_only_ms", "part"),
+             ("memcpy/memset", "other_ms", "waste"), ("idle", "idle_ms", "waste")]
+    rows = [row(name, m, _rank_mean(a, lambda r: getattr(r, key)), _rank_mean(b, lambda r: getattr(r, key)))
+            for name, key, m in parts]
+    rows.append(row("step time, slowest rank", "time", a.aggregate.step_time_max_ms, b.aggregate.step_time_max_ms))
+    return Section("Step breakdown (ms per step, mean over ranks)", _defined(rows))
 
+
+def _overlap(a: Analysis, b: Analysis) -> Section:
     ov, ex = METRICS["overlap_ratio"], METRICS["exposed_comm"]
-    rows = [pair("overlap ratio, worst rank", "ratio", lambda s: aggregate(s, ov, "min")[0], "higher"),
-            pair("overlap ratio, mean", "ratio", lambda s: aggregate(s, ov, "mean")[0], "higher"),
-            pair("exposed comm / step, mean", "ratio", lambda s: _rank_mean(s, "exposed_comm_frac"), "lower"),
-            pair("exposed comm / step, worst", "ratio", lambda s: aggregate(s, ex, "max")[0], "lower"),
-            pair("idle / step, mean", "ratio", lambda s: _rank_mean(s, "idle_frac"), "lower")]
-    ca, cb = _comm(a), _comm(b)
-    for kind in sorted(ca.keys() | cb.keys()):
-        x, y = ca.get(kind, {}), cb.get(kind, {})
-        rows += [_row(f"{kind}: ms per step", "ms", x.get("ms"), y.get("ms"), "lower"),
-                 _row(f"{kind}: overlap", "ratio", x.get("overlap"), y.get("overlap"), "higher"),
-                 _row(f"{kind}: bus bandwidth GB/s", "gbps", x.get("busbw"), y.get("busbw"), "higher")]
-    sections.append({"title": "Overlap and communication", "rows": _drop_empty(rows)})
-
-    rows = [pair("tokens/s", "num", lambda s: _agg(s, "tokens_per_s"), "higher"),
-            pair("MFU", "ratio", lambda s: _agg(s, "mfu"), "higher"),
-            pair("TFLOP/s per device", "num", lambda s: _agg(s, "achieved_tflops_per_device"), "higher")]
-    sections.append({"title": "Throughput", "rows": _drop_empty(rows)})
-
-    rows = [pair("peak allocated, max over ranks", "bytes", lambda s: _memory(s, "peak_allocated"), "lower"),
-            pair("peak reserved, max over ranks", "bytes", lambda s: _memory(s, "peak_reserved"), "lower")]
-    rows = [r for r in rows if r["a"] or r["b"]]  # CPU traces report no reserved memory: 0 on both sides
-    sections.append({"title": "Memory", "rows": rows})
-
-    pa, pb = a.get("pipeline") or {}, b.get("pipeline") or {}
-    if pa or pb:
-        rows = [_row("bubble, measured (mean over stages)", "ratio", pa.get("measured"), pb.get("measured"),
-                     "lower"),
-                _row("bubble, replay", "ratio", pa.get("replay"), pb.get("replay"), "lower"),
-                _row("bubble, theory", "ratio", pa.get("theory"), pb.get("theory"), "lower"),
-                _row("pipeline window", "ms", pa.get("window_ms"), pb.get("window_ms"), "lower"),
-                _row("stage imbalance", "ratio", pa.get("imbalance"), pb.get("imbalance"), "lower")]
-        ua, ub = units(a, METRICS["bubble"]), units(b, METRICS["bubble"])
-        if ua.keys() == ub.keys():
-            rows += [_row(f"bubble, {ub[k][0]}", "ratio", ua[k][1], ub[k][1], "lower") for k in sorted(ua)]
-        sections.append({"title": f"Pipeline ({pa.get('schedule', '-')} vs {pb.get('schedule', '-')})",
-                         "rows": _drop_empty(rows)})
-
-    if matched:
-        rows = []
-        for name, unit, better in (("step_time", "ms", "lower"), ("overlap_ratio", "ratio", "higher"),
-                                   ("exposed_comm", "ratio", "lower"), ("memory_peak", "bytes", "lower")):
-            ua, ub = units(a, METRICS[name]), units(b, METRICS[name])
-            rows += [_row(f"{ua[k][0]} {name}", unit, ua[k][1], ub[k][1], better) for k in sorted(ua)]
-        sections.append({"title": "Per rank (matched by rank number)", "rows": _drop_empty(rows)})
-
-    ka, kb = _kernels(a), _kernels(b)
-    both = [_row(n, "ms", ka[n]["ms"], kb[n]["ms"], "lower") | {"kind": kb[n]["kind"]} for n in ka.keys() & kb.keys()]
-    grew = sorted((r for r in both if r["delta"] > 0 and r["change"] != "same"), key=lambda r: -r["delta"])[:top]
-    shrank = sorted((r for r in both if r["delta"] < 0 and r["change"] != "same"), key=lambda r: r["delta"])[:top]
-    new = sorted(({"name": n, "kind": kb[n]["kind"], "b": kb[n]["ms"]} for n in kb.keys() - ka.keys()),
-                 key=lambda r: -r["b"])[:top]
-    gone = sorted(({"name": n, "kind": ka[n]["kind"], "a": ka[n]["ms"]} for n in ka.keys() - kb.keys()),
-                  key=lambda r: -r["a"])[:top]
-    return {"a": sa, "b": sb, "aggregate_only": not matched, "notes": notes, "sections": sections,
-            "kernels": {"grew": grew, "shrank": shrank, "new": new, "vanished": gone}}
+    rows = [row("overlap ratio, worst rank", "overlap", aggregate(a, ov, "min")[0], aggregate(b, ov, "min")[0]),
+            row("overlap ratio, mean", "overlap", aggregate(a, ov, "mean")[0], aggregate(b, ov, "mean")[0]),
+            row("exposed comm / step, mean", "waste_frac", aggregate(a, ex, "mean")[0], aggregate(b, ex, "mean")[0]),
+            row("exposed comm / step, worst", "waste_frac", aggregate(a, ex, "max")[0], aggregate(b, ex, "max")[0]),
+            row("idle / step, mean", "waste_frac", _rank_mean(a, lambda r: r.idle_frac),
+                _rank_mean(b, lambda r: r.idle_frac))]
+    return Section("Overlap", _defined(rows))
 
 
-def fmt(unit: str, v) -> str:
-    if v is None:
-        return "-"
-    if unit in ("ms", "ratio", "bytes"):
-        return fmt_value(unit, v)
-    if unit == "gbps":
-        return f"{v:.1f}"
-    return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+def _group_name(g: views.CommGroupRow) -> str:
+    name = f"{g.kind} {g.pg}" if g.pg else g.kind
+    return f"{name} ({g.role})" if g.role != "?" else name
 
 
-def fmt_change(r: dict) -> str:
-    if r["delta"] is None:
-        return "-"
-    sign = "+" if r["delta"] >= 0 else "-"
-    d = fmt(r["unit"], abs(r["delta"]))
-    rel = f" ({sign}{abs(r['rel']) * 100:.1f}%)" if r.get("rel") is not None and r["unit"] != "ratio" else ""
-    return f"{sign}{d}{rel}"
+_GROUP_ROWS = (("ms per step", "part", "time_ms_per_step"), ("exposed ms per step", "waste", "exposed_ms_per_step"),
+               ("overlap", "overlap", "overlap"), ("bus bandwidth", "busbw", "busbw_gbps"))
 
 
-def ranks_text(s: dict) -> str:
-    n = len(s["ranks"])
-    word = "rank" if n == 1 else "ranks"
-    return f"{n} {word}" if n == s["world_size"] else f"world size {s['world_size']}, {n} {word} analyzed"
+def _comm(a: Analysis, b: Analysis) -> Section:
+    """One block of rows per (kind, process group), in B's order (most time per step first), then A-only groups."""
+    ga = {(g.kind, g.pg): g for g in views.comm_by_group(a)}
+    gb = {(g.kind, g.pg): g for g in views.comm_by_group(b)}
+    rows = []
+    for key in [*gb, *(k for k in ga if k not in gb)]:
+        x, y = ga.get(key), gb.get(key)
+        name = _group_name(y or x)
+        rows += [row(f"{name}: {label}", m, _attr(x, field), _attr(y, field)) for label, m, field in _GROUP_ROWS]
+    return Section("Communication per collective and process group (per step, mean over the ranks that run it)",
+                   _defined(rows))
 
 
-def _name(r: dict) -> str:
-    return printable(r["name"])[:70]
+def _throughput(a: Analysis, b: Analysis) -> Section:
+    x, y = a.aggregate, b.aggregate
+    rows = [row("tokens/s", "tokens", x.tokens_per_s, y.tokens_per_s), row("MFU", "mfu", x.mfu, y.mfu),
+            row("TFLOP/s per device", "tflops", x.achieved_tflops_per_device, y.achieved_tflops_per_device)]
+    return Section("Throughput", _defined(rows))
 
 
-def render_text(c: dict) -> str:
-    a, b = c["a"], c["b"]
-    out = [f"{k}: {s['label']} ({ranks_text(s)}, {s['trace_kind']})  {s['source']}" for k, s in (("A", a), ("B", b))]
-    if c["aggregate_only"]:
+def _reserved(a: Analysis) -> int | None:
+    return max((m.stat.peak_reserved for m in views.memory_use(a)), default=None)
+
+
+def _memory(a: Analysis, b: Analysis) -> Section:
+    rows = [row("peak allocated, max over ranks", "memory", views.memory_peak(a)[0], views.memory_peak(b)[0]),
+            row("peak reserved, max over ranks", "memory", _reserved(a), _reserved(b))]
+    return Section("Memory", [r for r in rows if r.a or r.b])  # CPU traces record no reserved memory: 0 on both
+
+
+def _pipeline(a: Analysis, b: Analysis) -> Section | None:
+    pa, pb = a.pipeline, b.pipeline
+    if pa is None and pb is None:
+        return None
+    rows = [row("bubble, measured (mean over stages)", "bubble", _attr(pa, "measured"), _attr(pb, "measured")),
+            row("bubble, replay", "bubble", _attr(pa, "replay"), _attr(pb, "replay")),
+            row("bubble, theory", "bubble", _attr(pa, "theory"), _attr(pb, "theory")),
+            row("pipeline window", "time", _attr(pa, "window_ms"), _attr(pb, "window_ms")),
+            row("stage imbalance", "imbalance", _attr(pa, "imbalance"), _attr(pb, "imbalance"))]
+    ua, ub = units(a, METRICS["bubble"]), units(b, METRICS["bubble"])
+    if ua.keys() == ub.keys():
+        rows += [row(f"bubble, {ub[k][0]}", "bubble", ua[k][1], ub[k][1]) for k in sorted(ua)]
+    return Section(f"Pipeline ({_attr(pa, 'schedule') or '-'} vs {_attr(pb, 'schedule') or '-'})", _defined(rows))
+
+
+def _per_rank(a: Analysis, b: Analysis) -> Section:
+    rows = []
+    for name, measure in (("step_time", "time"), ("overlap_ratio", "overlap"), ("exposed_comm", "waste_frac"),
+                          ("memory_peak", "memory")):
+        ua, ub = units(a, METRICS[name]), units(b, METRICS[name])
+        rows += [row(f"{ua[k][0]} {name}", measure, ua[k][1], ub[k][1]) for k in sorted(ua)]
+    return Section("Per rank (matched by rank number)", _defined(rows))
+
+
+def _kernels(a: Analysis, b: Analysis, top: int) -> Kernels:
+    """Kernels by (name, kind), in ms per step, mean over the ranks whose top-K list holds them."""
+    ka = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(a, ALL_KERNELS)}
+    kb = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(b, ALL_KERNELS)}
+    both = [row(n, "part", ka[(n, kind)], kb[(n, kind)], kind) for n, kind in ka.keys() & kb.keys()]
+    moved = [r for r in both if r.change != "same"]
+    return Kernels(
+        grew=sorted((r for r in moved if r.delta > 0), key=lambda r: (-r.delta, r.name))[:top],
+        shrank=sorted((r for r in moved if r.delta < 0), key=lambda r: (r.delta, r.name))[:top],
+        new=sorted((row(n, "part", None, v, kind) for (n, kind), v in kb.items() if (n, kind) not in ka),
+                   key=lambda r: (-r.b, r.name))[:top],
+        vanished=sorted((row(n, "part", v, None, kind) for (n, kind), v in ka.items() if (n, kind) not in kb),
+                        key=lambda r: (-r.a, r.name))[:top])
+
+
+def compare(a: Analysis, b: Analysis, top: int = 10) -> Comparison:
+    """B relative to A."""
+    sa, sb = describe(a), describe(b)
+    matched = sa.world_size == sb.world_size and sorted(r.rank for r in a.ranks) == sorted(r.rank for r in b.ranks)
+    sections = [_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b), _pipeline(a, b),
+                _per_rank(a, b) if matched else None]
+    return Comparison(sa, sb, not matched, _notes(sa, sb, matched), [s for s in sections if s is not None],
+                      _kernels(a, b, top))
+
+
+# ---- terminal -------------------------------------------------------------------------------------------
+def change_text(r: Row) -> str:
+    return fmt_delta(r.delta, r.unit, r.a)
+
+
+def _name(r: Row) -> str:
+    return printable(r.name)[:70]
+
+
+def render_text(c: Comparison) -> str:
+    out = [f"{k}: {s.label} ({ranks_text(s)}, {s.trace_kind})  {s.source}" for k, s in (("A", c.a), ("B", c.b))]
+    if c.aggregate_only:
         out.append("AGGREGATE-ONLY COMPARISON")
-    out += [f"note: {n}" for n in c["notes"]]
-    for s in c["sections"]:
-        if not s["rows"]:
-            continue
-        rows = [[r["name"], fmt(r["unit"], r["a"]), fmt(r["unit"], r["b"]), fmt_change(r), r["change"]]
-                for r in s["rows"]]
-        out += ["", s["title"], table(["", "A", "B", "B - A", ""], rows, right={1, 2, 3})]
-    k = c["kernels"]
-    lab = {"grew": "Kernels/ops that grew (ms per step per rank)", "shrank": "Kernels/ops that shrank"}
-    for key in ("grew", "shrank"):
-        if k[key]:
-            rows = [[_name(r), r["kind"], fmt("ms", r["a"]), fmt("ms", r["b"]), fmt_change(r)] for r in k[key]]
-            out += ["", lab[key], table(["name", "kind", "A", "B", "B - A"], rows, right={2, 3, 4})]
-    if k["new"]:
+    out += [f"note: {n}" for n in c.notes]
+    for s in c.sections:
+        if s.rows:
+            rows = [[printable(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change] for r in s.rows]
+            out += ["", s.title, table(["", "A", "B", "B - A", ""], rows, right={1, 2, 3})]
+    k = c.kernels
+    titles = {"grew": "Kernels/ops that grew (ms per step, mean over the ranks that list them)",
+              "shrank": "Kernels/ops that shrank"}
+    for key, rs in (("grew", k.grew), ("shrank", k.shrank)):
+        if rs:
+            rows = [[_name(r), r.kind, fmt(r.a, "ms"), fmt(r.b, "ms"), change_text(r)] for r in rs]
+            out += ["", titles[key], table(["name", "kind", "A", "B", "B - A"], rows, right={2, 3, 4})]
+    if k.new:
         out += ["", "New in B (not in A's top kernels)",
-                table(["name", "kind", "B"], [[_name(r), r["kind"], fmt("ms", r["b"])] for r in k["new"]], {2})]
-    if k["vanished"]:
+                table(["name", "kind", "B"], [[_name(r), r.kind, fmt(r.b, "ms")] for r in k.new], {2})]
+    if k.vanished:
         out += ["", "Vanished in B (not in B's top kernels)",
-                table(["name", "kind", "A"], [[_name(r), r["kind"], fmt("ms", r["a"])] for r in k["vanished"]], {2})]
+                table(["name", "kind", "A"], [[_name(r), r.kind, fmt(r.a, "ms")] for r in k.vanished], {2})]
+    out += ["", LEGEND]
     return "\n".join(out)
+
+
+LEGEND = ('"better"/"worse" where a direction is known, "up"/"down" where none is; "same": under 2 % '
+          "(1 point for percentages, whose changes are in points)")

@@ -5,7 +5,8 @@ Plain text (no colour codes) so the same output reads in a terminal, a CI log an
 
 from __future__ import annotations
 
-from diagnose.gate.verdict import Verdict, fmt_delta, fmt_value
+from diagnose.gate.verdict import GateResult, Side, Verdict
+from diagnose.model.format import fmt, fmt_delta, plural
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
@@ -21,10 +22,15 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
 
 
-def _ranks(side: dict) -> str:
-    n, ws = side.get("ranks"), side.get("world_size")
-    word = "rank" if n == 1 else "ranks"
-    return f"{n} {word}" if n == ws else f"world size {ws}, {n} {word} analyzed"
+def ranks_text(side: Side) -> str:
+    """How many ranks a side has, and of what world size when traces are missing ("world size 16, 1 rank analyzed")."""
+    n, ws = side.ranks, side.world_size
+    return plural(n, "rank") if n == ws else f"world size {ws}, {plural(n, 'rank')} analyzed"
+
+
+def _cells(r: GateResult, strict: bool) -> list[str]:
+    return [r.metric, r.agg, fmt(r.baseline, r.unit), fmt(r.current, r.unit), fmt_delta(r.delta, r.unit, r.baseline),
+            r.limit, _status(r, strict), r.worst or "-"]
 
 
 def _status(r, strict: bool) -> str:
@@ -36,15 +42,11 @@ def _status(r, strict: bool) -> str:
 
 
 def render_verdict(v: Verdict) -> str:
-    cur = v.current or {}
-    base = v.baseline
-    head = [f"llmdiag check: {cur.get('label')} ({_ranks(cur)})"]
+    cur, base = v.current, v.baseline
+    head = [f"llmdiag check: {cur.label} ({ranks_text(cur)})"]
     if base:
-        head[0] += f" vs baseline {base.get('label')} ({_ranks(base)})"
-    rows = []
-    for r in v.results:
-        rows.append([r.metric, r.agg, fmt_value(r.unit, r.baseline), fmt_value(r.unit, r.current),
-                     fmt_delta(r.unit, r.delta, r.baseline), r.limit, _status(r, v.strict), r.worst or "-"])
+        head[0] += f" vs baseline {base.label} ({ranks_text(base)})"
+    rows = [_cells(r, v.strict) for r in v.results]
     out = head + [""] + [table(["metric", "agg", "baseline", "current", "delta", "limit", "status",
                                 "worst"], rows, right={2, 3, 4})]
     for n in v.notes:
@@ -58,7 +60,7 @@ def render_verdict(v: Verdict) -> str:
         out.append(f"FAIL: {len(failed)} of {len(v.results)} gates failed")
     else:
         n = len(v.results)
-        out.append(f"PASS: {n} gate{'' if n == 1 else 's'}" + (f" ({na} n/a)" if na else ""))
+        out.append(f"PASS: {plural(n, 'gate')}" + (f" ({na} n/a)" if na else ""))
     return "\n".join(out)
 
 
@@ -89,15 +91,13 @@ def github_annotations(v: Verdict) -> list[str]:
 
 def markdown_summary(v: Verdict) -> str:
     """The verdict as a Markdown table, for GitHub's job summary page ($GITHUB_STEP_SUMMARY)."""
-    cur, base = v.current or {}, v.baseline
-    title = f"### llmdiag check: {'PASS' if v.status == 'pass' else 'FAIL'} — {cur.get('label')}"
-    if base:
-        title += f" vs baseline {base.get('label')}"
+    title = f"### llmdiag check: {'PASS' if v.status == 'pass' else 'FAIL'} — {v.current.label}"
+    if v.baseline:
+        title += f" vs baseline {v.baseline.label}"
     lines = [title, "", "| metric | agg | baseline | current | delta | limit | status | worst |",
              "|---|---|---:|---:|---:|---|---|---|"]
     for r in v.results:
-        cells = [r.metric, r.agg, fmt_value(r.unit, r.baseline), fmt_value(r.unit, r.current),
-                 fmt_delta(r.unit, r.delta, r.baseline), r.limit, _status(r, v.strict), r.worst or "-"]
+        cells = _cells(r, v.strict)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += [""] + [f"- {n}" for n in v.notes]
     return "\n".join(lines) + "\n"

@@ -61,7 +61,7 @@ def to_junit(v: Verdict, elapsed: float = 0.0) -> str:
         else:
             ET.SubElement(case, "system-out").text = r.message
         cases.append(case)
-    props = {"current": (v.current or {}).get("source"), "baseline": (v.baseline or {}).get("source"),
+    props = {"current": v.current.source, "baseline": v.baseline.source if v.baseline else None,
              "strict": v.strict, "aggregate_only": v.aggregate_only}
     for i, n in enumerate(v.notes):
         props[f"note{i}"] = n

@@ -1,21 +1,21 @@
-"""One side of a check or diff as a summary dict: a summary JSON as is, anything else analyzed first.
+"""One side of a check or diff as a typed Analysis: a summary JSON read back, anything else analyzed first.
 
 A run folder, a trace folder or a single trace is analyzed afresh (the traces are the truth; a
-`summary.json` left in a run folder may predate the current llmdiag). The dict goes through a JSON
-round trip either way, so a check over a folder and a check over its `analyze --json` file see the same
-types and give the same verdict.
+`summary.json` left in a run folder may predate the current llmdiag). A fresh analysis goes through the
+same JSON round trip a summary file went through (`to_dict`, then `from_dict`), so a check over a folder
+and a check over its `analyze --json` file see the same values and give the same verdict.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import zlib
 
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.model.analysis import SCHEMA_VERSION
+from diagnose.model.analysis import Analysis
+from diagnose.model.summary import read_summary, slim
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -36,55 +36,15 @@ def _is_trace(path: str) -> bool:
     return b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head
 
 
-def read_summary(path: str) -> dict:
-    """A summary written by `analyze --json` (plain or gzipped), checked for its schema version."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = orjson.loads(raw)
-    except OSError as e:
-        raise LlmdiagError(f"cannot read: {e.strerror or e}", path) from None
-    except (orjson.JSONDecodeError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
-    return check_summary(data, path)
+def analyze(path: str) -> Analysis:
+    """Analyze traces with the default options, read back as a summary file would be."""
+    from diagnose.analyze import analyze_path  # the analyzer only when a side needs it: a JSON check stays light
+
+    return Analysis.from_dict(analyze_path(path).to_dict(), path)
 
 
-def check_summary(data, path: str) -> dict:
-    if not isinstance(data, dict) or "ranks" not in data or "schema_version" not in data:
-        raise LlmdiagError("not an llmdiag summary (no 'schema_version' and 'ranks')", path,
-                           "write one with `llmdiag analyze RUN --json FILE`")
-    v = data["schema_version"]
-    if not isinstance(v, int) or v > SCHEMA_VERSION:
-        raise LlmdiagError(f"summary schema_version {v!r} is newer than this llmdiag reads "
-                           f"({SCHEMA_VERSION})", path, "upgrade llmdiag, or re-record the summary")
-    if not isinstance(data["ranks"], list) or any(not isinstance(r, dict) or "rank" not in r
-                                                  for r in data["ranks"]):
-        raise LlmdiagError("summary 'ranks' must be a list of per-rank objects with a 'rank'", path)
-    return data
-
-
-def normalize(data) -> dict:
-    """Dataclass dict -> plain JSON types (numpy scalars become floats, tuples lists)."""
-    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    return orjson.loads(orjson.dumps(data, option=opts))
-
-
-def analyze(path: str) -> dict:
-    """Analyze traces with the default options (the analyzer is imported only when needed)."""
-    try:
-        from diagnose.analyze import analyze_path
-    except ImportError as e:
-        raise LlmdiagError(f"cannot analyze traces here: {e}", path,
-                           "pass a summary JSON from `llmdiag analyze --json`") from None
-    result = analyze_path(path)
-    data = result.to_dict() if hasattr(result, "to_dict") else result
-    return check_summary(normalize(data), path)
-
-
-def load_side(path: str, role: str = "input") -> dict:
-    """The summary dict of one side of a check or diff; `role` names it in error messages."""
+def load_side(path: str, role: str = "input") -> Analysis:
+    """The Analysis of one side of a check or diff; `role` names it in error messages."""
     if not os.path.exists(path):
         raise LlmdiagError(f"no such file or folder ({role})", path, f"give {_WHAT}")
     if os.path.isdir(path):
@@ -94,16 +54,6 @@ def load_side(path: str, role: str = "input") -> dict:
     except OSError as e:
         raise LlmdiagError(f"cannot read: {e.strerror or e}", path) from None
     return analyze(path) if trace else read_summary(path)
-
-
-def slim(summary: dict) -> dict:
-    """The summary without its bulky timelines (memory curves, pipeline actions): what a baseline needs."""
-    s = normalize(summary)
-    for r in s.get("ranks") or []:
-        for m in r.get("memory") or []:
-            m["timeline"] = []
-        r["pipeline_actions"] = []
-    return s
 
 
 def main(argv: list[str] | None = None) -> None:

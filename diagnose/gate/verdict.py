@@ -1,7 +1,7 @@
-"""Regression gates: which numbers of a summary are gated, how limits read, and the verdict.
+"""Regression gates: which numbers of an Analysis are gated, how limits read, and the verdict.
 
-Everything here works on the plain dict of `Analysis.to_dict()` (a summary file or a fresh analysis), so a
-check gives the same answer from a JSON file as from the run folder it came from. A gate on an undefined
+Both sides are typed `Analysis` objects that went through the same JSON round trip (gate/sides.py), so a
+check gives the same answer from a summary file as from the run folder it came from. A gate on an undefined
 value (None: no communication, no pipeline) is "n/a" rather than a silent pass or a spurious failure; the
 caller decides with `strict` whether n/a fails.
 """
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.model.analysis import Analysis, RankMetrics
+from diagnose.model.format import fmt
 
 VERDICT_SCHEMA = 1
 AGGS = ("worst", "min", "max", "mean", "rank")
@@ -83,7 +86,8 @@ def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Lim
         num, unit = float(m.group(1)), (m.group(2) or "").lower()
         if unit == "%":
             if rule not in RELATIVE_RULES:
-                raise LlmdiagError(bad, where, "a percentage is relative to the baseline: use it with max_rise/max_drop")
+                raise LlmdiagError(bad, where,
+                                   "a percentage is relative to the baseline: use it with max_rise/max_drop")
             return Limit(num / 100.0, True, raw.strip())
         if unit:
             ok = (metric.unit == "ms" and unit in ("ms", "s", "us", "µs")) or (
@@ -126,43 +130,33 @@ def default_gates(agg: str = "worst") -> list[Gate]:
 
 # --- metric extraction -------------------------------------------------------------------------
 
-def _num(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
+_RANK_VALUE: dict[str, Callable[[RankMetrics], float | int | None]] = {
+    "overlap_ratio": lambda r: r.overlap_ratio,
+    "exposed_comm": lambda r: r.exposed_comm_frac,
+    "step_time": lambda r: r.step_time_ms,
+    "memory_peak": lambda r: r.memory_peak,
+}
 
 
-def units(summary: dict, metric: Metric) -> dict[int, tuple[str, float | None]]:
+def _float(v) -> float | None:
+    return None if v is None else float(v)
+
+
+def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
     """Per-rank (or per-stage for bubbles) values: key -> (label, value or None)."""
-    out: dict[int, tuple[str, float | None]] = {}
     if metric.per == "stage":
-        pipe = summary.get("pipeline") or {}
-        for sb in pipe.get("stage_bubbles") or []:
-            out[sb["stage"]] = (f"stage {sb['stage']} (rank {sb.get('rank')})", _num(sb.get("measured")))
-        return out
-    for r in summary.get("ranks") or []:
-        if metric.name == "memory_peak":
-            peaks = [_num(m.get("peak_allocated")) for m in r.get("memory") or []]
-            peaks = [p for p in peaks if p is not None]
-            v = max(peaks) if peaks else None
-        else:
-            key = {"overlap_ratio": "overlap_ratio", "exposed_comm": "exposed_comm_frac",
-                   "step_time": "step_time_ms"}[metric.name]
-            v = _num(r.get(key))
-        out[r["rank"]] = (f"rank {r['rank']}", v)
-    return out
+        bubbles = a.pipeline.stage_bubbles if a.pipeline else []
+        return {b.stage: (f"stage {b.stage} (rank {b.rank})", b.measured) for b in bubbles}
+    get = _RANK_VALUE[metric.name]
+    return {r.rank: (f"rank {r.rank}", _float(get(r))) for r in a.ranks}
 
 
-def _worse(metric: Metric, a: float, b: float) -> bool:
-    return a < b if metric.higher_is_better else a > b
-
-
-def aggregate(summary: dict, metric: Metric, agg: str) -> tuple[float | None, str | None]:
+def aggregate(a: Analysis, metric: Metric, agg: str) -> tuple[float | None, str | None]:
     """(value, label of the unit that gives it, if one does) over the defined values."""
-    vals = [(lab, v) for lab, v in units(summary, metric).values() if v is not None]
+    vals = [(lab, v) for lab, v in units(a, metric).values() if v is not None]
     if not vals:
-        if metric.per == "stage":  # a pipeline summary without per-stage rows still has its mean
-            return _num((summary.get("pipeline") or {}).get("measured")), None
+        if metric.per == "stage" and a.pipeline:  # a pipeline without per-stage rows still has its mean
+            return a.pipeline.measured, None
         return None, None
     if agg == "mean":
         return sum(v for _, v in vals) / len(vals), None
@@ -193,12 +187,25 @@ class GateResult:
     source: str = "flag"
 
 
+@dataclass(frozen=True)
+class Side:
+    """What the verdict (and the diff) says about one input, besides its numbers."""
+
+    label: str
+    source: str
+    world_size: int
+    ranks: int  # ranks analysed
+    trace_kind: str
+    ranks_missing: list[int]
+    layout: dict[str, int] | None
+
+
 @dataclass
 class Verdict:
     status: str  # "pass" or "fail"
     strict: bool
-    current: dict  # {"label", "source", "world_size"}
-    baseline: dict | None
+    current: Side
+    baseline: Side | None
     aggregate_only: bool  # world sizes (or rank sets) differ: per-rank matching was not possible
     results: list[GateResult]
     notes: list[str] = field(default_factory=list)
@@ -211,24 +218,14 @@ class Verdict:
     def failed(self) -> list[GateResult]:
         return [r for r in self.results if r.status == "fail" or (self.strict and r.status == "n/a")]
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["exit_code"] = self.exit_code
-        return d
+
+def describe(a: Analysis) -> Side:
+    return Side(label=printable(a.name or a.source or "?"), source=printable(a.source), world_size=world_size(a),
+                ranks=len(a.ranks), trace_kind=a.trace_kind, ranks_missing=list(a.ranks_missing), layout=a.layout)
 
 
-def describe(summary: dict | None) -> dict | None:
-    if summary is None:
-        return None
-    return {"label": printable(summary.get("name") or summary.get("source") or "?"),
-            "source": printable(summary.get("source") or ""),
-            "world_size": world_size(summary), "ranks": len(summary.get("ranks") or []),
-            "trace_kind": summary.get("trace_kind")}
-
-
-def world_size(summary: dict) -> int:
-    ws = summary.get("world_size")
-    return ws if isinstance(ws, int) and ws > 0 else len(summary.get("ranks") or [])
+def world_size(a: Analysis) -> int:
+    return a.world_size if a.world_size and a.world_size > 0 else len(a.ranks)
 
 
 def _allowed(gate: Gate, base: float) -> float | None:
@@ -247,27 +244,48 @@ def _why(m: Metric) -> str:
             "memory_peak": " (no [memory] events: profile with profile_memory=True)"}.get(m.name, "")
 
 
-def _relative(gate: Gate, m: Metric, base_s: dict, cur_s: dict, matched: bool) -> GateResult:
+def _moved(m: Metric, delta: float, base: float) -> str:
+    """A change in words ("rose by 5.00 ms (5.0%)"), with its relative size where that means something."""
+    word = "rose by " if delta > 0 else "dropped by " if delta < 0 else "unchanged, "
+    rel = f" ({abs(delta) / abs(base) * 100:.1f}%)" if base and m.unit != "ratio" else ""
+    return word + fmt(abs(delta), m.unit) + rel
+
+
+def _per_rank(gate: Gate, m: Metric, base: Analysis, cur: Analysis) -> tuple | None:
+    """Each rank (stage) against its own baseline: (excess, label, baseline, current, allowed) of the worst."""
+    b_u, c_u = units(base, m), units(cur, m)
+    worst = None
+    for k in sorted(b_u.keys() & c_u.keys()):
+        (lab, b), (_, c) = b_u[k], c_u[k]
+        if b is None or c is None or (allowed := _allowed(gate, b)) is None:
+            continue
+        excess = _bad(gate, b, c) - allowed
+        if worst is None or excess > worst[0]:
+            worst = (excess, lab, b, c, allowed)
+    return worst
+
+
+def _mover(gate: Gate, m: Metric, base: Analysis, cur: Analysis) -> str | None:
+    """The rank (stage) that moved most in the forbidden direction, when ranks match."""
+    cu = units(cur, m)
+    moves = [(_bad(gate, b, cu[k][1]), lab) for k, (lab, b) in units(base, m).items()
+             if b is not None and k in cu and cu[k][1] is not None]
+    return max(moves, key=lambda t: t[0])[1] if moves else None
+
+
+def _relative(gate: Gate, m: Metric, base: Analysis, cur: Analysis, matched: bool) -> GateResult:
     agg = gate.agg if (gate.agg != "rank" or matched) else "worst"
     r = GateResult(m.name, m.title, m.unit, gate.rule, agg, f"{gate.rule} {gate.limit.text}", None,
                    None, None, None, "n/a", None, "", gate.source)
-    if agg == "rank":  # each rank against its own baseline; the worst excess decides
-        b_u, c_u = units(base_s, m), units(cur_s, m)
-        worst = None
-        for k in sorted(b_u.keys() & c_u.keys()):
-            (lab, b), (_, c) = b_u[k], c_u[k]
-            if b is None or c is None or (allowed := _allowed(gate, b)) is None:
-                continue
-            excess = _bad(gate, b, c) - allowed
-            if worst is None or excess > worst[0]:
-                worst = (excess, lab, b, c, allowed)
+    if agg == "rank":
+        worst = _per_rank(gate, m, base, cur)
         if worst is None:
             r.message = f"{m.name} is undefined on every matched rank"
             return r
         _, r.worst, r.baseline, r.current, allowed = worst
     else:
-        r.baseline, _ = aggregate(base_s, m, agg)
-        r.current, r.worst = aggregate(cur_s, m, agg)
+        r.baseline, _ = aggregate(base, m, agg)
+        r.current, r.worst = aggregate(cur, m, agg)
         if r.baseline is None or r.current is None:
             side = "both sides" if r.baseline is None and r.current is None else (
                 "the baseline" if r.baseline is None else "the current run")
@@ -278,32 +296,25 @@ def _relative(gate: Gate, m: Metric, base_s: dict, cur_s: dict, matched: bool) -
             r.delta = r.current - r.baseline
             r.message = f"baseline {m.name} is 0, so a relative limit is undefined (use an absolute one)"
             return r
+        if matched:
+            r.worst = _mover(gate, m, base, cur) or r.worst
     r.delta = r.current - r.baseline
-    if agg != "rank" and matched:  # name the rank (stage) that moved most in the forbidden direction
-        cu = units(cur_s, m)
-        moves = [(_bad(gate, b, cu[k][1]), lab) for k, (lab, b) in units(base_s, m).items()
-                 if b is not None and k in cu and cu[k][1] is not None]
-        r.worst = max(moves, key=lambda t: t[0])[1] if moves else r.worst
-    sign = 1 if gate.rule == "max_rise" else -1
-    r.threshold = r.baseline + sign * allowed
-    moved = ("rose by " if r.delta > 0 else "dropped by " if r.delta < 0 else "unchanged, ") + \
-        fmt_value(m.unit, abs(r.delta)) + (f" ({abs(r.delta) / abs(r.baseline) * 100:.1f}%)"
-                                           if r.baseline and m.unit != "ratio" else "")
+    r.threshold = r.baseline + (allowed if gate.rule == "max_rise" else -allowed)
     fail = _bad(gate, r.baseline, r.current) > allowed + EPS * max(1.0, abs(r.baseline))
     r.status = "fail" if fail else "pass"
-    r.message = (f"{m.name} ({agg}) {moved}: "
-                 f"{fmt_value(m.unit, r.baseline)} -> {fmt_value(m.unit, r.current)}, "
+    r.message = (f"{m.name} ({agg}) {_moved(m, r.delta, r.baseline)}: "
+                 f"{fmt(r.baseline, m.unit)} -> {fmt(r.current, m.unit)}, "
                  f"limit {r.limit}" + (f", worst {r.worst}" if r.worst else ""))
     return r
 
 
-def _absolute(gate: Gate, m: Metric, base_s: dict | None, cur_s: dict) -> GateResult:
+def _absolute(gate: Gate, m: Metric, base: Analysis | None, cur: Analysis) -> GateResult:
     agg = "worst" if gate.agg == "rank" else gate.agg
     r = GateResult(m.name, m.title, m.unit, gate.rule, agg, f"{gate.rule} {gate.limit.text}",
                    gate.limit.value, None, None, None, "n/a", None, "", gate.source)
-    r.current, r.worst = aggregate(cur_s, m, agg)
-    if base_s is not None:
-        r.baseline, _ = aggregate(base_s, m, agg)
+    r.current, r.worst = aggregate(cur, m, agg)
+    if base is not None:
+        r.baseline, _ = aggregate(base, m, agg)
         if r.baseline is not None and r.current is not None:
             r.delta = r.current - r.baseline
     if r.current is None:
@@ -313,69 +324,44 @@ def _absolute(gate: Gate, m: Metric, base_s: dict | None, cur_s: dict) -> GateRe
     fail = r.current < lim - EPS if gate.rule == "min" else r.current > lim + EPS * max(1.0, lim)
     r.status = "fail" if fail else "pass"
     word = "below" if fail and gate.rule == "min" else "above" if fail else "within"
-    r.message = (f"{m.name} ({agg}) {fmt_value(m.unit, r.current)} is {word} the limit "
+    r.message = (f"{m.name} ({agg}) {fmt(r.current, m.unit)} is {word} the limit "
                  f"{r.limit}" + (f", worst {r.worst}" if r.worst else ""))
     return r
 
 
-def evaluate(current: dict, baseline: dict | None, gates: list[Gate], strict: bool = False) -> Verdict:
+def _side_notes(current: Analysis, baseline: Analysis) -> tuple[bool, list[str]]:
+    """(ranks match one to one, notes on what differs between the sides)."""
+    notes = []
+    wb, wc = world_size(baseline), world_size(current)
+    rb, rc = {r.rank for r in baseline.ranks}, {r.rank for r in current.ranks}
+    matched = wb == wc and rb == rc
+    if wb != wc:
+        notes.append(f"world sizes differ (baseline {wb}, current {wc}): compared aggregates over "
+                     "ranks, not rank by rank")
+    elif rb != rc:
+        notes.append(f"ranks differ (only in baseline: {sorted(rb - rc) or '-'}, only in current: "
+                     f"{sorted(rc - rb) or '-'}): compared aggregates over the ranks each side has")
+    kb, kc = baseline.trace_kind, current.trace_kind
+    if kb and kc and kb != kc:
+        notes.append(f"trace kinds differ (baseline {kb}, current {kc}): numbers may not be comparable")
+    return matched, notes
+
+
+def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], strict: bool = False) -> Verdict:
     """Apply the gates; relative gates need a baseline (the caller checks that first)."""
-    notes: list[str] = []
-    matched = True
-    if baseline is not None:
-        wb, wc = world_size(baseline), world_size(current)
-        rb = {r["rank"] for r in baseline.get("ranks") or []}
-        rc = {r["rank"] for r in current.get("ranks") or []}
-        if wb != wc:
-            matched = False
-            notes.append(f"world sizes differ (baseline {wb}, current {wc}): compared aggregates over "
-                         "ranks, not rank by rank")
-        elif rb != rc:
-            matched = False
-            notes.append(f"ranks differ (only in baseline: {sorted(rb - rc) or '-'}, only in current: "
-                         f"{sorted(rc - rb) or '-'}): compared aggregates over the ranks each side has")
-        kb, kc = baseline.get("trace_kind"), current.get("trace_kind")
-        if kb and kc and kb != kc:
-            notes.append(f"trace kinds differ (baseline {kb}, current {kc}): numbers may not be comparable")
-    missing = current.get("ranks_missing") or []
-    if missing:
-        notes.append(f"current run is missing ranks {missing}")
+    matched, notes = _side_notes(current, baseline) if baseline is not None else (True, [])
+    if current.ranks_missing:
+        notes.append(f"current run is missing ranks {current.ranks_missing}")
     results = []
     for g in gates:
         m = metric_named(g.metric)
-        if g.source == "default" and all(aggregate(s, m, "mean")[0] is None for s in (baseline, current) if s):
+        sides = [s for s in (baseline, current) if s is not None]
+        if g.source == "default" and all(aggregate(s, m, "mean")[0] is None for s in sides):
             notes.append(f"{m.name}: not gated by default (undefined on both sides)")
             continue
         results.append(_relative(g, m, baseline, current, matched) if g.relative
                        else _absolute(g, m, baseline, current))
-    v = Verdict("pass", strict, describe(current), describe(baseline), not matched, results, notes)
+    v = Verdict("pass", strict, describe(current), describe(baseline) if baseline is not None else None,
+                not matched, results, notes)
     v.status = "fail" if v.failed() else "pass"
     return v
-
-
-# --- formatting shared by the table, JUnit and annotations ---------------------------------------
-
-def _bytes(v: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(v) >= size:
-            return f"{v / size:.2f} {unit}"
-    return f"{v:.0f} B"
-
-
-def fmt_value(unit: str, v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    if unit == "ms":
-        return f"{v:.2f} ms"
-    if unit == "bytes":
-        return _bytes(v)
-    return f"{v:.3f}"
-
-
-def fmt_delta(unit: str, d: float | None, base: float | None = None) -> str:
-    if d is None:
-        return "n/a"
-    sign = "+" if d >= 0 else "-"
-    body = fmt_value(unit, abs(d))
-    rel = f" ({sign}{abs(d) / abs(base) * 100:.1f}%)" if base and unit != "ratio" else ""
-    return f"{sign}{body}{rel}"
