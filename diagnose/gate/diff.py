@@ -27,7 +27,6 @@ from diagnose.model.format import fmt, fmt_delta
 
 SAME_REL = 0.02  # changes under 2 % (or 1 point for percentages) read as "same"
 SAME_POINTS = 0.01
-ALL_KERNELS = 1 << 30  # kernel_table's `top`: every kernel, so both sides' lists can be matched
 
 # what a row measures -> (unit, which way is better: "lower", "higher", or None where neither is)
 MEASURES = {
@@ -226,8 +225,8 @@ def _per_rank(a: Analysis, b: Analysis) -> Section:
 
 def _kernels(a: Analysis, b: Analysis, top: int) -> Kernels:
     """Kernels by (name, kind), in ms per step, mean over the ranks whose top-K list holds them."""
-    ka = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(a, ALL_KERNELS)}
-    kb = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(b, ALL_KERNELS)}
+    ka = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(a, None)}
+    kb = {(k.name, k.kind): k.ms_per_step for k in views.kernel_table(b, None)}
     both = [row(n, "part", ka[(n, kind)], kb[(n, kind)], kind) for n, kind in ka.keys() & kb.keys()]
     moved = [r for r in both if r.change != "same"]
     return Kernels(

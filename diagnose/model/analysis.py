@@ -308,9 +308,12 @@ class Analysis:
             raise LlmdiagError("not an llmdiag summary (no 'schema_version' and 'ranks')", where,
                                "write one with `llmdiag analyze RUN --json FILE`")
         v = data["schema_version"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= SCHEMA_VERSION:
-            raise LlmdiagError(f"summary schema_version {v!r} is not one this llmdiag reads (1 to {SCHEMA_VERSION})",
+        if isinstance(v, int) and not isinstance(v, bool) and v > SCHEMA_VERSION:
+            raise LlmdiagError(f"summary schema_version {v} is newer than this llmdiag reads ({SCHEMA_VERSION})",
                                where, "upgrade llmdiag, or re-record the summary")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise LlmdiagError(f"summary schema_version {v!r} is not a version (1 to {SCHEMA_VERSION})", where,
+                               "re-record the summary with `llmdiag analyze RUN --json FILE`")
         try:
             return build(cls, _upgrade_v1(data) if v == 1 else data)
         except Invalid as e:

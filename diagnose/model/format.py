@@ -43,10 +43,13 @@ def fmt(x, unit: str = "num", suffix: bool = True) -> str:
 
 
 def fmt_delta(d, unit: str, base=None) -> str:
-    """A signed change `d` in `unit`, with its relative size against `base` where that is defined."""
+    """A signed change `d` in `unit`, with its relative size against `base` where that is defined; shares
+    ("pct") change in percentage points."""
     if _undefined(d):
         return "n/a"
     sign = "+" if d >= 0 else "-"
+    if unit == "pct":  # a change of a share is in percentage points, never a relative "%"
+        return f"{sign}{abs(d) * 100:.1f} pt"
     rel = f" ({sign}{abs(d) / abs(base) * 100:.1f}%)" if base and not _undefined(base) and unit not in ("ratio", "pct") \
         else ""
     return f"{sign}{fmt(abs(d), unit)}{rel}"

@@ -151,8 +151,8 @@ def _kernel_time_ms(r: RankMetrics) -> float | None:
     return k.total_ms / k.share if k else None
 
 
-def kernel_table(a: Analysis, top: int = 20) -> list[KernelRow]:
-    """Kernels (or top-level CPU ops) over ranks, most time per step first."""
+def kernel_table(a: Analysis, top: int | None = 20) -> list[KernelRow]:
+    """Kernels (or top-level CPU ops) over ranks, most time per step first; the first `top` (all with None)."""
     acc: dict[tuple, list] = defaultdict(list)
     for r in a.ranks:
         for k in r.top_kernels:
@@ -167,7 +167,8 @@ def kernel_table(a: Analysis, top: int = 20) -> list[KernelRow]:
             count_per_step=statistics.fmean(k.count / r.nsteps for r, k in xs),
             mean_us=total * 1e3 / count if count else None, max_us=max(k.max_us for _, k in xs),
             share=total / sum(denom) if all(denom) else None))
-    return sorted(rows, key=lambda x: (-x.ms_per_step, x.name))[:top]
+    rows.sort(key=lambda x: (-x.ms_per_step, x.name))
+    return rows if top is None else rows[:top]
 
 
 # ---- ranks at a glance ----------------------------------------------------------------------------------
