@@ -17,15 +17,17 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics  # noqa: E402
+from diagnose.model.format import GIB  # noqa: E402
+
 RC = {"svg.fonttype": "none", "svg.hashsalt": "llmdiag", "text.usetex": False, "text.parse_math": False,
       "font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif"}
-PARTS = [  # (key of RankMetrics, legend label, colour): the five parts that sum to the step time
+PARTS = [  # (attribute of RankMetrics, legend label, colour): the five parts that sum to the step time
     ("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", "overlapped comm", "#72b7b2"),
     ("exposed_comm_ms", "exposed comm", "#e45756"), ("other_ms", "other (memcpy/memset)", "#b279a2"),
     ("idle_ms", "idle", "#d8d8d8"),
 ]
 PP_COLOURS = {"F": "#4c78a8", "B": "#f58518", "I": "#f58518", "W": "#54a24b"}
-GIB = 2.0**30
 
 
 def _svg(fig: Figure, name: str) -> str:
@@ -47,7 +49,7 @@ def _fig(w: float, h: float, left: float = 0.8, top: float = 0.4, bottom: float 
     return fig
 
 
-def step_breakdown(rows: list[dict]) -> str:
+def step_breakdown(rows: list[RankMetrics]) -> str:
     """Horizontal stacked bars: one per rank, the five parts of its mean step."""
     if not rows:
         return ""
@@ -57,17 +59,17 @@ def step_breakdown(rows: list[dict]) -> str:
         y = list(range(len(rows)))
         left = [0.0] * len(rows)
         for key, label, colour in PARTS:
-            vals = [float(r.get(key) or 0.0) for r in rows]
+            vals = [float(getattr(r, key) or 0.0) for r in rows]
             ax.barh(y, vals, left=left, color=colour, label=label, height=0.75)
             left = [a + b for a, b in zip(left, vals, strict=True)]
-        ax.set_yticks(y, [f"rank {int(r['rank'])}" for r in rows])
+        ax.set_yticks(y, [f"rank {int(r.rank)}" for r in rows])
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_xlabel("mean step time (ms)")
         ax.legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False, fontsize=8)
         return _svg(fig, "breakdown")
 
 
-def pipeline_timeline(rows: list[tuple[str, list[dict]]], t0: float, t1: float) -> str:
+def pipeline_timeline(rows: list[tuple[str, list[PipelineAction]]], t0: float, t1: float) -> str:
     """One row per pipeline rank: F/B/W blocks of one step; white gaps are the bubbles."""
     if not rows:
         return ""
@@ -77,15 +79,15 @@ def pipeline_timeline(rows: list[tuple[str, list[dict]]], t0: float, t1: float) 
         span = max(t1 - t0, 1e-9)
         for i, (_, acts) in enumerate(rows):
             for kind in ("F", "B", "I", "W"):
-                bars = [(a["start_ms"] - t0, a["end_ms"] - a["start_ms"]) for a in acts if a["kind"] == kind]
+                bars = [(a.start_ms - t0, a.end_ms - a.start_ms) for a in acts if a.kind == kind]
                 if bars:
                     ax.broken_barh(bars, (i - 0.38, 0.76), facecolors=PP_COLOURS[kind], edgecolor="white",
                                    linewidth=0.5)
             for a in acts:
-                w = a["end_ms"] - a["start_ms"]
+                w = a.end_ms - a.start_ms
                 if w / span > 0.018:
-                    label = f"{a['kind']}{int(a['microbatch'])}" + (f"·s{int(a['stage'])}" if w / span > 0.05 else "")
-                    ax.text(a["start_ms"] - t0 + w / 2, i, label, ha="center", va="center", fontsize=7,
+                    label = f"{a.kind}{int(a.microbatch)}" + (f"·s{int(a.stage)}" if w / span > 0.05 else "")
+                    ax.text(a.start_ms - t0 + w / 2, i, label, ha="center", va="center", fontsize=7,
                             color="white")
         ax.set_yticks(range(len(rows)), [label for label, _ in rows])
         ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -98,9 +100,9 @@ def pipeline_timeline(rows: list[tuple[str, list[dict]]], t0: float, t1: float) 
         return _svg(fig, "pipeline")
 
 
-def memory_timeline(series: list[tuple[str, dict]]) -> str:
+def memory_timeline(series: list[tuple[str, MemoryStat]]) -> str:
     """Allocated (solid) and reserved (dashed) GiB over time per device, device capacity as a line."""
-    series = [(lbl, m) for lbl, m in series if m.get("timeline")]
+    series = [(lbl, m) for lbl, m in series if m.timeline]
     if not series:
         return ""
     with matplotlib.rc_context(RC):
@@ -109,12 +111,12 @@ def memory_timeline(series: list[tuple[str, dict]]) -> str:
         caps = set()
         for i, (label, m) in enumerate(series):
             colour = f"C{i % 10}"
-            tl = m["timeline"]
+            tl = m.timeline
             xs = [p[0] for p in tl]
             ax.plot(xs, [p[1] / GIB for p in tl], color=colour, lw=1.2, label=f"{label} allocated")
             ax.plot(xs, [p[2] / GIB for p in tl], color=colour, lw=0.9, ls="--")
-            if m.get("capacity"):
-                caps.add(m["capacity"])
+            if m.capacity:
+                caps.add(m.capacity)
         for cap in caps:
             ax.axhline(cap / GIB, color="#e45756", lw=1, ls=":")
             ax.text(0.995, cap / GIB, "capacity", transform=ax.get_yaxis_transform(), ha="right", va="bottom",

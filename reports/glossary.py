@@ -20,7 +20,9 @@ GLOSSARY = {
                       "definition). n/a when the rank has no communication."),
     "comm_overlap": ("Overlap per collective", "Per collective kind and process group: each op's own overlapped "
                      "fraction, weighted by duration (Nsight's view), so one long exposed op is not hidden by many "
-                     "small overlapped ones. Times are sums of op durations, not unions."),
+                     "small overlapped ones, over all the ranks that run it. Ops and times are per step (each rank's "
+                     "total / its step count), the mean over those ranks; times are sums of op durations, not "
+                     "unions."),
     "compute_frac": ("Compute fraction", "|U(compute)| / step time, mean over ranks."),
     "bubble": ("Pipeline bubble", "Measured: 1 − |U(F/B/I/W spans of the stage)| / pipeline window, per step. "
                "Theory: (p−1)/(m+p−1) for GPipe and 1F1B, (p−1)/(v·m+p−1) interleaved with v chunks, ≈ 0 for "
@@ -39,13 +41,15 @@ GLOSSARY = {
     "skew": ("Arrival skew", "Collectives matched across ranks by process group, kind and ordinal (send/recv are not "
              "matched): latest start − earliest start. Transfer time: the shortest duration among the ranks."),
     "straggler": ("Straggler", "The rank that arrives last in at least half of ≥ 3 matched collectives, or whose "
-                  "compute per step exceeds the median by more than 5 %."),
+                  "compute per step exceeds the median by more than 5 %. Its value: the share of matched collectives "
+                  "it arrived last at, or its compute excess over the median."),
     "tokens_per_s": ("Tokens/s", "Tokens per optimizer step (all data-parallel replicas) / mean step time."),
     "mfu": ("MFU", "Achieved FLOP/s per device / the device's dense bf16 peak (known for GPUs only). Model "
             "FLOPs per step = 6·N·tokens + 12·layers·hidden·seq·tokens (PaLM's convention)."),
     "tflops": ("Achieved TFLOP/s", "Model FLOPs per step / mean step time / world size."),
     "kernel_share": ("Kernel share", "A kernel's summed time / summed time of all kernels (or top-level ops) in "
-                     "the windows."),
+                     "the windows, both over the ranks whose top-K list holds the kernel. Its ms and count per step "
+                     "are the mean over those same ranks."),
     "hints": ("Hints", "Device idle share, kernels per step, share of kernels under 10 µs, DataLoader wait share "
               "and fp32 GEMM share: facts only the rules use."),
     "severity": ("Severity", "high: the expected gain is ≥ 10 % of the step (or a correctness risk such as "

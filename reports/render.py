@@ -1,4 +1,7 @@
-"""Render the summary dict (`Analysis.to_dict()` or a summary.json) as one self-contained HTML file.
+"""Render a typed `Analysis` as one self-contained HTML file.
+
+The report reads the analysis as given: its findings in their order (the rules ran once, in `analyze`;
+a summary read back carries them), its numbers through the shared views and `fmt`, as the terminal does.
 
 Jinja2 with autoescape on renders every trace-derived string as text; figures are inline SVG built from
 numbers only; a Content-Security-Policy allows no script but the small table-sorting one (by hash), so an
@@ -12,10 +15,11 @@ import hashlib
 import os
 import tempfile
 
-from jinja2 import ChainableUndefined, Environment, FileSystemLoader
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from diagnose import rules
+from diagnose.model.analysis import SEVERITIES, Analysis
+from diagnose.model.format import fmt
 from reports import figures
 from reports.context import build
 from reports.glossary import GLOSSARY
@@ -38,7 +42,7 @@ def _code(text) -> Markup:
     return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts))
 
 
-METRIC_ANCHORS = [  # finding["metric"] substring -> glossary entry
+METRIC_ANCHORS = [  # substring of a finding's evidence.metric -> glossary entry
     ("imbalance", "imbalance"), ("pipeline", "bubble"), ("busbw", "busbw"), ("comm_by_kind", "comm_overlap"),
     ("memory", "memory"), ("hints", "hints"), ("skew", "straggler"), ("step_time", "step_time"),
 ]
@@ -49,9 +53,9 @@ def _anchor(metric) -> str:
 
 
 def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=ChainableUndefined,
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters["fmt"] = rules.fmt
+    env.filters["fmt"] = fmt
     env.filters["code"] = _code
     env.filters["anchor"] = _anchor
     return env
@@ -60,27 +64,25 @@ def _env() -> Environment:
 _ENV = _env()
 
 
-def render_html(summary: dict) -> str:
-    """The report as a string; findings are computed from the summary when it carries none."""
-    s = summary if summary.get("findings") else {**summary, "findings": rules.findings(summary)}
-    ctx = build(s)
-    shown = [r for _, r, _ in ctx["shown"]]
+def render_html(a: Analysis) -> str:
+    """The report as a string. Findings are shown as given (`a.findings`, already in the one order); the
+    headline's top recommendations are the first three."""
+    ctx = build(a)
     pipe = ctx["pipe"]
     figs = {
-        "breakdown": Markup(figures.step_breakdown(shown)),
+        "breakdown": Markup(figures.step_breakdown([r for _, r, _ in ctx["shown"]])),
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
     }
-    top = [(i, s["findings"][i]) for i in rules.headline_order(s["findings"])[:3]]
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(
-        **ctx, figs=figs, glossary=GLOSSARY, findings=s["findings"], top=top, script=Markup(SORT_JS),
-        csp=csp, severities=rules.SEVERITIES)
+        **ctx, figs=figs, glossary=GLOSSARY, findings=a.findings, top=list(enumerate(a.findings[:3])),
+        script=Markup(SORT_JS), csp=csp, severities=SEVERITIES)
 
 
-def render_report(summary: dict, path: str) -> str:
+def render_report(a: Analysis, path: str) -> str:
     """Write the report to `path` (atomically: temp file, then rename) and return the path."""
-    html = render_html(summary)
+    html = render_html(a)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=d)

@@ -4,8 +4,10 @@ ranks, and never lets a trace string become markup."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
+import typing
 import time
 from html.parser import HTMLParser
 
@@ -13,10 +15,13 @@ import orjson
 import pytest
 from markupsafe import escape
 
-from diagnose.rules import UNITS, findings, fmt
-from reports.context import pick_ranks, resolve
+from diagnose.errors import LlmdiagError
+from diagnose.model.analysis import Aggregate, Analysis, Hints
+from diagnose.model.format import UNITS, fmt
+from diagnose.rules import findings
+from reports.context import pick_ranks
 from reports.render import SORT_JS, _code, render_html, render_report
-from tests.summaries import EVIL, busy, summary
+from tests.summaries import EVIL, analysis, busy, summary, typed
 
 
 class Page(HTMLParser):
@@ -53,14 +58,30 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
-def analysed(s: dict) -> dict:
-    """As the analyzer stores it: findings computed into the summary (the report's numbers point at them)."""
-    s["findings"] = findings(s)
-    return s
+def analysed(s: dict) -> Analysis:
+    """As the analyzer hands it over: the typed analysis with its findings (the report's numbers point at them)."""
+    a = typed(s)
+    a.findings = findings(a)
+    return a
 
 
-def check_numbers(s: dict, html: str) -> int:
+def resolve(summary: dict, path: str):
+    """The value at a dotted summary path (`ranks.3.step_time_ms`); list parts are indices, dict parts keys."""
+    cur = summary
+    for part in path.split("."):
+        cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+    return cur
+
+
+def nulled(cls, d: dict) -> dict:
+    """`d` with None in every field of `cls` whose type admits None."""
+    hints = typing.get_type_hints(cls)
+    return {k: None if type(None) in typing.get_args(hints.get(k)) else v for k, v in d.items()}
+
+
+def check_numbers(a: Analysis, html: str) -> int:
     """Each tagged number equals fmt(summary value) and is within rounding of the raw value."""
+    s = a.to_dict()
     page = Page(html)
     exact = [n for n in page.nums if n[0]]
     for key, unit, suffix, text in exact:
@@ -87,14 +108,14 @@ VARIANTS = {
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_renders_and_numbers_match(name, tmp_path):
-    s = analysed(summary(**VARIANTS[name]))
-    out = render_report(s, str(tmp_path / "sub" / "report.html"))
+    a = analysed(summary(**VARIANTS[name]))
+    out = render_report(a, str(tmp_path / "sub" / "report.html"))
     html = open(out, encoding="utf-8").read()
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
-    assert check_numbers(s, html) > 20
+    assert check_numbers(a, html) > 20
     for key in ("aggregate.step_time_ms", "ranks.0.step_time_ms", "ranks.0.exposed_comm_ms"):
         assert f'data-k="{key}"' in html
-    if s["pipeline"]:
+    if a.pipeline:
         for key in ("pipeline.measured", "pipeline.theory", "pipeline.stage_bubbles.0.measured",
                     "pipeline.predictions.0.bubble"):
             assert f'data-k="{key}"' in html
@@ -102,37 +123,44 @@ def test_renders_and_numbers_match(name, tmp_path):
 
 
 def test_busy_report_has_findings_and_headline(tmp_path):
-    s = busy()
-    s["findings"] = findings(s)
-    html = render_html(s)
-    assert check_numbers(s, html) > 20
+    a = analysed(busy())
+    html = render_html(a)
+    assert check_numbers(a, html) > 20
     head = html.split('id="headline"')[1].split("</section>")[0]
     text = re.sub(r"<[^>]+>", "", head)
-    order = sorted(s["findings"], key=lambda f: (["high", "medium", "low"].index(f["severity"]), -(f["gain_ms"] or 0)))
+    order = sorted(a.findings, key=lambda f: (["high", "medium", "low"].index(f.severity), -(f.gain_ms or 0)))
     for f in order[:3]:
-        assert f["title"] in text
+        assert f.title in text
     for f in order[3:]:
-        assert f["title"] not in text
-    assert order[0]["severity"] == "high" and order[1]["severity"] == "high"  # near-OOM has no gain but leads
-    for f in s["findings"]:
-        assert str(_code(f["evidence"])) in html and str(escape(f["expected_gain"])) in html
+        assert f.title not in text
+    assert order[0].severity == "high" and order[1].severity == "high"  # near-OOM has no gain but leads
+    for f in a.findings:
+        assert str(_code(f.evidence.text)) in html and str(escape(f.expected_gain)) in html
+    listed = html.split('id="findings"')[1].split("</section>")[0]
+    assert [listed.index(escape(f.title)) for f in a.findings] == sorted(listed.index(escape(f.title))
+                                                                          for f in a.findings)  # the same order below
+    for i, f in enumerate(a.findings[:3]):  # the gain as the share every output prints
+        if f.gain_ms is not None:
+            assert f'data-k="findings.{i}.gain_frac"' in head
 
 
-def test_findings_computed_when_summary_has_none():
-    s = busy()
-    s.pop("findings")
-    assert "Pipeline bubble larger than needed" in render_html(s)
+def test_findings_shown_as_given_never_recomputed():
+    """The report does not run the rules: an analysis without findings says none fired."""
+    a = typed(busy())
+    assert a.findings == []
+    html = render_html(a)
+    assert "Pipeline bubble larger than needed" not in html and "No rule fired" in html
 
 
 def test_json_summary_renders_like_the_dict():
-    s = busy()
-    assert render_html(orjson.loads(orjson.dumps(s))) == render_html(s)
+    a = analysed(busy())
+    assert render_html(typed(orjson.loads(orjson.dumps(a.to_dict())))) == render_html(a)
 
 
 def test_512_ranks_fast_and_bounded(tmp_path):
-    s = analysed(busy(512))
+    a = analysed(busy(512))
     t = time.perf_counter()
-    html = open(render_report(s, str(tmp_path / "r.html")), encoding="utf-8").read()
+    html = open(render_report(a, str(tmp_path / "r.html")), encoding="utf-8").read()
     elapsed = time.perf_counter() - t
     print(f"512-rank render: {elapsed:.2f} s, {len(html) / 1e6:.2f} MB")
     assert elapsed < 15, elapsed  # measured ~1.5 s on 2 cores
@@ -140,7 +168,7 @@ def test_512_ranks_fast_and_bounded(tmp_path):
     assert "480 ranks omitted" in html
     rows = html.split('id="breakdown"')[1].split("</section>")[0].count("<tr>")
     assert rows <= 32 + 6 + 3 + 4  # shown ranks + distribution + per-step + headers
-    assert check_numbers(s, html) > 100
+    assert check_numbers(a, html) > 100
 
 
 def test_pick_ranks_takes_the_worst():
@@ -148,26 +176,26 @@ def test_pick_ranks_takes_the_worst():
     s["ranks"][40]["step_time_ms"] = 500.0
     s["ranks"][50]["exposed_comm_frac"] = 0.9
     s["ranks"][60]["idle_frac"] = 0.9
-    idx, why = pick_ranks(s["ranks"], 8)
+    idx, why = pick_ranks(typed(s).ranks, 8)
     assert len(idx) == 8 and {40, 50, 60} <= set(idx)
     assert "slowest step" in why[40] and idx == sorted(idx)
 
 
 def test_none_everywhere(tmp_path):
     s = summary(comm=False, memory=False, with_manifest=False)
-    s["aggregate"] = {k: None for k in s["aggregate"]}
+    s["aggregate"] = nulled(Aggregate, s["aggregate"])
     s["skew"] = None
     s["pipeline"] = None
     s["layout"] = None
     for r in s["ranks"]:
         r["overlap_ratio"] = None
-        r["hints"] = {k: None for k in r["hints"]}
+        r["hints"] = nulled(Hints, r["hints"])
         r["top_kernels"] = []
-    html = render_html(analysed(s))
-    assert "n/a" in html and check_numbers(s, html) > 5
-    empty = {"source": "x", "name": "x", "trace_kind": "gpu", "world_size": None, "layout": None, "manifest": None,
-             "ranks": [], "ranks_missing": [0, 1], "aggregate": {}, "pipeline": None, "skew": None, "issues": [],
-             "options": {}, "findings": [], "schema_version": 1, "llmdiag_version": ""}
+    a = analysed(s)
+    html = render_html(a)
+    assert "n/a" in html and check_numbers(a, html) > 5
+    empty = dataclasses.replace(analysis(2, with_manifest=False), world_size=None, layout=None, ranks=[],
+                                ranks_missing=[0, 1], pipeline=None, skew=None, issues=[], llmdiag_version="")
     assert "No rank could be analysed" in render_html(empty)
 
 
@@ -175,8 +203,9 @@ def test_pipeline_without_actions_has_no_timeline():
     s = summary(pipeline=True)
     for r in s["ranks"]:
         r["pipeline_actions"] = []
-    html = render_html(analysed(s))
-    assert "No pipeline actions" in html and check_numbers(s, html) > 10
+    a = analysed(s)
+    html = render_html(a)
+    assert "No pipeline actions" in html and check_numbers(a, html) > 10
 
 
 def test_no_injection():
@@ -192,10 +221,11 @@ def test_no_injection():
     s["skew"]["last_arrivals"] = {EVIL[1]: 3}
     s["skew"]["host_shift_ms"] = {EVIL[0]: 1.0}
     s["manifest"]["command"] = EVIL
-    s["ranks_missing"] = [EVIL[0]]
-    s["findings"] = findings(s)
-    assert any(EVIL[0] in f["evidence"] for f in s["findings"]), "a pg name must reach a finding's evidence"
-    html = render_html(s)
+    with pytest.raises(LlmdiagError):  # a string where a rank number belongs is refused at the edge
+        typed({**s, "ranks_missing": [EVIL[0]]})
+    a = analysed(s)
+    assert any(EVIL[0] in f.evidence.text for f in a.findings), "a pg name must reach a finding's evidence"
+    html = render_html(a)
     page = Page(html)
     assert html.count("<script") == 1 and page.scripts == [SORT_JS]
     for tag, attrs in page.tags:
@@ -212,7 +242,7 @@ def test_no_injection():
 
 
 def test_self_contained_with_csp():
-    html = render_html(busy())
+    html = render_html(analysed(busy()))
     digest = base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in html
     page = Page(html)
@@ -231,3 +261,58 @@ def test_ids_unique_and_references_resolve():
     assert len(ids) == len(set(ids))
     refs = set(re.findall(r'url\(#([^)]+)\)', html)) | set(re.findall(r'href="#([^"]+)"', html))
     assert refs <= set(ids), refs - set(ids)
+
+
+def _report_rows(html: str, section: str, table: int = 0) -> list[list[str]]:
+    """Cell texts of the body rows of one table in one section of the report."""
+    sec = html.split(f'id="{section}"')[1].split("</section>")[0]
+    body = re.findall(r"<tbody>(.*?)</tbody>", sec, flags=re.S)[table]
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, flags=re.S)]
+
+
+def _terminal_rows(text: str, title: str) -> list[list[str]]:
+    lines = text.split("\n" + title)[1].split("\n\n")[0].splitlines()[3:]
+    return [re.split(r"\s{2,}", line.strip()) for line in lines]
+
+
+def test_terminal_and_report_print_the_same_numbers():
+    """One view, one unit: a communication row, a kernel and a finding's gain read the same in both outputs."""
+    from diagnose.cli.terminal import render
+    from diagnose.model.views import comm_by_group, kernel_table
+
+    a = analysed(busy())
+    text, html = render(a), render_html(a)
+    term = _terminal_rows(text, "Communication per collective and process group (per step")
+    rep = _report_rows(html, "overlap")
+    assert len(term) == len(rep) == len(comm_by_group(a)) >= 1
+    for t, r in zip(term, rep, strict=True):
+        # kind, role, ranks, ops/step, ms/step, exposed ms/step, overlap: the same texts (the report drops the %)
+        assert [t[0], *t[2:7]] == [r[0], *r[2:7]] and t[7] == r[7] + "%"
+    term = _terminal_rows(text, "Top kernels / ops over ranks (per step")
+    rep = _report_rows(html, "kernels")
+    assert len(term) == len(kernel_table(a, 10)) and len(rep) >= len(term)
+    for t, r in zip(term, rep):
+        assert t[1:6] == r[1:6] and t[6] == r[7] + "%"  # kind, ranks, ms, count per step, mean µs; share
+    head = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split('id="headline"')[1].split("</section>")[0]))
+    for f in a.findings[:3]:
+        if f.gain_ms is not None:
+            gain = f"≈ {fmt(f.gain_ms, 'ms')} per step ({fmt(f.gain_frac, 'pct')} of the step)"
+            assert gain in head and f"{f.title} — {gain}" in text
+    assert [t.split("] ", 1)[1].split(" — ")[0] for t in re.findall(r"^  \[\w+\] .*$", text, flags=re.M)] == \
+        [f.title for f in a.findings[:5]]  # the same order as the report's
+
+
+def test_short_names_stay_distinct():
+    from reports.context import short_names
+
+    names = ["void k_a<float>(int*, int)", "void k_a<half>(int*, int)", "void g<1>(a)", "void g<1>(b)",
+             "Memcpy DtoD (Device -> Device)", "x" * 200 + "1", "x" * 200 + "2",
+             "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nt_align1>(Params)",
+             "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1>(Params)"]
+    short = short_names(names, 40)
+    assert len(set(short.values())) == len(names)
+    assert short["void k_a<float>(int*, int)"] == "void k_a<float>(…)" and short["void g<1>(a)"] == "void g<1>(a)"
+    assert short["Memcpy DtoD (Device -> Device)"] == "Memcpy DtoD (Device -> Device)"
+    assert short["x" * 200 + "1"].endswith("x1") and "…" in short["x" * 200 + "1"]
+    assert all(len(v) <= 40 for k, v in short.items() if not k.startswith("x"))

@@ -13,7 +13,7 @@ import pytest
 
 from diagnose.rules import findings
 from reports.render import render_report
-from tests.summaries import busy
+from tests.summaries import busy, typed
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.browser,
@@ -33,9 +33,9 @@ def console_lines(stderr: str) -> list[str]:
 
 
 def report(tmp_path, **kw) -> str:
-    s = busy(**kw)
-    s["findings"] = findings(s)
-    return render_report(s, str(tmp_path / "report.html"))
+    a = typed(busy(**kw))
+    a.findings = findings(a)
+    return render_report(a, str(tmp_path / "report.html"))
 
 
 def test_harness_sees_console_errors(tmp_path):

@@ -1,4 +1,7 @@
-"""`llmdiag analyze PATH`: metrics, terminal tables, JSON summary and the HTML report."""
+"""`llmdiag analyze PATH`: metrics, terminal tables, JSON summary and the HTML report.
+
+The typed Analysis is what the terminal and the report read; JSON is written here, at the edge.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ import click
 import orjson
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.model.analysis import Analysis
+from diagnose.model.codec import plain
 
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
     """Run folders get summary.json/report.html inside; foreign (maybe read-only) traces ./llmdiag-report/."""
-    if analysis.options.get("run_folder") and os.access(analysis.source, os.W_OK):
+    if analysis.options.run_folder and os.access(analysis.source, os.W_OK):
         base_json, base_html = os.path.join(analysis.source, "summary.json"), os.path.join(analysis.source, "report.html")
     else:
         base_json = os.path.join("llmdiag-report", f"{analysis.name}.json")
@@ -42,13 +47,15 @@ def _map_str(v, f):
     return v
 
 
-def json_safe(summary: dict) -> dict:
-    """`summary`, with strings orjson refuses (lone surrogates from non-UTF-8 file names) made valid."""
+def json_safe(analysis: Analysis) -> tuple[dict, Analysis]:
+    """The summary dict, and the analysis the report renders: the same one, or, where a string cannot be
+    written as UTF-8 (lone surrogates from non-UTF-8 file names), both read back from the mended copy."""
     try:
-        orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        return summary
+        return analysis.to_dict(), analysis
     except TypeError:
-        return _map_str(summary, _fix_str)
+        fixed = _map_str(plain(analysis), _fix_str)
+        summary = orjson.loads(orjson.dumps(fixed, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+        return summary, Analysis.from_dict(summary)
 
 
 def write_json(summary: dict, path: str) -> None:
@@ -91,13 +98,13 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     target = list(paths) if len(paths) > 1 else paths[0]
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs,
                             progress=not quiet, top_k=top_k)
-    summary = json_safe(analysis.to_dict())
+    summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
     jpath, hpath = output_paths(analysis, json_path, report_path)
     write_json(summary, jpath)
     if not quiet:
         from diagnose.cli.terminal import render
 
-        click.echo(render(_map_str(summary, printable)))  # names in traces can hold terminal escapes
+        click.echo(render(analysis))  # the terminal escapes every trace-derived string itself
     if cross_check:
         from diagnose.cli.hta_check import cross_check_hta
 
@@ -106,7 +113,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     if not no_report:
         from reports.render import render_report
 
-        out = render_report(summary, hpath)
+        out = render_report(shown, hpath)
         click.echo(f"report:  {os.path.abspath(out)}")
         if open_browser:
             webbrowser.open("file://" + os.path.abspath(out))

@@ -45,7 +45,7 @@ def cross_check_hta(analysis, exclude_last_step: bool) -> str:
         raise
     except Exception as e:  # HTA's own failure is reported, not ours to crash on
         return f"\nHTA cross-check: HTA failed ({type(e).__name__}: {e})"
-    same = analysis if exclude_last_step else analyze_path(analysis.source, comm_regex=analysis.options.get("comm_regex"),
+    same = analysis if exclude_last_step else analyze_path(analysis.source, comm_regex=analysis.options.comm_regex,
                                                             exclude_last_step=True, rules=False)
     ours = {m.rank: m.overlap_ratio for m in same.ranks}
     lines = ["\nHTA cross-check (overlap %, last step excluded as HTA does)", "rank      HTA   llmdiag   diff"]

@@ -1,113 +1,186 @@
-"""Plain-text tables for the terminal: one per concern, worst ranks first."""
+"""Plain-text tables for the terminal: the same cross-rank views, units and finding order as the HTML report.
+
+Every number prints through `diagnose.model.format.fmt`; every table title says whether its numbers are per
+step, per rank (a rank's mean over its steps) or totals, and over which ranks. Every string that comes from a
+trace (names, hosts, groups, files, messages, evidence) passes through `printable`, so a name cannot move the
+cursor or rewrite the screen.
+"""
 
 from __future__ import annotations
 
-from diagnose.rules.base import headline_order
+from diagnose.errors import printable
+from diagnose.model import views
+from diagnose.model.analysis import Analysis
+from diagnose.model.format import fmt
+from reports.context import DISTRIBUTIONS, middle, short_names
 
 MAX_ROWS = 16
+TOP_KERNELS = 10
+TOP_FINDINGS = 5
+NAME_WIDTH = 60
 
 
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{100 * v:5.1f}%"
-
-
-def _ms(v) -> str:
-    return "n/a" if v is None else f"{v:9.2f}"
-
-
-def _table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> str:
+def _table(title: str, header: list[str], rows: list[list], note: str = "") -> str:
     if not rows:
         return ""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+    rows = [[printable(x) for x in r] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
     out = [f"\n{title}", line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
     if note:
         out.append(note)
     return "\n".join(out)
 
 
-def render(s: dict) -> str:
-    """The summary dict (Analysis.to_dict()) as text."""
-    a = s["aggregate"]
-    parts = [f"llmdiag {s['llmdiag_version']} — {s['name']}: {a['ranks']} rank(s) analysed "
-             f"({s['trace_kind']} traces, world size {s['world_size'] or 'unknown'})"]
-    head = [f"step time {a['step_time_ms']:.2f} ms (slowest rank {a['step_time_max_ms']:.2f} ms)"]
-    if a["overlap_ratio_mean"] is not None:
-        head.append(f"overlap mean {_pct(a['overlap_ratio_mean']).strip()}, worst {_pct(a['overlap_ratio_min']).strip()} "
-                    f"(rank {a['overlap_worst_rank']})")
+def _more(n: int, what: str) -> str:
+    return f"  ... {n} more {what} in the JSON summary" if n > 0 else ""
+
+
+def _ms(v) -> str:
+    return fmt(v, "ms", suffix=False)
+
+
+def _pct(v) -> str:
+    return fmt(v, "pct")
+
+
+def _headline(a: Analysis) -> str:
+    g = a.aggregate
+    head = [f"llmdiag {a.llmdiag_version} — {printable(a.name)}: {g.ranks} rank(s) analysed "
+            f"({a.trace_kind} traces, world size {a.world_size or 'unknown'})"]
+    parts = [f"mean step time {fmt(g.step_time_ms, 'ms')} (slowest rank {fmt(g.step_time_max_ms, 'ms')})"]
+    if g.overlap_ratio_mean is not None:
+        parts.append(f"overlap mean {_pct(g.overlap_ratio_mean)}, worst {_pct(g.overlap_ratio_min)} "
+                     f"(rank {g.overlap_worst_rank})")
     else:
-        head.append("no communication in the analysed steps")
-    if a["tokens_per_s"]:
-        head.append(f"{a['tokens_per_s']:,.0f} tokens/s")
-    if a["mfu"] is not None:
-        head.append(f"MFU {_pct(a['mfu']).strip()}")
-    parts.append("  " + "; ".join(head))
+        parts.append("no communication in the analysed steps")
+    if g.tokens_per_s:
+        parts.append(fmt(g.tokens_per_s, "tps"))
+    if g.mfu is not None:
+        parts.append(f"MFU {_pct(g.mfu)}")
+    if g.memory_peak_max is not None:
+        parts.append(f"memory peak {fmt(g.memory_peak_max, 'gib')} (rank {g.memory_peak_rank})")
+    return "\n".join(head + ["  " + "; ".join(parts)])
 
-    ranks = sorted(s["ranks"], key=lambda r: -r["exposed_comm_frac"] - r["step_time_ms"] * 1e-9)
-    rows = [[r["rank"], _ms(r["step_time_ms"]), _ms(r["compute_only_ms"]), _ms(r["overlapped_comm_ms"]),
-             _ms(r["exposed_comm_ms"]), _ms(r["idle_ms"]), _pct(r["overlap_ratio"]), len(r["steps"])]
+
+def _ranks(a: Analysis) -> str:
+    ranks = sorted(a.ranks, key=lambda r: (-r.exposed_comm_frac, -r.step_time_ms, r.rank))
+    hosts = views.hosts(a)
+    rows = [[r.rank, hosts[r.rank], _ms(r.step_time_ms), _ms(r.compute_only_ms), _ms(r.overlapped_comm_ms),
+             _ms(r.exposed_comm_ms), _ms(r.other_ms), _ms(r.idle_ms), _pct(r.overlap_ratio), str(len(r.steps))]
             for r in ranks[:MAX_ROWS]]
-    parts.append(_table("Step breakdown per rank (ms per step, worst exposed communication first)",
-                        ["rank", "step", "compute", "overlapped", "exposed", "idle", "overlap", "steps"], rows,
-                        f"  ... {len(ranks) - MAX_ROWS} more ranks in the JSON summary" if len(ranks) > MAX_ROWS else ""))
+    out = [_table("Step breakdown per rank (ms per step: each rank's mean over its steps; most exposed "
+                  "communication first)", ["rank", "host", "step ms", "compute only", "overlapped", "exposed", "other",
+                                           "idle", "overlap", "steps"], [list(map(str, r)) for r in rows],
+                  _more(len(ranks) - MAX_ROWS, "ranks"))]
+    if len(ranks) > MAX_ROWS:
+        rows = []
+        for label, key, unit, _ in DISTRIBUTIONS:
+            sp = views.spread(a, key)
+            if sp:
+                rows.append([label] + [f"{fmt(v, unit)} (rank {r})" for v, r in (sp.min, sp.median, sp.max)])
+        out.append(_table(f"Across all {len(ranks)} ranks (per rank: its mean per step)",
+                          ["metric", "min", "median", "max"], rows))
+    steps = views.per_step(a)
+    rows = [[str(st.step), str(st.ranks), _ms(st.mean_ms), _ms(st.max_ms), str(st.max_rank)] for st in steps[:MAX_ROWS]]
+    out.append(_table("Per step (step time: mean over the ranks that have the step, and the slowest rank)",
+                      ["step", "ranks", "mean ms", "slowest ms", "slowest rank"], rows, _more(len(steps) - MAX_ROWS,
+                                                                                              "steps")))
+    return "\n".join(x for x in out if x)
 
-    comm = {}
-    for r in s["ranks"]:
-        for c in r["comm_by_kind"]:
-            g = comm.setdefault((c["kind"], c["pg"]), [0, 0.0, 0.0, []])
-            g[0] += c["count"]
-            g[1] += c["total_ms"]
-            g[2] += c["overlapped_ms"]
-            if c["busbw_gbps"] is not None:
-                g[3].append(c["busbw_gbps"])
-    rows = [[k or "?", pg or "-", n, _ms(t), _pct(o / t if t else None), f"{sum(b) / len(b):.2f}" if b else "n/a"]
-            for (k, pg), (n, t, o, b) in sorted(comm.items(), key=lambda kv: -kv[1][1])]
-    parts.append(_table("Communication by collective and process group (all ranks)",
-                        ["kind", "group", "ops", "total ms", "overlap", "busbw GB/s"], rows))
 
-    p = s.get("pipeline")
-    if p:
-        rows = [[b["stage"], b["rank"], _ms(b["busy_ms"]), _pct(b["measured"]), _pct(b["replay"]), _pct(b["theory"]),
-                 f"{100 * b['gap']:+.1f}"] for b in p["stage_bubbles"]]
-        parts.append(_table(f"Pipeline bubbles ({p['schedule']}, p={p['stages']}, m={p['microbatches']}, "
-                            f"window {p['window_ms']:.2f} ms)",
-                            ["stage", "rank", "busy ms", "measured", "replay", "theory", "gap pts"], rows,
-                            "  " + p["explanation"]))
+def _comm(a: Analysis) -> str:
+    groups = views.comm_by_group(a)
+    rows = [[g.kind or "?", g.pg or "-", g.role, str(g.ranks), fmt(g.ops_per_step, "avg"), _ms(g.time_ms_per_step),
+             _ms(g.exposed_ms_per_step), _pct(g.overlap),
+             f"{_pct(g.worst_overlap)} (rank {g.worst_rank})" if g.worst_rank is not None else "n/a",
+             fmt(g.busbw_gbps, "gbps", suffix=False)] for g in groups[:MAX_ROWS]]
+    return _table("Communication per collective and process group (per step, mean over the ranks that run it; "
+                  "overlap duration-weighted over those ranks)",
+                  ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
+                   "worst rank overlap", "busbw GB/s"], rows, _more(len(groups) - MAX_ROWS, "groups"))
 
-    rows = []
-    for r in sorted(s["ranks"], key=lambda r: -max([m["peak_allocated"] for m in r["memory"]] or [0]))[:MAX_ROWS]:
-        for m in r["memory"]:
-            cap = m["capacity"]
-            rows.append([r["rank"], m["device"], f"{m['peak_allocated'] / 2**20:.1f}", f"{m['peak_reserved'] / 2**20:.1f}",
-                         _pct(max(m["peak_reserved"], m["peak_allocated"]) / cap) if cap else "n/a", m["peak_op"][:40]])
-    parts.append(_table("Memory peaks (MiB)", ["rank", "device", "allocated", "reserved", "of capacity", "op at peak"], rows))
 
-    if s["ranks"]:
-        r0 = max(s["ranks"], key=lambda r: r["step_time_ms"])
-        rows = [[k["name"][:60], k["kind"], k["count"], _ms(k["total_ms"]), _pct(k["share"])] for k in r0["top_kernels"][:10]]
-        parts.append(_table(f"Top kernels / ops on rank {r0['rank']} (slowest step)", ["name", "kind", "count", "total ms", "share"], rows))
+def _pipeline(a: Analysis) -> str:
+    p = a.pipeline
+    if not p:
+        return ""
+    rows = [[str(b.stage), str(b.rank), _ms(b.busy_ms), _pct(b.measured), _pct(b.replay), _pct(b.theory), _pct(b.gap)]
+            for b in p.stage_bubbles[:MAX_ROWS * 4]]
+    return _table(f"Pipeline bubbles per stage ({p.schedule}, p={p.stages}, m={p.microbatches}, "
+                  f"window {fmt(p.window_ms, 'ms')} per step)",
+                  ["stage", "rank", "busy ms/step", "measured", "replay", "theory", "gap"], rows,
+                  "  " + printable(p.explanation))
 
-    sk = s.get("skew")
-    if sk and sk["matched"]:
-        rows = [[c["kind"], c["pg"] or "-", c["matched"], _ms(c["mean_skew_ms"]), _ms(c["max_skew_ms"]),
-                 _ms(c["mean_transfer_ms"])] for c in sk["by_collective"][:MAX_ROWS]]
-        parts.append(_table("Arrival skew of matched collectives", ["kind", "group", "matched", "mean skew ms",
-                                                                    "max skew ms", "transfer ms"], rows))
-    if sk and sk["stragglers"]:
-        parts.append("\nStragglers\n" + "\n".join(f"  rank {x['rank']}: {x['reason']} ({x['value']:.2f})" for x in sk["stragglers"]))
 
-    if s.get("findings"):
-        lines = [f"  [{f['severity']}] {f['title']}\n      evidence: {f['evidence']}\n      action: {f['action']}"
-                 f"\n      expected gain: {f['expected_gain']}"
-                 for f in (s["findings"][i] for i in headline_order(s["findings"])[:5])]
-        parts.append("\nRecommendations\n" + "\n".join(lines))
-    issues = s.get("issues") or []
-    if issues:
-        shown = issues[:MAX_ROWS]
-        parts.append("\nIssues\n" + "\n".join(f"  {i['severity']}: {i['file']}: {i['message']}" for i in shown)
-                     + (f"\n  ... {len(issues) - MAX_ROWS} more" if len(issues) > MAX_ROWS else ""))
-    if s.get("ranks_missing"):
-        miss = s["ranks_missing"]
-        parts.append(f"\nRanks without a trace: {len(miss)} of {s['world_size']}"
-                     + (f" ({', '.join(map(str, miss[:20]))}{' ...' if len(miss) > 20 else ''})"))
+def _memory(a: Analysis) -> str:
+    mem = views.memory_use(a)
+    gib = lambda v: fmt(v, "gib", suffix=False)
+    rows = [[str(x.rank), x.stat.device, gib(x.stat.peak_allocated), gib(x.stat.peak_reserved), gib(x.stat.capacity),
+             _pct(x.frac), middle(x.stat.peak_op, 40) or "-"] for x in mem[:MAX_ROWS]]
+    return _table("Memory per rank and device (peaks over the trace, GiB; closest to capacity first)",
+                  ["rank", "device", "peak allocated", "peak reserved", "capacity", "of capacity", "op at peak"],
+                  rows, _more(len(mem) - MAX_ROWS, "devices"))
+
+
+def _kernels(a: Analysis) -> str:
+    kernels = views.kernel_table(a, TOP_KERNELS)
+    short = short_names([k.name for k in kernels], NAME_WIDTH)
+    rows = [[short[k.name], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
+             fmt(k.mean_us, "us", suffix=False), _pct(k.share)] for k in kernels]
+    return _table("Top kernels / ops over ranks (per step, mean over the ranks whose top-K list holds it; share "
+                  "of all kernel time over those ranks)",
+                  ["name", "kind", "ranks", "ms/step", "count/step", "mean µs", "share"], rows)
+
+
+def _skew(a: Analysis) -> str:
+    sk = a.skew
+    if not sk:
+        return ""
+    out = []
+    if sk.matched:
+        rows = [[c.kind, c.pg or "-", str(c.matched), _ms(c.mean_skew_ms), _ms(c.max_skew_ms), _ms(c.mean_transfer_ms)]
+                for c in sk.by_collective[:MAX_ROWS]]
+        out.append(_table("Arrival skew of matched collectives (per collective, over the ranks it matched on)",
+                          ["kind", "group", "matched", "mean skew ms", "max skew ms", "transfer ms"], rows))
+    if sk.stragglers:
+        hosts = views.hosts(a)
+        out.append("\nStragglers\n" + "\n".join(
+            f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)} ({_pct(x.value)})"
+            for x in sk.stragglers))
+    return "\n".join(x for x in out if x)
+
+
+def _findings(a: Analysis) -> str:
+    """The first findings in the one order (`a.findings` is already sorted: severity, then gain)."""
+    if not a.findings:
+        return ""
+    lines = []
+    for f in a.findings[:TOP_FINDINGS]:
+        gain = "" if f.gain_ms is None else f" — ≈ {fmt(f.gain_ms, 'ms')} per step ({_pct(f.gain_frac)} of the step)"
+        lines.append(f"  [{f.severity}] {printable(f.title)}{gain}\n      evidence: {printable(f.evidence.text)}"
+                     f"\n      action: {printable(f.action)}\n      expected gain: {printable(f.expected_gain)}")
+    more = len(a.findings) - TOP_FINDINGS
+    return (f"\nRecommendations (first {min(TOP_FINDINGS, len(a.findings))} of {len(a.findings)}; high severity "
+            "first, then by gain)\n" + "\n".join(lines) + (f"\n  ... {more} more in the report" if more > 0 else ""))
+
+
+def _issues(a: Analysis) -> str:
+    out = []
+    if a.issues:
+        shown = a.issues[:MAX_ROWS]
+        line = lambda i: i.message[len("llmdiag: "):] if i.message.startswith("llmdiag: ") else f"{i.file}: {i.message}"
+        out.append("\nIssues\n" + "\n".join(f"  {i.severity}: {printable(line(i))}" for i in shown)
+                   + (f"\n  ... {len(a.issues) - MAX_ROWS} more" if len(a.issues) > MAX_ROWS else ""))
+    if a.ranks_missing:
+        miss = a.ranks_missing
+        out.append(f"\nRanks without a trace: {len(miss)} of {a.world_size}"
+                   f" ({', '.join(map(str, miss[:20]))}{' ...' if len(miss) > 20 else ''})")
+    return "\n".join(out)
+
+
+def render(a: Analysis) -> str:
+    """The analysis as text, in the report's order of sections."""
+    parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _kernels(a), _memory(a), _skew(a), _findings(a),
+             _issues(a)]
     return "\n".join(x for x in parts if x)
