@@ -445,15 +445,15 @@ def _actions(table, step=1, offset=0):
 def test_hand_drawn_timelines_respect_the_dependencies(table, p):
     """The tables themselves: F(s,mb) after F(s−1,mb); B(s,mb) after F(s,mb) and B(s+1,mb); no overlap."""
     acts = _actions(table)
-    end = {(a.stage, a.kind, a.mb): a.end for r in acts for a in acts[r]}
+    end = {(a.stage, a.kind, a.microbatch): a.end for r in acts for a in acts[r]}
     for r in acts:
         prev = 0
         for a in acts[r]:
             assert a.start >= prev
             prev = a.end
-            deps = [(a.stage - 1, "F", a.mb)] if a.kind == "F" and a.stage else []
+            deps = [(a.stage - 1, "F", a.microbatch)] if a.kind == "F" and a.stage else []
             if a.kind == "B":
-                deps = [(a.stage, "F", a.mb)] + ([(a.stage + 1, "B", a.mb)] if a.stage < p - 1 else [])
+                deps = [(a.stage, "F", a.microbatch)] + ([(a.stage + 1, "B", a.microbatch)] if a.stage < p - 1 else [])
             assert all(end[d] <= a.start for d in deps), (a, deps)
 
 
@@ -486,14 +486,14 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
 def test_bubble_measured_exceeds_replay_when_communication_delays(tmp_path):
     """Stage 1 of the p = 2 table starts every action 1 unit late (a p2p wait): measured > replay = theory."""
     acts = _actions(ONE_F_ONE_B_P2)
-    late = {1: [Action(a.step, a.stage, a.kind, a.mb, a.start + U, a.end + U) for a in acts[1]]}
+    late = {1: [Action(a.step, a.stage, a.kind, a.microbatch, a.start + U, a.end + U) for a in acts[1]]}
     # stage 0's B waits for stage 1's B, so those shift too
     s0 = []
     shift = 0
     for a in acts[0]:
         if a.kind == "B":
             shift = U
-        s0.append(Action(a.step, a.stage, a.kind, a.mb, a.start + shift, a.end + shift))
+        s0.append(Action(a.step, a.stage, a.kind, a.microbatch, a.start + shift, a.end + shift))
     res = analyse_pipeline({0: s0, **late}, [[0, 1]], "1f1b", 4, 1)
     assert res.window_ms == pytest.approx(16 * U / 1e6)
     for sb in res.stage_bubbles:
@@ -617,8 +617,8 @@ def test_arrival_skew_and_last_arrival_straggler(tmp_path):
     assert c.max_skew_ms == approx(0.030)
     assert c.mean_transfer_ms == approx(0.080)  # the shortest duration: rank 1's 70, 80, 90 µs
     assert sk.last_arrivals == {"1": 3}
-    assert [(s["rank"], s["reason"]) for s in sk.stragglers] == [(1, "arrives last at collectives")]
-    assert sk.stragglers[0]["value"] == pytest.approx(1.0)
+    assert [(s.rank, s.reason) for s in sk.stragglers] == [(1, "arrives last at collectives")]
+    assert sk.stragglers[0].value == pytest.approx(1.0)
 
 
 def test_simultaneous_arrivals_blame_nobody(tmp_path):
@@ -655,8 +655,8 @@ def test_compute_straggler_above_median_by_5_percent(tmp_path):
         b.cpu_op("aten::mm", 100, mm)
         bs.append(b)
     a = analyse(tmp_path, *bs)
-    assert [(s["rank"], s["reason"][:7]) for s in a.skew.stragglers] == [(2, "compute")]
-    assert a.skew.stragglers[0]["value"] == pytest.approx(0.2)
+    assert [(s.rank, s.reason[:7]) for s in a.skew.stragglers] == [(2, "compute")]
+    assert a.skew.stragglers[0].value == pytest.approx(0.2)
     # 4 % above the median is not a straggler
     bs[2].events = [e for e in bs[2].events if e["name"] != "aten::mm"]
     bs[2].cpu_op("aten::mm", 100, 520)
