@@ -103,13 +103,13 @@ def _idle(spec: dict) -> dict:
 
 
 def _render(spec: dict) -> dict:
+    from diagnose.model.summary import read_summary
     from reports.render import render_report
 
-    with open(spec["summary"], "rb") as f:
-        summary = json.load(f)
+    analysis = read_summary(spec["summary"])
     t0, c0 = time.perf_counter(), _cpu()
-    render_report(summary, spec["out"])
-    return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0, "ranks": len(summary.get("ranks") or []),
+    render_report(analysis, spec["out"])
+    return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0, "ranks": len(analysis.ranks),
             "bytes_out": os.path.getsize(spec["out"])}
 
 

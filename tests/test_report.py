@@ -304,7 +304,7 @@ def test_terminal_and_report_print_the_same_numbers():
 
 
 def test_short_names_stay_distinct():
-    from reports.context import short_names
+    from diagnose.model.names import short_names
 
     names = ["void k_a<float>(int*, int)", "void k_a<half>(int*, int)", "void g<1>(a)", "void g<1>(b)",
              "Memcpy DtoD (Device -> Device)", "x" * 200 + "1", "x" * 200 + "2",

@@ -14,7 +14,7 @@ import orjson
 
 from diagnose.errors import LlmdiagError, printable
 from diagnose.model.analysis import Analysis
-from diagnose.model.codec import plain
+from diagnose.model.codec import to_json_dict
 
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
@@ -27,35 +27,11 @@ def output_paths(analysis, json_path: str | None, report_path: str | None) -> tu
     return json_path or base_json, report_path or base_html
 
 
-def _fix_str(s: str) -> str:
-    """A file name that is not UTF-8 reaches Python with lone surrogates; JSON cannot hold those."""
-    if not isinstance(s, str):
-        return s
-    try:
-        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
-
-
-def _map_str(v, f):
-    if isinstance(v, str):
-        return f(v)
-    if isinstance(v, dict):
-        return {k: _map_str(x, f) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_map_str(x, f) for x in v]
-    return v
-
-
 def json_safe(analysis: Analysis) -> tuple[dict, Analysis]:
     """The summary dict, and the analysis the report renders: the same one, or, where a string cannot be
     written as UTF-8 (lone surrogates from non-UTF-8 file names), both read back from the mended copy."""
-    try:
-        return analysis.to_dict(), analysis
-    except TypeError:
-        fixed = _map_str(plain(analysis), _fix_str)
-        summary = orjson.loads(orjson.dumps(fixed, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-        return summary, Analysis.from_dict(summary)
+    summary, mended = to_json_dict(analysis)
+    return summary, (Analysis.from_dict(summary) if mended else analysis)
 
 
 def write_json(summary: dict, path: str) -> None:

@@ -9,10 +9,12 @@ cursor or rewrite the screen.
 from __future__ import annotations
 
 from diagnose.errors import printable
+from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import fmt
-from reports.context import DISTRIBUTIONS, middle, short_names
+from diagnose.model.names import middle, short_names
+from diagnose.model.views import DISTRIBUTIONS
 
 MAX_ROWS = 16
 TOP_KERNELS = 10
@@ -24,9 +26,7 @@ def _table(title: str, header: list[str], rows: list[list], note: str = "") -> s
     if not rows:
         return ""
     rows = [[printable(x) for x in r] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    line = lambda r: "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
-    out = [f"\n{title}", line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out = [f"\n{title}", table(header, rows, right=set(range(1, len(header))))]
     if note:
         out.append(note)
     return "\n".join(out)

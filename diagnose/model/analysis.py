@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import orjson
-
 from diagnose.errors import LlmdiagError
-from diagnose.model.codec import Invalid, build, plain
+from diagnose.model.codec import Invalid, build, to_json_dict
 from diagnose.model.manifest import Manifest
 
 SCHEMA_VERSION = 2
@@ -298,8 +296,9 @@ class Analysis:
     llmdiag_version: str = ""
 
     def to_dict(self) -> dict:
-        """The versioned summary: plain JSON types (numpy scalars become Python numbers)."""
-        return orjson.loads(orjson.dumps(plain(self), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+        """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names
+        made valid)."""
+        return to_json_dict(self)[0]
 
     @classmethod
     def from_dict(cls, data, where: str = "summary") -> Analysis:

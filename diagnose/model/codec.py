@@ -14,6 +14,8 @@ import types
 import typing
 from functools import cache
 
+import orjson
+
 
 class Invalid(Exception):
     def __init__(self, path: str, what: str):
@@ -116,3 +118,29 @@ def plain(v):
     if isinstance(v, dict):
         return {k: plain(x) for k, x in v.items()}
     return v
+
+
+_JSON = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def _mend(v):
+    """Strings JSON cannot hold (lone surrogates: file names that are not UTF-8) made valid, recursively."""
+    if isinstance(v, str):
+        try:
+            return v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:
+            return v.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(v, dict):
+        return {k: _mend(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_mend(x) for x in v]
+    return v
+
+
+def to_json_dict(obj) -> tuple[dict, bool]:
+    """(`obj` as plain JSON values, whether any string had to be mended to get there)."""
+    p = plain(obj)
+    try:
+        return orjson.loads(orjson.dumps(p, option=_JSON)), False
+    except TypeError:
+        return orjson.loads(orjson.dumps(_mend(p), option=_JSON)), True

@@ -182,6 +182,14 @@ class Spread:
     max: tuple[float, int]
 
 
+DISTRIBUTIONS = [  # per-rank values shown as min / median / max: (label, RankMetrics attribute, unit, glossary entry)
+    ("step time", "step_time_ms", "ms", "step_time"), ("compute", "compute_ms", "ms", "compute"),
+    ("exposed comm", "exposed_comm_ms", "ms", "exposed_comm"),
+    ("exposed comm fraction", "exposed_comm_frac", "pct", "exposed_comm"),
+    ("idle fraction", "idle_frac", "pct", "idle"), ("overlap ratio", "overlap_ratio", "pct", "overlap_ratio"),
+]
+
+
 def spread(a: Analysis, key: str) -> Spread | None:
     vals = sorted((getattr(r, key), r.rank) for r in a.ranks if getattr(r, key) is not None)
     if not vals:
