@@ -24,6 +24,11 @@ def severity_for(gain_ms: float | None, step_ms: float | None) -> str:
     return "high" if f >= 0.10 else "medium" if f >= 0.03 else "low"
 
 
+def stored_gain(gain_ms: float) -> float:
+    """A gain as findings store it (µs-rounded ms): the one value its text, the JSON and every output print."""
+    return round(float(gain_ms), 6)
+
+
 class Ctx:
     """Facts several rules need, computed once per analysis."""
 
@@ -63,7 +68,7 @@ class Ctx:
 
     def finding(self, id: str, severity: str, title: str, evidence: str, ranks, steps, action: str,
                 expected_gain: str, gain_ms: float | None, metric: str) -> Finding:
-        gain = None if gain_ms is None else round(float(gain_ms), 6)
+        gain = None if gain_ms is None else stored_gain(gain_ms)
         return Finding(id=id, severity=severity, title=title,
                        evidence=Evidence(evidence, metric, sorted({int(r) for r in ranks}),
                                          sorted({int(s) for s in steps})),
@@ -72,6 +77,7 @@ class Ctx:
 
     def gain_text(self, gain_ms: float, how: str) -> str:
         """The gain in words: per step, and as the share of the mean step that every output prints."""
+        gain_ms = stored_gain(gain_ms)  # the text prints the very number the finding stores
         frac = f" ({fmt(gain_ms / self.step_ms, 'pct')} of the step)" if self.step_ms else ""
         return f"≈ {fmt(gain_ms, 'ms')} per step{frac}: {how}"
 
