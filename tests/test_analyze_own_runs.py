@@ -140,7 +140,7 @@ def test_overlap_drops_when_one_bucket_waits_for_backward(ddp_runs):
 
 def test_run_folder_manifest_feeds_the_analysis(ddp_runs):
     small, _ = ddp_runs
-    assert small.manifest is not None and small.options["run_folder"]
+    assert small.manifest is not None and small.options.run_folder
     assert small.layout["dp"] == 2
     assert small.aggregate.tokens_per_s and small.aggregate.tokens_per_s > 0
     assert sorted(r.rank for r in small.ranks) == [0, 1] and not small.ranks_missing
