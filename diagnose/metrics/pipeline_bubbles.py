@@ -47,17 +47,7 @@ def analyse_pipeline(
         steps = sorted(set.intersection(*[{a.step for a in actions[r]} for r in g]))
         if not steps:
             continue
-        busy = defaultdict(list)
-        win_ms = []
-        for step in steps:
-            acts = {r: [a for a in actions[r] if a.step == step] for r in g}
-            lo = min(a.start for r in g for a in acts[r])
-            hi = max(a.end for r in g for a in acts[r])
-            win_ms.append((hi - lo) / NS_PER_MS)
-            for r in g:
-                u = iv.union(np.array([a.start for a in acts[r]]), np.array([a.end for a in acts[r]]))
-                busy[r].append(iv.total(u) / NS_PER_MS)
-        window = float(np.mean(win_ms))
+        window, busy = _measure(g, actions, steps)
         windows.append(window)
         rep = _replay_group(g, actions, steps)
         if rep is not None:
@@ -86,6 +76,21 @@ def analyse_pipeline(
     result.predictions = _predictions(actions, groups[0] if groups else ranks, schedule, p, m, v)
     result.explanation = explain(result, bubbles, oversubscribed)
     return result
+
+
+def _measure(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -> tuple[float, dict[int, list[float]]]:
+    """(mean pipeline window, each rank's busy ms per step) of one pipeline replica over the given steps."""
+    busy: dict[int, list[float]] = defaultdict(list)
+    win_ms = []
+    for step in steps:
+        acts = {r: [a for a in actions[r] if a.step == step] for r in g}
+        lo = min(a.start for r in g for a in acts[r])
+        hi = max(a.end for r in g for a in acts[r])
+        win_ms.append((hi - lo) / NS_PER_MS)
+        for r in g:
+            u = iv.union(np.array([a.start for a in acts[r]]), np.array([a.end for a in acts[r]]))
+            busy[r].append(iv.total(u) / NS_PER_MS)
+    return float(np.mean(win_ms)), busy
 
 
 def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[int]):

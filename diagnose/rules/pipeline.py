@@ -19,35 +19,7 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     if not (meas > theory + 0.05 or meas > 0.20):
         return []
     ref = p.replay if p.replay is not None else theory
-    excess = max(0.0, meas - ref)  # comm waits / host overhead: assumed to stay after the change
-    busy = win * (1 - meas)
-    preds = p.predictions
-    base = next((q.step_ms for q in preds if q.schedule == p.schedule and q.microbatches == m and q.step_ms),
-                p.replay_window_ms)
-    limit = c.local_batch()
-    cands = []  # (new window, prediction, how)
-    for q in preds:
-        if (q.schedule, q.microbatches) == (p.schedule, m) or (limit and q.microbatches > limit):
-            continue
-        if q.step_ms and base:
-            cands.append((win * q.step_ms / base, q, f"measured window × replayed pipeline time ratio "
-                          f"{fmt(q.step_ms, 'ms')} / {fmt(base, 'ms')}"))
-        else:
-            b = min(0.95, q.bubble + excess)
-            cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
-                          "the replay"))
-    if not preds:
-        pp, v = p.stages, max(1, p.stages_per_rank or 1)
-        for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):
-            if (limit and m2 > limit) or (sched, vv) == (p.schedule, v) and m2 == m:
-                continue
-            if theory_bubble(sched, pp, m2, vv) == 0.0:  # zero-bubble: the formula's 0 is not reached at small m
-                b, how = ref * m / m2, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)"
-            else:
-                b, how = theory_bubble(sched, pp, m2, vv), "formula (p−1)/(v·m+p−1)"
-            q = PipelinePrediction(schedule=sched, microbatches=m2, bubble=b, step_ms=None, theory=b)
-            cands.append((busy / (1 - min(0.95, b + excess)), q, f"{how}, same busy time"))
-    cands = [x for x in cands if x[0] < win]
+    cands = [x for x in _candidates(p, ref, c.local_batch()) if x[0] < win]
     if not cands:
         return []
     best = min(cands, key=lambda x: x[0])
@@ -73,6 +45,40 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
                      f"{fmt(new, 'ms')} ({how})")
     return [c.finding("pipeline_bubble", severity_for(gain, c.step_ms), "Pipeline bubble larger than needed", ev,
                       ranks, steps_where(rsel), act, eg, gain, "pipeline.measured")]
+
+
+def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[float, PipelinePrediction, str]]:
+    """(predicted pipeline window, the prediction, how it was predicted) for every other setting worth naming:
+    the replayed predictions where the analysis has them, else 2m, 4m and interleaving from the formula."""
+    meas, win, m = p.measured, p.window_ms, p.microbatches
+    excess = max(0.0, meas - ref)  # comm waits / host overhead: assumed to stay after the change
+    busy = win * (1 - meas)
+    preds = p.predictions
+    base = next((q.step_ms for q in preds if q.schedule == p.schedule and q.microbatches == m and q.step_ms),
+                p.replay_window_ms)
+    cands = []  # (new window, prediction, how)
+    for q in preds:
+        if (q.schedule, q.microbatches) == (p.schedule, m) or (limit and q.microbatches > limit):
+            continue
+        if q.step_ms and base:
+            cands.append((win * q.step_ms / base, q, f"measured window × replayed pipeline time ratio "
+                          f"{fmt(q.step_ms, 'ms')} / {fmt(base, 'ms')}"))
+        else:
+            b = min(0.95, q.bubble + excess)
+            cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
+                          "the replay"))
+    if not preds:
+        pp, v = p.stages, max(1, p.stages_per_rank or 1)
+        for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):
+            if (limit and m2 > limit) or (sched, vv) == (p.schedule, v) and m2 == m:
+                continue
+            if theory_bubble(sched, pp, m2, vv) == 0.0:  # zero-bubble: the formula's 0 is not reached at small m
+                b, how = ref * m / m2, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)"
+            else:
+                b, how = theory_bubble(sched, pp, m2, vv), "formula (p−1)/(v·m+p−1)"
+            q = PipelinePrediction(schedule=sched, microbatches=m2, bubble=b, step_ms=None, theory=b)
+            cands.append((busy / (1 - min(0.95, b + excess)), q, f"{how}, same busy time"))
+    return cands
 
 
 def _setting(p: PipelineResult, q: PipelinePrediction) -> str:
