@@ -34,7 +34,7 @@ def _build(tp, v, path: str):
         if v is None:
             if len(args) < len(typing.get_args(tp)):
                 return None
-            raise Invalid(path, "is missing (null)")
+            raise Invalid(path, "is missing")
         errors = []
         for a in args:
             try:
@@ -44,6 +44,8 @@ def _build(tp, v, path: str):
         raise errors[0]
     if tp is typing.Any:
         return v
+    if v is None:  # null where the type has no None: the value is absent, whatever type it should have had
+        raise Invalid(path, "is missing")
     if dataclasses.is_dataclass(tp):
         return build(tp, v, path)
     if origin is list:
