@@ -1,7 +1,7 @@
 """Synthetic `Analysis` objects with chosen numbers, for the report and rule tests.
 
 `analysis()` builds a healthy run on which no rule fires; tests then change one number in the dict from
-`summary()` to trigger one rule. Built from diagnose/results.py's dataclasses so a schema change breaks here.
+`summary()` to trigger one rule. Built from diagnose/model/analysis.py's dataclasses so a schema change breaks here.
 """
 
 from __future__ import annotations

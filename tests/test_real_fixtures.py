@@ -140,7 +140,7 @@ def test_dataloader_bound_with_zero_workers():
 
 @pytest.mark.parametrize("name", ["nccl_data.json.gz", "sampled_pair"])
 def test_hta_itself_agrees(hta_compat, name):
-    """Run HTA on the same files (a temp folder of symlinks, as diagnose/hta_check.py does)."""
+    """Run HTA on the same files (a temp folder of symlinks, as diagnose/cli/hta_check.py does)."""
     from diagnose.cli.hta_check import hta_overlap
 
     a = hta_compat[name]

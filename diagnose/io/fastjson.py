@@ -28,7 +28,7 @@ except ImportError:  # optional: `pip install msgspec` for the faster path
 if os.environ.get("LLMDIAG_PARSER", "").lower() == "orjson":  # force the dict path (benchmarks, debugging)
     msgspec = None
 
-# JSON key -> (attribute, default when absent); defaults match loader.py's dict path.
+# JSON key -> (attribute, default when absent); defaults match columns.py's dict path.
 ARG_FIELDS = {
     "stream": ("stream", -1), "correlation": ("correlation", -1), "External id": ("ext", -1),
     "Device Type": ("device_type", -1), "Device Id": ("device_id", -1), "Total Allocated": ("allocated", -1),
@@ -80,7 +80,7 @@ def is_struct_list(events: list) -> bool:
 
 
 class StructView:
-    """Column access over Event structs, with the interface of loader.py's dict view."""
+    """Column access over Event structs, with the interface of columns.py's dict view."""
 
     @staticmethod
     def field(rows: list, key: str, default=None) -> list:

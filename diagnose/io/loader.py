@@ -1,6 +1,6 @@
 """Kineto JSON (plain, gzip, gzip twice) -> RankTrace columns, in bounded memory.
 
-tracestream.py hands over the `traceEvents` array in pieces of about a MB; each piece is reduced at once to
+stream.py hands over the `traceEvents` array in pieces of about a MB; each piece is reduced at once to
 numpy columns, so no list of dicts for the whole trace ever exists: peak memory is a few pieces plus the
 columns (~50 bytes per complete event). Pieces are decoded by msgspec into slotted structs where it is
 installed (fastjson.py), else by orjson into dicts; columns come out of either by C-level iteration

@@ -76,7 +76,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
         layout=layout, manifest=man, ranks=metrics, ranks_missing=missing,
         aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
-        options=AnalysisOptions(**{**opts.__dict__, "bytes": sum(o.bytes_read for o in good)}),
+        options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in good)),
         llmdiag_version=version,
     )
 

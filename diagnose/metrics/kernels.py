@@ -31,7 +31,8 @@ def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[Ker
         return [], 0.0
     names = t.name[idx]
     dur = t.dur[idx]
-    total_all = float(dur.sum()) or 1.0
+    total = float(dur.sum())
+    total_all = total or 1.0
     uniq, inv = np.unique(names, return_inverse=True)
     tot = np.bincount(inv, weights=dur)
     cnt = np.bincount(inv)
@@ -48,7 +49,7 @@ def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[Ker
                 share=float(tot[j]) / total_all,
             )
         )
-    return out, float(dur.sum()) / NS_PER_MS
+    return out, total / NS_PER_MS
 
 
 def _median(x: np.ndarray) -> float:

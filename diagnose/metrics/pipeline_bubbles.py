@@ -132,7 +132,7 @@ def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
                                           bubble=float(np.mean(list(rep.bubble.values()))),
                                           step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
     # No replay for these: the formula for interleaved; for zbv, whose formula says 0 at any m, today's
-    # replayed bubble × m/m′ (fill and drain stay while the work grows), as rules_pipeline.py assumes too.
+    # replayed bubble × m/m′ (fill and drain stay while the work grows), as rules/pipeline.py assumes too.
     now = next((x.bubble for x in out if x.schedule == schedule and x.microbatches == m), None)
     for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
         for m2 in sorted({m, 2 * m}):

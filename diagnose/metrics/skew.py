@@ -18,7 +18,6 @@ from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
 from diagnose.model.format import NS_PER_MS
 
 
-
 @dataclass
 class Collectives:
     """One rank's collectives as columns, times on the rank's absolute clock (ns since the global origin).
