@@ -18,6 +18,7 @@ from markupsafe import Markup
 from diagnose.model import views
 from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from diagnose.model.format import fmt
+from diagnose.model.manifest import layout_text
 from diagnose.model.names import short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -222,15 +223,13 @@ def _pairs(d) -> str:
 def facts(a: Analysis) -> list[tuple[str, str]]:
     """Run facts as (label, text) pairs; the template escapes the text."""
     man = a.manifest
-    lay = a.layout or (man.layout if man else None) or {}
     rows = [("Run", a.name), ("Source", a.source), ("Trace kind", a.trace_kind)]
     if man and man.workload:
         rows.append(("Workload", man.workload))
     rows.append(("World size", f"{a.world_size or 'unknown'} ({len(a.ranks)} ranks analysed"
                  + (f", missing: {_list(a.ranks_missing)}" if a.ranks_missing else "") + ")"))
-    if lay:
-        rows.append(("Layout", " × ".join(f"{k}={v}" for k, v in lay.items() if isinstance(v, int) and v > 1)
-                     or "single rank / pure data-parallel 1"))
+    if a.layout:
+        rows.append(("Layout", layout_text(a.layout)))
     if man and man.mesh_dim_names:
         rows.append(("Mesh", ", ".join(map(str, man.mesh_dim_names))))
     pl, p = (man.pipeline if man else None), a.pipeline

@@ -1,8 +1,8 @@
 """`llmdiag diff`: two analyses side by side, as typed rows a terminal table and the HTML both render.
 
 The numbers are the shared cross-rank views (`diagnose.model.views`): communication per (kind, process
-group) from `comm_by_group`, kernels from `kernel_table`, the memory peak from `memory_peak`, so a row of
-the diff shows what the terminal and the report show for the same thing.
+group) from `comm_by_group`, kernels from `kernel_table`, headline shares and the memory peak from the
+aggregate, so a row of the diff shows what the terminal and the report show for the same thing.
 
 Ranks are matched by rank number when both sides have the same ranks; otherwise only aggregates over
 ranks are compared, and the result says so (`aggregate_only`), because rank 3 of an 8-rank job and rank 3
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from diagnose.errors import printable
 from diagnose.gate.format import ranks_text, table
-from diagnose.gate.verdict import METRICS, Side, aggregate, describe, units
+from diagnose.gate.verdict import METRICS, Side, describe, units
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import fmt, fmt_delta
+from diagnose.model.manifest import layout_text
 
 SAME_REL = 0.02  # changes under 2 % (or 1 point for percentages) read as "same"
 SAME_POINTS = 0.01
@@ -115,12 +116,6 @@ def _rank_mean(a: Analysis, get) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def layout_text(layout: dict[str, int] | None) -> str:
-    """{"dp": 2, "tp": 2, "pp": 1} -> "dp=2 × tp=2" (dimensions of size 1 left out)."""
-    dims = [f"{k}={v}" for k, v in (layout or {}).items() if v > 1]
-    return " × ".join(dims) or "dp=1"
-
-
 def _notes(sa: Side, sb: Side, matched: bool) -> list[str]:
     notes = []
     if sa.world_size != sb.world_size:
@@ -150,13 +145,13 @@ def _steps(a: Analysis, b: Analysis) -> Section:
 
 
 def _overlap(a: Analysis, b: Analysis) -> Section:
-    ov, ex = METRICS["overlap_ratio"], METRICS["exposed_comm"]
-    rows = [row("overlap ratio, worst rank", "overlap", aggregate(a, ov, "min")[0], aggregate(b, ov, "min")[0]),
-            row("overlap ratio, mean", "overlap", aggregate(a, ov, "mean")[0], aggregate(b, ov, "mean")[0]),
-            row("exposed comm / step, mean", "waste_frac", aggregate(a, ex, "mean")[0], aggregate(b, ex, "mean")[0]),
-            row("exposed comm / step, worst", "waste_frac", aggregate(a, ex, "max")[0], aggregate(b, ex, "max")[0]),
-            row("idle / step, mean", "waste_frac", _rank_mean(a, lambda r: r.idle_frac),
-                _rank_mean(b, lambda r: r.idle_frac))]
+    """The headline shares, read from the aggregate the report's cards print."""
+    x, y = a.aggregate, b.aggregate
+    rows = [row("overlap ratio, worst rank", "overlap", x.overlap_ratio_min, y.overlap_ratio_min),
+            row("overlap ratio, mean", "overlap", x.overlap_ratio_mean, y.overlap_ratio_mean),
+            row("exposed comm / step, mean", "waste_frac", x.exposed_comm_frac_mean, y.exposed_comm_frac_mean),
+            row("exposed comm / step, worst", "waste_frac", x.exposed_comm_frac_max, y.exposed_comm_frac_max),
+            row("idle / step, mean", "waste_frac", x.idle_frac_mean, y.idle_frac_mean)]
     return Section("Overlap", _defined(rows))
 
 
@@ -194,7 +189,7 @@ def _reserved(a: Analysis) -> int | None:
 
 
 def _memory(a: Analysis, b: Analysis) -> Section:
-    rows = [row("peak allocated, max over ranks", "memory", views.memory_peak(a)[0], views.memory_peak(b)[0]),
+    rows = [row("peak allocated, max over ranks", "memory", a.aggregate.memory_peak_max, b.aggregate.memory_peak_max),
             row("peak reserved, max over ranks", "memory", _reserved(a), _reserved(b))]
     return Section("Memory", [r for r in rows if r.a or r.b])  # CPU traces record no reserved memory: 0 on both
 

@@ -222,7 +222,7 @@ def _infer_schedule(acts, ranks) -> str:
 
 def _aggregate(ms, man: Manifest | None) -> Aggregate:
     ov = [(m.overlap_ratio, m.rank) for m in ms if m.overlap_ratio is not None]
-    peaks = [(mem.peak_allocated, m.rank) for m in ms for mem in m.memory]
+    peaks = [(m.memory_peak, -m.rank) for m in ms if m.memory_peak is not None]  # a tie names the lowest rank
     step = float(np.mean([m.step_time_ms for m in ms]))
     tokens = man.tokens_per_step if man else None
     flops = man.model_flops_per_step if man else None
@@ -239,7 +239,7 @@ def _aggregate(ms, man: Manifest | None) -> Aggregate:
         exposed_comm_frac_max=max(m.exposed_comm_frac for m in ms),
         idle_frac_mean=float(np.mean([m.idle_frac for m in ms])),
         compute_frac_mean=float(np.mean([m.compute_ms / m.step_time_ms if m.step_time_ms else 0 for m in ms])),
-        memory_peak_max=max(peaks)[0] if peaks else None, memory_peak_rank=max(peaks)[1] if peaks else None,
+        memory_peak_max=max(peaks)[0] if peaks else None, memory_peak_rank=-max(peaks)[1] if peaks else None,
         tokens_per_s=tps, mfu=(achieved / peak) if achieved and peak else None,
         achieved_tflops_per_device=achieved / 1e12 if achieved else None,
     )

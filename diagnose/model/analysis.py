@@ -128,7 +128,7 @@ class RankMetrics:
     memory: list[MemoryStat]
     hints: Hints
     pipeline_actions: list[PipelineAction] = field(default_factory=list)
-    coords: dict = field(default_factory=dict)  # mesh coordinates from the manifest
+    coords: dict = field(default_factory=dict)  # mesh coordinates from the manifest (free-form in foreign summaries)
     origin_us: float = 0.0  # the trace clock at time 0 of this rank's relative times
     warnings: list[str] = field(default_factory=list)
     kernel_time_ms: float | None = None  # summed time of all kernels (or top-level ops) in the windows, all steps
@@ -283,7 +283,7 @@ class Analysis:
     trace_kind: str  # gpu, cpu, or mixed
     world_size: int | None
     layout: dict[str, int] | None
-    manifest: Manifest | None  # the run's manifest, minus bulky per-step data
+    manifest: Manifest | None  # the run's manifest, as `llmdiag run` wrote it
     ranks: list[RankMetrics]
     ranks_missing: list[int]
     aggregate: Aggregate

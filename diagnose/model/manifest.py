@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 DIMS = ("dp", "fsdp", "tp", "pp", "cp")
 
 
+def layout_text(layout: dict[str, int] | None) -> str:
+    """{"dp": 2, "tp": 2, "pp": 1} -> "dp=2 × tp=2" (dimensions of size 1 left out; "dp=1" for one rank)."""
+    dims = [f"{k}={v}" for k, v in (layout or {}).items() if isinstance(v, int) and v > 1]
+    return " × ".join(dims) or "dp=1"
+
+
 @dataclass
 class DeviceInfo:
     type: str = ""  # "cuda" or "cpu"

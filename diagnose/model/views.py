@@ -122,15 +122,6 @@ def memory_use(a: Analysis) -> list[MemoryRow]:
     return sorted(rows, key=lambda x: (x.frac is None, -(x.frac if x.frac is not None else x.stat.used), x.rank))
 
 
-def memory_peak(a: Analysis) -> tuple[int | None, int | None]:
-    """(peak allocated bytes over every rank and device, the rank that holds it)."""
-    peaks = [(r.memory_peak, r.rank) for r in a.ranks if r.memory_peak is not None]
-    if not peaks:
-        return None, None
-    v, rank = max(peaks, key=lambda x: (x[0], -x[1]))
-    return v, rank
-
-
 # ---- kernels --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KernelRow:

@@ -6,8 +6,6 @@ so a number in a finding reads exactly as in the report's and the terminal's tab
 
 from __future__ import annotations
 
-import statistics
-
 from diagnose.model.analysis import Analysis, CommGroupStats, Evidence, Finding, RankMetrics
 from diagnose.model.format import fmt
 from diagnose.model.roles import pg_role
@@ -36,9 +34,8 @@ class Ctx:
         self.a = a
         self.ranks = a.ranks
         self.man = a.manifest
-        self.layout = a.layout or (self.man.layout if self.man else None) or {}
-        times = [r.step_time_ms for r in self.ranks if r.step_time_ms]
-        self.step_ms = a.step_ms or (statistics.median(times) if times else None)
+        self.layout = a.layout or {}  # the assembly already took the manifest's layout where there is one
+        self.step_ms = a.step_ms
         self.device = device_name(a)
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)
@@ -61,7 +58,7 @@ class Ctx:
         return self.man.local_batch if self.man else None
 
     def host(self, rank: int) -> str:
-        return self._hosts.get(rank) or (self.man.host_of(rank) if self.man else None) or "unknown"
+        return self._hosts.get(rank, "unknown")
 
     def gpus_per_host(self) -> int | None:
         return ranks_per_host(self.a)
