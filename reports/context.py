@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from diagnose.model import views
 from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, ranges
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import short_names
 from diagnose.model.views import DISTRIBUTIONS
@@ -227,7 +227,7 @@ def facts(a: Analysis) -> list[tuple[str, str]]:
     if man and man.workload:
         rows.append(("Workload", man.workload))
     rows.append(("World size", f"{a.world_size or 'unknown'} ({len(a.ranks)} ranks analysed"
-                 + (f", missing: {_list(a.ranks_missing)}" if a.ranks_missing else "") + ")"))
+                 + (f", missing: {ranges(a.ranks_missing)}" if a.ranks_missing else "") + ")"))
     if a.layout:
         rows.append(("Layout", layout_text(a.layout)))
     if man and man.mesh_dim_names:
@@ -284,5 +284,6 @@ def build(a: Analysis) -> dict:
         "pipe": pipeline_view(a), "facts": facts(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
-        "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "Num": Num,
+        "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
+        "Num": Num,
     }

@@ -12,7 +12,7 @@ from diagnose.errors import printable
 from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, ranges
 from diagnose.model.names import middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -174,8 +174,7 @@ def _issues(a: Analysis) -> str:
                    + (f"\n  ... {len(a.issues) - MAX_ROWS} more" if len(a.issues) > MAX_ROWS else ""))
     if a.ranks_missing:
         miss = a.ranks_missing
-        out.append(f"\nRanks without a trace: {len(miss)} of {a.world_size}"
-                   f" ({', '.join(map(str, miss[:20]))}{' ...' if len(miss) > 20 else ''})")
+        out.append(f"\nRanks without a trace: {len(miss)} of {a.world_size} ({ranges(miss)})")
     return "\n".join(out)
 
 

@@ -22,7 +22,7 @@ from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline_bubbles import analyse_pipeline
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction
-from diagnose.model.format import NS_PER_MS
+from diagnose.model.format import NS_PER_MS, ranges
 from diagnose.model.manifest import Manifest, PipelineConfig
 
 
@@ -143,20 +143,6 @@ def _clock_offsets(good: list[RankOutput], issues: list[Issue]) -> dict[int, int
             d = 0.0
         out[o.rank] = int(round(d))
     return out
-
-
-def ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces)."""
-    parts: list[str] = []
-    start = prev = ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-        if r is not None:
-            start = prev = r
-    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
 
 
 def _world_size(good: list[RankOutput], man: Manifest | None) -> int | None:

@@ -55,5 +55,17 @@ def fmt_delta(d, unit: str, base=None) -> str:
     return f"{sign}{fmt(abs(d), unit)}{rel}"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces): how every output lists ranks."""
+    if not ranks:
+        return ""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in ranks[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
