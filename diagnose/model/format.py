@@ -55,6 +55,10 @@ def fmt_delta(d, unit: str, base=None) -> str:
     return f"{sign}{fmt(abs(d), unit)}{rel}"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def ranges(ranks: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces): how every output lists ranks."""
     if not ranks:
