@@ -103,14 +103,31 @@ def _idle(spec: dict) -> dict:
 
 
 def _render(spec: dict) -> dict:
-    from diagnose.model.summary import read_summary
+    """The report of a summary, and the summary's JSON edge against bare orjson on the same bytes (ratios)."""
+    import orjson
+
+    from diagnose.model.analysis import Analysis
     from reports.render import render_report
 
-    analysis = read_summary(spec["summary"])
+    with open(spec["summary"], "rb") as f:
+        raw = f.read()
+    t = time.perf_counter()
+    data = orjson.loads(raw)
+    parse = time.perf_counter() - t
+    t = time.perf_counter()
+    analysis = Analysis.from_dict(data)
+    read = time.perf_counter() - t
+    t = time.perf_counter()
+    orjson.dumps(data)
+    dump = time.perf_counter() - t
+    t = time.perf_counter()
+    analysis.to_dict()
+    write = time.perf_counter() - t
     t0, c0 = time.perf_counter(), _cpu()
     render_report(analysis, spec["out"])
     return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0, "ranks": len(analysis.ranks),
-            "bytes_out": os.path.getsize(spec["out"])}
+            "bytes_out": os.path.getsize(spec["out"]), "from_dict_vs_loads": read / parse,
+            "to_dict_vs_loads_dumps": write / (parse + dump)}
 
 
 def main() -> None:

@@ -179,7 +179,9 @@ def table(rows: list[dict], floors: dict) -> str:
             m = r.get("render") or {}
             out.append("\n" + (r.get("note") or (f"render_report, {r['ranks']} ranks: failed: {m['error']}" if "error" in m
                        else f"render_report, {m['ranks']} ranks: {m['wall']:.2f} s, {m['bytes_out'] / MB:.1f} MB of "
-                            f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS")))
+                            f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS; summary read back (from_dict) "
+                            f"{m['from_dict_vs_loads']:.1f}x orjson.loads, written (to_dict) "
+                            f"{m['to_dict_vs_loads_dumps']:.1f}x orjson loads+dumps")))
     if floors.get("inline"):
         out.append(f"\nidle tree (interpreter and analysis modules loaded): {floors['inline'] / MB:.0f} MB PSS in-process, "
                    f"{(floors.get('workers') or 0) / MB:.0f} MB PSS with the forked workers")
