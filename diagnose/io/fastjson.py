@@ -35,7 +35,8 @@ ARG_FIELDS = {
     "Total Reserved": ("reserved", -1), "Bytes": ("nbytes", -1), "name": ("name", ""),
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
-               "Process Group Description", "Process Group Ranks", "Seq", "seq", "Input Dims")
+               "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",
+               "Input Dims")
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
 assert COMM_FIELDS[-1] == "Input Dims"  # StructView.comm decodes the last value, kept raw, on demand
