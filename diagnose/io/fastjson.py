@@ -36,7 +36,7 @@ ARG_FIELDS = {
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",
-               "Input Dims")
+               "Src Rank", "Dst Rank", "Input Dims")
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
 assert COMM_FIELDS[-1] == "Input Dims"  # StructView.comm decodes the last value, kept raw, on demand
