@@ -42,6 +42,19 @@ def write_json(summary: dict, path: str) -> None:
     os.replace(tmp, path)
 
 
+def parse_ranks(text: str | None) -> list[int] | None:
+    """'0-3,8' -> [0, 1, 2, 3, 8]; a bad list is a usage error (exit 2)."""
+    if not text:
+        return None
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise click.BadParameter(f"{part.strip()!r} is not a rank or a range like 0-3")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return sorted(set(out))
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON summary here (default: beside the report).")
@@ -55,8 +68,14 @@ def write_json(summary: dict, path: str) -> None:
 @click.option("--cross-check", type=click.Choice(["hta"]), help="Also run HTA on the same traces and print both overlaps.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output paths and problems.")
+@click.option("--timeline", "timeline_path", metavar="FILE",
+              help="Also write one merged, annotated Chrome-trace JSON of the ranks (open in Perfetto).")
+@click.option("--ranks", "timeline_ranks", metavar="LIST", callback=lambda c, p, v: parse_ranks(v),
+              help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
+@click.option("--timeline-max-events", type=click.IntRange(1000, 10_000_000), default=300_000, show_default=True,
+              help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, top_k, cross_check,
-            open_browser, quiet):
+            open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
@@ -93,6 +112,10 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         click.echo(f"report:  {os.path.abspath(out)}")
         if open_browser:
             webbrowser.open("file://" + os.path.abspath(out))
+    if timeline_path:
+        from diagnose.export.timeline import write_timeline
+
+        click.echo(f"timeline: {write_timeline(analysis, timeline_path, timeline_ranks, timeline_max_events)}")
     errors = [i for i in analysis.issues if i.severity == "error"]
     for i in errors:
         msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"

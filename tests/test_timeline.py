@@ -1,0 +1,128 @@
+"""`analyze --timeline`: the merged, annotated Chrome trace is valid trace JSON, its added intervals are the
+metrics' own (they sum to each step's exposed communication and idle, to each stage's window − busy, and the
+earliest rank's wait at a collective is its arrival skew), clocks are aligned as the skew analysis aligns
+them, and its size is bounded by the stated cap."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+from click.testing import CliRunner
+
+from diagnose.analyze import analyze_path
+from diagnose.cli.main import main
+from diagnose.export.timeline import build_timeline
+from tests.builder import TraceBuilder, gpu_rank
+from tests.test_metrics_exact import ONE_F_ONE_B_P2, _one_f_one_b_ranks
+
+approx = pytest.approx
+
+
+def _analyse(tmp_path, builders, **kw):
+    d = tmp_path / "run"
+    for b in builders:
+        b.write(d / f"rank{b.rank}.json")
+    return analyze_path(str(d), jobs=1, **kw)
+
+
+def _track(tl, rank, name):
+    return [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["cat"] == "llmdiag" and e["pid"] == rank
+            and e["name"] == name]
+
+
+def _uneven(rank: int, world: int = 4, **kw) -> TraceBuilder:
+    """Per step a compute kernel whose length depends on the rank, then an allreduce all ranks end together:
+    exposed comm, idle and arrival skew all differ by rank (hand-computable)."""
+    b = TraceBuilder(rank=rank, world_size=world, **kw)
+    for k in range(1, 4):
+        k0 = (k - 1) * 2000
+        b.step(k, k0, k0 + 2000)
+        c = 500 + 100 * rank + 10 * k
+        b.kernel("void gemm_kernel<float>()", k0 + 100, c, stream=7, launch_at=k0 + 10)
+        b.kernel("void gemm_kernel<float>()", k0 + 1500, 200, stream=7, launch_at=k0 + 12)
+        b.nccl("allreduce", k0 + 100 + c - 50, 1300 - c, stream=20, launch_at=k0 + 11, nelems=1 << 16,
+               group_size=world, pg_ranks=list(range(world)))
+    return b
+
+
+def test_added_intervals_equal_the_step_breakdown(tmp_path):
+    a = _analyse(tmp_path, [_uneven(r) for r in range(4)])
+    tl = json.loads(json.dumps(build_timeline(a)))  # plain JSON through and through
+    for r in a.ranks:
+        for name, attr in (("exposed comm", "exposed_comm_ms"), ("idle", "idle_ms")):
+            per_step = defaultdict(float)
+            for e in _track(tl, r.rank, name):
+                assert e["dur"] > 0
+                per_step[e["args"]["step"]] += e["dur"] / 1000
+            for st in r.steps:
+                assert per_step.get(st.step, 0.0) == approx(getattr(st, attr), abs=1e-6), (r.rank, name, st.step)
+        assert any(_track(tl, r.rank, "exposed comm")) and any(_track(tl, r.rank, "idle"))
+
+
+def test_straggler_waits_are_the_arrival_skew_on_the_aligned_clock(tmp_path):
+    """Ranks 2 and 3 sit on another host whose clock reads 5 ms ahead: aligned, the collectives end together
+    again, and per collective the longest wait (the earliest rank's) is its skew."""
+    bs = [_uneven(r, host_name="h0") for r in range(2)]
+    bs += [_uneven(r, host_name="h1", base_us=1_700_000_000_000 + 5000) for r in (2, 3)]
+    a = _analyse(tmp_path, bs)
+    assert a.skew and a.skew.host_shift_ms["h1"] == approx(-5.0)
+    tl = build_timeline(a)
+    ends = defaultdict(set)
+    for e in tl["traceEvents"]:
+        if e.get("ph") == "X" and e["name"].startswith("ncclKernel_AllReduce"):
+            ends[round(e["ts"] // 2000)].add(round(e["ts"] + e["dur"], 3))
+    assert ends and all(len(v) == 1 for v in ends.values()), ends  # one end per collective once aligned
+    waits = defaultdict(list)
+    for r in a.ranks:
+        for e in _track(tl, r.rank, "straggler wait"):
+            waits[round(e["ts"] + e["dur"], 3)].append(e["dur"] / 1000)
+    (c,) = a.skew.by_collective
+    assert len(waits) == c.matched
+    assert sum(max(w) for w in waits.values()) / len(waits) == approx(c.mean_skew_ms, abs=1e-6)
+    assert max(max(w) for w in waits.values()) == approx(c.max_skew_ms, abs=1e-6)
+
+
+def test_pipeline_bubble_per_stage_is_window_minus_busy(tmp_path):
+    a = _analyse(tmp_path, _one_f_one_b_ranks())
+    tl = build_timeline(a)
+    p = a.pipeline
+    for sb in p.stage_bubbles:
+        gaps = sum(e["dur"] for e in _track(tl, sb.rank, "pipeline bubble")) / 1000
+        assert gaps == approx(p.window_ms - sb.busy_ms, abs=1e-6)
+        assert 1 - sb.busy_ms / (sb.busy_ms + gaps) == approx(sb.measured)
+    assert len(ONE_F_ONE_B_P2) == len(p.stage_bubbles)
+
+
+def test_findings_are_instants_and_the_size_is_capped(tmp_path):
+    a = _analyse(tmp_path, [_uneven(r) for r in range(4)])
+    assert a.findings, "the planted exposed all-reduce should fire a rule"
+    tl = build_timeline(a, max_events=8)
+    inst = [e for e in tl["traceEvents"] if e.get("ph") == "i"]
+    assert [e["args"]["rule"] for e in inst] == [f.id for f in a.findings]
+    own = [e for e in tl["traceEvents"] if e.get("ph") == "X" and not e["cat"].startswith("llmdiag")]
+    assert len(own) <= 8 and tl["llmdiag"]["events_dropped"] > 0
+    full = build_timeline(a)
+    assert full["llmdiag"]["events_dropped"] == 0
+    # the cap keeps the longest events: the step annotations survive
+    assert all(e["dur"] >= 1900 for e in own)
+    sub = build_timeline(a, ranks=[1, 3])
+    assert {e["pid"] for e in sub["traceEvents"] if e.get("ph") == "X"} == {1, 3}
+
+
+def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
+    d = tmp_path / "run"
+    for r in range(2):
+        gpu_rank(r).write(d / f"rank{r}.json")
+    out = tmp_path / "t" / "timeline.json"
+    res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--no-report", "--json", str(tmp_path / "s.json"),
+                                    "--timeline", str(out), "--ranks", "1"])
+    assert res.exit_code == 0, res.output
+    assert f"timeline: {out}" in res.output
+    tl = json.loads(out.read_text())
+    assert {e["pid"] for e in tl["traceEvents"] if e.get("ph") == "X"} == {1}
+    for bad in ("1-0", "x", "7"):
+        res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--no-report", "--json", str(tmp_path / "s.json"),
+                                        "--timeline", str(out), "--ranks", bad])
+        assert res.exit_code == 2 and "Traceback" not in res.output, (bad, res.output)
