@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from diagnose.model import views
 from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
-from diagnose.model.format import fmt, ranges
+from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import short_names
 from diagnose.model.views import DISTRIBUTIONS
@@ -131,6 +131,17 @@ class CommView:
     of_peak: Num
 
 
+def comm_units(rows: list[CommView]) -> dict[str, tuple[str, str]]:
+    """Column -> (unit, header name) fitted to the column's values (bytes B…GiB, bandwidth MB/s or GB/s)."""
+    out = {}
+    for col, unit in (("msg", "gib"), ("algbw", "gbps"), ("busbw", "gbps"), ("busbw_min", "gbps")):
+        u = column_unit([getattr(c, col).v for c in rows], unit)
+        for c in rows:
+            getattr(c, col).u = u
+        out[col] = (u, header_unit(u))
+    return out
+
+
 def comm_rows(a: Analysis, paths: Paths) -> list[CommView]:
     out = []
     for g in views.comm_by_group(a):
@@ -164,6 +175,17 @@ def memory_rows(a: Analysis, paths: Paths, k: int = MAX_RANKS) -> list[dict]:
                      "capacity": Num(m.capacity, p + "capacity", "gib"), "of_cap": Num(x.frac, None, "pct"),
                      "at": Num(m.peak_ms, p + "peak_ms", "ms")})
     return rows
+
+
+def memory_units(rows: list[dict]) -> dict[str, str]:
+    """Each byte column in the unit that prints its largest value at 1 or more; column -> header unit."""
+    out = {}
+    for col in ("alloc", "reserved", "capacity"):
+        u = column_unit([r[col].v for r in rows], "gib")
+        for r in rows:
+            r[col].u = u
+        out[col] = header_unit(u)
+    return out
 
 
 def step_rows(a: Analysis, paths: Paths) -> list[dict]:
@@ -274,13 +296,15 @@ def build(a: Analysis) -> dict:
     skew = a.skew
     last = sorted(skew.last_arrivals.items(), key=lambda kv: -kv[1])[:10] if skew else []
     mem = memory_rows(a, paths)
+    comm = comm_rows(a, paths)
     gpu_mem = [x for x in mem if x["m"].device != "cpu"] or mem  # plot device memory when there is any
     shown_mem = [(f"rank {int(x['rank'])} {safe_label(x['m'].device)}", x["m"]) for x in gpu_mem[:MAX_MEMORY_SERIES]]
     worst = paths.index.get(agg.overlap_worst_rank) if agg.overlap_worst_rank is not None else None
     return {
         "a": a, "agg": agg, "ranks": a.ranks, "shown": [(i, a.ranks[i], why.get(i, [])) for i in idx],
         "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "steps": step_rows(a, paths),
-        "comm": comm_rows(a, paths), "kernels": kernel_rows(a), "memory": mem, "memory_series": shown_mem,
+        "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "kernels": kernel_rows(a),
+        "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics  # noqa: E402
-from diagnose.model.format import GIB  # noqa: E402
+from diagnose.model.format import UNITS, column_unit, fmt, header_unit  # noqa: E402
 
 RC = {"svg.fonttype": "none", "svg.hashsalt": "llmdiag", "text.usetex": False, "text.parse_math": False,
       "font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif"}
@@ -101,28 +101,43 @@ def pipeline_timeline(rows: list[tuple[str, list[PipelineAction]]], t0: float, t
 
 
 def memory_timeline(series: list[tuple[str, MemoryStat]]) -> str:
-    """Allocated (solid) and reserved (dashed) GiB over time per device, device capacity as a line."""
+    """Allocated (solid) and reserved (dashed) memory over time per device, in the unit that fits the data.
+
+    The axis is fitted to the curves, not to the device: a 5 MiB curve under a 23.5 GiB capacity would draw
+    as a flat line at zero. Capacity is a dotted line when it lies within 1.5× the data, else a label."""
     series = [(lbl, m) for lbl, m in series if m.timeline]
     if not series:
         return ""
+    top = max(max(p[1], p[2]) for _, m in series for p in m.timeline) or 1.0
+    unit = column_unit([top], "gib")
+    scale = UNITS[unit][0]
     with matplotlib.rc_context(RC):
-        fig = _fig(10.5, 3.4, left=0.7, top=0.15, right=1.6)
+        fig = _fig(10.5, 3.4, left=0.7, top=0.25, right=1.6)
         ax = fig.add_subplot()
         caps = set()
         for i, (label, m) in enumerate(series):
             colour = f"C{i % 10}"
             tl = m.timeline
             xs = [p[0] for p in tl]
-            ax.plot(xs, [p[1] / GIB for p in tl], color=colour, lw=1.2, label=f"{label} allocated")
-            ax.plot(xs, [p[2] / GIB for p in tl], color=colour, lw=0.9, ls="--")
+            ax.plot(xs, [p[1] * scale for p in tl], color=colour, lw=1.2, label=f"{label} allocated")
+            ax.plot(xs, [p[2] * scale for p in tl], color=colour, lw=0.9, ls="--")
             if m.capacity:
                 caps.add(m.capacity)
-        for cap in caps:
-            ax.axhline(cap / GIB, color="#e45756", lw=1, ls=":")
-            ax.text(0.995, cap / GIB, "capacity", transform=ax.get_yaxis_transform(), ha="right", va="bottom",
-                    fontsize=7, color="#e45756")
-        ax.set_ylim(bottom=0)
+        ymax = top * 1.08
+        off = []
+        for cap in sorted(caps):
+            if cap <= top * 1.5:
+                ymax = max(ymax, cap * 1.04)
+                ax.axhline(cap * scale, color="#e45756", lw=1, ls=":")
+                ax.text(0.995, cap * scale, f"capacity {fmt(cap, 'gib')}", transform=ax.get_yaxis_transform(),
+                        ha="right", va="bottom", fontsize=8, color="#e45756")
+            else:
+                off.append(fmt(cap, "gib"))
+        if off:
+            ax.text(0.995, 1.0, f"capacity {', '.join(off)} (off scale, above)", transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=8, color="#e45756")
+        ax.set_ylim(0, ymax * scale)
         ax.set_xlabel("time (ms, rank trace clock)")
-        ax.set_ylabel("GiB (solid allocated, dashed reserved)")
-        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.set_ylabel(f"{header_unit(unit)} (solid allocated, dashed reserved)")
+        ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         return _svg(fig, "memory")

@@ -316,3 +316,33 @@ def test_short_names_stay_distinct():
     assert short["Memcpy DtoD (Device -> Device)"] == "Memcpy DtoD (Device -> Device)"
     assert short["x" * 200 + "1"].endswith("x1") and "…" in short["x" * 200 + "1"]
     assert all(len(v) <= 40 for k, v in short.items() if not k.startswith("x"))
+
+
+# ---- units chosen from the data (issue 15 item 1) ------------------------------------------------------------
+def test_units_follow_the_value_and_never_round_a_value_to_zero():
+    from diagnose.model.format import column_unit
+
+    assert fmt(5 * 2**20, "gib") == "5.00 MiB" and fmt(23.5 * 2**30, "gib") == "23.50 GiB"
+    assert fmt(0.00147, "tflops") == "1.5 GFLOP/s" and fmt(0.5, "gbps") == "500.0 MB/s"
+    assert fmt(None, "gib") == "n/a" and fmt(float("nan"), "gbps") == "n/a"
+    assert column_unit([5 * 2**20, 3 * 2**30], "gib") == "gib" and column_unit([5 * 2**20], "gib") == "mib"
+    assert column_unit([0.05, 0.02], "ms") == "ms_us" and fmt(0.05, "ms_us") == "50.0 µs"
+    assert column_unit([None], "gbps") == "gbps"  # nothing defined: the header keeps its unit
+
+
+def test_small_memory_prints_in_mib_on_card_table_and_axis():
+    """A CPU run's 5 MiB peaks under a 23.5 GiB capacity: the card, the table and the figure's axis say MiB,
+    the axis is fitted to the curves and the capacity becomes a label."""
+    a = analysis(2)
+    for r in a.ranks:
+        for m in r.memory:
+            m.peak_allocated, m.peak_reserved, m.capacity = 5 * 2**20, 6 * 2**20, int(23.5 * 2**30)
+            m.timeline = [[0.0, 1 * 2**20, 2 * 2**20], [5.0, 5 * 2**20, 6 * 2**20]]
+    a.aggregate.memory_peak_max = 5 * 2**20
+    a.aggregate.achieved_tflops_per_device = 0.00147
+    html = render_html(a)
+    assert "5.00 MiB" in html and "1.5 GFLOP/s" in html and "0.0 TFLOP/s" not in html
+    assert "peak allocated MiB" in html and "capacity GiB" in html
+    svg = html[html.index('id="fig-memory"'):]
+    svg = svg[:svg.index("</svg>")]
+    assert "MiB (solid allocated" in svg and "off scale" in svg and "23.50 GiB" in svg

@@ -12,7 +12,7 @@ from diagnose.errors import printable
 from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt, ranges
+from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.names import middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -91,14 +91,15 @@ def _ranks(a: Analysis) -> str:
 
 def _comm(a: Analysis) -> str:
     groups = views.comm_by_group(a)
+    bw = column_unit([g.busbw_gbps for g in groups[:MAX_ROWS]], "gbps")
     rows = [[g.kind or "?", g.pg or "-", g.role, str(g.ranks), fmt(g.ops_per_step, "avg"), _ms(g.time_ms_per_step),
              _ms(g.exposed_ms_per_step), _pct(g.overlap),
              f"{_pct(g.worst_overlap)} (rank {g.worst_rank})" if g.worst_rank is not None else "n/a",
-             fmt(g.busbw_gbps, "gbps", suffix=False)] for g in groups[:MAX_ROWS]]
+             fmt(g.busbw_gbps, bw, suffix=False)] for g in groups[:MAX_ROWS]]
     return _table("Communication per collective and process group (per step, mean over the ranks that run it; "
                   "overlap duration-weighted over those ranks)",
                   ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
-                   "worst rank overlap", "busbw GB/s"], rows, _more(len(groups) - MAX_ROWS, "groups"))
+                   "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"))
 
 
 def _pipeline(a: Analysis) -> str:
@@ -115,11 +116,16 @@ def _pipeline(a: Analysis) -> str:
 
 def _memory(a: Analysis) -> str:
     mem = views.memory_use(a)
-    gib = lambda v: fmt(v, "gib", suffix=False)
-    rows = [[str(x.rank), x.stat.device, gib(x.stat.peak_allocated), gib(x.stat.peak_reserved), gib(x.stat.capacity),
-             _pct(x.frac), middle(x.stat.peak_op, 40) or "-"] for x in mem[:MAX_ROWS]]
-    return _table("Memory per rank and device (peaks over the trace, GiB; closest to capacity first)",
-                  ["rank", "device", "peak allocated", "peak reserved", "capacity", "of capacity", "op at peak"],
+    shown = mem[:MAX_ROWS]
+    units = {k: column_unit([getattr(x.stat, k) for x in shown], "gib") for k in ("peak_allocated", "peak_reserved",
+                                                                                 "capacity")}
+    b = lambda x, k: fmt(getattr(x.stat, k), units[k], suffix=False)
+    rows = [[str(x.rank), x.stat.device, b(x, "peak_allocated"), b(x, "peak_reserved"), b(x, "capacity"),
+             _pct(x.frac), middle(x.stat.peak_op, 40) or "-"] for x in shown]
+    h = {k: header_unit(u) for k, u in units.items()}
+    return _table("Memory per rank and device (peaks over the trace; closest to capacity first)",
+                  ["rank", "device", f"peak allocated {h['peak_allocated']}", f"peak reserved {h['peak_reserved']}",
+                   f"capacity {h['capacity']}", "of capacity", "op at peak"],
                   rows, _more(len(mem) - MAX_ROWS, "devices"))
 
 

@@ -2,6 +2,10 @@
 
 A number reads the same wherever it is printed because it is printed by `fmt` with a unit from `UNITS`;
 changes print through `fmt_delta`. "n/a" is the only rendering of an undefined value (None, NaN), never 0.
+
+A number printed with its suffix picks its unit from its size (bytes B…GiB, GB/s → MB/s, TFLOP/s → GFLOP/s),
+so 5 MiB never reads "0.01 GiB" and 0.00147 TFLOP/s never "0.0"; a bare number in a table column keeps the
+unit its header states, chosen for the column by `column_unit`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ UNITS = {
     "ms": (1.0, 2, " ms"), "us": (1.0, 1, " µs"), "pct": (100.0, 1, "%"), "gib": (2.0**-30, 2, " GiB"),
     "gbps": (1.0, 1, " GB/s"), "int": (1.0, 0, ""), "tps": (1.0, 0, " tok/s"), "tflops": (1.0, 1, " TFLOP/s"),
     "num": (1.0, 3, ""), "avg": (1.0, 1, ""), "x": (1.0, 2, "×"), "ratio": (1.0, 3, ""),
+    "mib": (2.0**-20, 2, " MiB"), "kib": (2.0**-10, 2, " KiB"), "b": (1.0, 0, " B"), "mbps": (1e3, 1, " MB/s"),
+    "s": (1e-3, 2, " s"), "ms_us": (1e3, 1, " µs"), "gflops": (1e3, 1, " GFLOP/s"), "mflops": (1e6, 1, " MFLOP/s"),
 }
+# unit -> the smaller units it steps down to, largest first: a value below 1 in one tries the next
+LADDERS = {"gib": ("gib", "mib", "kib", "b"), "gbps": ("gbps", "mbps"), "tflops": ("tflops", "gflops", "mflops"),
+           "ms": ("s", "ms", "ms_us")}
 _BYTES = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
@@ -35,11 +44,35 @@ def fmt(x, unit: str = "num", suffix: bool = True) -> str:
             if abs(x) >= size:
                 return f"{x / size:.2f} {name}" if suffix else f"{x / size:.2f}"
         return f"{x:.0f} B" if suffix else f"{x:.0f}"
+    if suffix and unit in LADDERS and unit != "ms":
+        unit = column_unit([x], unit)
     scale, nd, suf = UNITS[unit]
     if unit == "num" and isinstance(x, int):
         nd = 0  # counts stay counts
     s = f"{float(x) * scale:,.{nd}f}"
     return s + suf if suffix else s
+
+
+def column_unit(values, unit: str) -> str:
+    """The unit of `unit`'s ladder that prints the largest of `values` at 1 or more (the smallest unit when
+    all are below that; `unit` itself when none is defined). For time the ladder is s/ms/µs: seconds only
+    from 10 s, µs only below 0.1 ms, so step tables stay in ms."""
+    xs = [abs(float(v)) for v in values if not _undefined(v) and isinstance(v, (int, float))]
+    ladder = LADDERS.get(unit)
+    if not ladder or not xs or max(xs) == 0:
+        return unit
+    top = max(xs)
+    if unit == "ms":
+        return "s" if top >= 10_000 else ("ms_us" if top < 0.1 else "ms")
+    for u in ladder:  # every unit of a ladder reads the same input (bytes, GB/s, TFLOP/s)
+        if top * UNITS[u][0] >= 1:
+            return u
+    return ladder[-1]
+
+
+def header_unit(unit: str) -> str:
+    """The unit's name for a column header: 'GiB', 'MB/s', 'ms'."""
+    return UNITS[unit][2].strip()
 
 
 def fmt_delta(d, unit: str, base=None) -> str:
@@ -73,3 +106,15 @@ def ranges(ranks: list[int]) -> str:
         if r is not None:
             start = prev = r
     return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
+
+
+def fmt_gain(finding) -> str:
+    """A finding's gain as every output prints it: "≈ X ms per step (Y% of the step)" for an estimate, "up to
+    X ms per step (Y% of the step)" for a bound (at most the measured time it removes), "n/a" without a gain."""
+    g = getattr(finding, "gain_ms", None)
+    if _undefined(g):
+        return "n/a"
+    frac = getattr(finding, "gain_frac", None)
+    share = "" if _undefined(frac) else f" ({fmt(frac, 'pct')} of the step)"
+    lead = "up to" if getattr(finding, "gain_kind", "estimate") == "bound" else "≈"
+    return f"{lead} {fmt(g, 'ms')} per step{share}"
