@@ -15,6 +15,7 @@ from diagnose.metrics.classify import classify, collective_kind
 from diagnose.model.roles import P2P_KINDS
 from diagnose.errors import TraceError
 from diagnose.metrics.kernels import hints, top_kernels
+from diagnose.metrics.idle import idle_breakdown, training_evidence
 from diagnose.metrics.layout import pg_sizes
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
@@ -109,6 +110,8 @@ def _run(job: RankJob) -> RankOutput:
         hints=hints(t, wins, mean("idle_ms"), step_ms),
         origin_us=t.origin_us,
         warnings=list(t.warnings) + warns,
+        idle=idle_breakdown(t, wins),
+        training=training_evidence(t, wins),
     )
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from diagnose.errors import LlmdiagError
 from diagnose.model.codec import Invalid, build, to_json_dict
+from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
+from diagnose.model.provenance import Provenance
 
 SCHEMA_VERSION = 2
 
@@ -132,6 +134,8 @@ class RankMetrics:
     origin_us: float = 0.0  # the trace clock at time 0 of this rank's relative times
     warnings: list[str] = field(default_factory=list)
     kernel_time_ms: float | None = None  # summed time of all kernels (or top-level ops) in the windows, all steps
+    idle: IdleBreakdown | None = None  # device idle split by what the host did meanwhile (GPU traces)
+    training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
 
     @property
     def nsteps(self) -> int:
@@ -247,6 +251,8 @@ class Evidence:
     metric: str  # summary path of the number the rule tests, e.g. "pipeline.measured"
     ranks: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
+    source: str = "trace"  # where the facts come from: "trace", "manifest", or "assumed" (then the text says so)
+    events: list[str] = field(default_factory=list)  # the trace events (or manifest keys) the rule read
 
 
 @dataclass
@@ -259,6 +265,7 @@ class Finding:
     expected_gain: str  # the gain in words, with how it was computed
     gain_ms: float | None  # per step; None where the finding is not a speed-up
     gain_frac: float | None = None  # gain_ms / the analysis' mean step time: the one share every output prints
+    gain_kind: str = "estimate"  # "estimate" (a model of the change) or "bound" (at most the measured part; "up to")
 
     def order_key(self) -> tuple:
         """The one order of findings everywhere: severity, then expected gain, then rule id."""
@@ -294,6 +301,7 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)  # filled by diagnose.rules, in Finding.order_key order
     schema_version: int = SCHEMA_VERSION
     llmdiag_version: str = ""
+    provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

@@ -1,0 +1,38 @@
+"""Where a rank's device idle time goes, and whether its trace shows a training step at all.
+
+Idle time alone says "the GPU waited"; a recommendation needs to know on what. Each step's device idle is
+split by what the host was doing meanwhile (metrics/idle.py), so rules can quote the op names they act on
+and stay silent where the idle belongs to something no setting changes (capture edges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class IdleBreakdown:
+    """Device idle of one rank, mean ms per step, split in this order of precedence (the parts sum to idle_ms):
+    capture edge, blocking runtime API, DataLoader, waiting on communication/peer, host-bound, unattributed."""
+
+    idle_ms: float
+    edge_ms: float = 0.0  # before the first / after the last device event of the window (capture edges)
+    runtime_ms: float = 0.0  # malloc/free, synchronize, .item() and other blocking copies
+    dataloader_ms: float = 0.0  # host inside DataLoader __next__
+    comm_wait_ms: float = 0.0  # host blocked in a communication wait or a pipeline peer's recv
+    host_bound_ms: float = 0.0  # other host ops running, no kernel in flight
+    unattributed_ms: float = 0.0  # no host op seen at all
+    runtime_ops: dict[str, float] = field(default_factory=dict)  # op name -> idle ms per step it covers
+    runtime_calls: dict[str, float] = field(default_factory=dict)  # op name -> calls per step
+
+
+@dataclass
+class TrainingEvidence:
+    """Whether the trace shows a training step: autograd backward ops and optimizer ops (counts per step)."""
+
+    backward_ops: float = 0.0
+    optimizer_ops: float = 0.0
+
+    @property
+    def training(self) -> bool:
+        return self.backward_ops > 0 and self.optimizer_ops > 0
