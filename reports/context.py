@@ -242,6 +242,21 @@ def _pairs(d) -> str:
     return ", ".join(f"{k}={v}" for k, v in (d or {}).items() if v is not None)
 
 
+def made_by(a: Analysis) -> list[tuple[str, str]]:
+    """How this analysis was made (command, options, input files with sizes, version, time), or that the
+    summary does not say (written by an older llmdiag, or not by `analyze`)."""
+    pv = a.provenance
+    if pv is None:
+        return [("Made by", "not recorded (a summary written before llmdiag recorded its command)")]
+    sizes = [f.bytes for f in pv.inputs if f.bytes is not None]
+    shown = ", ".join(f"{f.path} ({fmt(f.bytes, 'gib')})" for f in pv.inputs[:8])
+    more = f" … and {len(pv.inputs) - 8} more" if len(pv.inputs) > 8 else ""
+    opts = ", ".join(f"{k}={v}" for k, v in pv.options.items()) or "defaults"
+    return [("Command", " ".join(pv.command)), ("Analysis options", opts),
+            ("Inputs", f"{len(pv.inputs)} file(s), {fmt(sum(sizes), 'gib')} in all: {shown}{more}"),
+            ("Made", f"llmdiag {pv.version or '?'} at {pv.created_at or '?'}")]
+
+
 def facts(a: Analysis) -> list[tuple[str, str]]:
     """Run facts as (label, text) pairs; the template escapes the text."""
     man = a.manifest
@@ -305,7 +320,7 @@ def build(a: Analysis) -> dict:
         "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "steps": step_rows(a, paths),
         "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "kernels": kernel_rows(a),
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
-        "pipe": pipeline_view(a), "facts": facts(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
+        "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,

@@ -346,3 +346,30 @@ def test_small_memory_prints_in_mib_on_card_table_and_axis():
     svg = html[html.index('id="fig-memory"'):]
     svg = svg[:svg.index("</svg>")]
     assert "MiB (solid allocated" in svg and "off scale" in svg and "23.50 GiB" in svg
+
+
+def test_the_report_records_how_it_was_made(tmp_path):
+    """Command with the options given, the options that change numbers, input files with sizes, version,
+    time; a report made with --exclude-last-step says so in its header."""
+    from click.testing import CliRunner
+
+    from diagnose.cli.main import main
+    from tests.builder import gpu_rank
+
+    d = tmp_path / "run"
+    for r in range(2):
+        gpu_rank(r, steps=3).write(d / f"rank{r}.json")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--exclude-last-step", "--report", str(out),
+                                    "--json", str(tmp_path / "s.json")])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    s = orjson.loads((tmp_path / "s.json").read_bytes())
+    pv = s["provenance"]
+    assert pv["command"][:3] == ["llmdiag", "analyze", str(d)] and "--exclude-last-step" in pv["command"]
+    assert pv["options"]["exclude_last_step"] is True and "comm_regex" not in pv["options"]
+    assert sorted(f["bytes"] for f in pv["inputs"]) == sorted((d / f"rank{r}.json").stat().st_size for r in range(2))
+    assert pv["version"] and pv["created_at"].endswith("+00:00")
+    assert "last step excluded" in page and "How this report was made" in page
+    assert str(escape(" ".join(pv["command"]))) in page and str(d / "rank0.json") in page
+    assert Analysis.from_dict(s).provenance.inputs[0].bytes == pv["inputs"][0]["bytes"]

@@ -15,6 +15,7 @@ import orjson
 from diagnose.errors import LlmdiagError, printable
 from diagnose.model.analysis import Analysis
 from diagnose.model.codec import to_json_dict
+from diagnose.model.provenance import Provenance
 
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
@@ -40,6 +41,25 @@ def write_json(summary: dict, path: str) -> None:
     with open(tmp, "wb") as f:
         f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
     os.replace(tmp, path)
+
+
+def provenance(ctx: click.Context, analysis: Analysis) -> Provenance:
+    """The command as the user could retype it (options given explicitly), the options that change the
+    numbers, and the trace files read."""
+    from click.core import ParameterSource
+
+    cmd = ["llmdiag", "analyze"]
+    for p in ctx.command.params:
+        v = ctx.params.get(p.name)
+        if p.name == "paths":
+            cmd += list(v)
+        elif ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE and v not in (None, False):
+            flag = max(p.opts, key=len)
+            cmd += [flag] if v is True else [flag, ",".join(map(str, v)) if isinstance(v, list) else str(v)]
+    opts = {"comm_regex": analysis.options.comm_regex, "exclude_last_step": analysis.options.exclude_last_step,
+            "top": ctx.params.get("top_k")}
+    files = [r.file for r in analysis.ranks] + [i.file for i in analysis.issues if i.severity == "error"]
+    return Provenance.now(cmd, opts, files, analysis.llmdiag_version)
 
 
 def parse_ranks(text: str | None) -> list[int] | None:
@@ -93,6 +113,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     target = list(paths) if len(paths) > 1 else paths[0]
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs,
                             progress=not quiet, top_k=top_k)
+    analysis.provenance = provenance(click.get_current_context(), analysis)
     summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
     jpath, hpath = output_paths(analysis, json_path, report_path)
     write_json(summary, jpath)
