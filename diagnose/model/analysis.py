@@ -15,7 +15,6 @@ from diagnose.model.codec import Invalid, build, to_json_dict
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
 from diagnose.model.provenance import Provenance
-from diagnose.model.provenance import Provenance
 
 SCHEMA_VERSION = 2
 
@@ -302,7 +301,6 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)  # filled by diagnose.rules, in Finding.order_key order
     schema_version: int = SCHEMA_VERSION
     llmdiag_version: str = ""
-    provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
     provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
 
     def to_dict(self) -> dict:
