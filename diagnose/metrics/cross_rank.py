@@ -20,6 +20,7 @@ from diagnose.io.discover import rank_from_name
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.pipeline_infer import chains, schedule_of
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction
 from diagnose.model.format import NS_PER_MS, ranges
@@ -70,7 +71,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}) if len(good) > 1 else None
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
 
-    pipeline = _pipeline(good, man, offset, hosts, shift_ns)
+    pipeline = _pipeline(good, man, offset, hosts, shift_ns, issues, source)
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
     return Analysis(
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
@@ -167,28 +168,37 @@ def _can_match(records: dict, layout: dict | None) -> bool:
     return not layout or sum(1 for d in DIMS if (layout.get(d) or 1) > 1) <= 1
 
 
-def _pipeline(good, man, offset, hosts, shift_ns):
+def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
     acts = {}
     for o in good:
         sh = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py made them
         acts[o.rank] = [dataclasses.replace(a, start=a.start + sh, end=a.end + sh) for a in o.actions]
     with_actions = [r for r, a in acts.items() if a]
+    links = {o.rank: o.links for o in good if o.links is not None}
+    groups, why = chains(links) if links else ([], "")
+    if why:  # send/recv without PP: labels that do not read as a pipeline: say so, guess nothing
+        issues.append(Issue(source, f"pipeline layout unknown: send/recv seen but {why}", None, "warning"))
+        return None
     if not with_actions:
         return None
     pp = (man.pipeline if man else None) or PipelineConfig()
-    groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, with_actions)
+    if links:  # no PP: labels anywhere: stages from the chain of send/recv neighbours
+        with_actions = [r for g in groups for r in g if acts.get(r)]
+        acts = {r: acts[r] for r in with_actions}
+    else:
+        groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, with_actions)
     for g in groups:  # `Forward i` spans carry no stage: a rank's stage is its place in its pipeline
         for pos, r in enumerate(g):
             if r in acts:
                 acts[r] = [dataclasses.replace(a, stage=pos) if a.stage < 0 else a for a in acts[r]]
-    schedule = pp.schedule or _infer_schedule(acts, with_actions)
+    schedule = pp.schedule or (schedule_of(acts.get(groups[0][-1], [])) if links else _infer_schedule(acts, with_actions))
     res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank,
                            bool(man and man.oversubscribed))
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [
             PipelineAction(a.stage, a.kind, a.microbatch, (a.start - origin) / NS_PER_MS, (a.end - origin) / NS_PER_MS)
-            for a in acts[o.rank]
+            for a in acts.get(o.rank, [])
         ]
     return res
 

@@ -21,6 +21,7 @@ from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.metrics.pipeline_actions import Action, extract_actions
+from diagnose.metrics.pipeline_infer import Links, infer_actions
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
@@ -49,6 +50,7 @@ class RankOutput:
     metrics: RankMetrics | None
     actions: list[Action] = field(default_factory=list)
     collectives: Collectives = field(default_factory=Collectives)
+    links: Links | None = None  # pipeline neighbours inferred from send/recv (no PP: labels), or why not
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
 
@@ -113,11 +115,14 @@ def _run(job: RankJob) -> RankOutput:
         idle=idle_breakdown(t, wins),
         training=training_evidence(t, wins),
     )
+    actions, links = extract_actions(t, wins, job.stage_hint), None
+    if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
+        actions, links = infer_actions(t, wins)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
-        device_name=device, metrics=metrics, actions=extract_actions(t, wins, job.stage_hint),
+        device_name=device, metrics=metrics, actions=actions, links=links,
         collectives=_collectives(t, wins), bytes_read=t.bytes_read,
     )
 

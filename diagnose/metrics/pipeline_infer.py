@@ -1,0 +1,196 @@
+"""Pipeline actions of a trace with no `PP:` labels (Megatron-style), from its send/recv and compute kernels.
+
+Evidence, in order: the peers of the rank's send/recv kernels (Kineto's `Src Rank` / `Dst Rank`) give its
+neighbours: a stage's first transfer of a step is the receive of microbatch 0's activation from the previous
+stage, except stage 0, whose first is a send. Compute kernels between transfers form actions: a new action
+starts where a receive completed or a send was posted between two kernels, or where the launching host
+thread changes (torch runs backward on the autograd engine's device thread). An action fed by a receive from
+the previous stage or followed by a send to the next is a forward; from/to the next stage a backward; an
+action with no transfer on either side takes the kind its launching thread had elsewhere. The n-th forward
+(backward) of a step is microbatch n, as in GPipe and 1F1B. Stage numbers come later, from the chain of
+neighbours across ranks (`chains`). Where any of this does not hold, no actions and a reason: unknown, not
+a guess.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.io.trace import COMM, COMPUTE, RUNTIME, RankTrace
+from diagnose.metrics.classify import collective_kind
+from diagnose.metrics.pipeline_actions import Action
+from diagnose.metrics.steps import Window
+
+
+@dataclass
+class Links:
+    """One rank's pipeline neighbours (global ranks), or why none could be told."""
+
+    prev: int | None = None
+    next: int | None = None
+    reason: str = ""  # empty when actions were inferred
+
+
+@dataclass
+class _P2P:
+    kind: str  # send or recv
+    peer: int
+    start: int
+    end: int
+
+
+def p2p_events(t: RankTrace) -> list[_P2P]:
+    """Device send/recv kernels with a known peer, in start order."""
+    out = []
+    for i, a in t.comm_args.items():
+        if t.kind[i] != COMM or t.stream[i] < 0:
+            continue
+        kind = collective_kind(t.names[t.name[i]], a)
+        peer = _int(a.get("Dst Rank" if kind == "send" else "Src Rank"))
+        if kind in ("send", "recv") and peer is not None:
+            out.append(_P2P(kind, peer, int(t.ts[i]), int(t.ts[i] + t.dur[i])))
+    return sorted(out, key=lambda p: (p.start, p.end))
+
+
+def infer_actions(t: RankTrace, wins: list[Window]) -> tuple[list[Action], Links | None]:
+    """([], None) when the rank has no send/recv with peers; ([], Links(reason=...)) when it cannot be told."""
+    p2p = p2p_events(t)
+    if not p2p:
+        return [], None
+    peers = {p.peer for p in p2p}
+    if len(peers) > 2:
+        return [], Links(reason=f"send/recv with {len(peers)} peers (a pipeline stage has at most 2)")
+    first_send = next((p for p in p2p if p.kind == "send"), None)
+    first_recv = next((p for p in p2p if p.kind == "recv"), None)
+    if first_recv is not None and (first_send is None or first_recv.start < first_send.start):
+        prev = first_recv.peer
+        rest = peers - {prev}
+        nxt = rest.pop() if rest else None
+    elif first_send is not None:
+        prev, nxt = None, first_send.peer
+        if len(peers) > 1:
+            return [], Links(reason="a rank whose first transfer is a send (stage 0) talks to two peers")
+    else:
+        return [], Links(reason="no send/recv with a peer")
+    links = Links(prev, nxt)
+    thread_of = _launch_threads(t)
+    dev = (t.kind == COMPUTE) & (t.stream >= 0)
+    out: list[Action] = []
+    for w in wins:
+        idx = np.flatnonzero(dev & (t.ts >= w.start) & (t.ts <= w.end))
+        idx = idx[np.lexsort((t.dur[idx], t.ts[idx]))]
+        if not len(idx):
+            continue
+        mine = [p for p in p2p if w.start <= p.start <= w.end]
+        blocks = _blocks(t, idx, mine, thread_of)
+        kinds = _label(blocks, mine, links)
+        if kinds is None:
+            return [], Links(prev, nxt, f"step {w.step}: a group of kernels is neither clearly forward nor backward")
+        n = Counter()
+        step_acts = []
+        for (s, e, _), k in zip(blocks, kinds):
+            step_acts.append(Action(w.step, -1, k, n[k], s, e))
+            n[k] += 1
+        if n["F"] != n["B"] or not n["F"]:
+            return [], Links(prev, nxt, f"step {w.step}: {n['F']} forward and {n['B']} backward actions")
+        out += step_acts
+    if not out:
+        return [], Links(prev, nxt, "no compute kernels inside the steps")
+    return out, links
+
+
+def _launch_threads(t: RankTrace) -> dict[int, int]:
+    """correlation id -> host thread of the launch."""
+    host = np.flatnonzero((t.kind == RUNTIME) & (t.corr >= 0))
+    return dict(zip(t.corr[host].tolist(), t.thread[host].tolist()))
+
+
+def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int, int]) -> list[tuple[int, int, int]]:
+    """(start, end, launching thread) of each run of kernels no completed receive or posted send divides."""
+    marks = np.array(sorted([p.end for p in p2p if p.kind == "recv"] + [p.start for p in p2p if p.kind == "send"]),
+                     np.int64)
+    out: list[list[int]] = []
+    for i in idx.tolist():
+        s, e = int(t.ts[i]), int(t.ts[i] + t.dur[i])
+        th = thread_of.get(int(t.corr[i]), -1)
+        if out:
+            last = out[-1]
+            lo = np.searchsorted(marks, last[1], "left")
+            divided = lo < len(marks) and marks[lo] <= s
+            if not divided and th == last[2]:
+                last[1] = max(last[1], e)
+                continue
+        out.append([s, e, th])
+    return [tuple(b) for b in out]
+
+
+def _label(blocks, p2p: list[_P2P], links: Links) -> list[str] | None:
+    """F or B per block from the transfers around it, then from its launching thread; None if unresolved."""
+    kinds: list[str | None] = []
+    for j, (s, e, _) in enumerate(blocks):
+        before = blocks[j - 1][1] if j else -(1 << 62)
+        after = blocks[j + 1][0] if j + 1 < len(blocks) else 1 << 62
+        votes = set()
+        for p in p2p:
+            if p.kind == "recv" and before <= p.end <= s:
+                votes.add("F" if p.peer == links.prev else "B")
+            elif p.kind == "send" and e <= p.start <= after:
+                votes.add("F" if p.peer == links.next else "B")
+        kinds.append(votes.pop() if len(votes) == 1 else None)
+    by_thread: dict[int, Counter] = {}
+    for (_, _, th), k in zip(blocks, kinds):
+        if k:
+            by_thread.setdefault(th, Counter())[k] += 1
+    out = []
+    for (_, _, th), k in zip(blocks, kinds):
+        if k is None:
+            c = by_thread.get(th)
+            if not c or len(c) != 1:
+                return None
+            k = next(iter(c))
+        out.append(k)
+    return out
+
+
+def chains(links: dict[int, Links]) -> tuple[list[list[int]], str]:
+    """Each pipeline replica's ranks in stage order, walked from its stage 0; ([], reason) if inconsistent."""
+    ok = {r: lk for r, lk in links.items() if not lk.reason}
+    bad = sorted((r, lk.reason) for r, lk in links.items() if lk.reason)
+    if bad:
+        return [], f"rank {bad[0][0]}: {bad[0][1]}"
+    out, seen = [], set()
+    for r in sorted(ok):
+        if ok[r].prev is not None:
+            continue
+        chain = [r]
+        while ok[chain[-1]].next is not None:
+            n = ok[chain[-1]].next
+            if n not in ok or n in chain or ok[n].prev != chain[-1]:
+                return [], f"rank {chain[-1]} sends forward to rank {n}, which does not receive from it first"
+            chain.append(n)
+        out.append(chain)
+        seen.update(chain)
+    if set(ok) - seen:
+        return [], f"ranks {sorted(set(ok) - seen)} are on no chain from a stage 0"
+    if len({len(c) for c in out}) > 1:
+        return [], "pipeline replicas of different lengths"
+    return out, ""
+
+
+def schedule_of(actions_last_stage: list[Action]) -> str:
+    """1f1b when the last stage runs a backward before its last forward of a step, else gpipe."""
+    steps = sorted({a.step for a in actions_last_stage})
+    if not steps:
+        return "gpipe"
+    order = [a.kind for a in sorted(actions_last_stage, key=lambda a: a.start) if a.step == steps[0]]
+    return "gpipe" if order == sorted(order, key=lambda k: k != "F") else "1f1b"
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
