@@ -35,6 +35,9 @@ TINY = SIZES["tiny"]
     ("dp2fsdp2tp2pp2cp2", Layout(dp=2, fsdp=2, tp=2, pp=2, cp=2)),
     ("TP2PP2", Layout(tp=2, pp=2)),
     ("tp16", Layout(tp=16)),
+    ("ep2", Layout(dp=2, ep=2)),  # ep borrows its ranks from data parallel: alone it implies dp = ep
+    ("dp4ep2", Layout(dp=4, ep=2)),
+    ("fsdp2ep2tp2", Layout(fsdp=2, ep=2, tp=2)),
 ])
 def test_good_strings(text, layout):
     assert parse_workload(text) == layout
@@ -50,7 +53,8 @@ def test_good_strings(text, layout):
     ("tp2 pp2", "unexpected"),
     ("tp-1", "tp needs a size"),
     ("dp2x", "unexpected 'x'"),
-    ("ep2", "unexpected"),
+    ("xp2", "unexpected"),
+    ("dp3ep2", "ep2 must divide dp x fsdp = 3"),
 ])
 def test_bad_strings_raise_one_line(text, needle):
     with pytest.raises(WorkloadError) as e:
@@ -92,6 +96,15 @@ def test_coords_are_row_major_and_a_bijection(sizes):
     ("dp2", {"sp": True}, "--sp (sequence parallel) needs a tp dimension"),
     ("tp4", {"ranks_available": 2}, "needs 4 ranks but 2 are available"),
     ("dp2", {"model": replace(TINY, batch=7), "batch_given": True}, "--batch 7 is not divisible"),
+    ("ep2", {}, "ep2 needs a MoE model"),
+    ("ep4", {"model": replace(TINY, moe_experts=6)}, "6 experts are not divisible by 4"),
+    ("dp2cp2", {"model": replace(TINY, moe_experts=4)}, "with cp"),
+    ("tp2", {"model": replace(TINY, moe_experts=4), "sp": True}, "with --sp"),
+    ("pp2", {"grad_accum": 2}, "--grad-accum with pp"),
+    ("dp2", {"grad_accum": 0}, "--grad-accum must be >= 1"),
+    ("fsdp2", {"zero": 1}, "--zero 1 needs a plain dpN layout"),
+    ("dp2", {"zero": 2}, "only 0 or 1"),
+    ("dp2", {"model": replace(TINY, batch=6), "batch_given": True, "grad_accum": 4}, "--batch 6 is not divisible"),
 ])
 def test_layouts_the_model_cannot_take(workload, kw, needle):
     kw = dict(kw)
@@ -99,6 +112,25 @@ def test_layouts_the_model_cannot_take(workload, kw, needle):
     with pytest.raises(WorkloadError) as e:
         resolve(workload, model, **kw)
     assert needle in str(e.value)
+
+
+def test_ep_groups_partition_the_data_parallel_replicas():
+    """dp4ep2 on tp2: EP groups are consecutive replicas with the same tp coordinate; edp joins equal ep coords."""
+    lay = parse_workload("dp4ep2tp2")
+    ep, edp = lay.ep_groups()
+    assert ep == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert edp == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert sorted(r for g in ep for r in g) == list(range(8)) and lay.world_size == 8
+    assert [lay.ep_coords(r) for r in (0, 2, 4, 6)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+
+def test_moe_config_counts_every_expert_and_flops_only_the_active_ones():
+    dense, moe = TINY, model_config("tiny", moe_experts=4, moe_topk=2, moe_every=2)
+    h, f = TINY.hidden, TINY.ffn
+    assert moe.moe_layers == 2  # layers 0 and 2
+    assert moe.params() - dense.params() == 2 * (h * 4 + 3 * 3 * h * f)
+    assert moe.active_params() - dense.params() == 2 * (h * 4 + 3 * 1 * h * f)
+    assert resolve("dp2", TINY, grad_accum=4).micro_batch == 1  # 8 sequences / dp2 / 4 microsteps
 
 
 def test_defaults_fill_schedule_microbatches_and_round_the_batch():
@@ -182,6 +214,9 @@ def test_the_launch_path_does_not_import_torch():
     (["--workload", "tp4", "--nproc-per-node", "2"], "needs 4 ranks but 2 are available"),
     (["--workload", "dp2", "--inject-fault", "rank:1"], "bad fault spec"),
     (["--workload", "dp2", "--nnodes", "2"], "--rdzv-endpoint"),
+    (["--workload", "ep2", "--moe-experts", "3"], "3 experts are not divisible by 2"),
+    (["--workload", "ep2", "--moe-experts", "2", "--moe-topk", "3"], "--moe-topk 3 is more than --moe-experts 2"),
+    (["--workload", "dp2", "--moe-route-skew", "0.5"], "need --moe-experts"),
 ])
 def test_cli_rejects_bad_input_with_exit_2_before_any_process(tmp_path, args, needle):
     out = tmp_path / "run"

@@ -21,18 +21,24 @@ MESH_ORDER = ("pp", "dp", "fsdp", "cp", "tp")
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b", "zbv", "dualpipev")
 DEFAULT_SCHEDULE = "1f1b"
 V_SCHEDULES = ("zbv", "dualpipev")  # two stages per rank, placed in a V
-_TOKEN = re.compile(r"(fsdp|dp|tp|pp|cp)")
+_TOKEN = re.compile(r"(fsdp|dp|tp|pp|cp|ep)")
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Sizes of the five parallel dimensions; 1 where absent."""
+    """Sizes of the five parallel dimensions; 1 where absent. `ep` borrows ranks from dp x fsdp (torchtitan):
+
+    the data-parallel replicas r = dp_coord*fsdp + fsdp_coord form EP groups of `ep` consecutive replicas
+    (ep coordinate r % ep); experts are sharded over an EP group and replicated over the dp*fsdp/ep groups
+    (`edp`, same r % ep). ep does not change the world size.
+    """
 
     dp: int = 1
     fsdp: int = 1
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1
 
     @property
     def world_size(self) -> int:
@@ -44,7 +50,26 @@ class Layout:
         return [d for d in MESH_ORDER if getattr(self, d) > 1]
 
     def as_dict(self) -> dict[str, int]:
-        return {d: getattr(self, d) for d in DIMS}
+        out = {d: getattr(self, d) for d in DIMS}
+        return out | {"ep": self.ep} if self.ep > 1 else out
+
+    def ep_coords(self, rank: int) -> tuple[int, int]:
+        """(ep coordinate, edp coordinate) of a rank: its place in its EP group and which EP group it is in."""
+        c = self.coords(rank)
+        replica = c["dp"] * self.fsdp + c["fsdp"]
+        return replica % self.ep, replica // self.ep
+
+    def ep_groups(self) -> tuple[list[list[int]], list[list[int]]]:
+        """(EP groups, expert-data-parallel groups) as lists of global ranks, in a fixed order for new_group."""
+        ep: dict[tuple, list[int]] = {}
+        edp: dict[tuple, list[int]] = {}
+        for r in range(self.world_size):
+            c = self.coords(r)
+            rest = (c["pp"], c["cp"], c["tp"])
+            e, g = self.ep_coords(r)
+            ep.setdefault(rest + (g,), []).append(r)
+            edp.setdefault(rest + (e,), []).append(r)
+        return list(ep.values()), list(edp.values())
 
     def coords(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of a global rank (row-major over MESH_ORDER, as init_device_mesh lays ranks out)."""
@@ -81,6 +106,12 @@ def parse_workload(text: str) -> Layout:
             raise WorkloadError(f"workload {text!r}: {dim} given twice")
         sizes[dim] = n
         pos = m.end() + len(digits.group())
+    ep = sizes.get("ep", 1)
+    if ep > 1 and sizes.get("dp", 1) * sizes.get("fsdp", 1) == 1:
+        sizes["dp"] = ep  # `ep2` alone: the EP group is a data-parallel group of 2 (torchtitan's dp_shard = ep)
+    if (sizes.get("dp", 1) * sizes.get("fsdp", 1)) % ep:
+        raise WorkloadError(f"workload {text!r}: ep{ep} must divide dp x fsdp = {sizes.get('dp', 1) * sizes.get('fsdp', 1)}",
+                            hint="ep borrows its ranks from the data-parallel dimension, e.g. dp4ep2")
     return Layout(**sizes)
 
 
@@ -129,6 +160,7 @@ class Plan:
     global_batch: int
     sp: bool = False
     extra: dict = field(default_factory=dict)
+    grad_accum: int = 1
 
     @property
     def dp_replicas(self) -> int:
@@ -141,7 +173,7 @@ class Plan:
 
     @property
     def micro_batch(self) -> int:
-        return self.local_batch // (self.pipeline.microbatches if self.pipeline else 1)
+        return self.local_batch // (self.pipeline.microbatches if self.pipeline else self.grad_accum)
 
     @property
     def tokens_per_step(self) -> int:
@@ -159,7 +191,7 @@ class Plan:
 
 def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, microbatches: int | None = None,
             batch_given: bool = False, sp: bool = False, ranks_available: int | None = None,
-            ranks_reason: str = "") -> Plan:
+            ranks_reason: str = "", grad_accum: int = 1, zero: int = 0) -> Plan:
     """Parse and validate a workload against a model; fill in defaults (schedule 1f1b, 2·pp microbatches).
 
     A default global batch is rounded up to a multiple of dp·fsdp·microbatches; an explicit `--batch` that
@@ -184,6 +216,17 @@ def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, m
                             f"({'cp x tp with --sp' if sp else 'cp'})")
     if sp and tp == 1:
         raise WorkloadError("--sp (sequence parallel) needs a tp dimension")
+    _check_moe(workload, lay, model, sp)
+    if grad_accum < 1:
+        raise WorkloadError(f"--grad-accum must be >= 1, got {grad_accum}")
+    if grad_accum > 1 and pp > 1:
+        raise WorkloadError("--grad-accum with pp: pipeline microbatches already accumulate",
+                            hint="use --microbatches")
+    if zero not in (0, 1):
+        raise WorkloadError(f"--zero {zero}: only 0 or 1 (ZeRO-2/3 is fsdpN, see docs/workloads.md)")
+    if zero == 1 and not (lay.dp > 1 and lay.fsdp == 1 and tp == 1 and pp == 1 and lay.ep == 1):
+        raise WorkloadError(f"--zero 1 needs a plain dpN layout (DDP + ZeroRedundancyOptimizer), got {workload!r}",
+                            hint="e.g. dp2 --zero 1; for sharded gradients/weights use fsdpN")
 
     pipeline = None
     if pp == 1:
@@ -208,11 +251,25 @@ def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, m
         if schedule == "interleaved1f1b" and m % max(1, m // pp):
             raise WorkloadError(f"interleaved1f1b needs microbatches divisible by {max(1, m // pp)}, got {m}")
 
-    per_step = lay.dp * lay.fsdp * (pipeline.microbatches if pipeline else 1)
+    per_step = lay.dp * lay.fsdp * (pipeline.microbatches if pipeline else grad_accum)
     batch = model.batch
     if batch % per_step:
         if batch_given:
-            raise WorkloadError(f"--batch {batch} is not divisible by dp x fsdp x microbatches = {per_step}")
+            raise WorkloadError(f"--batch {batch} is not divisible by dp x fsdp x microbatches (or grad-accum) = {per_step}")
         batch = math.ceil(batch / per_step) * per_step
         model = replace(model, batch=batch)
-    return Plan(workload=workload, layout=lay, model=model, pipeline=pipeline, global_batch=batch, sp=sp)
+    return Plan(workload=workload, layout=lay, model=model, pipeline=pipeline, global_batch=batch, sp=sp,
+                grad_accum=grad_accum)
+
+
+def _check_moe(workload: str, lay: Layout, model: ModelConfig, sp: bool) -> None:
+    """An ep dimension needs experts that split evenly over it; MoE composes with dp/fsdp/tp/pp, not cp or sp."""
+    e = model.moe_experts
+    if lay.ep > 1 and not e:
+        raise WorkloadError(f"workload {workload!r}: ep{lay.ep} needs a MoE model", hint="add --moe-experts E")
+    if e and e % lay.ep:
+        raise WorkloadError(f"ep{lay.ep}: {e} experts are not divisible by {lay.ep}", hint="ep must divide --moe-experts")
+    if e and lay.cp > 1:
+        raise WorkloadError("--moe-experts with cp: the per-sequence balance loss needs whole sequences")
+    if e and sp:
+        raise WorkloadError("--moe-experts with --sp is not supported (experts see replicated tokens under tp)")

@@ -94,12 +94,17 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0, expert_ids: list[int] | None = None):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        if cfg.is_moe_layer(layer):
+            from workloads.moe import MoE
+
+            self.feed_forward = MoE(cfg, expert_ids)
+        else:
+            self.feed_forward = FeedForward(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x))
@@ -110,12 +115,12 @@ class Transformer(nn.Module):
     """The whole model (defaults) or one pipeline stage: the given layers, plus embedding / head if first / last."""
 
     def __init__(self, cfg: ModelConfig, layer_ids: Iterable[int] | None = None, first: bool = True,
-                 last: bool = True):
+                 last: bool = True, expert_ids: list[int] | None = None):
         super().__init__()
         self.cfg = cfg
         ids = range(cfg.layers) if layer_ids is None else layer_ids
         self.tok_embeddings = nn.Embedding(cfg.vocab, cfg.hidden) if first else None
-        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in ids})
+        self.layers = nn.ModuleDict({str(i): Block(cfg, i, expert_ids) for i in ids})
         self.norm = RMSNorm(cfg.hidden, cfg.norm_eps) if last else None
         self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False) if last else None
 
@@ -138,10 +143,10 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
-def build(cfg: ModelConfig, layer_ids=None, first=True, last=True) -> Transformer:
-    """Construct on the meta device: no memory until `materialize`."""
+def build(cfg: ModelConfig, layer_ids=None, first=True, last=True, expert_ids=None) -> Transformer:
+    """Construct on the meta device: no memory until `materialize`. `expert_ids`: the experts this rank holds."""
     with torch.device("meta"):
-        return Transformer(cfg, layer_ids, first, last)
+        return Transformer(cfg, layer_ids, first, last, expert_ids)
 
 
 @torch.no_grad()

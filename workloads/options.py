@@ -103,6 +103,16 @@ class RunOptions:
                                              shown="on, off under pp")
     ac: bool = opt(False, "Activation checkpointing per decoder block.")
     with_stack: bool = opt(False, "Record Python stacks in the traces (larger, slower).")
+    moe_experts: int = opt(0, "Mixture of experts: experts per MoE layer (0: dense SwiGLU).")
+    moe_topk: int = opt(2, "MoE: experts per token.")
+    moe_every: int = opt(1, "MoE: every k-th layer is MoE (layers 0, k, 2k, ...).")
+    moe_capacity: float = opt(0.0, "MoE: capacity factor per source rank (0: drop nothing).")
+    moe_route_skew: float = opt(0.0, "MoE test knob: this share of each rank's tokens picks expert 0 first, "
+                                     "the rest round-robin (planted, known imbalance; 0: learned router).")
+    moe_aux_weight: float = opt(0.01, "MoE: weight of the per-sequence load-balancing loss.")
+    grad_accum: int = opt(1, "Gradient accumulation microsteps per optimizer step (DDP no_sync, FSDP2 "
+                             "set_requires_gradient_sync).")
+    zero: int = opt(0, "ZeRO stage for dpN: 0, or 1 = DDP + ZeroRedundancyOptimizer (2/3: use fsdpN).")
     seed: int = opt(0, "Seed for weights and data.")
     lr: float = opt(1e-3, "AdamW learning rate.")
 
@@ -130,10 +140,12 @@ class RunOptions:
 
     def plan(self, ranks_available: int | None = None, ranks_reason: str = "") -> Plan:
         cfg = model_config(self.model, layers=self.layers, hidden=self.hidden, seq_len=self.seq_len,
-                           batch=self.batch)
+                           batch=self.batch, moe_experts=self.moe_experts, moe_topk=self.moe_topk,
+                           moe_every=self.moe_every, moe_capacity=self.moe_capacity,
+                           moe_route_skew=self.moe_route_skew, moe_aux_weight=self.moe_aux_weight)
         return resolve(self.workload, cfg, schedule=self.schedule, microbatches=self.microbatches,
                        batch_given=self.batch is not None, sp=self.sp, ranks_available=ranks_available,
-                       ranks_reason=ranks_reason)
+                       ranks_reason=ranks_reason, grad_accum=self.grad_accum, zero=self.zero)
 
     def reshard(self, plan: Plan) -> bool:
         """FSDP reshard_after_forward: torchtitan's default, off under PP (it would re-gather per microbatch)."""

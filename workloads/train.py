@@ -63,7 +63,22 @@ class Trainer:
         self.modules = build_local_modules(plan, opts, self.mesh, self.rank, self.device, self.compute_dtype)
         params = [p for m in self.modules.values() for p in m.parameters()]
         # foreach kernels cannot mix DTensor and plain tensor parameters (TP without --sp leaves norms plain).
-        self.optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0, foreach=plan.layout.tp == 1)
+        if opts.zero == 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            # ZeRO-1: each dp rank keeps and updates the AdamW state of its share, then broadcasts the weights.
+            self.optimizer = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW,
+                                                     process_group=self.mesh.group("dp"), lr=opts.lr,
+                                                     weight_decay=0.0, foreach=True)
+        else:
+            # Under EP with FSDP the experts stay plain tensors beside FSDP's DTensors: same restriction.
+            plain = plan.layout.tp > 1 or (plan.layout.ep > 1 and plan.layout.fsdp > 1)
+            self.optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0, foreach=not plain)
+        from workloads.moe import moe_modules
+
+        for m in self.modules.values():
+            for moe in moe_modules(m):
+                moe.aux_scale = 1.0 / plan.grad_accum
         self.schedule = None
         if plan.pipeline:
             from workloads.parallel.pp import build_schedule
@@ -93,11 +108,16 @@ class Trainer:
                     else contextlib.nullcontext())
         loss = None
         if self.schedule is None:
-            model = self.modules[0]
-            with autocast, record_function("llmdiag/forward"):
-                loss = self.loss_fn(model(inputs), targets)
-            with record_function("llmdiag/backward"):
-                loss.backward()
+            model, n = self.modules[0], self.plan.grad_accum
+            total = 0.0
+            for i, (x, y) in enumerate(zip(inputs.chunk(n), targets.chunk(n))):
+                with _grad_sync(model, i == n - 1), autocast:
+                    with record_function("llmdiag/forward"):
+                        loss = self.loss_fn(model(x), y) / n
+                    with record_function("llmdiag/backward"):
+                        loss.backward()
+                total = total + loss.detach()
+            loss = total
         else:
             losses: list = []
             args = (inputs,) if self.is_first else ()
@@ -106,6 +126,12 @@ class Trainer:
                 self.schedule.step(*args, **kw)
             if self.is_last:
                 loss = torch.stack([x.detach().float() for x in losses]).mean()
+        if self.plan.layout.ep > 1:
+            from workloads.parallel.ep import reduce_expert_grads
+
+            with record_function("llmdiag/moe/expert_grad_sync"):
+                lay = self.plan.layout
+                reduce_expert_grads(self.modules.values(), lay.dp * lay.fsdp, self.mesh.edp_group)
         with record_function("llmdiag/optimizer"):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -171,6 +197,19 @@ class Trainer:
             unprofiled_step_ms=mean(tail),
             peak_memory_bytes=_peak_memory(self.device),
         )
+
+
+def _grad_sync(model, sync: bool):
+    """Gradient accumulation: skip the data-parallel reduction on all but the last microstep.
+
+    DDP: `no_sync()`; FSDP2 / replicate: `set_requires_gradient_sync(False)` (FSDP2 still reduce-scatters
+    nothing and keeps unsharded gradients until the last microstep).
+    """
+    if hasattr(model, "no_sync"):
+        return contextlib.nullcontext() if sync else model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(sync)
+    return contextlib.nullcontext()
 
 
 def _peak_memory(device) -> int:

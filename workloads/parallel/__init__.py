@@ -30,6 +30,7 @@ def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, dev
     Master weights are fp32 everywhere; on GPU the forward runs in bf16 (autocast, and FSDP's
     MixedPrecisionPolicy so that gathers move bf16).
     """
+    from workloads.parallel import ep as EP
     from workloads.parallel.cp import apply_cp
     from workloads.parallel.dp import apply_ddp
     from workloads.parallel.fsdp import apply_fsdp, mixed_precision
@@ -39,24 +40,28 @@ def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, dev
     stage_ids = plan.stages_of(rank)
     dp_kind, dp_mesh = mesh.data_parallel()
     mp = mixed_precision(compute_dtype)
+    experts = EP.local_experts(lay, rank, cfg.moe_experts)
     modules: dict[int, nn.Module] = {}
     for s in stage_ids:
         if pipe:
-            module = M.build(cfg, pipe.layers_of(s), first=s == 0, last=s == pipe.stages - 1)
+            module = M.build(cfg, pipe.layers_of(s), first=s == 0, last=s == pipe.stages - 1, expert_ids=experts)
         else:
-            module = M.build(cfg)
+            module = M.build(cfg, expert_ids=experts)
         for prefix, piece in module.pieces():
             M.materialize(piece, prefix, cfg, device, torch.float32, opts.seed)
             if lay.tp > 1:
                 apply_tp(prefix, piece, mesh["tp"], plan.sp)
+        EP.attach(module, mesh.ep_group, lay.ep)
+        ignored = {p for _, p in EP.expert_params(module)}
         if lay.cp > 1:
             apply_cp(module, mesh.group("cp"))
         if opts.ac:
             apply_ac(module)
         if dp_kind in ("fsdp", "hsdp"):
-            module = apply_fsdp(module, dp_mesh, opts.reshard(plan), mp)
+            module = apply_fsdp(module, dp_mesh, opts.reshard(plan), mp, ignored)
         elif dp_kind == "ddp":
             split_backward = pipe is not None and pipe.schedule in ("zbv", "dualpipev")
-            module = apply_ddp(module, dp_mesh, device, opts.bucket_cap_mb, lay.tp > 1 or split_backward, mp)
+            module = apply_ddp(module, dp_mesh, device, opts.bucket_cap_mb, lay.tp > 1 or split_backward, mp,
+                               ignored)
         modules[s] = module
     return modules

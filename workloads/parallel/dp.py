@@ -19,15 +19,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, device: torch.device, bucket_cap_mb: float,
-              use_replicate: bool, mp_policy=None) -> nn.Module:
+              use_replicate: bool, mp_policy=None, ignored: set | None = None) -> nn.Module:
+    """`ignored`: parameters reduced elsewhere (experts under EP: workloads.parallel.ep)."""
     if use_replicate:
         from torch.distributed._composable.replicate_with_fsdp import replicate
 
         kw = {"mp_policy": mp_policy} if mp_policy is not None else {}
+        if ignored:
+            kw["ignored_params"] = ignored
         for layer in module.layers.values():
             replicate(layer, mesh=dp_mesh, **kw)
         replicate(module, mesh=dp_mesh, **kw)
         return module
+    if ignored:
+        names = [n for n, p in module.named_parameters() if p in ignored]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
     return DistributedDataParallel(
         module,
         process_group=dp_mesh.get_group(),

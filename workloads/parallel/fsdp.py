@@ -22,8 +22,11 @@ def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy | None:
 
 
 def apply_fsdp(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool,
-               mp_policy: MixedPrecisionPolicy | None = None) -> nn.Module:
+               mp_policy: MixedPrecisionPolicy | None = None, ignored: set | None = None) -> nn.Module:
+    """`ignored`: parameters FSDP must leave alone (experts under EP, reduced by workloads.parallel.ep)."""
     kw = {"mp_policy": mp_policy} if mp_policy is not None else {}
+    if ignored:
+        kw["ignored_params"] = ignored
     for layer in module.layers.values():
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward, **kw)
     # The root group (embedding, final norm, head) is needed right at the end of backward: no point resharding.

@@ -32,6 +32,8 @@ def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> None:
 class Mesh:
     layout: Layout
     world: DeviceMesh | None  # None for a single process
+    ep_group: dist.ProcessGroup | None = None  # expert parallel (workloads.parallel.ep)
+    edp_group: dist.ProcessGroup | None = None  # ranks holding the same experts
 
     def has(self, dim: str) -> bool:
         return getattr(self.layout, dim) > 1
@@ -69,4 +71,7 @@ def build_mesh(layout: Layout, device: torch.device) -> Mesh:
         world[("fsdp", "cp")]._flatten("fsdp_cp")
     elif layout.dp > 1 and layout.cp > 1:
         world[("dp", "cp")]._flatten("dp_cp")
-    return Mesh(layout, world)
+    from workloads.parallel.ep import make_groups
+
+    ep_group, edp_group = make_groups(layout, dist.get_rank())
+    return Mesh(layout, world, ep_group, edp_group)

@@ -49,6 +49,8 @@ def apply_tp(name: str, piece: nn.Module, tp_mesh: DeviceMesh, sp: bool) -> None
         plan = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
     elif name.startswith("layers."):
         plan = _block_plan(sp)
+        if not hasattr(piece.feed_forward, "w1"):  # MoE: router and experts stay whole (replicated over tp)
+            plan = {k: v for k, v in plan.items() if not k.startswith("feed_forward")}
     elif name == "norm":
         if not sp:
             return  # replicated norm on replicated activations: nothing to shard
