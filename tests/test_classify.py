@@ -33,3 +33,144 @@ def test_all_to_all_split_sizes_kept(tmp_path, monkeypatch, parser):
     (args,) = [a for a in t.comm_args.values() if a.get("Collective name") == "all_to_all"]
     assert args["In split size"] == A2A_IN
     assert args["Out split size"] == A2A_OUT
+
+
+# ------------------------------------------------------------------ host op first: kind from the launching op
+from diagnose.analyze import analyze_path  # noqa: E402
+from diagnose.metrics.classify import classify  # noqa: E402
+from diagnose.io.trace import COMM, COMPUTE  # noqa: E402
+from tests import gen_traces  # noqa: E402
+
+REAL = "../shared/fixtures/real"
+
+
+def _analyse(tmp_path, *builders, **kw):
+    d = tmp_path / "run"
+    for b in builders:
+        b.write(d / f"rank{b.rank}.json")
+    return analyze_path(str(d), rules=False, jobs=1, **kw)
+
+
+def _kinds(m) -> dict:
+    out: dict = {}
+    for c in m.comm_by_kind:
+        out[c.kind] = out.get(c.kind, 0) + c.count
+    return out
+
+
+def test_sendrecv_kernel_under_all_to_all_op_is_all_to_all(tmp_path):
+    """2022 schema: no collective args anywhere; the kernel's launch sits in nccl:all_to_all, itself in
+    c10d::alltoall_base_ > record_param_comms. A real send/recv stays send/recv."""
+    b = TraceBuilder(rank=0, world_size=4)
+    b.step(1, 0, 2000)
+    b.cpu_op("c10d::alltoall_base_", 10, 60)
+    b.cpu_op("record_param_comms", 12, 50)
+    b.cpu_op("nccl:all_to_all", 15, 40)
+    b.kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", 100, 300,
+             stream=20, launch_at=20)
+    b.cpu_op("nccl:send", 500, 20)
+    b.kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", 600, 100,
+             stream=21, launch_at=505)
+    b.kernel("void gemm_bf16()", 100, 200, stream=7, launch_at=30)  # launched under nccl:all_to_all too
+    (m,) = _analyse(tmp_path, b).ranks
+    assert _kinds(m) == {"alltoall": 2, "send": 1}  # the GEMM launched inside the op counts as its work
+    assert m.compute_ms == 0.0
+
+
+def test_record_param_comms_args_name_the_kind(tmp_path):
+    b = TraceBuilder(rank=0, world_size=2)
+    b.step(1, 0, 1000)
+    b.cpu_op("record_param_comms", 10, 50, args={"Collective name": "all_to_allv", "dtype": "BFloat16",
+                                                   "In msg nelems": 1000, "Out msg nelems": 1000, "Group size": 2,
+                                                   "Process Group Name": "5", "Process Group Description": "ep"})
+    b.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100, 200, stream=20, launch_at=20)
+    (m,) = _analyse(tmp_path, b).ranks
+    (c,) = m.comm_by_kind
+    assert (c.kind, c.pg, c.bytes, c.group_size) == ("alltoall", "ep", 2000, 2)
+
+
+def test_b200_multimem_all_reduce_is_communication():
+    """Real vLLM B200 TP8 trace: 73 multimem_all_reduce_kernel launched under symm_mem::multimem_all_reduce_
+    (counted from the JSON: 2.12 ms in all), formerly compute."""
+    a = analyze_path(f"{REAL}/tracelens/b200_vllm_tp8_rank0.json.gz", rules=False, jobs=1)
+    (m,) = a.ranks
+    by = {c.kind: c for c in m.comm_by_kind}
+    assert by["allreduce"].count == 73 and by["allreduce"].total_ms == pytest.approx(2.12, abs=0.01)
+    assert m.comm_ms == pytest.approx(2.12 + by["allgather"].total_ms, abs=0.01)
+
+
+@pytest.mark.parametrize("mode", sorted(gen_traces.DEEPEP))
+def test_deepep_kernels_are_all_to_all_communication(tmp_path, mode):
+    b, ex = gen_traces.deepep_ep_rank(mode=mode)
+    (m,) = _analyse(tmp_path, b).ranks
+    assert [s.time_ms for s in m.steps] == [pytest.approx(u / 1e3) for u in ex.step_us]
+    assert [s.comm_ms for s in m.steps] == [pytest.approx(u / 1e3) for u in ex.comm_us]
+    assert [s.compute_ms for s in m.steps] == [pytest.approx(u / 1e3) for u in ex.compute_us]
+    assert m.overlap_ratio == pytest.approx(ex.overlap_ratio)
+    assert _kinds(m) == {"alltoall": 2 * 3 * 3}
+    assert not any("look like communication" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize("variant", sorted(gen_traces.TP_ALLREDUCE))
+def test_symmetric_memory_and_custom_all_reduce(tmp_path, variant):
+    b, ex = gen_traces.symm_mem_tp_rank(variant=variant)
+    (m,) = _analyse(tmp_path, b).ranks
+    assert [s.comm_ms for s in m.steps] == [pytest.approx(u / 1e3) for u in ex.comm_us]
+    assert [s.compute_ms for s in m.steps] == [pytest.approx(u / 1e3) for u in ex.compute_us]
+    assert m.overlap_ratio == pytest.approx(ex.overlap_ratio) == 0.0
+    assert _kinds(m) == {"allreduce": 8}
+
+
+def test_family_table_without_host_ops(tmp_path):
+    """The same kernels with no host op (launched outside the profiled window) are known by name."""
+    b = TraceBuilder(rank=0, world_size=8)
+    b.step(1, 0, 1000)
+    b.kernel(gen_traces.TP_ALLREDUCE["vllm_custom"][1], 100, 50, launch=False)
+    b.kernel(gen_traces.TP_ALLREDUCE["multimem"][1], 200, 50, launch=False)
+    b.kernel("void transformer_engine::userbuffers_fp16_sum_inplace_gpu_rr_rs<8>(int, int, int, void**)", 300, 50,
+             launch=False)
+    b.kernel("nvshmemi_proxy_progress_kernel", 400, 50, launch=False)
+    b.kernel("void gemm()", 500, 50, launch=False)
+    (m,) = _analyse(tmp_path, b).ranks
+    assert m.comm_ms == pytest.approx(0.2) and m.compute_ms == pytest.approx(0.05)
+
+
+def test_unknown_comm_looking_kernel_is_reported_once_naming_comm_regex(tmp_path):
+    b = TraceBuilder(rank=0, world_size=8)
+    b.step(1, 0, 1000)
+    for s in (100, 300):
+        b.kernel("void mylib::fused_allreduce_rmsnorm<8>(float*)", s, 50)
+    b.kernel("void gemm()", 500, 50)
+    (m,) = _analyse(tmp_path, b).ranks
+    hits = [w for w in m.warnings if "look like communication" in w]
+    assert len(hits) == 1 and "--comm-regex" in hits[0] and "1 kernel name(s)" in hits[0]
+    assert m.comm_ms == 0.0 and m.compute_ms == pytest.approx(0.15)
+    (m2,) = _analyse(tmp_path / "x", b, comm_regex="fused_allreduce").ranks
+    assert m2.comm_ms == pytest.approx(0.1) and not any("look like communication" in w for w in m2.warnings)
+
+
+def test_classification_is_linear_on_hostile_names(tmp_path):
+    """Issue #17.5: a 1 MB kernel name holding "gemm" (and "_f32_"), and a 1 MB DataLoader op name, classify
+    in well under a second (the old regexes backtracked quadratically: 300+ s and 47 s)."""
+    import time
+
+    big_kernel = "void gemm" + "_f32_x" * 170_000 + "("
+    big_op = "enumerate(DataLoader)#_SingleProcessDataLoaderIter." + "dataloader_" * 95_000
+    b = TraceBuilder(rank=0, world_size=1)
+    b.step(1, 0, 1000)
+    b.cpu_op(big_op, 150, 50)  # inside the device window [100, 500]
+    b.kernel(big_kernel, 100, 200)
+    b.kernel("nccl" + "x" * 1_000_000, 400, 100)
+    path = b.write(tmp_path / "big" / "rank0.json")
+    t = load_trace(path)
+    t0 = time.perf_counter()
+    classify(t)
+    from diagnose.metrics.kernels import hints
+    from diagnose.metrics.steps import windows
+
+    wins, _ = windows(t)
+    h = hints(t, wins, 0.0, 1.0)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, elapsed
+    assert (t.kind[t.name == t.names.index(big_kernel)] == COMPUTE).all()
+    assert h.dataloader_frac is not None and h.dataloader_frac > 0

@@ -260,11 +260,15 @@ def test_amd_cijk_kernels_are_compute(tmp_path):
 DEEPEP = "void deep_ep::intranode::dispatch<8, 768>(int4*, float*, int*, long*)"
 
 
-def _deepep_trace():
+# A library the family table does not know (DeepEP itself is in it: tests/test_classify.py).
+UNKNOWN_EP = "void myco::ep::exchange_tokens<8, 768>(int4*, float*, int*, long*)"
+
+
+def _deepep_trace(name=UNKNOWN_EP):
     b = TraceBuilder()
     b.step(1, 0, 1000)
     b.kernel("void gemm()", 100, 300, launch_at=10)
-    b.kernel(DEEPEP, 300, 200, stream=30, launch_at=11)
+    b.kernel(name, 300, 200, stream=30, launch_at=11)
     return b
 
 
@@ -272,7 +276,9 @@ def test_comm_regex_marks_custom_kernels(tmp_path):
     b = _deepep_trace()
     default = one(tmp_path, b, sub="default")
     assert default.overlap_ratio is None and default.compute_ms == approx(0.4)
-    custom = one(tmp_path, b, sub="regex", comm_regex=r"deep_ep::")
+    known = one(tmp_path, _deepep_trace(DEEPEP), sub="known")  # DeepEP is communication with no regex
+    assert known.compute_ms == approx(0.3) and known.comm_ms == approx(0.2)
+    custom = one(tmp_path, b, sub="regex", comm_regex=r"myco::ep::")
     assert custom.compute_ms == approx(0.3) and custom.comm_ms == approx(0.2)
     assert custom.overlap_ratio == pytest.approx(0.5)
     assert custom.exposed_comm_ms == approx(0.1)
@@ -283,11 +289,11 @@ def test_comm_regex_through_the_cli(tmp_path):
 
     path = _deepep_trace().write(tmp_path / "t" / "rank0.json")
     out = tmp_path / "s.json"
-    res = CliRunner().invoke(analyze, [path, "--no-report", "-q", "--json", str(out), "--comm-regex", "deep_ep::",
+    res = CliRunner().invoke(analyze, [path, "--no-report", "-q", "--json", str(out), "--comm-regex", "myco::ep::",
                                        "-j", "1"])
     assert res.exit_code == 0, res.output
     summary = orjson.loads(out.read_bytes())
-    assert summary["options"]["comm_regex"] == "deep_ep::"
+    assert summary["options"]["comm_regex"] == "myco::ep::"
     assert summary["ranks"][0]["overlap_ratio"] == pytest.approx(0.5)
 
 

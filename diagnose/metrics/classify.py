@@ -1,10 +1,15 @@
 """Sorts every event into compute / comm / memcpy / memset / sync / host kinds.
 
-GPU traces: device-side events (those on a stream) are the timeline; NCCL/RCCL kernels by name (both
-`ncclKernel_*` and NCCL ≥ 2.19 `ncclDevKernel_*`), any kernel carrying `Collective name` args, and a
-user regex are communication. CPU-only (gloo) traces: the real work of a collective is a `gloo:<op>`
-span on a `pt_gloo_runloop` thread; compute is the top-level ops of the training threads, minus the
-short `c10d::*` enqueue ops and the blocking waits, which are classed as sync.
+GPU traces: device-side events (those on a stream) are the timeline. A kernel is communication, in this
+order of evidence: (1) it was launched under a host communication op (host_ops.py: `record_param_comms`,
+`nccl:*`, `c10d::*`, `symm_mem::*`, ...), whatever its name, and its kind comes from that op (so an
+all_to_all run as `ncclKernel_SendRecv` is an all_to_all); or it carries Kineto's `Collective name` args
+(copied from that same op); (2) its name is in the family table (comm_families.py: NCCL/RCCL/MSCCL, DeepEP,
+torch symmetric memory, custom all-reduce, NVSHMEM, TE userbuffers); (3) it matches the user's
+`--comm-regex`. A kernel that matches none but whose name looks like communication stays compute and is
+reported once, naming `--comm-regex`. CPU-only (gloo) traces: the real work of a collective is a
+`gloo:<op>` span on a `pt_gloo_runloop` thread; compute is the top-level ops of the training threads, minus
+the short `c10d::*` enqueue ops and the blocking waits, which are classed as sync.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import re
 import numpy as np
 
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
+from diagnose.metrics import host_ops
+from diagnose.metrics.comm_families import NAME_CAP, family_of, looks_like_comm
 
-COMM_KERNEL_RE = re.compile(r"^(nccl|rccl).*(Kernel|kernel)|^ncclDevKernel|^rccl|^nccl:|^msccl", re.I)
 MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")
 MEMSET_RE = re.compile(r"^(Memset|memset)|FillBuffer")
 SYNC_KERNEL_RE = re.compile(r"Sync\b|^cuda.*Synchronize|Event Sync|Stream Wait", re.I)
@@ -35,6 +41,7 @@ def prefiltered(regex: re.Pattern, *needles: str):
     fold = bool(regex.flags & re.I)
 
     def test(name: str) -> bool:
+        name = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
         n = name.lower() if fold else name
         return any(x in n for x in needles) and regex.search(name) is not None
 
@@ -60,6 +67,12 @@ def classify(t: RankTrace, comm_regex: str | None = None) -> np.ndarray:
     device = (t.stream >= 0) | t.cat_mask(*GPU_CATS)
     device &= ~t.cat_mask("gpu_user_annotation")
 
+    host = ~device
+    kind[host & t.cat_mask(*RUNTIME_CATS)] = RUNTIME
+    kind[host & t.cat_mask(*ANNOTATION_CATS)] = ANNOTATION
+    ops = host & t.cat_mask(*HOST_CATS_OP)
+    kind[ops] = CPU_OP
+
     if device.any():
         kernel_like = device & ~t.cat_mask("gpu_memcpy", "gpu_memset", "cuda_sync")
         kind[kernel_like] = COMPUTE
@@ -69,25 +82,55 @@ def classify(t: RankTrace, comm_regex: str | None = None) -> np.ndarray:
         kind[t.name_mask(is_memcpy, kernel_like)] = MEMCPY
         kind[t.name_mask(is_memset, kernel_like)] = MEMSET
         kind[t.name_mask(is_sync_kernel, kernel_like)] = SYNC
-        comm = t.name_mask(COMM_KERNEL_RE.search, kernel_like)
-        if user is not None:
-            comm |= t.name_mask(user.search, kernel_like)
-        if t.comm_args:
-            has_args = np.zeros(n, bool)
-            has_args[[i for i, a in t.comm_args.items() if "Collective name" in a]] = True
-            comm |= has_args
-        kind[kernel_like & comm] = COMM
-
-    host = ~device
-    kind[host & t.cat_mask(*RUNTIME_CATS)] = RUNTIME
-    kind[host & t.cat_mask(*ANNOTATION_CATS)] = ANNOTATION
-    ops = host & t.cat_mask(*HOST_CATS_OP)
-    kind[ops] = CPU_OP
+        _classify_device_comm(t, kind, kernel_like & (kind == COMPUTE), user)
 
     if not device.any():
         _classify_cpu_only(t, kind, ops, user)
     t.kind = kind
     return kind
+
+
+def _classify_device_comm(t: RankTrace, kind: np.ndarray, kernels: np.ndarray, user) -> None:
+    """Marks communication kernels (host op, args, family, user regex, in that order) and gives each the
+    args its kind is read from; warns once about comm-looking kernels nothing explains."""
+    comm = np.zeros(len(t), bool)
+    for d, h in host_ops.comm_launches(t, kind).items():
+        if not kernels[d]:
+            continue
+        comm[d] = True
+        own = t.comm_args.get(d, {})
+        if own.get("Collective name"):
+            continue  # Kineto copied the launching op's args onto the kernel: already host evidence
+        args = {**t.comm_args.get(h, {}), **own, "Host op": t.names[t.name[h]][:200]}
+        if not args.get("Collective name"):
+            args["Collective name"] = collective_kind(t.names[t.name[h]])
+        t.comm_args[d] = args
+    if t.comm_args:
+        has_args = np.zeros(len(t), bool)
+        has_args[[i for i, a in t.comm_args.items() if "Collective name" in a]] = True
+        comm |= has_args & kernels
+    families = {}
+    for i in np.flatnonzero(np.bincount(t.name[kernels & ~comm], minlength=len(t.names))).tolist():
+        f = family_of(t.names[i])
+        if f is not None:
+            families[i] = f
+    if families:
+        fam = kernels & ~comm & np.isin(t.name, list(families))
+        comm |= fam
+        for d in np.flatnonzero(fam).tolist():
+            f = families[int(t.name[d])]
+            if f.kind and not t.comm_args.get(d, {}).get("Collective name"):
+                t.comm_args[d] = {**t.comm_args.get(d, {}), "Collective name": f.kind, "Comm family": f.name}
+    if user is not None:
+        comm |= t.name_mask(lambda nm: user.search(nm[:NAME_CAP]) is not None, kernels)
+    kind[comm] = COMM
+    unexplained = t.name_ids(looks_like_comm, kernels & ~comm)
+    if len(unexplained):
+        ms = float(t.dur[np.isin(t.name, unexplained) & kernels].sum()) / 1e6
+        example = t.names[int(unexplained[0])][:120]
+        t.warnings.append(f"{len(unexplained)} kernel name(s) look like communication but match no known family "
+                          f"(e.g. {example!r}, {ms:.3f} ms in all): counted as compute; pass --comm-regex to "
+                          "count them as communication")
 
 
 def gloo_threads(t: RankTrace) -> set[int]:

@@ -1,0 +1,97 @@
+"""Device events linked to the host ops that launched them.
+
+A kernel's launch is the runtime call (cudaLaunchKernel, hipExtLaunchKernel, ...) carrying the same
+`correlation` id; the host ops enclosing that call on its thread are the kernel's call stack. Kineto
+writes `correlation` into both events in every schema we know (2021 to 2025; the `ac2g` /
+`async_cpu_to_gpu` flow events of older traces repeat the same id, so they add nothing). The
+`External id` of a kernel names its innermost op only in recent traces (older ones copy the
+correlation into it), so the call stack is found by nesting, which works in both.
+
+What this gives classification: whether a kernel ran under a host communication op
+(`record_param_comms`, `nccl:*`, `c10d::*`, `_c10d_functional::*`, `symm_mem::*`, `vllm::all_reduce`,
+...), and which one says the most about it (the innermost carrying `Collective name`, else the
+innermost whose name names a collective).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
+from diagnose.metrics.comm_families import NAME_CAP
+
+# Host ops whose kernels are communication. Waits are excluded (they launch nothing that moves data).
+_NAMESPACED_COLL = re.compile(r"^\w{1,64}::\w{0,64}?(?:all_reduce|allreduce|all_gather|allgather|reduce_scatter|"
+                              r"reducescatter|all_to_all|alltoall|broadcast)")
+_PREFIXES = ("record_param_comms", "nccl:", "rccl:", "c10d::", "_c10d_functional::", "c10d_functional::",
+             "_c10d_functional_autograd::", "symm_mem::")
+
+
+def is_comm_op(name: str) -> bool:
+    head = name[:NAME_CAP]
+    if "wait" in head[:80]:
+        return False
+    return head.startswith(_PREFIXES) or (not head.startswith("aten::") and _NAMESPACED_COLL.match(head) is not None)
+
+
+def comm_launches(t: RankTrace, op_kind: np.ndarray) -> dict[int, int]:
+    """Device event index -> index of the host communication op that explains it (see module doc).
+
+    `op_kind` is classify's kind array so far (host ops and runtime calls already sorted)."""
+    host = (t.stream < 0) & ((op_kind == CPU_OP) | (op_kind == ANNOTATION))
+    ops = np.flatnonzero(t.name_mask(is_comm_op, host))
+    if not len(ops):
+        return {}
+    dev = np.flatnonzero((t.stream >= 0) & (t.corr >= 0))
+    if not len(dev):
+        return {}
+    rt = np.flatnonzero((op_kind == RUNTIME) & (t.corr >= 0))
+    rt = rt[np.isin(t.corr[rt], t.corr[dev]) & np.isin(t.thread[rt], np.unique(t.thread[ops]))]
+    if not len(rt):
+        return {}
+    best = _explaining_op(t, ops, rt)  # runtime index -> op index
+    corr_op = {int(t.corr[r]): o for r, o in best.items()}
+    out = {}
+    for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
+        o = corr_op.get(c)
+        if o is not None:
+            out[d] = o
+    return out
+
+
+def _score(t: RankTrace, o: int) -> int:
+    """How much an enclosing comm op says: 2 its own collective args, 1 a collective in its name."""
+    a = t.comm_args.get(o)
+    if a and a.get("Collective name"):
+        return 2
+    return 0 if t.names[t.name[o]] == "record_param_comms" else 1
+
+
+def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored).
+    One sweep per thread over ops (sorted by start, longer first) and calls (sorted by time) with a stack
+    of open ops: linear after the sort."""
+    out: dict[int, int] = {}
+    ends = t.ts + t.dur
+    for th in np.unique(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))].tolist()
+        r = rt[t.thread[rt] == th]
+        r = r[np.argsort(t.ts[r], kind="stable")].tolist()
+        stack: list[int] = []
+        j = 0
+        for call in r:
+            ts = int(t.ts[call])
+            while j < len(o) and int(t.ts[o[j]]) <= ts:
+                while stack and int(ends[stack[-1]]) < int(t.ts[o[j]]):
+                    stack.pop()
+                stack.append(o[j])
+                j += 1
+            while stack and int(ends[stack[-1]]) < ts:
+                stack.pop()
+            live = [s for s in stack if int(ends[s]) >= ts]
+            if live:
+                out[call] = max(reversed(live), key=lambda s: _score(t, s))
+    return out
