@@ -16,6 +16,19 @@ from diagnose.model.format import fmt, fmt_delta
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+CHART_ROWS = 12
+
+
+def chart_rows(comparison, n: int = CHART_ROWS) -> list[dict]:
+    """The rows with a known good direction and a relative change, largest change first (per-rank rows
+    left out): name, change in % (clamped to ±100 for the bar), effect."""
+    rows = [r for s in comparison.sections if not s.title.startswith("Per rank") for r in s.rows
+            if r.effect and r.rel is not None]
+    rows.sort(key=lambda r: -abs(r.rel))
+    return [{"name": r.name.strip(), "pct": r.rel * 100, "w": min(abs(r.rel), 1.0) * 180, "neg": r.rel < 0,
+             "effect": r.effect} for r in rows[:n]]
+
+
 def render_diff_html(comparison) -> str:
     """`comparison`: a `diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -23,4 +36,4 @@ def render_diff_html(comparison) -> str:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt  # {{ value | fmt(unit) }}
     env.filters["delta"] = lambda r: fmt_delta(r.delta, r.unit, r.a)  # {{ row | delta }}: B − A of a diff row
-    return env.get_template("diff.html.j2").render(c=comparison)
+    return env.get_template("diff.html.j2").render(c=comparison, chart=chart_rows(comparison))

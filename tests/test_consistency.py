@@ -19,7 +19,7 @@ from diagnose.cli.terminal import render
 from diagnose.gate.diff import compare, render_text
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, fmt_gain
 from diagnose.rules import findings
 from reports.render import render_html
 from tests.summaries import busy, typed
@@ -84,7 +84,7 @@ def assert_consistent(a: Analysis) -> None:
                     fmt(g.exposed_ms_per_step, "ms", False)]
             assert t[0] == r[0] == g.kind and t[4:7] == nums and r[4:7] == nums
             assert t[7] == fmt(g.overlap, "pct") and r[7] in (fmt(g.overlap, "pct"), fmt(g.overlap, "pct", False))
-            name = next(n for n in rows if n.startswith(f"{g.kind} ") and n.endswith(": ms per step")
+            name = next(n for n in rows if n.startswith(g.kind) and n[len(g.kind)] in " :" and n.endswith(": ms per step")
                         and (g.pg in n) and rows[n].a == g.time_ms_per_step)
             assert fmt(g.time_ms_per_step, "ms") in _diff_line(dtext, name)
 
@@ -127,12 +127,12 @@ def assert_consistent(a: Analysis) -> None:
 
     # findings: the same order, the same gain and share everywhere
     assert b.findings == a.findings
-    titles = [re.sub(r" — ≈ .*$", "", t) for t in re.findall(r"^  \[\w+\] (.*)$", text, flags=re.M)]
+    titles = [re.sub(r" — (≈|up to) .*$", "", t) for t in re.findall(r"^  \[\w+\] (.*)$", text, flags=re.M)]
     assert titles == [f.title for f in a.findings[:len(titles)]]
     page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html))
     for f in a.findings:
         if f.gain_ms is not None:
-            gain = f"≈ {fmt(f.gain_ms, 'ms')} per step ({fmt(f.gain_frac, 'pct')} of the step)"
+            gain = fmt_gain(f)
             assert gain in f.expected_gain and gain in page
             if f in a.findings[:len(titles)]:
                 assert f"{f.title} — {gain}" in text

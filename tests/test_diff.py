@@ -30,7 +30,7 @@ def test_world_sizes_differ_is_aggregate_only():
     assert any("world sizes differ (2 vs 4)" in n and "aggregate-only" in n for n in c.notes)
     assert _section(c, "Per rank") is None
     r = _row(c, "Overlap", "overlap ratio, mean")
-    assert (r.a, r.b, r.change) == (0.8, 0.6, "worse")
+    assert (r.a, r.b, r.change, r.effect) == (0.8, 0.6, "down", "worse")
     text = render_text(c)
     assert "AGGREGATE-ONLY COMPARISON" in text and "2 ranks" in text and "4 ranks" in text
 
@@ -43,7 +43,7 @@ def test_matched_ranks_and_kernels():
     assert c.aggregate_only is False and not c.notes
     per_rank = _section(c, "Per rank")
     r1 = next(r for r in per_rank.rows if r.name == "rank 1 step_time")
-    assert (r1.a, r1.b, r1.change) == (100.0, 130.0, "worse")
+    assert (r1.a, r1.b, r1.change, r1.effect) == (100.0, 130.0, "up", "worse")
     k = c.kernels
     assert [r.name for r in k.grew] == ["aten::mm"] and k.grew[0].delta == pytest.approx(20.0)
     assert [r.name for r in k.shrank] == ["aten::add"]
@@ -58,10 +58,13 @@ def test_one_direction_word_per_metric_and_layouts_in_words():
 
     c = compare(analysis(8, pipeline=True), typed(busy(8)))
     rows = [r for s in c.sections for r in s.rows] + c.kernels.grew + c.kernels.shrank
-    for r in rows:
-        allowed = {"better", "worse"} if r.better else {"up", "down"}
-        assert r.change in allowed | {"same", ""}, r
-    assert {r.change for r in rows} >= {"worse", "same"}
+    for r in rows:  # one direction word for one sign, whatever the metric; the effect apart
+        assert r.change == ("" if r.delta is None else "same" if r.change == "same" else "up" if r.delta > 0
+                            else "down"), r
+        assert r.effect in (({"better", "worse"} if r.better and r.change not in ("same", "") else set()) | {""}), r
+        if r.better and r.change in ("up", "down"):
+            assert (r.effect == "better") == ((r.change == "up") == (r.better == "higher")), r
+    assert {r.change for r in rows} >= {"up", "down", "same"} and {r.effect for r in rows} >= {"worse"}
     c = compare(analysis(8), analysis(4))
     assert "layouts differ (dp=4 × tp=2 vs dp=4)" in c.notes and "{" not in render_text(c)
 
@@ -107,7 +110,7 @@ def test_real_traces_2rank_vs_16rank():
     assert c.aggregate_only is True and any("world sizes differ (2 vs 16)" in n for n in c.notes)
     ov = _row(c, "Overlap", "overlap ratio, mean")
     # HTA's reference overlap: 14.31 % and 1.37 %; a second implementation lands within a few points
-    assert 0.08 < ov.a < 0.22 and 0.0 < ov.b < 0.05 and ov.change == "worse"
+    assert 0.08 < ov.a < 0.22 and 0.0 < ov.b < 0.05 and (ov.change, ov.effect) == ("down", "worse")
     kinds = {r.name.split()[0] for r in _section(c, "Communication").rows if ":" in r.name}
     assert {"allreduce", "sendrecv"} <= kinds
     k = c.kernels
@@ -116,3 +119,33 @@ def test_real_traces_2rank_vs_16rank():
     text = render_text(c)
     assert "world size 16, 1 rank analyzed" in text and "AGGREGATE-ONLY" in text
     assert "ncclKernel_SendRecv" in render_diff_html(c)
+
+
+def test_diff_names_what_differs_ends_in_a_verdict_and_draws_the_changes():
+    """Two sides that differ in an analysis option: the option is named, the verdict says faster/slower with
+    the step time's change, and the chart has one bar per judged row, coloured by its effect."""
+    import dataclasses
+
+    from tests.summaries import analysis
+
+    a, b = analysis(8), analysis(8)
+    b.options = dataclasses.replace(b.options, exclude_last_step=True)
+    for r in b.ranks:
+        r.step_time_ms *= 0.9
+        r.exposed_comm_ms *= 1.5
+    c = compare(a, b)
+    assert "exclude last step: A off, B on" in c.differs
+    step = _row(c, "Step breakdown", "step time")
+    assert step.change == "down" and step.effect == "better"
+    assert c.verdict.startswith("B is faster than A: step time") and "(-10.0%)" in c.verdict
+    n_better = sum(r.effect == "better" for s in c.sections for r in s.rows)
+    assert f"{n_better} better" in c.verdict
+    text = render_text(c)
+    assert "differs: exclude last step: A off, B on" in text and f"verdict: {c.verdict}" in text
+    html = render_diff_html(c)
+    assert c.verdict in html and "What differs" in html
+    bars = re.findall(r'<rect [^>]*fill="(#[0-9a-f]+)"', html)
+    judged = [r for s in c.sections if not s.title.startswith("Per rank") for r in s.rows if r.effect and r.rel]
+    assert len(bars) == min(12, len(judged)) and "#0a7a32" in bars and "#b3261e" in bars
+    same = compare(a, analysis(8))
+    assert same.differs == [] and same.verdict.startswith("B runs at the same speed as A")

@@ -17,7 +17,7 @@ from markupsafe import escape
 
 from diagnose.errors import LlmdiagError
 from diagnose.model.analysis import Aggregate, Analysis, Hints
-from diagnose.model.format import UNITS, fmt
+from diagnose.model.format import UNITS, fmt, fmt_gain
 from diagnose.rules import findings
 from reports.context import pick_ranks
 from reports.render import SORT_JS, _code, render_html, render_report
@@ -297,7 +297,7 @@ def test_terminal_and_report_print_the_same_numbers():
     head = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split('id="headline"')[1].split("</section>")[0]))
     for f in a.findings[:3]:
         if f.gain_ms is not None:
-            gain = f"≈ {fmt(f.gain_ms, 'ms')} per step ({fmt(f.gain_frac, 'pct')} of the step)"
+            gain = fmt_gain(f)
             assert gain in head and f"{f.title} — {gain}" in text
     assert [t.split("] ", 1)[1].split(" — ")[0] for t in re.findall(r"^  \[\w+\] .*$", text, flags=re.M)] == \
         [f.title for f in a.findings[:5]]  # the same order as the report's

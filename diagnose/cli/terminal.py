@@ -12,7 +12,7 @@ from diagnose.errors import printable
 from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
-from diagnose.model.format import column_unit, fmt, header_unit, ranges
+from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from diagnose.model.names import middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -92,7 +92,7 @@ def _ranks(a: Analysis) -> str:
 def _comm(a: Analysis) -> str:
     groups = views.comm_by_group(a)
     bw = column_unit([g.busbw_gbps for g in groups[:MAX_ROWS]], "gbps")
-    rows = [[g.kind or "?", g.pg or "-", g.role, str(g.ranks), fmt(g.ops_per_step, "avg"), _ms(g.time_ms_per_step),
+    rows = [[g.kind or "unknown", g.pg or "-", g.role if g.role != "?" else "unknown", str(g.ranks), fmt(g.ops_per_step, "avg"), _ms(g.time_ms_per_step),
              _ms(g.exposed_ms_per_step), _pct(g.overlap),
              f"{_pct(g.worst_overlap)} (rank {g.worst_rank})" if g.worst_rank is not None else "n/a",
              fmt(g.busbw_gbps, bw, suffix=False)] for g in groups[:MAX_ROWS]]
@@ -163,7 +163,7 @@ def _findings(a: Analysis) -> str:
         return ""
     lines = []
     for f in a.findings[:TOP_FINDINGS]:
-        gain = "" if f.gain_ms is None else f" — ≈ {fmt(f.gain_ms, 'ms')} per step ({_pct(f.gain_frac)} of the step)"
+        gain = "" if f.gain_ms is None else f" — {fmt_gain(f)}"
         lines.append(f"  [{f.severity}] {printable(f.title)}{gain}\n      evidence: {printable(f.evidence.text)}"
                      f"\n      action: {printable(f.action)}\n      expected gain: {printable(f.expected_gain)}")
     more = len(a.findings) - TOP_FINDINGS

@@ -9,14 +9,16 @@ ranks are compared, and the result says so (`aggregate_only`), because rank 3 of
 of a 16-rank job are not the same worker. A kernel is "new" or "vanished" relative to each side's
 top-kernel list, which is truncated, and the labels say that too.
 
-Every row measures something with one known direction or none (`MEASURES`): a change reads "better" or
-"worse" where a direction is known, "up" or "down" where none is, and "same" when it is small.
+Every row says its direction in one word, the same word for the same sign everywhere ("up", "down", or
+"same" when small), and, where the metric has a known good direction (`MEASURES`), its effect apart:
+"better" or "worse". The comparison names what differs between the sides besides the numbers (options,
+layout, schedule, versions) and ends in a one-line verdict.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from diagnose.errors import printable
 from diagnose.gate.format import ranks_text, table
@@ -55,8 +57,9 @@ class Row:
     delta: float | None  # b − a
     rel: float | None  # delta / |a|
     better: str | None  # "lower", "higher", or None
-    change: str  # better, worse, up, down, same; "" where a side is undefined
+    change: str  # up, down, same; "" where a side is undefined
     kind: str = ""  # kernels: compute, comm, memcpy, memset
+    effect: str = ""  # better or worse where `better` is known and the change is not "same"; else ""
 
 
 @dataclass
@@ -81,16 +84,14 @@ class Comparison:
     notes: list[str]
     sections: list[Section]
     kernels: Kernels
+    differs: list[str] = field(default_factory=list)  # what differs between the sides besides the numbers (options, layout, ...)
+    verdict: str = ""  # one line: the step time's change and how many rows got better or worse
 
 
-def _change(unit: str, better: str | None, a: float, b: float) -> str:
+def _change(unit: str, a: float, b: float) -> str:
     d = b - a
     small = d == 0 or (abs(d) < SAME_POINTS if unit == "pct" else bool(a) and abs(d / a) < SAME_REL)
-    if small:
-        return "same"
-    if better:
-        return "better" if (d > 0) == (better == "higher") else "worse"
-    return "up" if d > 0 else "down"
+    return "same" if small else ("up" if d > 0 else "down")
 
 
 def row(name: str, measure: str, a, b, kind: str = "") -> Row:
@@ -99,7 +100,10 @@ def row(name: str, measure: str, a, b, kind: str = "") -> Row:
     b = None if b is None else float(b)
     if a is None or b is None:
         return Row(name, unit, a, b, None, None, better, "", kind)
-    return Row(name, unit, a, b, b - a, (b - a) / abs(a) if a else None, better, _change(unit, better, a, b), kind)
+    change = _change(unit, a, b)
+    effect = "" if not better or change == "same" else ("better" if (change == "up") == (better == "higher")
+                                                        else "worse")
+    return Row(name, unit, a, b, b - a, (b - a) / abs(a) if a else None, better, change, kind, effect)
 
 
 def _defined(rows: list[Row]) -> list[Row]:
@@ -233,14 +237,61 @@ def _kernels(a: Analysis, b: Analysis, top: int) -> Kernels:
                         key=lambda r: (-r.a, r.name))[:top])
 
 
+def _settings(a: Analysis) -> dict[str, str]:
+    """What was chosen when the side was made or analysed, as text: analysis options, the run's options,
+    workload, schedule, versions."""
+    out = {"exclude last step": "on" if a.options.exclude_last_step else "off",
+           "extra comm regex": a.options.comm_regex or "none"}
+    pv = a.provenance
+    if pv is not None:
+        out.update({f"analyze {k}": str(v) for k, v in pv.options.items() if k not in ("exclude_last_step",
+                                                                                       "comm_regex")})
+    m = a.manifest
+    if m is not None:
+        out["workload"] = str(m.workload)
+        out.update({f"run option {k}": str(v) for k, v in (m.options or {}).items()})
+    if a.pipeline:
+        out["pipeline schedule"] = f"{a.pipeline.schedule}, m={a.pipeline.microbatches}"
+    out["llmdiag"] = a.llmdiag_version or "?"
+    return out
+
+
+def differences(a: Analysis, b: Analysis) -> list[str]:
+    """'name: A x, B y' for every setting that differs, or is known on one side only."""
+    x, y = _settings(a), _settings(b)
+    return [f"{k}: A {x.get(k, 'not recorded')}, B {y.get(k, 'not recorded')}" for k in [*x, *(k for k in y if k
+            not in x)] if x.get(k) != y.get(k)]
+
+
+def verdict_line(sections: list[Section]) -> str:
+    """B against A in one line: the mean step time's change, then how many rows with a known direction got
+    better or worse (the largest of each named)."""
+    rows = [r for s in sections for r in s.rows]
+    step = next((r for r in rows if r.name == "step time" and r.delta is not None), None)
+    judged = [r for r in rows if r.effect and (r.rel is not None or r.unit == "pct")]
+    size = lambda r: abs(r.delta) * 100 if r.unit == "pct" else abs(r.rel or 0)
+    good = sorted((r for r in judged if r.effect == "better"), key=size, reverse=True)
+    bad = sorted((r for r in judged if r.effect == "worse"), key=size, reverse=True)
+    if step is None:
+        head = "B vs A: no step time on both sides"
+    elif step.change == "same":
+        head = f"B runs at the same speed as A (step time {fmt_delta(step.delta, 'ms', step.a)})"
+    else:
+        head = (f"B is {'faster' if step.effect == 'better' else 'slower'} than A: step time "
+                f"{fmt(step.a, 'ms')} → {fmt(step.b, 'ms')} ({fmt_delta(step.delta, 'ms', step.a)})")
+    tail = [f"{len(good)} better" + (f" (most: {good[0].name.strip()})" if good else ""),
+            f"{len(bad)} worse" + (f" (most: {bad[0].name.strip()})" if bad else "")]
+    return f"{head}; {', '.join(tail)}"
+
+
 def compare(a: Analysis, b: Analysis, top: int = 10) -> Comparison:
     """B relative to A."""
     sa, sb = describe(a), describe(b)
     matched = sa.world_size == sb.world_size and sorted(r.rank for r in a.ranks) == sorted(r.rank for r in b.ranks)
-    sections = [_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b), _pipeline(a, b),
-                _per_rank(a, b) if matched else None]
-    return Comparison(sa, sb, not matched, _notes(sa, sb, matched), [s for s in sections if s is not None],
-                      _kernels(a, b, top))
+    sections = [s for s in (_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b),
+                            _pipeline(a, b), _per_rank(a, b) if matched else None) if s is not None]
+    return Comparison(sa, sb, not matched, _notes(sa, sb, matched), sections, _kernels(a, b, top),
+                      differences(a, b), verdict_line(sections))
 
 
 # ---- terminal -------------------------------------------------------------------------------------------
@@ -256,11 +307,14 @@ def render_text(c: Comparison) -> str:
     out = [f"{k}: {s.label} ({ranks_text(s)}, {s.trace_kind})  {s.source}" for k, s in (("A", c.a), ("B", c.b))]
     if c.aggregate_only:
         out.append("AGGREGATE-ONLY COMPARISON")
+    out += [f"differs: {printable(d)}" for d in c.differs or []]
     out += [f"note: {n}" for n in c.notes]
+    out += ["", f"verdict: {printable(c.verdict)}"]
     for s in c.sections:
         if s.rows:
-            rows = [[printable(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change] for r in s.rows]
-            out += ["", s.title, table(["", "A", "B", "B - A", ""], rows, right={1, 2, 3})]
+            rows = [[printable(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change, r.effect]
+                    for r in s.rows]
+            out += ["", s.title, table(["", "A", "B", "B - A", "direction", "effect"], rows, right={1, 2, 3})]
     k = c.kernels
     titles = {"grew": "Kernels/ops that grew (ms per step, mean over the ranks that list them)",
               "shrank": "Kernels/ops that shrank"}
@@ -278,5 +332,5 @@ def render_text(c: Comparison) -> str:
     return "\n".join(out)
 
 
-LEGEND = ('"better"/"worse" where a direction is known, "up"/"down" where none is; "same": under 2 % '
-          "(1 point for percentages, whose changes are in points)")
+LEGEND = ('direction: "up"/"down", "same" under 2 % (1 point for percentages, whose changes are in points); '
+          'effect: "better"/"worse" where the metric has a good direction')
