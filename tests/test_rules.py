@@ -50,6 +50,15 @@ def low_overlap(pg: str):
     return fn
 
 
+def ddp_buckets(fn, mib: float = 20.0):
+    """DDP all-reduces of `mib` MiB each (buckets under torch's 25 MB cap), after `fn`."""
+    def both(r):
+        fn(r)
+        for c in r["comm_by_kind"]:
+            c["bytes"] = int(c["sized_count"] * mib * 2**20)
+    return both
+
+
 def mem_frac(frac):
     def fn(r):
         for m in r["memory"]:
@@ -76,8 +85,19 @@ def imbalanced(s):
 
 
 def straggler(s):
+    """Rank 5 arrives last at 21 of 24 matched collectives (chance: 1/8) with 0.5 ms mean skew each."""
     s["skew"]["stragglers"] = [{"rank": 5, "reason": "arrives last at collectives", "value": 0.875}]
+    s["skew"]["last_arrivals"] = {"5": 21, "0": 1, "1": 1, "2": 1}
+    s["skew"]["by_collective"][0]["mean_skew_ms"] = 0.5
     return s
+
+
+def blocking(ops: dict, calls: dict):
+    """Device idle of each rank inside these runtime calls (ms per step)."""
+    def fn(r):
+        r["idle"] = {"idle_ms": sum(ops.values()) + 1.0, "runtime_ms": sum(ops.values()), "host_bound_ms": 1.0,
+                     "runtime_ops": ops, "runtime_calls": calls}
+    return fn
 
 
 def oversubscribed(s):
@@ -89,7 +109,7 @@ def oversubscribed(s):
 TRIGGERS = {
     "pipeline_bubble": ({"pipeline": True}, big_bubble),
     "pipeline_imbalance": ({"pipeline": True}, imbalanced),
-    "dp_overlap": ({}, lambda s: _all_ranks(s, low_overlap("mesh_dp"))),
+    "dp_overlap": ({}, lambda s: _all_ranks(s, ddp_buckets(low_overlap("mesh_dp")))),
     "tp_exposed": ({}, lambda s: _all_ranks(s, low_overlap("mesh_tp"))),
     "memory_near_capacity": ({}, lambda s: _all_ranks(s, mem_frac(0.93))),
     "memory_unused": ({}, lambda s: _all_ranks(s, mem_frac(0.30))),
@@ -99,6 +119,11 @@ TRIGGERS = {
     "dataloader": ({}, lambda s: _all_ranks(s, hints(dataloader_frac=0.25))),
     "fp32_gemm": ({}, lambda s: _all_ranks(s, hints(fp32_gemm_frac=0.5, compute_capability=8.0))),
     "contaminated_timings": ({}, oversubscribed),
+    "exposed_comm": ({}, lambda s: _all_ranks(s, low_overlap("misc"))),
+    "allocator_churn": ({}, lambda s: _all_ranks(s, blocking({"hipFree": 30.0, "hipMalloc": 1.0},
+                                                             {"hipFree": 260.0, "hipMalloc": 290.0}))),
+    "host_sync": ({}, lambda s: _all_ranks(s, blocking({"aten::item": 9.0, "cudaStreamSynchronize": 2.0},
+                                                       {"aten::item": 57.0, "cudaStreamSynchronize": 10.0}))),
 }
 
 
@@ -122,8 +147,11 @@ def test_rule_fires_and_is_well_formed(rid):
     assert fs, f"{rid} did not fire"
     for tf, f in zip(typed_fs, fs):
         assert {x.name for x in dataclasses.fields(tf)} == {"id", "severity", "title", "evidence", "action",
-                                                            "expected_gain", "gain_ms", "gain_frac"}
+                                                            "expected_gain", "gain_ms", "gain_frac", "gain_kind"}
         assert isinstance(tf.evidence, Evidence)
+        assert tf.gain_kind in ("estimate", "bound") and tf.evidence.source in ("trace", "manifest", "assumed")
+        if tf.gain_kind == "bound" and tf.gain_ms is not None:
+            assert tf.expected_gain.startswith("up to"), "a bound reads 'up to'"
         assert f["severity"] in ("high", "medium", "low")
         assert re.search(r"\d", f["evidence"]), "evidence must carry numbers"
         assert f["action"] and f["expected_gain"] and f["metric"]
@@ -297,3 +325,105 @@ def test_fmt_rounding_and_none():
     assert fmt(None, "ms") == "n/a" and fmt(float("nan"), "pct") == "n/a"
     assert fmt(12.345678, "ms") == "12.35 ms" and fmt(0.1234, "pct") == "12.3%"
     assert fmt(3 * GIB, "gib", False) == "3.00" and fmt(21, "num") == "21" and fmt(2.5, "num") == "2.500"
+
+
+# ---- issue 14: findings that hold ----------------------------------------------------------------------------
+def test_two_rank_straggler_is_silent():
+    """With two ranks one of them always arrives last: "last at 67 %" is chance, not a straggler."""
+    s = summary(2)
+    s["skew"]["last_arrivals"] = {"1": 16, "0": 8}
+    s["skew"]["by_collective"][0]["mean_skew_ms"] = 0.9
+    s["skew"]["stragglers"] = [{"rank": 1, "reason": "arrives last at collectives", "value": 0.67}]
+    assert "stragglers" not in ids(s)
+
+
+def test_straggler_binomial_and_floor():
+    """Significant (binomial p < 0.01 against 1/8) and above 2 % of the step fires; chance-level or tiny does not;
+    the gain is only the waiting the late rank imposes (its share of the total arrival skew), as a bound."""
+    s = straggler(summary())
+    f = next(f for f in run_rules(typed(s)) if f.id == "stragglers")
+    total_wait = 0.5 * 24 / 3  # mean skew × matched / steps
+    assert f.gain_ms == pytest.approx(total_wait * 21 / 24, rel=1e-6) and f.gain_kind == "bound"
+    assert f.evidence.ranks == [5] and "host unknown" not in f.evidence.text
+    s2 = straggler(summary())
+    s2["skew"]["last_arrivals"] = {"5": 6, "0": 6, "1": 6, "2": 6}  # 25 % each: chance level for 8 ranks
+    assert "stragglers" not in ids(s2)
+    s3 = straggler(summary())
+    s3["skew"]["by_collective"][0]["mean_skew_ms"] = 0.01  # 70 µs of waiting in a ~100 ms step
+    assert "stragglers" not in ids(s3)
+
+
+def test_compute_straggler_needs_more_than_noise():
+    """6.7 % above the median but 70 µs in a 14.5 ms step is below the 2 % floor: silent."""
+    s = summary()
+    s["skew"]["last_arrivals"] = {}
+    s["ranks"][4]["compute_ms"] = s["ranks"][0]["compute_ms"] + 0.07
+    assert "stragglers" not in ids(s)
+    s["ranks"][4]["compute_ms"] = s["ranks"][0]["compute_ms"] + 20.0  # 20 ms: well above noise and floor
+    f = next(f for f in findings(s) if f["id"] == "stragglers")
+    assert f["ranks"] == [4] and f["gain_ms"] == pytest.approx(20.0, abs=0.5)
+
+
+def test_unread_bucket_size_is_never_quoted_as_current():
+    s = TRIGGERS["dp_overlap"][1](summary())
+    s["manifest"]["options"].pop("bucket_cap_mb")
+    f = next(f for f in findings(s) if f["id"] == "dp_overlap")
+    assert "now 25" not in f["action"] and "not recorded" in f["action"]
+    s["manifest"]["options"]["bucket_cap_mb"] = 50.0
+    f = next(f for f in findings(s) if f["id"] == "dp_overlap")
+    assert "now 50" in f["action"] and "read from the manifest" in f["action"]
+
+
+def test_ddp_advice_needs_gradient_volume_above_the_cap():
+    """2.48 MB of gradients fit one bucket: no bucket_cap_mb advice (the exposed time goes to exposed_comm)."""
+    s = summary()
+    _all_ranks(s, ddp_buckets(low_overlap("mesh_dp"), mib=2.48 / 8))
+    got = findings(s)
+    assert "dp_overlap" not in [f["id"] for f in got]
+    assert not any("bucket_cap_mb" in f["action"] for f in got)
+    assert "exposed_comm" in [f["id"] for f in got]
+
+
+def test_unreachable_host_bound_gain():
+    """57 aten::item + 10 cudaStreamSynchronize per step: the idle is host syncs, not launch overhead, so no
+    torch.compile gain of 52 %; the sync finding names the ops and bounds its gain by the idle they cover."""
+    s = summary()
+    step = s["ranks"][0]["step_time_ms"]
+    idle = 0.52 * step
+
+    def fn(r):
+        r["hints"].update(device_idle_frac=0.52, short_kernel_frac=0.8)
+        r["idle"] = {"idle_ms": idle, "runtime_ms": idle - 1.0, "host_bound_ms": 1.0,
+                     "runtime_ops": {"aten::item": idle * 0.8, "cudaStreamSynchronize": idle * 0.2 - 1.0},
+                     "runtime_calls": {"aten::item": 57.0, "cudaStreamSynchronize": 10.0}}
+    _all_ranks(s, fn)
+    fs = run_rules(typed(s))
+    assert "host_bound" not in [f.id for f in fs]
+    f = fs[0]
+    assert f.id == "host_sync" and f.gain_kind == "bound" and f.gain_ms <= idle
+    assert "aten::item" in f.evidence.text and "57.0 calls" in f.evidence.text and "torch.compile" not in f.action
+
+
+def test_inference_trace_gets_no_training_advice():
+    s = _all_ranks(summary(with_manifest=False), mem_frac(0.30))
+    for r in s["ranks"]:
+        r["training"] = {"backward_ops": 0.0, "optimizer_ops": 0.0}
+    assert "memory_unused" not in ids(s)
+    for r in s["ranks"]:
+        r["training"] = {"backward_ops": 300.0, "optimizer_ops": 1.0}
+    assert "memory_unused" in ids(s)
+
+
+def test_contaminated_run_prints_no_precise_gain():
+    s = oversubscribed(TRIGGERS["dataloader"][1](summary()))
+    fs = run_rules(typed(s))
+    dl = next(f for f in fs if f.id == "dataloader")
+    assert dl.gain_ms is None and dl.severity == "low" and "contaminated" in dl.expected_gain
+
+
+def test_fmt_gain_bound_and_estimate():
+    from diagnose.model.format import fmt_gain
+    f = Finding("x", "low", "t", Evidence("e", "m"), "a", "g", 7.5, 0.52, "bound")
+    assert fmt_gain(f) == "up to 7.50 ms per step (52.0% of the step)"
+    assert fmt_gain(dataclasses.replace(f, gain_kind="estimate")).startswith("≈ 7.50 ms")
+    assert fmt_gain(dataclasses.replace(f, gain_ms=None)) == "n/a"

@@ -31,6 +31,8 @@ WAIT_RE = re.compile(r"wait|barrier|recv", re.I)
 BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.step|_fused_adamw?_|_fused_sgd_|^aten::_foreach_(addcdiv|lerp|addcmul)_|"
                           r"^optimizer\.step", re.I)
+DDP_RE = re.compile(r"^DistributedDataParallel\.forward|^nn\.Module: DistributedDataParallel|^DDP::|Reducer::")
+FSDP_RE = re.compile(r"^FSDP::|FullyShardedDataParallel|^FSDP[A-Z]\w*\.|fully_shard")
 is_host_sync_op = prefiltered(HOST_SYNC_OP_RE, "aten::")
 is_blocking_runtime = prefiltered(BLOCKING_RUNTIME_RE, "alloc", "Alloc", "Free", "free", "ynchronize", "Memcpy")
 is_backward = prefiltered(BACKWARD_RE, "Backward", "autograd")
@@ -107,4 +109,6 @@ def training_evidence(t: RankTrace, wins: list[Window]) -> TrainingEvidence:
         host = in_windows(t, host, host_wins)
     n = max(1, len(wins))
     return TrainingEvidence(backward_ops=float(t.name_mask(is_backward, host).sum()) / n,
-                            optimizer_ops=float(t.name_mask(is_optimizer, host).sum()) / n)
+                            optimizer_ops=float(t.name_mask(is_optimizer, host).sum()) / n,
+                            ddp_ops=float(t.name_mask(DDP_RE.search, t.stream < 0).sum()) / n,
+                            fsdp_ops=float(t.name_mask(FSDP_RE.search, t.stream < 0).sum()) / n)

@@ -28,10 +28,13 @@ class IdleBreakdown:
 
 @dataclass
 class TrainingEvidence:
-    """Whether the trace shows a training step: autograd backward ops and optimizer ops (counts per step)."""
+    """What the trace shows of training (counts per step): autograd backward and optimizer ops, and the data-parallel
+    wrapper (DDP or FSDP) that DDP/FSDP advice needs identified."""
 
     backward_ops: float = 0.0
     optimizer_ops: float = 0.0
+    ddp_ops: float = 0.0  # DistributedDataParallel.forward / DDP reducer ops: DDP identified from the trace
+    fsdp_ops: float = 0.0  # FSDP / FullyShardedDataParallel / fully_shard ops
 
     @property
     def training(self) -> bool:

@@ -64,19 +64,40 @@ class Ctx:
         return ranks_per_host(self.a)
 
     def finding(self, id: str, severity: str, title: str, evidence: str, ranks, steps, action: str,
-                expected_gain: str, gain_ms: float | None, metric: str) -> Finding:
+                expected_gain: str, gain_ms: float | None, metric: str, *, gain_kind: str = "estimate",
+                source: str = "trace", events: list[str] | None = None) -> Finding:
         gain = None if gain_ms is None else stored_gain(gain_ms)
+        if gain is not None and self.contaminated:  # oversubscribed: no precise gain, and nothing above low
+            gain, severity = None, "low"
+            expected_gain = "not quantified: the run's timings are contaminated by CPU oversubscription"
         return Finding(id=id, severity=severity, title=title,
                        evidence=Evidence(evidence, metric, sorted({int(r) for r in ranks}),
-                                         sorted({int(s) for s in steps})),
+                                         sorted({int(s) for s in steps}), source, list(events or [])),
                        action=action, expected_gain=expected_gain, gain_ms=gain,
-                       gain_frac=gain / self.step_ms if gain is not None and self.step_ms else None)
+                       gain_frac=gain / self.step_ms if gain is not None and self.step_ms else None,
+                       gain_kind=gain_kind)
 
-    def gain_text(self, gain_ms: float, how: str) -> str:
-        """The gain in words: per step, and as the share of the mean step that every output prints."""
+    def gain_text(self, gain_ms: float, how: str, bound: bool = False) -> str:
+        """The gain in words: per step, and as the share of the mean step that every output prints; a bound
+        (at most the measured component the change removes) reads "up to"."""
         gain_ms = stored_gain(gain_ms)  # the text prints the very number the finding stores
         frac = f" ({fmt(gain_ms / self.step_ms, 'pct')} of the step)" if self.step_ms else ""
-        return f"≈ {fmt(gain_ms, 'ms')} per step{frac}: {how}"
+        return f"{'up to' if bound else '≈'} {fmt(gain_ms, 'ms')} per step{frac}: {how}"
+
+    @property
+    def contaminated(self) -> bool:
+        return bool(self.man and self.man.oversubscribed)
+
+    @property
+    def training(self) -> bool | None:
+        """Does the run train? An llmdiag run (manifest) does; a foreign trace must show backward and optimizer
+        ops; None where the summary predates that evidence (then rules behave as before)."""
+        if self.man:
+            return True
+        ev = [r.training for r in self.ranks if r.training is not None]
+        if not ev:
+            return None
+        return any(e.training for e in ev)
 
 
 def steps_where(ranks: list[RankMetrics], pred=lambda st: True) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from diagnose.model.analysis import Finding
@@ -46,37 +47,88 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows
 
 
+def dp_wrapper(c: Ctx, kinds: set | None = None) -> str | None:
+    """"fsdp", "ddp" or None: which data-parallel wrapper the manifest or the trace's own ops identify."""
+    ev = [r.training for r in c.ranks if r.training is not None]
+    if int(c.layout.get("fsdp") or 1) > 1 or any(e.fsdp_ops for e in ev):
+        return "fsdp"
+    if any(e.ddp_ops for e in ev):
+        return "ddp"
+    if kinds and kinds & {"reducescatter", "allgather"}:
+        return "fsdp"
+    return "ddp" if c.man and int(c.layout.get("dp") or 1) > 1 else None
+
+
+def _ddp_volume(rows) -> float | None:
+    """Gradient bytes all-reduced per step (mean over ranks), where the trace records message sizes."""
+    vols = [sum(cc.bytes for cc in x[3] if cc.kind == "allreduce") / x[0].nsteps for x in rows
+            if all(cc.sized_count == cc.count for cc in x[3] if cc.kind == "allreduce")]
+    return statistics.fmean(vols) if vols and any(vols) else None
+
+
 def dp_overlap(c: Ctx) -> list[Finding]:
-    """Data-parallel / FSDP collectives not hidden behind backward/forward compute."""
+    """Data-parallel / FSDP collectives not hidden behind backward/forward compute. DDP advice needs DDP identified
+    (manifest or `DistributedDataParallel.forward` in the trace) and a gradient volume above the bucket cap (else
+    no bucket setting changes anything); the cap is quoted as current only when the manifest recorded it."""
     res = _exposed_comm_rule(c, ("dp",))
-    if not res:
+    if not res or c.training is False:
         return []
     ev, ranks, steps, gain, step, kinds, rows = res
-    fsdp = int(c.layout.get("fsdp") or 1) > 1 or bool(kinds & {"reducescatter", "allgather"})
-    if fsdp:
+    wrapper = dp_wrapper(c, kinds)
+    events = ["collective kernels (kind, process group, sizes)", "compute kernels"]
+    source = "trace"
+    if wrapper == "fsdp":
         act = ("FSDP: `reshard_after_forward=False` (`--no-reshard-after-forward`; keeps parameters gathered "
                "between forward and backward, one all-gather per layer less, at the cost of unsharded-parameter "
                "memory) and explicit prefetch (`module.set_modules_to_forward_prefetch([...])`, "
                "`set_modules_to_backward_prefetch([...])`)")
-    else:
+    elif wrapper == "ddp":
         read = c.option("bucket_cap_mb")
         cap = float(read) if read else TORCH_DDP_BUCKET_CAP_MB
-        ar = [cc for x in rows for cc in x[3] if cc.kind == "allreduce"]
-        per_step = statistics.fmean(sum(cc.count for cc in x[3] if cc.kind == "allreduce") / x[0].nsteps
-                                    for x in rows)
-        sized = sum(cc.sized_count for cc in ar)
-        msg = sum(cc.bytes for cc in ar) / sized if sized else None
+        vol = _ddp_volume(rows)
+        if vol is None or vol <= cap * 2**20:  # every gradient fits one bucket: no cap changes the schedule
+            return []
+        n_ar = statistics.fmean(sum(cc.count for cc in x[3] if cc.kind == "allreduce") / x[0].nsteps for x in rows)
+        msg = vol / n_ar if n_ar else None
+        if msg is None or msg > 2 * cap * 2**20:  # not buckets of this cap: some other all-reduce, or another cap
+            return []
         small = msg is not None and msg < 4 * 2**20
         new = cap * 2 if small else max(1.0, cap / 2)
         why = ("small messages are latency-bound: fewer, larger buckets" if small else
                "a smaller last bucket shortens the exposed tail after backward and starts the first one earlier")
-        now = f"now {cap:g}" if read else f"the traces do not record the cap; torch's default is {cap:g}"
-        act = (f"DDP: `bucket_cap_mb={new:g}` (`--bucket-cap-mb {new:g}`, {now}; "
-               f"{fmt(per_step, 'avg')} all-reduces per step, mean message {fmt(msg, 'gib')}: {why}); "
+        now = f"now {cap:g}, read from the manifest" if read else f"the cap is not recorded; torch's default is {cap:g}"
+        source = "manifest" if read else "trace"
+        events.append("DistributedDataParallel.forward" if not c.man else "manifest.layout.dp")
+        act = (f"DDP: `bucket_cap_mb={new:g}` (`--bucket-cap-mb {new:g}`, {now}; {fmt(vol, 'bytes')} of gradients "
+               f"in {fmt(n_ar, 'avg')} all-reduces per step, mean message {fmt(msg, 'bytes')}: {why}); "
                "`gradient_as_bucket_view=True`")
-    eg = c.gain_text(gain, "the exposed DP communication, capped by the compute-only time it can hide under")
+    else:
+        return []  # the wrapper is not identified: exposed_comm reports the time without DP advice
+    eg = c.gain_text(gain, "the exposed DP communication, capped by the compute-only time it can hide under",
+                     bound=True)
     return [c.finding("dp_overlap", severity_for(gain, step), "Data-parallel communication is exposed", ev, ranks,
-                      steps, act, eg, gain, "ranks[].comm_by_kind[].overlap_ratio")]
+                      steps, act, eg, gain, "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
+                      source=source, events=events)]
+
+
+def exposed_comm(c: Ctx) -> list[Finding]:
+    """Exposed communication no specific rule claims: groups of unknown role (foreign traces), context/expert
+    groups, and data-parallel traffic whose wrapper is not identified. Says what it is and how much, no setting."""
+    roles = ("?", "cp", "ep") + (() if dp_overlap(c) else ("dp",))  # DP time no DP advice claims is reported here
+    roles += () if c.a.pipeline else ("pp",)  # send/recv outside an identified pipeline
+    res = _exposed_comm_rule(c, roles)
+    if not res:
+        return []
+    ev, ranks, steps, gain, step, kinds, rows = res
+    act = ("find what the collective waits for before tuning it: with `llmdiag analyze --timeline` look at the "
+           "compute just before each exposed op; launch it asynchronously and overlap it with independent compute "
+           "(prefetch, `async_op=True`), or shrink it; the process group's role is not named in the trace, so no "
+           "parallel-layout setting is inferred")
+    eg = c.gain_text(gain, "the exposed communication time, capped by the compute-only time it could hide under",
+                     bound=True)
+    return [c.finding("exposed_comm", severity_for(gain, step), "Communication is exposed", ev, ranks, steps, act,
+                      eg, gain, "ranks[].exposed_comm_ms", gain_kind="bound",
+                      events=["collective kernels (kind, process group)", "compute kernels"])]
 
 
 def tp_exposed(c: Ctx) -> list[Finding]:
@@ -94,48 +146,83 @@ def tp_exposed(c: Ctx) -> list[Finding]:
         acts.append("sequence parallel (`--sp`: all-reduce → reduce-scatter + all-gather, smaller activations)")
     if tp >= 2:
         acts.append(f"smaller TP: tp={max(1, tp // 2)} with twice the DP/FSDP degree")
-    eg = c.gain_text(gain, "up to the exposed TP communication, capped by compute-only time")
+    eg = c.gain_text(gain, "the exposed TP communication, capped by compute-only time", bound=True)
     return [c.finding("tp_exposed", severity_for(gain, step), "Tensor-parallel communication is exposed", ev, ranks,
                       steps, "; or ".join(acts) or "smaller TP degree", eg, gain,
-                      "ranks[].comm_by_kind[].overlap_ratio")]
+                      "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
+                      source="manifest" if c.layout.get("tp") else "trace",
+                      events=["collective kernels (kind, process group, group size)", "compute kernels"])]
+
+
+def binom_tail(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p): how likely a rank arrives last this often by chance."""
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
+STRAGGLER_FLOOR = 0.02  # imposed waiting below 2 % of the step is not worth a finding
+
+
+def _spread(r) -> float:
+    """Per-step standard deviation of a rank's compute: the noise a difference between ranks must beat."""
+    xs = [st.compute_ms for st in r.steps]
+    return statistics.stdev(xs) if len(xs) >= 2 else 0.0
 
 
 def stragglers(c: Ctx) -> list[Finding]:
-    """A rank that arrives last at collectives (or computes > 5 % longer) makes every other rank wait."""
-    sk = c.a.skew
-    if not sk or not sk.stragglers:
+    """A rank that makes the others wait: it arrives last at matched collectives far more often than chance
+    (binomial test against 1/ranks), or computes longer than the median by more than the per-step noise. The
+    gain credited is only the waiting it imposes on the others, never its own waits."""
+    sk, step = c.a.skew, c.step_ms
+    if not sk or not step or len(c.ranks) < 3:  # with two ranks one of them always arrives last
         return []
-    st = sk.stragglers
-    nsteps = statistics.median([r.nsteps for r in c.ranks]) if c.ranks else 1
-    wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
-    times = {r.rank: r.step_time_ms for r in c.ranks}
-    med = statistics.median(times.values()) if times else 0.0
-    slow = max((times.get(x.rank, 0.0) - med for x in st), default=0.0)
-    gain = min(max(wait, slow), c.step_ms or max(wait, slow))
-    why: dict[int, list[str]] = {}
-    for x in st:
-        why.setdefault(x.rank, []).append(f"{x.reason}: {fmt(x.value, 'pct')}")
-    who = "; ".join(f"rank {r} on host {c.host(r)} ({'; '.join(w)})" for r, w in list(why.items())[:5])
-    ev = who + (f"; arrival skew totals {fmt(wait, 'ms')} per step over {sk.matched} matched collectives"
-                if sk.matched else "") + f"; median step {fmt(med, 'ms')}"
-    hosts = sorted({c.host(x.rank) for x in st})
-    all_hosts = {r.host for r in c.ranks if r.host}
+    n = len(c.ranks)
+    nsteps = statistics.median([r.nsteps for r in c.ranks])
+    total_wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
+    imposed_by = getattr(sk, "imposed_wait_ms", None) or {}  # engineer B's per-rank wait imposed, where present
+    found: dict[int, tuple[float, str]] = {}
+    for rk, k in sk.last_arrivals.items():
+        if sk.matched < 3 or binom_tail(int(k), sk.matched, 1 / n) >= STRAGGLER_ALPHA or k / sk.matched < 0.5:
+            continue
+        imposed = imposed_by.get(str(rk), imposed_by.get(rk))
+        imposed = total_wait * k / sk.matched if imposed is None else imposed
+        p = binom_tail(int(k), sk.matched, 1 / n)
+        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({fmt(k / sk.matched, 'pct')}"
+                                   f"; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), imposing "
+                                   f"{fmt(imposed, 'ms')} of waiting per step")
+    comp = {r.rank: r.compute_ms for r in c.ranks}
+    med = statistics.median(comp.values())
+    noise = statistics.median(_spread(r) for r in c.ranks)
+    for r in c.ranks:
+        excess = comp[r.rank] - med
+        if excess > max(2 * noise, 0.05 * med) and r.rank not in found:
+            found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
+                                     f"({fmt(excess / med, 'pct')}; per-step noise {fmt(noise, 'ms')})")
+    found = {r: v for r, v in found.items() if v[0] >= STRAGGLER_FLOOR * step}
+    if not found:
+        return []
+    gain = min(max(v[0] for v in found.values()), step)
+    known = {r.rank: r.host for r in c.ranks if r.host}
+    where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")  # noqa: E731
+    ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
+    ev += f"; median step {fmt(step, 'ms')}"
     acts = []
-    if len(all_hosts) > 1:
+    hosts = sorted({known[r] for r in found if r in known})
+    if len(set(known.values())) > 1:
         check = "clocks/throttling (`nvidia-smi -q -d PERFORMANCE`), NIC errors" if c.gpu else "CPU frequency"
         acts.append(f"inspect host(s) {', '.join(hosts[:5])}: {check}, other processes; replace or exclude the node")
     stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
-    staged = sorted({stage_of[r] for r in why if r in stage_of})
+    staged = sorted({stage_of[r] for r in found if r in stage_of})
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "
                     "sets the pipeline's pace)")
-    if not acts:
-        acts.append("all ranks share one host: look for uneven work (data, sequence lengths, layer split) on "
-                    f"rank(s) {', '.join(map(str, list(why)[:5]))}")
-    eg = c.gain_text(gain, "the waiting the straggler imposes (arrival skew per step, or its extra step time over "
-                     "the median)")
-    return [c.finding("stragglers", severity_for(gain, c.step_ms), "Straggler rank(s)", ev, [x.rank for x in st],
-                      [], "; ".join(acts), eg, gain, "skew.stragglers")]
+    acts.append(f"look for uneven work (data, sequence lengths, layer split) on rank(s) "
+                f"{', '.join(map(str, sorted(found)[:5]))}")
+    eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
+                     "or its extra compute over the median)", bound=True)
+    return [c.finding("stragglers", severity_for(gain, step), "Straggler rank(s)", ev, list(found), [],
+                      "; ".join(acts), eg, gain, "skew.last_arrivals", gain_kind="bound",
+                      events=["collective kernels matched across ranks", "compute kernels"])]
 
 
 def low_busbw(c: Ctx) -> list[Finding]:
@@ -169,5 +256,6 @@ def low_busbw(c: Ctx) -> list[Finding]:
                          "peak")
         out.append(c.finding("low_busbw", "low" if severity_for(gain, c.step_ms) == "low" else "medium",
                              f"Low {kind} bus bandwidth", ev, [r.rank for r, _ in xs], [], act, eg, gain,
-                             "ranks[].comm_by_kind[].busbw_gbps"))
+                             "ranks[].comm_by_kind[].busbw_gbps",
+                             events=["collective kernels with message sizes (In/Out msg nelems, dtype, Group size)"]))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 
 from diagnose.model.analysis import Finding
@@ -9,8 +10,15 @@ from diagnose.model.format import fmt
 from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_where
 
 
+IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
+ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
+
+
 def host_bound(c: Ctx) -> list[Finding]:
-    """GPU idle while the host launches many short kernels: launch overhead, not GPU work, sets the pace."""
+    """GPU idle while the host runs ops and launches short kernels: launch overhead, not GPU work, sets the pace.
+    The gain is a bound: the host-bound idle (device idle under host ops that are not blocking runtime calls,
+    DataLoader waits or communication waits); time in `.item()`/synchronize/malloc is another rule's, since
+    torch.compile or CUDA graphs would not remove it."""
     p = c.a.pipeline
     bad = []
     for r in c.ranks:
@@ -20,33 +28,98 @@ def host_bound(c: Ctx) -> list[Finding]:
             continue
         if not ((short is not None and short >= 0.5) or (short is None and med is not None and med < 10)):
             continue
-        bubble = (p.measured * p.window_ms) if p else 0.0  # idle for the schedule, not for launches
-        loader = (h.dataloader_frac or 0.0) * r.step_time_ms  # idle waiting for input: another rule
-        gain = max(0.0, idle * r.step_time_ms - bubble - loader)
-        if gain > 0:
+        if r.idle is not None:
+            gain = r.idle.host_bound_ms
+        else:  # a summary without the idle split: idle less pipeline bubble and DataLoader waits
+            bubble = (p.measured * p.window_ms) if p else 0.0
+            gain = max(0.0, idle * r.step_time_ms - bubble - (h.dataloader_frac or 0.0) * r.step_time_ms)
+        if gain >= IDLE_FLOOR * r.step_time_ms:
             bad.append((r, gain))
     if not bad:
         return []
     gain = statistics.fmean(g for _, g in bad)
     r = max(bad, key=lambda x: x[1])[0]
     h = r.hints
+    split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step under host ops (host-bound), "
+             f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls, {fmt(r.idle.edge_ms, 'ms')} at capture edges"
+             if r.idle else "")
     ev = (f"rank {r.rank}: GPU idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
-          f"10 µs ({len(bad)} rank(s) alike)")
+          f"10 µs{split} ({len(bad)} rank(s) alike)")
     act = ("`torch.compile(model)` to fuse the short kernels, or CUDA graphs "
            "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead")
-    eg = c.gain_text(gain, "up to the idle GPU time less pipeline bubble and DataLoader waits, mean over those ranks")
+    eg = c.gain_text(gain, "the device idle under host ops (launch overhead), mean over those ranks; what fusion "
+                     "or graphs actually recover depends on the ops", bound=True)
     return [c.finding("host_bound", severity_for(gain, c.step_ms), "GPU idle behind kernel launches", ev,
                       [x[0].rank for x in bad], steps_where([r], lambda st: st.idle_ms >= 0.15 * st.time_ms),
-                      act, eg, gain, "ranks[].hints.device_idle_frac")]
+                      act, eg, gain, "ranks[].idle.host_bound_ms", gain_kind="bound",
+                      events=["kernels", "host ops and runtime launches overlapping device idle"])]
+
+
+def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
+    """(rank, idle ms per step in the chosen blocking calls, {op: ms}) for ranks above the floor."""
+    out = []
+    for r in c.ranks:
+        if r.idle is None:
+            continue
+        ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
+        tot = sum(ops.values())
+        if tot >= IDLE_FLOOR * r.step_time_ms:
+            out.append((r, tot, ops))
+    return out
+
+
+def _ops_text(r, ops: dict) -> str:
+    calls = r.idle.runtime_calls
+    return ", ".join(f"`{k}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
+                     for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
+
+
+def allocator_churn(c: Ctx) -> list[Finding]:
+    """Device idle inside malloc/free runtime calls: the caching allocator is off or `empty_cache()` runs in the
+    loop, so every tensor pays a synchronising cudaMalloc/cudaFree (hipMalloc/hipFree)."""
+    bad = _blocking(c, alloc=True)
+    if not bad:
+        return []
+    gain = statistics.fmean(x[1] for x in bad)
+    r, tot, ops = max(bad, key=lambda x: x[1])
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle inside "
+          f"{_ops_text(r, ops)} per step ({len(bad)} rank(s))")
+    act = ("keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
+           "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop")
+    eg = c.gain_text(gain, "the device idle inside allocator calls (a cached allocation costs microseconds)", True)
+    return [c.finding("allocator_churn", severity_for(gain, c.step_ms), "GPU idle in memory allocation calls", ev,
+                      [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
+                      events=sorted(ops))]
+
+
+def host_sync(c: Ctx) -> list[Finding]:
+    """Device idle while the host blocks on the device (`.item()`, `.cpu()`, synchronize): the host cannot queue
+    the next kernels until the copy returns, so the GPU drains and waits."""
+    bad = _blocking(c, alloc=False)
+    if not bad:
+        return []
+    gain = statistics.fmean(x[1] for x in bad)
+    r, tot, ops = max(bad, key=lambda x: x[1])
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle while the host "
+          f"blocks in {_ops_text(r, ops)} per step ({len(bad)} rank(s))")
+    act = ("remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
+           "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
+    eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
+    return [c.finding("host_sync", severity_for(gain, c.step_ms), "GPU idle behind host synchronisation", ev,
+                      [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
+                      events=sorted(ops))]
 
 
 def dataloader(c: Ctx) -> list[Finding]:
-    """Host waiting in DataLoader.__next__ for > 10 % of the step: input pipeline starves the GPU."""
+    """Host waiting in DataLoader.__next__ for > 10 % of the step: input pipeline starves the GPU. The gain is the
+    device idle during those waits where the idle split exists (else the wait itself): a bound."""
     bad = [r for r in c.ranks if (r.hints.dataloader_frac or 0) > 0.10]
-    if not bad:
+    gains = [(r, r.idle.dataloader_ms if r.idle is not None else r.hints.dataloader_frac * r.step_time_ms) for r in bad]
+    gains = [(r, g) for r, g in gains if g >= IDLE_FLOOR * r.step_time_ms]
+    if not gains:
         return []
-    gain = statistics.fmean(r.hints.dataloader_frac * r.step_time_ms for r in bad)
+    gain = statistics.fmean(g for _, g in gains)
     w = max(bad, key=lambda r: r.hints.dataloader_frac)
     ev = (f"rank {w.rank}: {fmt(w.hints.dataloader_frac, 'pct')} of the {fmt(w.step_time_ms, 'ms')} step inside "
           f"DataLoader `__next__` ({len(bad)} rank(s) above 10 %)")
@@ -54,9 +127,10 @@ def dataloader(c: Ctx) -> list[Finding]:
     nw = max(2, int(cores) // int(per_host) - 1) if cores and per_host else 4
     act = (f"`DataLoader(num_workers={nw}, pin_memory=True, persistent_workers=True, prefetch_factor=2)`; "
            "move tokenisation/augmentation offline")
-    eg = c.gain_text(gain, "the time spent waiting for the next batch, mean over those ranks")
+    eg = c.gain_text(gain, "the device idle while the host waits for the next batch, mean over those ranks", True)
     return [c.finding("dataloader", severity_for(gain, c.step_ms), "Steps wait for the DataLoader", ev,
-                      [r.rank for r in bad], steps_where([w]), act, eg, gain, "ranks[].hints.dataloader_frac")]
+                      [r.rank for r, _ in gains], steps_where([w]), act, eg, gain, "ranks[].hints.dataloader_frac",
+                      gain_kind="bound", events=["DataLoader __next__ spans"])]
 
 
 def fp32_gemm(c: Ctx) -> list[Finding]:
@@ -72,7 +146,8 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
            "`torch.set_float32_matmul_precision(\"high\")` for TF32)")
     eg = c.gain_text(gain, f"fp32 GEMM time × (1 − 1/{FP32_TO_BF16_SPEEDUP:g}), a conservative bf16 speed-up")
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), "fp32 matmuls on a tensor-core GPU", ev,
-                      [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac")]
+                      [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
+                      events=["fp32 GEMM kernels (sgemm, simt)", "deviceProperties.computeMajor"])]
 
 
 def contaminated_timings(c: Ctx) -> list[Finding]:

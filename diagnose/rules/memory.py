@@ -46,7 +46,7 @@ def memory_near_capacity(c: Ctx) -> list[Finding]:
 def memory_unused(c: Ctx) -> list[Finding]:
     """Every device below 40 % of capacity: a larger microbatch makes bigger, more efficient GEMMs."""
     rows = _mem_rows(c)
-    if not rows or max(x[2] for x in rows) >= 0.40:
+    if not rows or max(x[2] for x in rows) >= 0.40 or c.training is False:  # microbatch advice needs training
         return []
     r, m, f, act = max(rows, key=lambda x: x[2])
     ev = (f"highest use: rank {r.rank} {m.device} peak reserved {fmt(m.peak_reserved, 'gib')}, allocated "
