@@ -44,9 +44,17 @@ def timeline(t: RankTrace) -> Timeline:
         return iv.union(t.ts[mask], end[mask])
 
     compute = u(k == COMPUTE)
+    comm = k == COMM
     if not t.is_gpu:  # host blocking/enqueue time nested inside top-level ops is not compute
         compute = iv.difference(compute, u(k == SYNC))
-    return Timeline(compute, u(k == COMM), u((k == MEMCPY) | (k == MEMSET)))
+        comm &= ~cpu_recv_mask(t)
+    return Timeline(compute, u(comm), u((k == MEMCPY) | (k == MEMSET)))
+
+
+def cpu_recv_mask(t: RankTrace) -> np.ndarray:
+    """gloo recv spans of a CPU-only trace: the rank is blocked waiting on its pipeline peer, which is the
+    bubble (idle), not exposed communication (issue 14); the per-op view (comm_stats) still lists them."""
+    return t.name_mask(lambda n: n.startswith("gloo:recv"), t.kind == COMM)
 
 
 def _clip_union(u: iv.Union, lo: int, hi: int) -> iv.Union:

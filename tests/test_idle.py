@@ -1,0 +1,98 @@
+"""Idle attribution (metrics/idle.py) on built traces whose answer is placed by hand, and the CPU pipeline's
+blocked recv counted as bubble, not exposed communication (issue 14 item 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.analyze import analyze_path
+from diagnose.rules import findings
+from tests.builder import TraceBuilder, cpu_rank
+
+
+def _one(tmp_path, b: TraceBuilder, rules: bool = False):
+    return analyze_path(b.write(tmp_path / "rank0.pt.trace.json.gz"), jobs=1, rules=rules)
+
+
+def _gpu_step(b: TraceBuilder, k: int, k0: int) -> None:
+    """Step k, window [k0+100, k0+1000] on the device (900 µs), 500 µs of kernels, idle placed as:
+    [k0+200, k0+300] under aten::item (whose cudaStreamSynchronize is nested in it),
+    [k0+300, k0+450] inside hipFree, [k0+500, k0+600] under a plain host op (host-bound),
+    [k0+650, k0+700] with no host event at all."""
+    b.step(k, k0, k0 + 1000)
+    b.kernel("gemm_a", k0 + 100, 100, launch_at=k0 + 5)  # [100, 200]
+    b.cpu_op("aten::item", k0 + 200, 100)
+    b.cpu_op("aten::_local_scalar_dense", k0 + 201, 98)
+    b.cpu_op("cudaStreamSynchronize", k0 + 210, 90, cat="cuda_runtime")
+    b.cpu_op("hipFree", k0 + 300, 150, cat="cuda_runtime")
+    b.kernel("gemm_b", k0 + 450, 50, launch_at=k0 + 6)  # [450, 500]
+    b.cpu_op("aten::add", k0 + 500, 100)
+    b.kernel("gemm_c", k0 + 600, 50, launch_at=k0 + 7)  # [600, 650]
+    b.kernel("gemm_d", k0 + 700, 300, launch_at=k0 + 8)  # [700, 1000]
+
+
+def test_idle_split_by_host_activity(tmp_path):
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        _gpu_step(b, k, (k - 1) * 1000)
+    r = _one(tmp_path, b).ranks[0]
+    i = r.idle
+    assert i is not None and r.idle_ms == pytest.approx(0.4)
+    assert i.idle_ms == pytest.approx(0.4)
+    assert i.runtime_ops["aten::item"] == pytest.approx(0.1)  # the user-level op, not its nested sync
+    assert i.runtime_ops["hipFree"] == pytest.approx(0.15)
+    assert i.runtime_ms == pytest.approx(0.25) and i.host_bound_ms == pytest.approx(0.1)
+    assert i.unattributed_ms == pytest.approx(0.05) and i.edge_ms == 0
+    assert i.runtime_calls["aten::item"] == 1 and i.runtime_calls["hipFree"] == 1
+    parts = i.edge_ms + i.runtime_ms + i.dataloader_ms + i.comm_wait_ms + i.host_bound_ms + i.unattributed_ms
+    assert parts == pytest.approx(i.idle_ms)
+
+
+def test_capture_edge_is_not_host_bound(tmp_path):
+    """No ProfilerStep: a 493 µs host-only lead-in before the first kernel is the capture's edge, never idle,
+    host-bound time or a finding's gain."""
+    b = TraceBuilder(rank=0, world_size=1)
+    b.cpu_op("aten::to", 0, 493)
+    b.kernel("gemm", 500, 400, launch_at=495)
+    r = _one(tmp_path, b).ranks[0]
+    assert r.idle.host_bound_ms == 0 and r.idle_ms == 0 and r.step_time_ms == pytest.approx(0.4)
+
+
+def test_training_evidence(tmp_path):
+    b = TraceBuilder(rank=0, world_size=1)
+    b.step(1, 0, 1000)
+    b.kernel("gemm", 100, 100, launch_at=10)
+    b.cpu_op("autograd::engine::evaluate_function: MmBackward0", 300, 50)
+    b.cpu_op("Optimizer.step#AdamW.step", 400, 50)
+    b.cpu_op("DistributedDataParallel.forward", 20, 50)
+    t = _one(tmp_path, b).ranks[0].training
+    assert t.training and t.backward_ops == 1 and t.optimizer_ops == 1 and t.ddp_ops == 1
+
+
+def test_cpu_pipeline_recv_is_bubble_not_exposed_comm(tmp_path):
+    """Per step: aten::mm [100, 400], blocked in gloo:recv [405, 805] waiting on the previous stage, aten::mm
+    [805, 905]. Compute 400, exposed comm 0 (the recv is the bubble), idle 600 of the 1000 µs step."""
+    b = cpu_rank(rank=1, world_size=2, steps=0)
+    for k in (1, 2):
+        k0 = (k - 1) * 1000
+        b.step(k, k0, k0 + 1000)
+        b.cpu_op("aten::mm", k0 + 100, 300)
+        b.cpu_op("c10d::recv", k0 + 400, 5)
+        b.gloo("recv", k0 + 405, 400, dims=[1024])
+        b.cpu_op("aten::mm", k0 + 805, 100)
+    r = _one(tmp_path, b).ranks[0]
+    assert r.compute_ms == pytest.approx(0.4)
+    assert r.exposed_comm_ms == 0 and r.comm_ms == 0
+    assert r.idle_ms == pytest.approx(0.6)
+    assert "recv" in {c.kind for c in r.comm_by_kind}  # still listed per op
+
+
+def test_hipfree_idle_gets_a_finding(tmp_path):
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        _gpu_step(b, k, (k - 1) * 1000)
+    fs = findings(_one(tmp_path, b))
+    ids = [f.id for f in fs]
+    assert "allocator_churn" in ids and "host_sync" in ids
+    f = next(f for f in fs if f.id == "allocator_churn")
+    assert f.gain_ms == pytest.approx(0.15) and "hipFree" in f.evidence.text and f.gain_kind == "bound"
