@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from diagnose.analyze import analyze_path
-from tests.gen_pipeline import Case, write
+from tests.builder import TraceBuilder
+from tests.gen_pipeline import GEMM, SENDRECV, Case, write
 
 
 def _formula(p: int, m: int) -> float:
@@ -53,3 +54,39 @@ def test_stage_order_comes_from_peers_not_rank_numbers(tmp_path):
     assert {b.stage: b.rank for b in a.pipeline.stage_bubbles} == {0: 6, 1: 4, 2: 2, 3: 0}
     assert {b.stage: round(b.measured, 4) for b in a.pipeline.stage_bubbles} == \
         {s: round(v, 4) for s, v in ans.bubble.items()}
+
+
+def test_issue_symptom_4_stage_1f1b_slow_last_stage(tmp_path):
+    """Issue 13: a 4-stage 1F1B trace, 8 microbatches, slow last stage, no labels got no pipeline section and
+    stage 0 (which by the schedule finishes its backward last) was named a straggler at the all-reduce after
+    the pipeline. Now: the section is there, the slow stage is the busiest, and stage 0 is no straggler."""
+    case = Case(4, 8, "1f1b", slow_stage=3, steps=4)
+    a, ans = _run(tmp_path, case)
+    assert a.pipeline is not None and a.pipeline.stages == 4 and a.pipeline.microbatches == 8
+    assert max(a.pipeline.stage_bubbles, key=lambda b: b.busy_ms).stage == 3
+    # Stage 0 does arrive last at every all-reduce: the schedule's order, not a straggler.
+    assert all(x.late_ranks[-1] == 0 and x.schedule_ordered for x in a.skew.late)
+    assert a.skew.schedule_ordered == 4
+    assert 0 not in {s.rank for s in a.skew.stragglers}
+    assert a.skew.last_arrivals == {}
+
+
+def test_send_recv_that_is_no_pipeline_is_unknown(tmp_path):
+    """A ring (each rank receives from one neighbour and sends to the other, as ring attention does) has no
+    stage 0 and no backward traffic: no pipeline section, and the issue list says why."""
+    for r in range(4):
+        b = TraceBuilder(rank=r, world_size=4)
+        for k in range(2):
+            k0 = k * 10_000
+            b.step(k + 1, k0, k0 + 10_000)
+            for i in range(3):
+                t0 = k0 + 100 + i * 2000
+                b.nccl("recv", t0, 300, stream=41, launch_at=k0 + 10 + i, name=SENDRECV, pg_ranks=[0, 1, 2, 3])
+                b.events[-1]["args"]["Src Rank"] = (r - 1) % 4
+                b.nccl("send", t0, 300, stream=40, launch_at=k0 + 20 + i, name=SENDRECV, pg_ranks=[0, 1, 2, 3])
+                b.events[-1]["args"]["Dst Rank"] = (r + 1) % 4
+                b.kernel(GEMM, t0 + 400, 1000, launch_at=k0 + 30 + i)
+        b.write(tmp_path / f"rank{r}.json")
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.pipeline is None
+    assert any("pipeline layout unknown" in i.message for i in a.issues)

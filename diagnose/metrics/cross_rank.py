@@ -68,7 +68,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
-    sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}) if len(good) > 1 else None
+    sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}, _stages(good)) if len(good) > 1 else None
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
 
     pipeline = _pipeline(good, man, offset, hosts, shift_ns, issues, source)
@@ -201,6 +201,16 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
             for a in acts.get(o.rank, [])
         ]
     return res
+
+
+def _stages(good) -> dict[int, int]:
+    """rank -> pipeline stage, where known: from its PP: labels, or its place in an inferred chain."""
+    out = {o.rank: min(a.stage for a in o.actions) for o in good if o.actions and o.links is None}
+    links = {o.rank: o.links for o in good if o.links is not None}
+    groups, why = chains(links) if links else ([], "")
+    for g in groups if not why else []:
+        out.update({r: pos for pos, r in enumerate(g)})
+    return {r: s for r, s in out.items() if s >= 0}
 
 
 def _infer_schedule(acts, ranks) -> str:

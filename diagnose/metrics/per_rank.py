@@ -143,8 +143,17 @@ def _collectives(t, wins) -> Collectives:
         pg = pg_label(args)
         if args.get("Process Group Ranks"):
             pg = f"{pg}{args['Process Group Ranks']}"
-        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i])))
+        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out")))
     return collectives_from(out)
+
+
+def _nelems(args: dict, side: str) -> int:
+    """Elements sent (In) or received (Out): all_to_all(v)'s per-peer splits summed, else the msg nelems; -1."""
+    split = args.get(f"{side} split size")
+    if isinstance(split, list) and split and all(type(x) is int for x in split):
+        return sum(split)
+    n = args.get(f"{side} msg nelems")
+    return n if type(n) is int and n >= 0 else -1
 
 
 def _small(dist: dict) -> dict:

@@ -15,6 +15,7 @@ from statistics import median
 import numpy as np
 
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
+from diagnose.model.matching import LateArrival
 from diagnose.model.format import NS_PER_MS
 
 
@@ -31,25 +32,30 @@ class Collectives:
     ordinal: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # n-th of its key on this rank
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    in_n: np.ndarray | None = None  # elements sent (all_to_all(v): the sum of `In split size`), -1 unknown
+    out_n: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.key)
 
     def shifted(self, ns: int) -> "Collectives":
-        return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns)
+        return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns, self.in_n, self.out_n)
 
 
-def collectives_from(records: list[tuple[str, str, int, int]]) -> Collectives:
-    """(process group, kind, start ns, end ns) in time order -> columns, each numbered within its key."""
+def collectives_from(records: list[tuple]) -> Collectives:
+    """(process group, kind, start ns, end ns[, in elements, out elements]) in time order -> columns, each
+    numbered within its key."""
     ids: dict[tuple[str, str], int] = {}
-    key = [ids.setdefault((pg, kind), len(ids)) for pg, kind, _, _ in records]
+    key = [ids.setdefault((r[0], r[1]), len(ids)) for r in records]
     counts = [0] * len(ids)
     ordinal = []
     for k in key:
         ordinal.append(counts[k])
         counts[k] += 1
+    sizes = np.array([(r[4], r[5]) if len(r) > 5 else (-1, -1) for r in records], np.int64).reshape(-1, 2)
     return Collectives(list(ids), np.array(key, np.int32), np.array(ordinal, np.int32),
-                       np.array([r[2] for r in records], np.int64), np.array([r[3] for r in records], np.int64))
+                       np.array([r[2] for r in records], np.int64), np.array([r[3] for r in records], np.int64),
+                       sizes[:, 0], sizes[:, 1])
 
 
 @dataclass
@@ -59,6 +65,9 @@ class _Table:
     keys: list[tuple[str, str]]
     rank: np.ndarray
     key: np.ndarray
+    ordinal: np.ndarray
+    in_n: np.ndarray
+    out_n: np.ndarray
     start: np.ndarray
     end: np.ndarray
     seg: np.ndarray  # first row of each matched collective (seen on >= 2 ranks)
@@ -68,7 +77,7 @@ class _Table:
 
 def _table(records: dict[int, Collectives]) -> _Table:
     ids: dict[tuple[str, str], int] = {}
-    cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": []}
+    cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": []}
     for r, c in records.items():
         remap = np.array([ids.setdefault(k, len(ids)) for k in c.keys] or [0], np.int32)
         cols["rank"].append(np.full(len(c), r, np.int64))
@@ -76,18 +85,23 @@ def _table(records: dict[int, Collectives]) -> _Table:
         cols["ordinal"].append(c.ordinal)
         cols["start"].append(c.start)
         cols["end"].append(c.end)
-    rank, key, ordinal, start, end = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64) for k in cols)
+        unknown = np.full(len(c), -1, np.int64)
+        cols["in_n"].append(c.in_n if c.in_n is not None else unknown)
+        cols["out_n"].append(c.out_n if c.out_n is not None else unknown)
+    rank, key, ordinal, start, end, in_n, out_n = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64)
+                                                   for k in cols)
     o = np.lexsort((rank, ordinal, key))
-    rank, key, ordinal, start, end = rank[o], key[o], ordinal[o], start[o], end[o]
+    rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
     new = np.ones(len(key), bool)
     new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
     first = np.flatnonzero(new)
     size = np.diff(np.append(first, len(key)))
     keep = np.repeat(size >= 2, size)
-    rank, key, start, end = rank[keep], key[keep], start[keep], end[keep]
+    rank, key, ordinal, start, end, in_n, out_n = (x[keep] for x in (rank, key, ordinal, start, end, in_n, out_n))
     size = size[size >= 2]
     seg = np.concatenate(([0], np.cumsum(size)[:-1])).astype(np.int64) if len(size) else np.zeros(0, np.int64)
-    return _Table(list(ids), rank, key, start, end, seg, size, np.repeat(np.arange(len(size)), size))
+    return _Table(list(ids), rank, key, ordinal, in_n, out_n, start, end, seg, size,
+                  np.repeat(np.arange(len(size)), size))
 
 
 def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
@@ -120,8 +134,13 @@ def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
     return shifts
 
 
-def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float]) -> SkewResult | None:
-    """Collectives are matched by (process group, kind, ordinal); skew = latest start - earliest start."""
+def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float],
+         stage_of: dict[int, int] | None = None) -> SkewResult | None:
+    """Collectives are matched by (process group, kind, ordinal); skew = latest start - earliest start.
+
+    `stage_of` (rank -> pipeline stage): a collective whose ranks sit on different stages is reached in the
+    order the schedule sets (stage 0 finishes 1F1B's backward last), so its last arrival is nobody's fault.
+    """
     t = _table(records)
     shifts = align_hosts(t, hosts)
     if any(shifts.values()):
@@ -137,6 +156,8 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         transfer = np.minimum.reduceat(t.end - t.start, t.seg)
         at_hi = t.start == hi[t.group]
         alone = np.add.reduceat(at_hi.astype(np.int64), t.seg) == 1  # a tie has no last arrival: blame no one
+        ordered = _across_stages(t, stage_of or {})
+        alone &= ~ordered
         rows = np.flatnonzero(at_hi & alone[t.group])
         last = Counter(dict(zip(*np.unique(t.rank[rows], return_counts=True))))
         key = t.key[t.seg]
@@ -151,16 +172,78 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
                                         mean_skew_ms=float(sum_sk[k] / n[k]) / NS_PER_MS,
                                         max_skew_ms=float(max_sk[k]) / NS_PER_MS,
                                         mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS) for k in present]
-    stragglers = _stragglers(last, matched, compute_ms)
+    stragglers = _stragglers(last, matched - (int(ordered.sum()) if matched else 0), compute_ms)
     if not matched and not stragglers:
         return None
+    late, late_by, wait_by = _late(t, ordered) if matched else ([], {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
         last_arrivals={str(int(r)): int(c) for r, c in sorted(last.items(), key=lambda rc: (-rc[1], rc[0]))},
         host_shift_ms={h: s / NS_PER_MS for h, s in shifts.items()},
         stragglers=stragglers,
+        late=late,
+        late_ms_by_rank=late_by,
+        wait_ms_by_rank=wait_by,
+        schedule_ordered=int(ordered.sum()) if matched else 0,
     )
+
+
+def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:
+    """Per matched collective: do its ranks sit on two or more pipeline stages?"""
+    if not stage_of or not len(t.seg):
+        return np.zeros(len(t.seg), bool)
+    st = np.array([stage_of.get(int(r), -1) for r in t.rank.tolist()], np.int64)
+    hi = np.maximum.reduceat(st, t.seg)
+    lo = np.minimum.reduceat(np.where(st < 0, np.iinfo(np.int64).max, st), t.seg)
+    return (hi >= 0) & (hi > lo)
+
+
+TOP_LATE = 10
+
+
+def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float]]:
+    """Late ranks of each matched collective: those after the largest gap between consecutive arrivals when
+    that gap is at least half the skew (three ranks 7 ms behind five are all late, not only the last); with
+    no such gap (arrivals spread evenly) the last arrival alone. Also each rank's summed lateness where late
+    and its summed wait (latest start − its start)."""
+    o = np.lexsort((t.rank, t.start, t.group))  # segments keep their rows: only the order inside changes
+    g, r, s = t.group[o], t.rank[o], t.start[o]
+    first = s[t.seg][g]
+    gap = np.zeros(len(s), np.int64)
+    gap[1:] = s[1:] - s[:-1]
+    gap[t.seg] = 0
+    big = np.maximum.reduceat(gap, t.seg)
+    spread = np.maximum.reduceat(s, t.seg) - s[t.seg]
+    clear = 2 * big >= spread  # one gap holds most of the spread: a late group, not a queue
+    last = np.zeros(len(s), bool)
+    last[np.append(t.seg[1:], len(s)) - 1] = True
+    cut = np.where(clear[g], (gap == big[g]) & (big[g] > 0), last & (gap > 0)).astype(np.int64)
+    c = np.cumsum(cut)
+    is_late = (c - (c[t.seg] - cut[t.seg])[g]) >= 1
+    lateness = s - first
+    n_ranks = int(r.max()) + 1 if len(r) else 0
+    late_by = np.bincount(r[is_late], lateness[is_late], n_ranks)
+    wait_by = np.bincount(r, np.maximum.reduceat(s, t.seg)[g] - s, n_ranks)
+    sk = spread
+    transfer = np.minimum.reduceat(t.end - t.start, t.seg)
+    out = []
+    for k in np.argsort(-sk, kind="stable")[:TOP_LATE].tolist():
+        if sk[k] <= 0:
+            break
+        rows = np.arange(t.seg[k], t.seg[k] + t.size[k])
+        lr = rows[is_late[rows]]
+        pos = o[rows]  # the same rows in the table's own order, for the sizes
+        key = t.keys[int(t.key[t.seg[k]])]
+        out.append(LateArrival(
+            pg=key[0], kind=key[1], ordinal=int(t.ordinal[t.seg[k]]), ranks=int(t.size[k]),
+            skew_ms=float(sk[k]) / NS_PER_MS, transfer_ms=float(transfer[k]) / NS_PER_MS,
+            late_ranks=[int(x) for x in r[lr]], late_ms=[float(x) / NS_PER_MS for x in lateness[lr]],
+            schedule_ordered=bool(ordered[k]),
+            in_nelems={str(int(t.rank[i])): int(t.in_n[i]) for i in pos if t.in_n[i] >= 0},
+            out_nelems={str(int(t.rank[i])): int(t.out_n[i]) for i in pos if t.out_n[i] >= 0}))
+    ms = {str(i): float(v) / NS_PER_MS for i, v in enumerate(late_by) if v > 0}
+    return out, ms, {str(i): float(v) / NS_PER_MS for i, v in enumerate(wait_by) if v > 0}
 
 
 def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:

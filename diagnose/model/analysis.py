@@ -14,6 +14,7 @@ from diagnose.errors import LlmdiagError
 from diagnose.model.codec import Invalid, build, to_json_dict
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
+from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
 
 SCHEMA_VERSION = 2
@@ -209,6 +210,11 @@ class SkewResult:
     last_arrivals: dict[str, int]  # rank -> times it arrived last
     host_shift_ms: dict[str, float]  # host -> clock shift applied
     stragglers: list[Straggler]
+    late: list[LateArrival] = field(default_factory=list)  # the most skewed matched collectives, late ranks named
+    late_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ its lateness where it was late
+    wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
+    schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
+    p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""Cross-rank matching of every communication (issue 13 item 5) on generated traces with exact answers.
+
+TorchRec-like: 8 ranks, per step an embedding all_to_all (old NCCL runs it as `ncclKernel_SendRecv`; the kind
+comes from the `all_to_all` collective name), a dense all_to_all and an all-reduce. Three ranks reach the
+first all_to_all 7.1, 7.4 and 7.6 ms after the earliest; the answers below are written from those offsets.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.analyze import analyze_path
+from tests.builder import TraceBuilder
+
+W = 8
+LATE_US = {2: 7100, 6: 7400, 5: 7600}  # rank -> arrival after rank 0 at the first all_to_all
+JITTER_US = {r: 20 * r for r in range(W) if r not in LATE_US}  # the punctual ranks: 0 .. 140 µs
+STEP_US = 30_000
+A2A = "ncclKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _split(r: int) -> tuple[list[int], list[int]]:
+    return [1000 * (r + 1)] * W, [1000 * (p + 1) for p in range(W)]  # rank r sends (r+1) k to each, gets (p+1) k
+
+
+def _a2a_args(r: int) -> dict:
+    ins, outs = _split(r)
+    return {"Collective name": "all_to_all", "dtype": "Float", "In msg nelems": sum(ins), "Out msg nelems": sum(outs),
+            "Group size": W, "In split size": ins, "Out split size": outs, "Process Group Name": "0",
+            "Process Group Description": "default_pg", "Process Group Ranks": list(range(W))}
+
+
+def _torchrec(folder, steps: int = 3) -> None:
+    for r in range(W):
+        b = TraceBuilder(rank=r, world_size=W, host_name="node0")
+        for k in range(steps):
+            k0 = k * STEP_US
+            b.step(k + 1, k0, k0 + STEP_US)
+            arrive = 1000 + LATE_US.get(r, JITTER_US.get(r, 0))
+            b.kernel("void embedding_lookup_kernel<float>()", k0 + 500, arrive - 500, stream=7, launch_at=k0 + 5)
+            end1 = 1000 + max(LATE_US.values()) + 400
+            b.cpu_op("record_param_comms", k0 + 10, 3, args=_a2a_args(r))
+            b.kernel(A2A, k0 + arrive, end1 - arrive, stream=20, launch_at=k0 + 11, args=_a2a_args(r))
+            b.kernel("void gemm_kernel<float>()", k0 + end1, 5000, stream=7, launch_at=k0 + 20)
+            s2 = end1 + 5000 + 10 * r  # the dense all_to_all: 10 µs apart
+            b.kernel(A2A, k0 + s2, end1 + 5000 + 10 * W + 300 - s2, stream=20, launch_at=k0 + 21, args=_a2a_args(r))
+            b.nccl("allreduce", k0 + end1 + 6000, 500, launch_at=k0 + 22, nelems=1 << 20, group_size=W,
+                   pg_ranks=list(range(W)))
+        b.write(f"{folder}/rank{r}.json")
+
+
+def test_torchrec_late_ranks_at_first_all_to_all(tmp_path):
+    _torchrec(tmp_path)
+    sk = analyze_path(str(tmp_path), jobs=1).skew
+    kinds = {(c.kind, c.matched) for c in sk.by_collective}
+    assert ("alltoall", 6) in kinds and ("allreduce", 3) in kinds  # 2 all_to_all a step, 3 steps: all matched
+    top = sk.late[:3]
+    assert {x.ordinal for x in top} == {0, 2, 4}  # the first all_to_all of each step is the most skewed
+    for x in top:
+        assert x.kind == "alltoall" and x.ranks == W
+        assert x.skew_ms == pytest.approx(7.6)
+        assert x.late_ranks == [2, 6, 5]  # in arrival order
+        assert x.late_ms == pytest.approx([7.1, 7.4, 7.6])
+        assert x.transfer_ms == pytest.approx(0.4)  # the last rank's duration: the exchange itself
+        assert x.in_nelems == {str(r): sum(_split(r)[0]) for r in range(W)}
+        assert x.out_nelems == {str(r): sum(_split(r)[1]) for r in range(W)}
+    assert sk.late[3].skew_ms == pytest.approx(0.07)  # the dense all_to_all: 7 × 10 µs
+    # Σ lateness where late, per rank: three first all_to_alls each, plus rank 7 last at the dense one.
+    late = {int(r): v for r, v in sk.late_ms_by_rank.items()}
+    for r, us in LATE_US.items():
+        assert late[r] == pytest.approx(3 * us / 1000)
+    assert late[7] == pytest.approx(3 * 0.07)  # evenly spread arrivals: the last alone is late
+    assert set(late) == set(LATE_US) | {7}
+    assert sk.late[3].late_ranks == [7]
+    # Wait (latest start − own start) per rank: rank 0 waits 7.6 ms at each first all_to_all + 70 µs at the dense one.
+    assert sk.wait_ms_by_rank["0"] == pytest.approx(3 * (7.6 + 0.07))
+    assert "5" not in sk.wait_ms_by_rank or sk.wait_ms_by_rank["5"] == pytest.approx(3 * 0.02)
