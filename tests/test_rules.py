@@ -124,6 +124,7 @@ TRIGGERS = {
                                                              {"hipFree": 260.0, "hipMalloc": 290.0}))),
     "host_sync": ({}, lambda s: _all_ranks(s, blocking({"aten::item": 9.0, "cudaStreamSynchronize": 2.0},
                                                        {"aten::item": 57.0, "cudaStreamSynchronize": 10.0}))),
+    "exposed_memcpy": ({}, lambda s: _all_ranks(s, lambda r: r.update(other_ms=9.0))),
 }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from diagnose.model.analysis import Analysis, Finding
 from diagnose.rules.base import Ctx
 from diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
-from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, fp32_gemm, host_bound,
-                                 host_sync)
+from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy, fp32_gemm,
+                                 host_bound, host_sync)
 from diagnose.rules.memory import memory_near_capacity, memory_unused
 from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 
@@ -21,6 +21,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("host_bound", host_bound), ("stragglers", stragglers), ("low_busbw", low_busbw), ("dataloader", dataloader),
     ("fp32_gemm", fp32_gemm), ("contaminated_timings", contaminated_timings),
     ("exposed_comm", exposed_comm), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
+    ("exposed_memcpy", exposed_memcpy),
 ]
 
 

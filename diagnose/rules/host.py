@@ -166,3 +166,25 @@ def contaminated_timings(c: Ctx) -> list[Finding]:
                           "use these numbers for structure (overlap, bubbles, order), not for GPU tuning",
                           "none: informational", None, "trace_kind")]
     return []
+
+
+def exposed_memcpy(c: Ctx) -> list[Finding]:
+    """Device time in memcpy/memset that no kernel or collective overlaps (CPU offload, pageable H2D/D2H copies):
+    the GPU computes nothing while the copy engine works."""
+    bad = [r for r in c.ranks if r.trace_kind == "gpu" and r.other_ms >= IDLE_FLOOR * r.step_time_ms]
+    if not bad:
+        return []
+    gain = statistics.fmean(r.other_ms for r in bad)
+    w = max(bad, key=lambda r: r.other_ms)
+    copies = [k for k in w.top_kernels if k.kind in ("memcpy", "memset")][:3]
+    names = ", ".join(f"`{k.name}` {fmt(k.total_ms / w.nsteps, 'ms')}" for k in copies)
+    ev = (f"rank {w.rank}: {fmt(w.other_ms, 'ms')} per step ({fmt(w.other_ms / w.step_time_ms, 'pct')}) of memcpy/"
+          f"memset with no kernel or collective running{': ' + names + ' per step' if names else ''} "
+          f"({len(bad)} rank(s))")
+    act = ("overlap the copies with compute: pinned host memory (`pin_memory=True`) and `non_blocking=True` "
+           "copies on a side stream; with CPU offload (FSDP `CPUOffload`, optimizer offload) prefetch the next "
+           "layer's parameters, or keep them on the GPU if memory allows")
+    eg = c.gain_text(gain, "the copy time no compute hides, mean over those ranks", True)
+    return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), "GPU idle behind memory copies", ev,
+                      [r.rank for r in bad], [], act, eg, gain, "ranks[].other_ms", gain_kind="bound",
+                      events=["gpu_memcpy / gpu_memset events"] + [k.name for k in copies])]
