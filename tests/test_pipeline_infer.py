@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from diagnose.analyze import analyze_path
+from diagnose.model.roles import pg_role
+from diagnose.model.views import comm_by_group
 from tests.builder import TraceBuilder
 from tests.gen_pipeline import GEMM, SENDRECV, Case, write
 
@@ -69,6 +71,9 @@ def test_issue_symptom_4_stage_1f1b_slow_last_stage(tmp_path):
     assert a.skew.schedule_ordered == 4
     assert 0 not in {s.rank for s in a.skew.stragglers}
     assert a.skew.last_arrivals == {}
+    assert a.pipeline.inferred and a.layout["pp"] == 4  # inferred, and said so
+    roles = {(r.kind, r.role) for r in comm_by_group(a)}
+    assert ("send", "pp") in roles and ("recv", "pp") in roles
 
 
 def test_send_recv_that_is_no_pipeline_is_unknown(tmp_path):
@@ -90,3 +95,13 @@ def test_send_recv_that_is_no_pipeline_is_unknown(tmp_path):
     a = analyze_path(str(tmp_path), jobs=1)
     assert a.pipeline is None
     assert any("pipeline layout unknown" in i.message for i in a.issues)
+    assert {r.role for r in comm_by_group(a) if r.kind in ("send", "recv")} == {"?"}  # not given role pp
+
+
+@pytest.mark.parametrize("kind", ["send", "recv", "sendrecv"])
+def test_point_to_point_is_pipeline_traffic_only_with_a_pipeline(kind):
+    assert pg_role(kind, "0", 8, {"dp": 8}) == "?"
+    assert pg_role(kind, "0", 8, None) == "?"
+    assert pg_role(kind, "0", 2, {"pp": 4, "dp": 2}) == "pp"
+    assert pg_role(kind, "PIPELINE_MODEL_PARALLEL_GROUP", 4, None) == "pp"
+    assert pg_role("allreduce", "DATA_PARALLEL_GROUP", 4, {"tp": 2, "dp": 4}) == "dp"

@@ -17,6 +17,7 @@ import numpy as np
 
 from diagnose.errors import LlmdiagError
 from diagnose.io.discover import rank_from_name
+from diagnose.metrics.moe import moe_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline_bubbles import analyse_pipeline
@@ -72,6 +73,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
 
     pipeline = _pipeline(good, man, offset, hosts, shift_ns, issues, source)
+    if pipeline and pipeline.inferred and int((layout or {}).get("pp") or 1) <= 1:
+        layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
     return Analysis(
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
@@ -79,6 +82,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
         options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in good)),
         llmdiag_version=version,
+        moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
     )
 
 
@@ -194,6 +198,10 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
     schedule = pp.schedule or (schedule_of(acts.get(groups[0][-1], [])) if links else _infer_schedule(acts, with_actions))
     res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank,
                            bool(man and man.oversubscribed))
+    if res is not None and links:
+        res.inferred = True
+        res.explanation = ("Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches "
+                           "and forward/backward from the transfers. " + res.explanation)
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [

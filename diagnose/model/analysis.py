@@ -184,6 +184,7 @@ class PipelineResult:
     imbalance: float | None  # slowest stage busy / mean stage busy − 1
     explanation: str  # why measured, replay and theory differ, in words
     predictions: list[PipelinePrediction] = field(default_factory=list)
+    inferred: bool = False  # stages, microbatches, F/B and schedule read from send/recv, no PP: labels
 
 
 @dataclass

@@ -13,7 +13,7 @@ P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
 DP_KINDS = ("allreduce", "reducescatter", "allgather")
 _ROLE_TOKENS = {"tp": "tp", "tensor": "tp", "pp": "pp", "pipeline": "pp", "cp": "cp", "context": "cp",
                 "ep": "ep", "expert": "ep", "dp": "dp", "fsdp": "dp", "shard": "dp", "replicate": "dp",
-                "ddp": "dp", "hsdp": "dp"}
+                "ddp": "dp", "hsdp": "dp", "data": "dp"}  # data: Megatron's DATA_PARALLEL_GROUP
 _DIM_ROLE = {"dp": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}
 
 
@@ -22,14 +22,16 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
 
     DeviceMesh names groups `mesh_tp`, `mesh_dp_shard`, ...; otherwise (gloo spans carry no group) a
     collective of a layout with one non-pipeline dimension belongs to it, else the group size is matched
-    against the layout; send/recv are pipeline traffic.
+    against the layout. send/recv are pipeline traffic only where the layout has a pipeline (known or
+    inferred from the send/recv chain): all_to_all on old NCCL, ring attention and MoE also send point to
+    point.
     """
     for tok in re.split(r"[^a-z0-9]+", (pg or "").lower()):
         if tok in _ROLE_TOKENS:
             return _ROLE_TOKENS[tok]
-    if kind in P2P_KINDS:
-        return "pp"
     lay = {k: int((layout or {}).get(k) or 1) for k in DIMS}
+    if kind in P2P_KINDS:
+        return "pp" if lay["pp"] > 1 else "?"
     active = {_DIM_ROLE[k] for k, v in lay.items() if v > 1} - {"pp"}  # pipelines talk point-to-point only
     if len(active) == 1:
         return active.pop()
