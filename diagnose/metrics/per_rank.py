@@ -19,6 +19,7 @@ from diagnose.metrics.idle import idle_breakdown, training_evidence
 from diagnose.metrics.layout import pg_sizes
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
+from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
@@ -53,6 +54,7 @@ class RankOutput:
     links: Links | None = None  # pipeline neighbours inferred from send/recv (no PP: labels), or why not
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
+    moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -123,7 +125,7 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links,
-        collectives=_collectives(t, wins), bytes_read=t.bytes_read,
+        collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
     )
 
 

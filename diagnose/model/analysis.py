@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from diagnose.errors import LlmdiagError
 from diagnose.model.codec import Invalid, build, to_json_dict
+from diagnose.model.moe import AccumSummary, MoeSummary
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
@@ -309,6 +310,8 @@ class Analysis:
     schema_version: int = SCHEMA_VERSION
     llmdiag_version: str = ""
     provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
+    moe: MoeSummary | None = None  # expert parallelism (diagnose.metrics.moe), None without all-to-all / MoE labels
+    accum: AccumSummary | None = None  # gradient accumulation microsteps (diagnose.metrics.accum)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

@@ -1,0 +1,257 @@
+"""Expert parallelism from the trace: token traffic from all-to-all split sizes, imbalance, dispatch/combine time.
+
+Per rank (`rank_moe`, in the rank's worker): every all-to-all with split sizes (NCCL `record_param_comms`
+`In/Out split size`; gloo `c10d::alltoall_base_` concrete inputs, io.a2a_splits), its step and its role:
+`dispatch` / `combine` from the enclosing `llmdiag/moe/*` label, else `a2a` (a foreign trace: every uneven
+all-to-all counts, in order). Times per step: dispatch and combine (labels, or DeepEP-style kernels named
+`...dispatch` / `...combine`), expert compute (`llmdiag/moe/experts` spans, or compute between a dispatch
+kernel and the next combine kernel), all-to-all communication and its part not overlapped with compute.
+
+Across ranks (`moe_summary`): the n-th dispatch of a step on every rank of an EP group is the same MoE layer;
+rows received per rank give the imbalance max/mean per layer and step and over the whole step, and the
+rank-by-rank send matrix. A rank that sends `s` rows to peer j is read from its own split list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnose.io.a2a_splits import gloo_a2a_splits
+from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, RankTrace
+from diagnose.metrics import intervals as iv
+from diagnose.metrics.classify import collective_kind
+from diagnose.model.moe import MoeLayer, MoeRank, MoeSummary
+
+LABELS = {"llmdiag/moe/dispatch": "dispatch", "llmdiag/moe/combine": "combine", "llmdiag/moe/experts": "experts"}
+_EP_KERNEL = re.compile(r"deep_ep::|dpsk::ep::")
+
+
+@dataclass
+class A2AOp:
+    step: int  # window index
+    ts: int  # ns, relative
+    role: str  # dispatch, combine, a2a (role unknown)
+    sent: list[int]
+    received: list[int]
+    group: list[int] | None  # global ranks in split order, None when the trace does not say
+
+
+@dataclass
+class RankMoe:
+    rank: int
+    nsteps: int
+    ops: list[A2AOp] = field(default_factory=list)
+    labelled: bool = False
+    dispatch_ms: float = 0.0  # per step
+    combine_ms: float = 0.0
+    expert_ms: float = 0.0
+    a2a_ms: float = 0.0
+    a2a_exposed_ms: float = 0.0
+    step_ms: float = 0.0
+    kernels: bool = False  # DeepEP-style kernels seen
+
+
+def _ints(v) -> list[int] | None:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    if isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+        return v
+    return None
+
+
+def _spans(t: RankTrace, names: tuple[str, ...], kind: int) -> iv.Union:
+    ids = t.name_ids(lambda n: n in names)
+    m = np.isin(t.name, ids) & (t.kind == kind) if len(ids) else np.zeros(len(t), bool)
+    return iv.union(t.ts[m], (t.ts + t.dur)[m])
+
+
+def _clip_total(u: iv.Union, lo: int, hi: int) -> int:
+    s, e = u
+    return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+
+
+def _ep_group_of(dist: dict, rank: int | None, n: int) -> list[int] | None:
+    """The group an n-way all-to-all of this rank runs in: `mesh_ep` in pg_config, else the only n-rank group."""
+    cands = []
+    for g in dist.get("pg_config") or []:
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(ranks, list) and len(ranks) == n and rank in ranks and all(isinstance(r, int) for r in ranks):
+            cands.append((g.get("pg_desc") != "mesh_ep", ranks))
+    cands.sort(key=lambda c: c[0])
+    return list(cands[0][1]) if cands else None
+
+
+def _group_from_args(args: dict, dist: dict, rank, n: int) -> list[int] | None:
+    ranks = _ints(args.get("Process Group Ranks"))
+    if ranks and len(ranks) == n:
+        return ranks
+    name = str(args.get("Process Group Name", ""))
+    for g in dist.get("pg_config") or []:
+        if isinstance(g, dict) and str(g.get("pg_name")) == name and isinstance(g.get("ranks"), list) \
+                and len(g["ranks"]) == n:
+            return list(g["ranks"])
+    return _ep_group_of(dist, rank, n)
+
+
+def rank_moe(t: RankTrace, wins) -> RankMoe | None:
+    """This rank's MoE traffic and times; None when it ran no all-to-all and no MoE label or EP kernel."""
+    rank = t.rank if t.rank is not None else -1
+    out = RankMoe(rank, max(1, len(wins)))
+    raw: list[tuple[int, list[int], list[int], list[int] | None]] = []
+    dist = t.distributed
+    for i, args in t.comm_args.items():
+        if t.stream[i] >= 0 or collective_kind(t.names[t.name[i]], args) != "alltoall":
+            continue
+        sent, recv = _ints(args.get("In split size")), _ints(args.get("Out split size"))
+        if sent and recv and len(sent) == len(recv):
+            raw.append((int(t.ts[i]), sent, recv, _group_from_args(args, dist, t.rank, len(sent))))
+    if not raw and t.name_ids(lambda n: n == "c10d::alltoall_base_").size:
+        for ts_us, sent, recv in gloo_a2a_splits(t.path):
+            raw.append((int(round((ts_us - t.origin_us) * 1000)), sent, recv, _ep_group_of(dist, t.rank, len(sent))))
+
+    label_u = {role: _spans(t, (name,), ANNOTATION) for name, role in LABELS.items()}
+    out.labelled = any(len(u[0]) for u in label_u.values())
+    ep_ids = t.name_ids(lambda n: bool(_EP_KERNEL.search(n)))
+    kern = np.isin(t.name, ep_ids) & (t.stream >= 0) if len(ep_ids) else np.zeros(len(t), bool)
+    out.kernels = bool(kern.any())
+    if not raw and not out.labelled and not out.kernels:
+        return None
+
+    end = t.ts + t.dur
+    hs = np.array([w.host_start for w in wins], np.int64)
+    for ts, sent, recv, group in raw:
+        step = int(np.searchsorted(hs, ts, side="right")) - 1
+        if step < 0 or ts >= wins[step].host_end:
+            continue
+        role = "a2a"
+        if out.labelled:
+            role = next((r for r in ("dispatch", "combine") if _inside(label_u[r], ts)), "other")
+        out.ops.append(A2AOp(step, ts, role, sent, recv, group))
+
+    compute = iv.union(t.ts[t.kind == COMPUTE], end[t.kind == COMPUTE])
+    names = t.names
+    a2a_ids = t.name_ids(lambda n: collective_kind(n) == "alltoall" or bool(_EP_KERNEL.search(n)))
+    a2a = (t.kind == COMM) & np.isin(t.name, a2a_ids)
+    for i, args in t.comm_args.items():  # NCCL kernels named SendRecv under an all_to_all host op
+        if t.kind[i] == COMM and collective_kind(names[t.name[i]], args) == "alltoall":
+            a2a[i] = True
+    a2a_u = iv.union(t.ts[a2a], end[a2a])
+    exposed_u = iv.difference(a2a_u, compute)
+    if out.kernels:
+        disp = kern & np.isin(t.name, t.name_ids(lambda n: "dispatch" in n.rsplit("(", 1)[0].lower()))
+        comb = kern & np.isin(t.name, t.name_ids(lambda n: "combine" in n.rsplit("(", 1)[0].lower()))
+        label_u["dispatch"] = iv.union_of(label_u["dispatch"], iv.union(t.ts[disp], end[disp]))
+        label_u["combine"] = iv.union_of(label_u["combine"], iv.union(t.ts[comb], end[comb]))
+        if not len(label_u["experts"][0]):
+            between = _between(t, disp, comb)
+            label_u["experts"] = iv.difference(between, iv.difference(between, compute))
+    tot = defaultdict(int)
+    for w in wins:
+        tot["step"] += w.end - w.start
+        for key, u in (("dispatch", label_u["dispatch"]), ("combine", label_u["combine"]),
+                       ("experts", label_u["experts"]), ("a2a", a2a_u), ("exposed", exposed_u)):
+            tot[key] += _clip_total(u, w.start, w.end)
+    n = out.nsteps * 1e6
+    out.dispatch_ms, out.combine_ms, out.expert_ms = tot["dispatch"] / n, tot["combine"] / n, tot["experts"] / n
+    out.a2a_ms, out.a2a_exposed_ms, out.step_ms = tot["a2a"] / n, tot["exposed"] / n, tot["step"] / n
+    return out
+
+
+def _inside(u: iv.Union, ts: int) -> bool:
+    s, e = u
+    k = int(np.searchsorted(s, ts, side="right")) - 1
+    return k >= 0 and ts < e[k]
+
+
+def _between(t: RankTrace, disp: np.ndarray, comb: np.ndarray) -> iv.Union:
+    """[end of each dispatch kernel, start of the next combine kernel]: where that layer's experts run."""
+    d_end = np.sort((t.ts + t.dur)[disp])
+    c_start = np.sort(t.ts[comb])
+    starts, ends = [], []
+    for de in d_end.tolist():
+        k = int(np.searchsorted(c_start, de, side="left"))
+        if k < len(c_start):
+            starts.append(de)
+            ends.append(int(c_start[k]))
+    return iv.union(np.array(starts, np.int64), np.array(ends, np.int64))
+
+
+def moe_summary(per_rank: dict[int, RankMoe], hosts: dict[int, str]) -> MoeSummary | None:
+    """Match the ranks' dispatches into layers; None when no rank did expert parallelism."""
+    if not per_rank:
+        return None
+    labelled = any(r.labelled for r in per_rank.values())
+    counted = "dispatch" if labelled else "a2a"
+    # (group, step, ordinal) -> {rank: received rows}
+    layers: dict[tuple, dict[int, int]] = defaultdict(dict)
+    sent = defaultdict(int)
+    recv = defaultdict(int)
+    pair = defaultdict(int)
+    groups: set[tuple[int, ...]] = set()
+    for rank, rm in per_rank.items():
+        seen = defaultdict(int)
+        for op in rm.ops:
+            if op.role != counted:
+                continue
+            group = tuple(op.group) if op.group else tuple(range(len(op.sent)))
+            groups.add(group)
+            key = (group, op.step, seen[(group, op.step)])
+            seen[(group, op.step)] += 1
+            layers[key][rank] = sum(op.received)
+            sent[rank] += sum(op.sent) / rm.nsteps
+            recv[rank] += sum(op.received) / rm.nsteps
+            for peer, rows in zip(group, op.sent):
+                pair[(rank, peer)] += rows / rm.nsteps
+    out_layers = []
+    for (group, step, ordinal), got in sorted(layers.items()):
+        if set(got) != set(group):
+            continue  # a rank of the group is missing: no cross-rank figure for this layer
+        vals = [got[r] for r in group]
+        mean = sum(vals) / len(vals)
+        out_layers.append(MoeLayer(step, ordinal, list(group), vals, max(vals) / mean if mean else 1.0))
+    ranks = []
+    for rank, rm in sorted(per_rank.items()):
+        ranks.append(MoeRank(rank, int(round(sent[rank])), int(round(recv[rank])), rm.dispatch_ms, rm.combine_ms,
+                             rm.a2a_ms, rm.a2a_exposed_ms, rm.expert_ms, rm.step_ms))
+    s = MoeSummary(source="split sizes" if layers else "kernels", role_source="labels" if labelled else "order",
+                   groups=[list(g) for g in sorted(groups)], ranks=ranks, layers=out_layers)
+    if layers:
+        order = sorted({r for g in groups for r in g} | set(per_rank))
+        s.matrix_ranks = order
+        s.send_matrix = [[int(round(pair.get((a, b), 0))) for b in order] for a in order]
+        s.imbalance, s.hot_rank = _worst(groups, recv)
+        s.worst_layer_imbalance = max((x.imbalance for x in out_layers), default=None)
+    busy = {r.rank: r.expert_ms for r in ranks if r.expert_ms > 0}
+    if len(busy) > 1:
+        mean = sum(busy.values()) / len(busy)
+        s.slow_expert_rank = max(busy, key=lambda r: (busy[r], -r))
+        s.expert_imbalance = busy[s.slow_expert_rank] / mean
+    with_step = [r for r in ranks if r.step_ms > 0]
+    if with_step:
+        s.dispatch_combine_frac = sum((r.dispatch_ms + r.combine_ms) / r.step_ms for r in with_step) / len(with_step)
+        s.a2a_exposed_frac = sum(r.a2a_exposed_ms / r.step_ms for r in with_step) / len(with_step)
+    all_groups = groups or {tuple(sorted(per_rank))}
+    s.cross_node_groups = sum(1 for g in all_groups if len({hosts.get(r, "") for r in g if hosts.get(r)}) > 1)
+    return s
+
+
+def _worst(groups, recv) -> tuple[float | None, int | None]:
+    best: tuple[float, int] | None = None
+    for g in groups:
+        vals = {r: recv.get(r, 0.0) for r in g}
+        mean = sum(vals.values()) / len(vals)
+        if mean <= 0:
+            continue
+        hot = max(vals, key=lambda r: (vals[r], -r))
+        cand = (vals[hot] / mean, hot)
+        if best is None or cand[0] > best[0]:
+            best = cand
+    return best if best else (None, None)
