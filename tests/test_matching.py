@@ -11,6 +11,7 @@ import pytest
 
 from diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
+from tests.gen_pipeline import Case, write
 
 W = 8
 LATE_US = {2: 7100, 6: 7400, 5: 7600}  # rank -> arrival after rank 0 at the first all_to_all
@@ -75,3 +76,24 @@ def test_torchrec_late_ranks_at_first_all_to_all(tmp_path):
     # Wait (latest start − own start) per rank: rank 0 waits 7.6 ms at each first all_to_all + 70 µs at the dense one.
     assert sk.wait_ms_by_rank["0"] == pytest.approx(3 * (7.6 + 0.07))
     assert "5" not in sk.wait_ms_by_rank or sk.wait_ms_by_rank["5"] == pytest.approx(3 * 0.02)
+
+
+def test_send_recv_matched_to_peer(tmp_path):
+    """The generated 4-stage pipeline's transfers: each send matched with its receive, wait and transfer from
+    the simulation's own post times (a send posted first: the receiver was late)."""
+    case = Case(4, 8, "1f1b", slow_stage=2, lat_us=25, steps=2)
+    ans = write(case, tmp_path)
+    got = {(x.src, x.dst): x for x in analyze_path(str(tmp_path), jobs=1).skew.p2p}
+    want = {}
+    for x in ans.transfers:
+        want.setdefault((x["src"], x["dst"]), []).append(x)
+    assert set(got) == set(want)
+    for pair, xs in want.items():
+        g = got[pair]
+        assert (g.matched, g.unmatched) == (case.steps * len(xs), 0)
+        assert g.mean_transfer_ms == pytest.approx(case.lat_us / 1000)
+        assert g.mean_wait_ms == pytest.approx(sum(abs(x["send"] - x["recv"]) for x in xs) / len(xs) / 1000)
+        assert g.sender_waits == case.steps * sum(x["send"] < x["recv"] for x in xs)
+        assert g.receiver_waits == case.steps * sum(x["recv"] < x["send"] for x in xs)
+    # Backward transfers into the slow stage's neighbour: stage 1 waits on stage 2's gradients.
+    assert got[(2, 1)].receiver_waits > 0

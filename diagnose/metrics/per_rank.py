@@ -23,6 +23,7 @@ from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
+from diagnose.metrics.p2p import Record, p2p_records
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
@@ -52,6 +53,7 @@ class RankOutput:
     actions: list[Action] = field(default_factory=list)
     collectives: Collectives = field(default_factory=Collectives)
     links: Links | None = None  # pipeline neighbours inferred from send/recv (no PP: labels), or why not
+    p2p: list[Record] = field(default_factory=list)  # send/recv with their peers, for matching across ranks
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
     moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
@@ -124,7 +126,7 @@ def _run(job: RankJob) -> RankOutput:
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
-        device_name=device, metrics=metrics, actions=actions, links=links,
+        device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p_records(t, wins),
         collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
     )
 
