@@ -11,6 +11,7 @@ picked as the worst.
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import asdict, dataclass
 
 from markupsafe import Markup
@@ -21,6 +22,7 @@ from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import short_names
 from diagnose.model.views import DISTRIBUTIONS
+from reports import charts
 
 MAX_RANKS = 32
 MAX_MEMORY_SERIES = 8
@@ -80,27 +82,34 @@ class Paths:
         return f"ranks.{i}.memory.{j}."
 
 
+OUTLIER_TESTS = [  # (why, value of a rank, +1 where higher is worse / -1 where lower is, unit)
+    ("slow step", lambda r: r.step_time_ms, 1, "ms"), ("exposed comm", lambda r: r.exposed_comm_frac, 1, "pct"),
+    ("idle", lambda r: r.idle_frac, 1, "pct"), ("low overlap", lambda r: r.overlap_ratio, -1, "pct"),
+]
+
+
 def pick_ranks(ranks: list[RankMetrics], k: int = MAX_RANKS) -> tuple[list[int], dict[int, list[str]]]:
-    """Indices of the ranks to show (all when ≤ k), round-robin over the worst by each criterion."""
+    """Indices of the ranks to list: all when ≤ k; else the outliers, named with why. A rank is an outlier
+    on a metric when it lies on the bad side of the median by more than 3 scaled MADs and 2 % of the median
+    (so 32 identical ranks are not listed as "the worst"); at most k, largest deviation first."""
     if len(ranks) <= k:
         return list(range(len(ranks))), {}
-    crit = [("slowest step", lambda r: -r.step_time_ms), ("most exposed comm", lambda r: -r.exposed_comm_frac),
-            ("most idle / bubble", lambda r: -r.idle_frac),
-            ("lowest overlap", lambda r: r.overlap_ratio if r.overlap_ratio is not None else 2.0)]
-    orders = [(why, sorted(range(len(ranks)), key=lambda i: (key(ranks[i]), ranks[i].rank))) for why, key in crit]
-    chosen: dict[int, list[str]] = {}
-    depth = 0
-    while len(chosen) < k and depth < len(ranks):
-        for why, order in orders:
-            i = order[depth]
-            if i in chosen:
-                if why not in chosen[i]:
-                    chosen[i].append(why)
-            elif len(chosen) < k:
-                chosen[i] = [why]
-        depth += 1
-    idx = sorted(chosen, key=lambda i: ranks[i].rank)
-    return idx, chosen
+    found: dict[int, list[tuple[float, str]]] = {}
+    for why, get, sign, unit in OUTLIER_TESTS:
+        vals = [(i, get(r)) for i, r in enumerate(ranks) if get(r) is not None]
+        if len(vals) < 3:
+            continue
+        xs = [v for _, v in vals]
+        med = statistics.median(xs)
+        mad = 1.4826 * statistics.median(abs(v - med) for v in xs)
+        limit = max(3 * mad, 0.02 * abs(med), 1e-9)
+        for i, v in vals:
+            dev = (v - med) * sign
+            if dev > limit:
+                found.setdefault(i, []).append((dev / limit, f"{why} {fmt(v, unit)} (median {fmt(med, unit)})"))
+    order = sorted(found, key=lambda i: (-max(d for d, _ in found[i]), ranks[i].rank))[:k]
+    idx = sorted(order, key=lambda i: ranks[i].rank)
+    return idx, {i: [w for _, w in sorted(found[i], reverse=True)] for i in idx}
 
 
 def distributions(a: Analysis, paths: Paths) -> list[tuple]:
@@ -166,14 +175,15 @@ def kernel_rows(a: Analysis, top: int = TOP_KERNELS) -> list[dict]:
 
 def memory_rows(a: Analysis, paths: Paths, k: int = MAX_RANKS) -> list[dict]:
     """`views.memory_use`, closest to capacity first; each number is one device's exact value."""
-    rows = []
+    rows, seen = [], set()
     for x in views.memory_use(a)[:k]:
         p, m = paths.memory(x), x.stat
-        rows.append({"rank": x.rank, "m": m, "frac": x.frac,
+        rows.append({"rank": x.rank, "m": m, "frac": x.frac, "first": x.rank not in seen,
                      "alloc": Num(m.peak_allocated, p + "peak_allocated", "gib"),
                      "reserved": Num(m.peak_reserved, p + "peak_reserved", "gib"),
                      "capacity": Num(m.capacity, p + "capacity", "gib"), "of_cap": Num(x.frac, None, "pct"),
                      "at": Num(m.peak_ms, p + "peak_ms", "ms")})
+        seen.add(x.rank)
     return rows
 
 
@@ -324,5 +334,5 @@ def build(a: Analysis) -> dict:
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
-        "Num": Num,
+        "Num": Num, "step_series": charts.step_series(a),
     }

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 from diagnose.model.analysis import SEVERITIES, Analysis
 from diagnose.model.format import fmt
-from reports import figures
+from reports import charts, evidence, figures
 from reports.context import build
 from reports.glossary import GLOSSARY
 
@@ -28,7 +28,8 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 # Click a header to sort a table (numbers by value, n/a last). Optional: the report reads fine without it.
 SORT_JS = (
     "document.querySelectorAll('table.sort th').forEach(function(th){th.addEventListener('click',function(){"
-    "var t=th.closest('table'),b=t.tBodies[0],i=th.cellIndex,d=th.dataset.dir==='1'?-1:1;th.dataset.dir=d;"
+    "var t=th.closest('table'),b=t.tBodies[0],i=th.cellIndex,d=th.dataset.dir==='1'?-1:1;"
+    "t.querySelectorAll('th').forEach(function(h){delete h.dataset.dir;});th.dataset.dir=d;"
     "var k=function(r){var s=r.cells[i]?r.cells[i].textContent.trim():'',f=parseFloat(s.replace(/[,%]/g,''));"
     "return isNaN(f)?[1,s]:[0,f];};Array.prototype.slice.call(b.rows).sort(function(x,y){var a=k(x),c=k(y);"
     "return a[0]-c[0]||(a[1]>c[1]?d:a[1]<c[1]?-d:0);}).forEach(function(r){b.appendChild(r);});});});"
@@ -69,14 +70,17 @@ def render_html(a: Analysis) -> str:
     headline's top recommendations are the first three."""
     ctx = build(a)
     pipe = ctx["pipe"]
+    ev_links, back = evidence.links(ctx)
     figs = {
+        "heatmap": Markup(charts.heatmap(a)) if len(a.ranks) > 1 else Markup(""),
+        "steps": Markup(charts.per_step(a)),
         "breakdown": Markup(figures.step_breakdown([r for _, r, _ in ctx["shown"]])),
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
     }
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(
-        **ctx, figs=figs, glossary=GLOSSARY, findings=a.findings, top=list(enumerate(a.findings[:3])),
+        **ctx, figs=figs, ev_links=ev_links, back=back, glossary=GLOSSARY, findings=a.findings, top=list(enumerate(a.findings[:3])),
         script=Markup(SORT_JS), csp=csp, severities=SEVERITIES)
 
 

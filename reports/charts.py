@@ -1,0 +1,189 @@
+"""Many-rank figures drawn as plain SVG (no matplotlib: they cost microseconds, and scale to 1,024 ranks).
+
+- `heatmap`: rank × metric (step, compute only, exposed comm, idle, bubble, memory), ranks ordered and grouped
+  by host, then pipeline stage / mesh coordinate, each metric coloured over its own min..max. Runs of equal
+  colour are merged into one rectangle, so 1,024 similar ranks cost a few hundred elements, not 6,000.
+- `per_step`: per step, the five parts of the step (mean over ranks, stacked) and the spread of the step
+  time over ranks (min..max whisker).
+
+Every string that reaches the SVG (host names come from traces) is escaped; numbers are formatted by `fmt`.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+
+from markupsafe import escape
+
+from diagnose.model.analysis import Analysis, RankMetrics
+from diagnose.model.format import column_unit, fmt
+from diagnose.model.views import hosts as rank_hosts
+
+# (label, unit, value of a rank or None, worse is higher)
+HEAT_ROWS = [
+    ("step time", "ms", lambda r, x: r.step_time_ms),
+    ("compute only", "ms", lambda r, x: r.compute_only_ms),
+    ("exposed comm", "ms", lambda r, x: r.exposed_comm_ms),
+    ("idle", "ms", lambda r, x: r.idle_ms),
+    ("pipeline bubble", "pct", lambda r, x: x["bubble"].get(r.rank)),
+    ("memory peak", "gib", lambda r, x: r.memory_peak),
+]
+LEVELS = 12  # colour steps per row: enough to see an outlier, few enough to merge runs
+PARTS = [("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", "overlapped comm", "#72b7b2"),
+         ("exposed_comm_ms", "exposed comm", "#e45756"), ("other_ms", "other", "#b279a2"),
+         ("idle_ms", "idle", "#c7c7c7")]
+
+
+def _colour(level: int) -> str:
+    """Light yellow (low) to dark red (high), LEVELS steps."""
+    t = level / (LEVELS - 1)
+    r, g, b = 255 - int(t * 75), 245 - int(t * 200), 200 - int(t * 170)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+SAFE = re.compile(r"[A-Za-z0-9._:-]{1,48}")
+
+
+def _host_label(host: str, i: int) -> str:
+    """A host name for a figure: shown when it is a plain name, else 'host N' (figures carry no raw trace
+    strings; the tables show the real name, escaped)."""
+    return host if SAFE.fullmatch(host) else f"host {i}"
+
+
+def rank_order(a: Analysis) -> tuple[list[RankMetrics], list[tuple[str, int, int]]]:
+    """Ranks by (host, pipeline stage, other mesh coordinates, rank); groups as (label, first, last index)."""
+    raw = rank_hosts(a)
+    names = {h: _host_label(h, i) for i, h in enumerate(sorted(set(raw.values())))}
+    hosts = {r: names[h] for r, h in raw.items()}
+    key = lambda r: (raw[r.rank], r.coords.get("pp", 0) if isinstance(r.coords, dict) else 0, r.rank)
+    ranks = sorted(a.ranks, key=key)
+    groups: list[list] = []
+    for i, r in enumerate(ranks):
+        pp = r.coords.get("pp") if isinstance(r.coords, dict) else None
+        label = hosts[r.rank] + (f" · stage {pp}" if pp is not None and a.pipeline else "")
+        if groups and groups[-1][0] == label:
+            groups[-1][2] = i
+        else:
+            groups.append([label, i, i])
+    return ranks, [tuple(g) for g in groups]
+
+
+def heatmap(a: Analysis) -> str:
+    """The rank × metric heatmap as an SVG string (empty without ranks)."""
+    ranks, groups = rank_order(a)
+    if not ranks:
+        return ""
+    extra = {"bubble": {b.rank: b.measured for b in (a.pipeline.stage_bubbles if a.pipeline else [])}}
+    rows = []
+    for label, unit, get in HEAT_ROWS:
+        vals = [get(r, extra) for r in ranks]
+        if all(v is None for v in vals):
+            continue
+        rows.append((label, unit, vals))
+    n = len(ranks)
+    left, right, cell_h, width = 120, 190, 22, 1000
+    plot_w = width - left - right
+    cw = plot_w / n
+    top = 34
+    h = top + cell_h * len(rows) + 8
+    out = [f'<svg class="fig heat" id="fig-heatmap" viewBox="0 0 {width} {h}" role="img" '
+           f'aria-label="rank by metric heatmap" xmlns="http://www.w3.org/2000/svg">']
+    for g, (label, i0, i1) in enumerate(groups):  # group bands and labels above the cells
+        x0, x1 = left + i0 * cw, left + (i1 + 1) * cw
+        out.append(f'<rect x="{x0:.2f}" y="{top - 16}" width="{x1 - x0:.2f}" height="12" '
+                   f'fill="{"#dde3ee" if g % 2 == 0 else "#c5cfdf"}"><title>{escape(label)}: ranks '
+                   f'{ranks[i0].rank}…{ranks[i1].rank}</title></rect>')
+        if x1 - x0 > 60:
+            text = str(escape(label if len(label) <= (x1 - x0) / 6.5 else label[:max(3, int((x1 - x0) / 6.5) - 1)] + "…"))
+            out.append(f'<text x="{x0 + 3:.2f}" y="{top - 6}" class="hl">{text}</text>')
+        if g:
+            out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top - 16}" y2="{h - 8}" stroke="#1d2330" '
+                       'stroke-width="1"/>')
+    out.append(f'<text x="{left}" y="{top - 22}" class="hl">ranks grouped by host'
+               f'{" and pipeline stage" if a.pipeline else ""} ({n} ranks; hover a cell for its rank)</text>')
+    for j, (label, unit, vals) in enumerate(rows):
+        y = top + j * cell_h
+        defined = [v for v in vals if v is not None]
+        lo, hi = min(defined), max(defined)
+        u = column_unit([hi], unit) if unit == "gib" else unit
+        out.append(f'<text x="{left - 6}" y="{y + cell_h * 0.68:.1f}" text-anchor="end">{label}</text>')
+        out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">'
+                   f'{fmt(lo, u)} … {fmt(hi, u)}</text>')
+        levels = [None if v is None else (0 if hi == lo else round((v - lo) / (hi - lo) * (LEVELS - 1))) for v in vals]
+        i = 0
+        while i < n:  # merge runs of one colour
+            k = i
+            while k + 1 < n and levels[k + 1] == levels[i]:
+                k += 1
+            fill = "#f2f2f2" if levels[i] is None else _colour(levels[i])
+            tip = (f"rank {ranks[i].rank}: {fmt(vals[i], u)}" if k == i else
+                   f"ranks {ranks[i].rank}…{ranks[k].rank} (in this order): {fmt(vals[i], u)}"
+                   + ("" if levels[i] is None else " and similar"))
+            out.append(f'<rect x="{left + i * cw:.2f}" y="{y + 1}" width="{(k - i + 1) * cw:.2f}" height="{cell_h - 2}" '
+                       f'fill="{fill}"><title>{label}, {tip}</title></rect>')
+            i = k + 1
+    out.append("</svg>")
+    return "".join(out)
+
+
+def step_series(a: Analysis) -> list[dict]:
+    """Per step number: the five parts as the mean over the ranks that have the step, and the step time's
+    min / mean / max over those ranks."""
+    by: dict[int, list] = defaultdict(list)
+    for r in a.ranks:
+        for st in r.steps:
+            by[st.step].append(st)
+    out = []
+    for step in sorted(by):
+        xs = by[step]
+        times = [s.time_ms for s in xs]
+        out.append({"step": step, "ranks": len(xs), "min": min(times), "max": max(times),
+                    "mean": statistics.fmean(times),
+                    "parts": [(label, colour, statistics.fmean(getattr(s, key) for s in xs))
+                              for key, label, colour in PARTS]})
+    return out
+
+
+def per_step(a: Analysis) -> str:
+    """Stacked mean parts per step with a min..max whisker of the step time over ranks (SVG)."""
+    series = step_series(a)
+    if len(series) < 2:
+        return ""
+    width, h, left, bottom, top = 1000, 260, 60, 36, 28
+    plot_w, plot_h = width - left - 20, h - top - bottom
+    ymax = max(s["max"] for s in series) * 1.05 or 1.0
+    bw = plot_w / len(series)
+    sy = lambda v: top + plot_h - v / ymax * plot_h
+    out = [f'<svg class="fig" id="fig-steps" viewBox="0 0 {width} {h}" role="img" aria-label="step time per step" '
+           'xmlns="http://www.w3.org/2000/svg">']
+    for k in range(5):  # y grid and labels
+        v = ymax * k / 4
+        out.append(f'<line x1="{left}" x2="{width - 20}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" stroke="#e3e6ec"/>'
+                   f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{fmt(v, "ms", False)}</text>')
+    out.append(f'<text x="{left}" y="14" class="hl">ms per step: parts stacked (mean over ranks), whisker = '
+               'slowest and fastest rank</text>')
+    label_every = max(1, len(series) // 20)
+    for i, s in enumerate(series):
+        x = left + i * bw
+        y = top + plot_h
+        tip = f"step {s['step']}: mean {fmt(s['mean'], 'ms')}, ranks {fmt(s['min'], 'ms')} … {fmt(s['max'], 'ms')}"
+        out.append(f'<g id="step-bar-{s["step"]}"><title>{tip}</title>')
+        for label, colour, v in s["parts"]:
+            hh = v / ymax * plot_h
+            y -= hh
+            out.append(f'<rect x="{x + bw * 0.15:.2f}" y="{y:.2f}" width="{bw * 0.7:.2f}" height="{max(hh, 0):.2f}" '
+                       f'fill="{colour}"/>')
+        cx = x + bw / 2
+        out.append(f'<line x1="{cx:.2f}" x2="{cx:.2f}" y1="{sy(s["max"]):.2f}" y2="{sy(s["min"]):.2f}" '
+                   'stroke="#1d2330" stroke-width="1.2"/></g>')
+        if i % label_every == 0:
+            out.append(f'<text x="{cx:.2f}" y="{top + plot_h + 14}" text-anchor="middle">{s["step"]}</text>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{h - 4}" text-anchor="middle">step</text>')
+    x = left + plot_w - 5 * 120
+    for label, colour, _ in series[0]["parts"]:
+        out.append(f'<rect x="{x}" y="6" width="10" height="10" fill="{colour}"/><text x="{x + 14}" y="15">{label}</text>')
+        x += 120
+    out.append("</svg>")
+    return "".join(out)
