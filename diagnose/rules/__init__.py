@@ -13,6 +13,7 @@ from diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers,
 from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy, fp32_gemm,
                                  host_bound, host_sync)
 from diagnose.rules.memory import memory_near_capacity, memory_unused
+from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
@@ -22,6 +23,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("fp32_gemm", fp32_gemm), ("contaminated_timings", contaminated_timings),
     ("exposed_comm", exposed_comm), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
     ("exposed_memcpy", exposed_memcpy),
+    ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
 ]
 
 
