@@ -1,0 +1,84 @@
+"""Every rule over every scenario of tests/gen_scenarios.py (issue 14 item 6): the planted problem is the top
+finding (recall ≥ 0.9), no high or medium finding fires that was not planted (precision 1.0), the gain is within
+the scenario's tolerance of the planted size, and a scenario's must-not rules stay silent."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import pytest
+
+from diagnose.rules import RULES, findings
+from tests.gen_scenarios import Scenario, scenarios
+
+LOUD = ("high", "medium")
+
+
+@cache
+def _results() -> list[tuple[Scenario, list]]:
+    return [(s, findings(s.a)) for s in scenarios()]
+
+
+def _planted_gain(s: Scenario, f) -> float | None:
+    """The planted size; for the bubble scenario the 1F1B formula at the m the finding advises:
+    window × (1 − ((m'+p−1)/m') / ((m+p−1)/m))."""
+    if s.name != "too_few_microbatches":
+        return s.gain_ms
+    p, m, win = s.a.pipeline.stages, s.a.pipeline.microbatches, s.a.pipeline.window_ms
+    m2 = int(re.search(r"--microbatches (\d+)", f.action).group(1))
+    return win * (1 - ((m2 + p - 1) / m2) / ((m + p - 1) / m))
+
+
+def test_corpus_size():
+    planted = [s for s, _ in _results() if s.expect]
+    assert len(planted) >= 15 and len(_results()) - len(planted) >= 5
+
+
+@pytest.mark.parametrize("name", [s.name for s in scenarios()])
+def test_scenario(name):
+    s, fs = next(x for x in _results() if x[0].name == name)
+    loud = [f for f in fs if f.severity in LOUD]
+    assert not [f.id for f in loud if f.id not in s.expect], f"{name}: unplanted high/medium findings"
+    assert not {f.id for f in fs} & s.must_not, f"{name}: a must-not rule fired"
+    if not s.expect:
+        return
+    top = fs[0]
+    assert top.id in s.expect, f"{name}: top finding {top.id}, planted {s.expect}"
+    want = _planted_gain(s, top)
+    if want is not None:
+        assert top.gain_ms == pytest.approx(want, rel=s.tol), f"{name}: gain {top.gain_ms} vs planted {want}"
+        assert top.gain_ms <= want * (1 + s.tol)
+
+
+def confusion() -> dict[str, dict[str, int]]:
+    """Per rule: TP (planted and top), FN (planted, not top), FP (high/medium where not planted), TN."""
+    ids = sorted({rid for rid, _ in RULES} | {i for s, _ in _results() for i in s.expect})
+    table = {i: {"TP": 0, "FN": 0, "FP": 0, "TN": 0} for i in ids}
+    for s, fs in _results():
+        top = fs[0].id if fs else None
+        loud = {f.id for f in fs if f.severity in LOUD}
+        for i in ids:
+            if i in s.expect:
+                if len(s.expect) > 1 and top in s.expect and top != i:
+                    continue  # an alternative id was accepted and chosen
+                table[i]["TP" if top == i else "FN"] += 1
+            else:
+                table[i]["FP" if i in loud else "TN"] += 1
+    return table
+
+
+def test_recall_and_precision():
+    t = confusion()
+    tp, fn, fp = (sum(r[k] for r in t.values()) for k in ("TP", "FN", "FP"))
+    assert tp / (tp + fn) >= 0.9
+    assert fp == 0
+
+
+def confusion_markdown() -> str:
+    t = confusion()
+    lines = ["| rule | TP | FN | FP | TN |", "|---|---|---|---|---|"]
+    lines += [f"| {i} | {r['TP']} | {r['FN']} | {r['FP']} | {r['TN']} |" for i, r in t.items()]
+    tp, fn, fp = (sum(r[k] for r in t.values()) for k in ("TP", "FN", "FP"))
+    lines.append(f"\nrecall {tp}/{tp + fn}, high/medium false positives {fp}, {len(_results())} scenarios")
+    return "\n".join(lines)
