@@ -34,7 +34,7 @@ def p2p_records(t: RankTrace, wins: list[Window]) -> list[Record]:
             continue
         try:
             peer = int(a.get("Dst Rank" if kind == "send" else "Src Rank"))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # untrusted: a float inf, a string
             continue
         pg = pg_label(a)
         if a.get("Process Group Ranks"):

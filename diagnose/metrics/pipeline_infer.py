@@ -192,5 +192,5 @@ def schedule_of(actions_last_stage: list[Action]) -> str:
 def _int(v) -> int | None:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # untrusted args: inf, text
         return None

@@ -222,9 +222,9 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     c = np.cumsum(cut)
     is_late = (c - (c[t.seg] - cut[t.seg])[g]) >= 1
     lateness = s - first
-    n_ranks = int(r.max()) + 1 if len(r) else 0
-    late_by = np.bincount(r[is_late], lateness[is_late], n_ranks)
-    wait_by = np.bincount(r, np.maximum.reduceat(s, t.seg)[g] - s, n_ranks)
+    ids, ri = np.unique(r, return_inverse=True)  # rank numbers can be large: bin by their index
+    late_by = np.bincount(ri[is_late], lateness[is_late], len(ids))
+    wait_by = np.bincount(ri, np.maximum.reduceat(s, t.seg)[g] - s, len(ids))
     sk = spread
     transfer = np.minimum.reduceat(t.end - t.start, t.seg)
     out = []
@@ -242,8 +242,8 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
             schedule_ordered=bool(ordered[k]),
             in_nelems={str(int(t.rank[i])): int(t.in_n[i]) for i in pos if t.in_n[i] >= 0},
             out_nelems={str(int(t.rank[i])): int(t.out_n[i]) for i in pos if t.out_n[i] >= 0}))
-    ms = {str(i): float(v) / NS_PER_MS for i, v in enumerate(late_by) if v > 0}
-    return out, ms, {str(i): float(v) / NS_PER_MS for i, v in enumerate(wait_by) if v > 0}
+    ms = {str(int(ids[i])): float(v) / NS_PER_MS for i, v in enumerate(late_by) if v > 0}
+    return out, ms, {str(int(ids[i])): float(v) / NS_PER_MS for i, v in enumerate(wait_by) if v > 0}
 
 
 def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:
