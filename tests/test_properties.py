@@ -334,5 +334,5 @@ def test_prefiltered_regexes_answer_as_the_regex(name):
 
     for pred, rx in ((classify.is_memcpy, classify.MEMCPY_RE), (classify.is_memset, classify.MEMSET_RE),
                      (classify.is_sync_kernel, classify.SYNC_KERNEL_RE), (classify.is_host_comm, classify.HOST_COMM_RE),
-                     (kernels.is_fp32_gemm, kernels.FP32_GEMM_RE), (kernels.is_dataloader, kernels.DATALOADER_RE)):
+                     (kernels.is_dataloader, kernels.DATALOADER_RE)):  # fp32 GEMMs: tests/test_precision.py
         assert pred(name) == (rx.search(name) is not None), (rx.pattern, name)

@@ -21,7 +21,7 @@ import orjson
 from diagnose.io.trace import MemoryEvents, RankTrace
 
 ENV = "LLMDIAG_CACHE_DIR"
-VERSION = 3  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank)
+VERSION = 4  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type
 _COLUMNS = ("ts", "dur", "name", "cat", "thread", "stream", "corr", "ext")
 _MEMORY = ("ts", "device_type", "device_id", "allocated", "reserved", "bytes", "thread")
 

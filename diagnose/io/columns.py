@@ -76,8 +76,17 @@ def _hashable(v):
     return v if isinstance(v, (int, str, float)) or v is None else str(v)
 
 
+# GEMM host ops whose `Input type` gives the precision of the kernels they launch (metrics/precision.py).
+GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                      "aten::_scaled_mm", "aten::addmv", "aten::mv", "aten::_addmm_activation", "aten::_grouped_mm",
+                      "aten::_scaled_grouped_mm", "aten::_int_mm"))
+
+
 def _is_comm_name(name) -> bool:
-    return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name)
+    """Names whose args are kept when they carry Input Dims: gloo/c10d spans (their message size) and GEMM
+    ops (their Input type, recorded beside Input Dims by record_shapes)."""
+    return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name
+                                      or name in GEMM_OPS)
 
 
 class _DictView:

@@ -36,10 +36,13 @@ ARG_FIELDS = {
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",
-               "Src Rank", "Dst Rank", "Input Dims")
+               "Src Rank", "Dst Rank", "Input type", "Input Dims")
+# Lists on every shape-recording cpu_op, needed only for the few ops kept (gloo/c10d spans: Input Dims; GEMM
+# ops: Input type, their precision): kept as raw byte slices and decoded on demand.
+RAW_FIELDS = ("Input type", "Input Dims")
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
-assert COMM_FIELDS[-1] == "Input Dims"  # StructView.comm decodes the last value, kept raw, on demand
+assert COMM_FIELDS[-len(RAW_FIELDS):] == RAW_FIELDS  # StructView.comm decodes these last values on demand
 _COMM_GET = attrgetter(*(a for _, a in _COMM_ATTRS))
 _COMM_CACHE: dict = {}
 
@@ -48,7 +51,7 @@ if msgspec is not None:
     Args = msgspec.defstruct(
         "Args",
         [(a, Any, msgspec.field(default=d, name=k)) for k, (a, d) in ARG_FIELDS.items()]
-        + [(a, msgspec.Raw if k == "Input Dims" else Any, msgspec.field(default=UNSET, name=k))
+        + [(a, msgspec.Raw if k in RAW_FIELDS else Any, msgspec.field(default=UNSET, name=k))
            for k, a in _COMM_ATTRS],
         gc=False,
     )
@@ -106,8 +109,9 @@ class StructView:
     def comm(a) -> dict:
         """The collective args present; equal args share one dict (read-only downstream)."""
         values = _COMM_GET(a)
-        if values[-1] is not UNSET:  # Input Dims, kept raw by the decoder (only gloo/c10d spans need it)
-            values = values[:-1] + (_raw_value(values[-1]),)
+        n = len(RAW_FIELDS)
+        if any(v is not UNSET for v in values[-n:]):  # kept raw by the decoder (only a few ops need them)
+            values = values[:-n] + tuple(v if v is UNSET else _raw_value(v) for v in values[-n:])
         try:
             return _COMM_CACHE[values]
         except KeyError:

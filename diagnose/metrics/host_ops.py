@@ -41,7 +41,11 @@ def comm_launches(t: RankTrace, op_kind: np.ndarray) -> dict[int, int]:
 
     `op_kind` is classify's kind array so far (host ops and runtime calls already sorted)."""
     host = (t.stream < 0) & ((op_kind == CPU_OP) | (op_kind == ANNOTATION))
-    ops = np.flatnonzero(t.name_mask(is_comm_op, host))
+    return launching_ops(t, np.flatnonzero(t.name_mask(is_comm_op, host)), op_kind, lambda o: _score(t, o))
+
+
+def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None) -> dict[int, int]:
+    """Device event index -> the op of `ops` enclosing its launch (innermost; among the best by `score`)."""
     if not len(ops):
         return {}
     dev = np.flatnonzero((t.stream >= 0) & (t.corr >= 0))
@@ -51,7 +55,7 @@ def comm_launches(t: RankTrace, op_kind: np.ndarray) -> dict[int, int]:
     rt = rt[np.isin(t.corr[rt], t.corr[dev]) & np.isin(t.thread[rt], np.unique(t.thread[ops]))]
     if not len(rt):
         return {}
-    best = _explaining_op(t, ops, rt)  # runtime index -> op index
+    best = _explaining_op(t, ops, rt, score or (lambda o: 0))  # runtime index -> op index
     corr_op = {int(t.corr[r]): o for r, o in best.items()}
     out = {}
     for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
@@ -69,7 +73,7 @@ def _score(t: RankTrace, o: int) -> int:
     return 0 if t.names[t.name[o]] == "record_param_comms" else 1
 
 
-def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:
     """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored).
     One sweep per thread over ops (sorted by start, longer first) and calls (sorted by time) with a stack
     of open ops: linear after the sort."""
@@ -93,5 +97,5 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, i
                 stack.pop()
             live = [s for s in stack if int(ends[s]) >= ts]
             if live:
-                out[call] = max(reversed(live), key=lambda s: _score(t, s))
+                out[call] = max(reversed(live), key=score)
     return out

@@ -8,16 +8,14 @@ import numpy as np
 
 from diagnose.metrics.classify import prefiltered
 from diagnose.metrics.overlap import in_windows
+from diagnose.metrics.precision import gemm_time_by_precision
 from diagnose.model.format import NS_PER_MS
 from diagnose.model.analysis import Hints, KernelStat
 from diagnose.metrics.steps import Window
 from diagnose.io.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
 
-# fp32 GEMMs that do not use tensor cores (cuBLAS sgemm, CUTLASS simt sgemm); tf32/bf16/fp16 ones do.
-FP32_GEMM_RE = re.compile(r"sgemm|gemm.*(_f32_|float_float)|cutlass.*simt.*sgemm", re.I)
 DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
-is_fp32_gemm = prefiltered(FP32_GEMM_RE, "gemm")
-is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")
+is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")  # names capped: linear time
 
 
 def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[KernelStat], float]:
@@ -66,10 +64,10 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
     cc = _compute_capability(t)
     fp32 = None
     comp = in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins)
-    if comp.any():
-        total = float(t.dur[comp].sum())
-        fp32_mask = t.name_mask(is_fp32_gemm, comp)
-        fp32 = float(t.dur[fp32_mask].sum()) / total if total else None
+    by_prec = gemm_time_by_precision(t, comp) if comp.any() else {}
+    total = float(t.dur[comp].sum()) if comp.any() else 0.0
+    if total and set(by_prec) - {"unknown"}:  # some GEMM's precision is evidenced; unknown stays unknown
+        fp32 = by_prec.get("fp32", 0) / total
     dl = in_windows(t, t.name_mask(is_dataloader, t.stream < 0), wins)
     dl_frac = None
     if step_ms > 0 and wins:
@@ -85,6 +83,7 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
         dataloader_frac=dl_frac,
         fp32_gemm_frac=fp32,
         compute_capability=cc,
+        gemm_ms_by_precision={k: v / NS_PER_MS / n_steps for k, v in sorted(by_prec.items())},
     )
 
 
