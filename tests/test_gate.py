@@ -81,6 +81,9 @@ def gates(*specs, agg="worst"):
     ("0.5 s", "step_time", "max", 500.0, False),
     ("512MiB", "memory_peak", "max_rise", 512 << 20, False),
     (3, "step_time", "max", 3.0, False),
+    ("20%", "bubble", "max", 0.20, False),  # an absolute share: 20% and 0.2 are the same limit
+    (0.2, "bubble", "max", 0.20, False),
+    ("15%", "overlap_ratio", "min", 0.15, False),
 ])
 def test_parse_limit(raw, metric, rule, value, relative):
     lim = parse_limit(raw, METRICS[metric], rule)
@@ -88,7 +91,8 @@ def test_parse_limit(raw, metric, rule, value, relative):
 
 
 @pytest.mark.parametrize("raw,metric,rule", [
-    (-1, "overlap_ratio", "max_drop"), ("10%", "overlap_ratio", "min"), ("5ms", "memory_peak", "max"),
+    (-1, "overlap_ratio", "max_drop"), ("10%", "step_time", "max"), ("5ms", "memory_peak", "max"),
+    ("1e999", "step_time", "max_rise"), ("1e999%", "bubble", "max"),
     ("lots", "step_time", "max"), (True, "step_time", "max"), (float("nan"), "bubble", "max"),
 ])
 def test_parse_limit_rejects(raw, metric, rule):
@@ -120,7 +124,7 @@ def test_relative_pass_and_fail():
     ov = v.results[0]
     assert (ov.status, ov.baseline, ov.current, ov.worst) == ("fail", 0.8, 0.6, "rank 1")
     assert ov.delta == pytest.approx(-0.2) and ov.threshold == pytest.approx(0.75)
-    assert "0.800 -> 0.600" in ov.message and "max_drop 0.05" in ov.message
+    assert "80.0% -> 60.0%" in ov.message and "dropped by 20.0 pt" in ov.message and "max_drop 0.05" in ov.message
 
 
 def test_limit_exactly_met_passes():
@@ -191,7 +195,7 @@ def test_junit_structure():
     assert len(cases) == 3 and all(c.get("classname") and c.get("name") and c.get("time") for c in cases)
     fail = cases[0].find("failure")
     assert fail is not None and fail.get("type") == "regression"
-    assert "0.800 -> 0.600" in fail.get("message") and "baseline: 0.8" in fail.text
+    assert "80.0% -> 60.0%" in fail.get("message") and "baseline: 0.8" in fail.text
     assert cases[1].find("failure") is None and cases[2].find("skipped") is not None
 
 
@@ -275,7 +279,7 @@ def test_cli_config_junit_json_and_annotations(cli, files, tmp_path):
             env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)})
     assert r.exit_code == 1, r.output
     md = step_summary.read_text()
-    assert md.startswith("### llmdiag check: FAIL") and "| overlap_ratio | min | 0.800 | 0.700 |" in md
+    assert md.startswith("### llmdiag check: FAIL") and "| overlap_ratio | min | 80.0% | 70.0% | -10.0 pt |" in md
     assert "::error title=llmdiag check%3A overlap_ratio max_drop 0.05::" in r.output
     assert "::warning title=llmdiag check%3A bubble max_rise 0.05::" in r.output
     suite = ET.parse(junit).getroot().find("testsuite")

@@ -243,10 +243,12 @@ def test_trace_of_a_different_job(tmp_path, baseline):
     assert_good_unchanged(run, baseline)
 
 
-def test_duplicate_ranks_are_all_left_out(tmp_path, baseline):
+def test_duplicate_ranks_that_disagree_are_all_left_out(tmp_path, baseline):
     d = good_folder(tmp_path)
     rank2().write(d / "rank2.json")
-    rank2().write(d / "rank2_copy.json")
+    other = rank2()
+    other.kernel("void other_kernel()", 650, 100, stream=8, launch_at=12)  # different numbers: which is right?
+    other.write(d / "rank2_copy.json")
     run = cli(tmp_path, d)
     assert run.code == 1
     dup = [x for x in run.lines if "rank 2 appears in 2 files" in x]
@@ -256,14 +258,39 @@ def test_duplicate_ranks_are_all_left_out(tmp_path, baseline):
     assert_good_unchanged(run, baseline)
 
 
-def test_only_duplicates_is_exit_2_with_the_reason(tmp_path):
-    d = tmp_path / "dups"
-    gpu_rank(0, world_size=1).write(d / "a.json")
-    gpu_rank(0, world_size=1).write(d / "b.json")
+def test_identical_duplicate_keeps_one_and_records_it(tmp_path, baseline):
+    """A copy of a rank's trace (same numbers) is resolved: one kept, the other named, the rank recorded in
+    ranks_duplicate (so `check` fails unless --allow-duplicate-ranks)."""
+    d = good_folder(tmp_path)
+    rank2().write(d / "rank2.json")
+    rank2().write(d / "rank2_copy.json")
     run = cli(tmp_path, d)
-    assert run.code == 2 and run.summary is None
-    (line,) = run.lines
-    assert "no usable trace" in line and "rank 0 appears in 2 files" in line
+    assert run.code == 0, run.err
+    assert set(run.ranks()) == {0, 1, 2} and run.summary["ranks_duplicate"] == [2]
+    (w,) = [i for i in run.issues("warning") if "appears in 2 files" in i["message"]]
+    assert w["file"].endswith("rank2_copy.json") and "kept (they give identical numbers)" in w["message"]
+    assert_good_unchanged(run, baseline)
+
+
+def test_two_jobs_in_one_folder_keep_their_rank_0(tmp_path):
+    """A V100 job of 2023 and a B200 job of 2025, both with ranks 0 and 1 (and the B200 job a rank 2): the
+    larger job is analysed with its rank 0, the other job's traces are named with the reason, never both
+    rank-0 files dropped as duplicates."""
+    d = tmp_path / "mixed"
+    v100 = [{"id": 0, "name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 32 << 30, "computeMajor": 7, "computeMinor": 0}]
+    b200 = [{"id": 0, "name": "NVIDIA B200", "totalGlobalMem": 180 << 30, "computeMajor": 10, "computeMinor": 0}]
+    for r in (0, 1):
+        gpu_rank(r, world_size=3, base_us=1_690_000_000_000_000, device_properties=v100).write(d / f"v100_rank{r}.json")
+    for r in (0, 1, 2):
+        gpu_rank(r, world_size=3, base_us=1_750_000_000_000_000, device_properties=b200).write(d / f"b200_rank{r}.json")
+    run = cli(tmp_path, d)
+    assert run.code == 1
+    assert sorted(run.ranks()) == [0, 1, 2] and all("b200" in r["file"] for r in run.summary["ranks"])
+    other = [x for x in run.lines if "trace of another job" in x]
+    assert len(other) == 2 and all("v100_rank" in x and "2023-" in x and "2025-" in x for x in other), run.err
+    assert all("llmdiag analyze" in x for x in other)
+    assert not any("appears in" in x for x in run.lines)
+    assert run.summary["ranks_missing"] == []
 
 
 def test_ranks_missing_from_the_world(tmp_path, baseline):

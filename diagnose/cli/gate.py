@@ -80,15 +80,26 @@ def _limit_options(f):
                    "(default worst: min overlap, max of the others; rank: each rank against its own baseline).")
 @_limit_options
 @click.option("--strict", is_flag=True, default=None, help="Fail gates whose metric is undefined (n/a).")
+@click.option("--allow-failed-run", "allow_failed_run", is_flag=True,
+              help="Do not fail when a side's manifest marks the run failed (reported as allowed).")
+@click.option("--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
+              help="Do not fail on ranks without a trace or left out (reported as allowed).")
+@click.option("--allow-duplicate-ranks", "allow_duplicate_ranks", is_flag=True,
+              help="Do not fail when a rank had several trace files and one was chosen.")
+@click.option("--allow-undefined", "allow_undefined", is_flag=True,
+              help="Do not fail when a gated metric is undefined in the current run but not in the baseline.")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
-def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, **limits):
+def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
+          allow_duplicate_ranks, allow_undefined, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
     (`llmdiag analyze RUN --json FILE`). With --baseline and no limits given, default gates apply.
+    The gate fails closed: a run marked failed, missing, left-out or duplicate-resolved ranks, an empty
+    summary, or a gated metric that vanished fail the check unless allowed (--allow-*; docs/ci.md).
     """
     t0 = time.perf_counter()
     try:
@@ -106,9 +117,13 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
+        _job_summary(f"### llmdiag check: ERROR\n\n{e.line()}\n")
         raise
     strict = bool(opts.get("strict", False) if strict is None else strict)
-    verdict = evaluate(cur, base, gates, strict)
+    flags = {"failed-run": allow_failed_run, "missing-ranks": allow_missing_ranks,
+             "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
+    allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ()))
+    verdict = evaluate(cur, base, gates, strict, allow)
     if junit_path:
         write_text(junit_path, to_junit(verdict, time.perf_counter() - t0))
     if json_path:
@@ -116,19 +131,26 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     text = render_verdict(verdict)
     if quiet:
         lines = text.splitlines()
-        text = "\n".join([r.message for r in verdict.failed()] + lines[-1:])
+        text = "\n".join([r.message for r in verdict.failed()] + [c.message for c in verdict.failed_inputs()]
+                         + lines[-1:])
     click.echo(text)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(verdict):
             click.echo(line)
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            try:
-                with open(summary, "a", encoding="utf-8") as f:
-                    f.write(markdown_summary(verdict))
-            except OSError:
-                pass  # the job summary is a courtesy; the verdict stands without it
+    _job_summary(markdown_summary(verdict))
     sys.exit(verdict.exit_code)
+
+
+def _job_summary(text: str) -> None:
+    """Append to GitHub's job summary page when running in Actions (the verdict stands without it)."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if os.environ.get("GITHUB_ACTIONS") != "true" or not summary:
+        return
+    try:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:
+        pass
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

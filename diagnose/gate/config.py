@@ -18,6 +18,8 @@ from __future__ import annotations
 import difflib
 
 from diagnose.errors import LlmdiagError
+from diagnose.files import CONFIG_BUDGET, read_bounded
+from diagnose.gate.inputs import ALLOW_NAMES
 from diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
 
 try:  # Python 3.11+
@@ -57,13 +59,11 @@ def _agg(value, where: str) -> str:
 def read_toml(path: str) -> dict:
     if _toml is None:
         raise LlmdiagError("reading TOML needs Python 3.11+ or the tomli package", path, "pip install tomli")
+    raw = read_bounded(path, CONFIG_BUDGET, "config file", gunzip=False)
     try:
-        with open(path, "rb") as f:
-            return _toml.load(f)
-    except FileNotFoundError:
-        raise LlmdiagError("no such config file", path) from None
-    except OSError as e:
-        raise LlmdiagError(f"cannot read config: {e.strerror or e}", path) from None
+        return _toml.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise LlmdiagError(f"config is not UTF-8 text (byte {e.start})", path, "a TOML file, see docs/ci.md") from None
     except _toml.TOMLDecodeError as e:
         raise LlmdiagError(f"invalid TOML: {e}", path) from None
 
@@ -77,13 +77,18 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
         if not isinstance(data["strict"], bool):
             raise LlmdiagError("strict must be true or false", where)
         opts["strict"] = data["strict"]
+    if "allow" in data:  # opt-outs of the fail-closed input checks, as the --allow-* flags
+        allow = data["allow"]
+        if not isinstance(allow, list) or any(a not in ALLOW_NAMES for a in allow):
+            raise LlmdiagError(f"bad allow = {allow!r}", where, f"a list of {', '.join(ALLOW_NAMES)}")
+        opts["allow"] = list(allow)
     agg_default = default_agg or opts.get("agg", "worst")
     gates: list[Gate] = []
     for key, table in data.items():
-        if key in ("agg", "strict"):
+        if key in ("agg", "strict", "allow"):
             continue
         if key not in METRICS and key not in ALIASES:
-            raise LlmdiagError(f"unknown section [{key}]", where, _hint(key, [*METRICS, "agg", "strict"]))
+            raise LlmdiagError(f"unknown section [{key}]", where, _hint(key, [*METRICS, "agg", "strict", "allow"]))
         if not isinstance(table, dict):
             raise LlmdiagError(f"[{key}] must be a table of limits", where, "e.g. [overlap_ratio] max_drop = 0.05")
         m = metric_named(key, where)

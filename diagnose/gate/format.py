@@ -5,7 +5,7 @@ Plain text (no colour codes) so the same output reads in a terminal, a CI log an
 
 from __future__ import annotations
 
-from diagnose.gate.verdict import GateResult, Side, Verdict
+from diagnose.gate.verdict import GateResult, Side, Verdict, shown
 from diagnose.model.format import fmt, fmt_delta, plural
 
 
@@ -29,7 +29,8 @@ def ranks_text(side: Side) -> str:
 
 
 def _cells(r: GateResult, strict: bool) -> list[str]:
-    return [r.metric, r.agg, fmt(r.baseline, r.unit), fmt(r.current, r.unit), fmt_delta(r.delta, r.unit, r.baseline),
+    u = shown(r.unit)
+    return [r.metric, r.agg, fmt(r.baseline, u), fmt(r.current, u), fmt_delta(r.delta, u, r.baseline),
             r.limit, _status(r, strict), r.worst or "-"]
 
 
@@ -54,10 +55,16 @@ def render_verdict(v: Verdict) -> str:
     for r in v.results:
         if r.status == "n/a":
             out.append(f"n/a: {r.message}")
+    for c in v.inputs:
+        out.append(f"input: {c.message}" + (f" (allowed by {c.opt_out})" if c.allowed else
+                                              f" (fails the check; {c.opt_out} to allow)" if c.opt_out else ""))
     failed, na = v.failed(), sum(r.status == "n/a" for r in v.results)
+    bad_inputs = v.failed_inputs()
     out.append("")
-    if failed:
-        out.append(f"FAIL: {len(failed)} of {len(v.results)} gates failed")
+    if failed or bad_inputs:
+        why = [f"{len(failed)} of {len(v.results)} gates failed"] if failed else []
+        why += [f"{plural(len(bad_inputs), 'input problem')}"] if bad_inputs else []
+        out.append("FAIL: " + ", ".join(why))
     else:
         n = len(v.results)
         out.append(f"PASS: {plural(n, 'gate')}" + (f" ({na} n/a)" if na else ""))
@@ -84,6 +91,9 @@ def github_annotations(v: Verdict) -> list[str]:
             continue
         title = f"llmdiag check: {r.metric} {r.limit}"
         out.append(f"::{level} title={_esc_prop(title)}::{_esc_data(r.message)}")
+    for c in v.inputs:
+        level = "warning" if c.allowed else "error"
+        out.append(f"::{level} title={_esc_prop('llmdiag check: ' + c.reason)}::{_esc_data(c.message)}")
     for n in v.notes:
         out.append(f"::notice title={_esc_prop('llmdiag check')}::{_esc_data(n)}")
     return out
@@ -99,5 +109,7 @@ def markdown_summary(v: Verdict) -> str:
     for r in v.results:
         cells = _cells(r, v.strict)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [""] + [f"- **{'allowed' if c.allowed else 'FAIL'}** ({c.reason}): {c.message}".replace("|", "\\|")
+                     for c in v.inputs]
     lines += [""] + [f"- {n}" for n in v.notes]
     return "\n".join(lines) + "\n"

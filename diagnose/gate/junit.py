@@ -11,7 +11,7 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 
-from diagnose.errors import LlmdiagError
+from diagnose.files import write_atomic
 from diagnose.gate.verdict import Verdict
 
 SUITE = "llmdiag.check"
@@ -61,6 +61,14 @@ def to_junit(v: Verdict, elapsed: float = 0.0) -> str:
         else:
             ET.SubElement(case, "system-out").text = r.message
         cases.append(case)
+    for c in v.inputs:  # the reasons not to trust a side: failures unless opted out (gate/inputs.py)
+        case = ET.Element("testcase", {"classname": f"{SUITE}.inputs", "name": f"{c.side} {c.reason}", "time": "0"})
+        if c.allowed:
+            ET.SubElement(case, "skipped", {"message": f"{c.message} (allowed by {c.opt_out})"})
+        else:
+            ET.SubElement(case, "failure", {"message": c.message, "type": c.reason}).text = (
+                c.message + (f"\nopt out: {c.opt_out}\n" if c.opt_out else "\n"))
+        cases.append(case)
     props = {"current": v.current.source, "baseline": v.baseline.source if v.baseline else None,
              "strict": v.strict, "aggregate_only": v.aggregate_only}
     for i, n in enumerate(v.notes):
@@ -80,8 +88,5 @@ def error_junit(message: str) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise LlmdiagError(f"cannot write: {e.strerror or e}", path) from None
+    """Atomically (a temp file renamed): a failed write leaves nothing half-written; one-line errors."""
+    write_atomic(path, text)

@@ -14,6 +14,7 @@ import zlib
 import orjson
 
 from diagnose.errors import LlmdiagError
+from diagnose.files import special, write_atomic
 from diagnose.model.analysis import Analysis
 from diagnose.model.summary import read_summary, slim
 
@@ -49,6 +50,8 @@ def load_side(path: str, role: str = "input") -> Analysis:
         raise LlmdiagError(f"no such file or folder ({role})", path, f"give {_WHAT}")
     if os.path.isdir(path):
         return analyze(path)
+    if (kind := special(path)) is not None:  # a FIFO would block the first read forever
+        raise LlmdiagError(f"not a regular file ({kind}) ({role})", path, f"give {_WHAT}")
     try:
         trace = _is_trace(path)
     except OSError as e:
@@ -65,10 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("usage: python -m diagnose.gate.sides RUN|TRACES|SUMMARY OUT.json")
     try:
         data = slim(load_side(args[0]))
-        with open(args[1], "wb") as f:
-            f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-    except (LlmdiagError, OSError) as e:
-        sys.exit(e.line() if isinstance(e, LlmdiagError) else f"llmdiag: {args[1]}: {e}")
+        write_atomic(args[1], orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    except LlmdiagError as e:
+        sys.exit(e.line())
 
 
 if __name__ == "__main__":  # pragma: no cover

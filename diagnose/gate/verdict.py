@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.gate.inputs import InputCheck, apply_allow, side_checks, undefined_check
 from diagnose.model.analysis import Analysis, RankMetrics
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, ranges
 
 VERDICT_SCHEMA = 1
 AGGS = ("worst", "min", "max", "mean", "rank")
@@ -84,10 +85,14 @@ def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Lim
         if not m:
             raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\", \"5ms\", \"512MiB\"")
         num, unit = float(m.group(1)), (m.group(2) or "").lower()
+        if not math.isfinite(num):
+            raise LlmdiagError(bad, where, "limits are finite and >= 0")
         if unit == "%":
             if rule not in RELATIVE_RULES:
-                raise LlmdiagError(bad, where,
-                                   "a percentage is relative to the baseline: use it with max_rise/max_drop")
+                if metric.unit == "ratio":  # an absolute share: "20%" is 0.2, as the report prints it
+                    return Limit(num / 100.0, False, raw.strip())
+                raise LlmdiagError(bad, where, "a percentage is relative to the baseline: use it with "
+                                               "max_rise/max_drop, or with a ratio metric's min/max")
             return Limit(num / 100.0, True, raw.strip())
         if unit:
             ok = (metric.unit == "ms" and unit in ("ms", "s", "us", "µs")) or (
@@ -209,6 +214,7 @@ class Verdict:
     aggregate_only: bool  # world sizes (or rank sets) differ: per-rank matching was not possible
     results: list[GateResult]
     notes: list[str] = field(default_factory=list)
+    inputs: list[InputCheck] = field(default_factory=list)  # reasons not to trust a side (gate/inputs.py)
     schema_version: int = VERDICT_SCHEMA
 
     @property
@@ -217,6 +223,9 @@ class Verdict:
 
     def failed(self) -> list[GateResult]:
         return [r for r in self.results if r.status == "fail" or (self.strict and r.status == "n/a")]
+
+    def failed_inputs(self) -> list[InputCheck]:
+        return [c for c in self.inputs if c.fails]
 
 
 def describe(a: Analysis) -> Side:
@@ -244,11 +253,17 @@ def _why(m: Metric) -> str:
             "memory_peak": " (no [memory] events: profile with profile_memory=True)"}.get(m.name, "")
 
 
+def shown(unit: str) -> str:
+    """The unit a gate's value prints in: ratios as percent, as the report prints them."""
+    return "pct" if unit == "ratio" else unit
+
+
 def _moved(m: Metric, delta: float, base: float) -> str:
     """A change in words ("rose by 5.00 ms (5.0%)"), with its relative size where that means something."""
     word = "rose by " if delta > 0 else "dropped by " if delta < 0 else "unchanged, "
     rel = f" ({abs(delta) / abs(base) * 100:.1f}%)" if base and m.unit != "ratio" else ""
-    return word + fmt(abs(delta), m.unit) + rel
+    amount = f"{abs(delta) * 100:.1f} pt" if m.unit == "ratio" else fmt(abs(delta), m.unit)
+    return word + amount + rel
 
 
 def _per_rank(gate: Gate, m: Metric, base: Analysis, cur: Analysis) -> tuple | None:
@@ -303,7 +318,7 @@ def _relative(gate: Gate, m: Metric, base: Analysis, cur: Analysis, matched: boo
     fail = _bad(gate, r.baseline, r.current) > allowed + EPS * max(1.0, abs(r.baseline))
     r.status = "fail" if fail else "pass"
     r.message = (f"{m.name} ({agg}) {_moved(m, r.delta, r.baseline)}: "
-                 f"{fmt(r.baseline, m.unit)} -> {fmt(r.current, m.unit)}, "
+                 f"{fmt(r.baseline, shown(m.unit))} -> {fmt(r.current, shown(m.unit))}, "
                  f"limit {r.limit}" + (f", worst {r.worst}" if r.worst else ""))
     return r
 
@@ -324,7 +339,7 @@ def _absolute(gate: Gate, m: Metric, base: Analysis | None, cur: Analysis) -> Ga
     fail = r.current < lim - EPS if gate.rule == "min" else r.current > lim + EPS * max(1.0, lim)
     r.status = "fail" if fail else "pass"
     word = "below" if fail and gate.rule == "min" else "above" if fail else "within"
-    r.message = (f"{m.name} ({agg}) {fmt(r.current, m.unit)} is {word} the limit "
+    r.message = (f"{m.name} ({agg}) {fmt(r.current, shown(m.unit))} is {word} the limit "
                  f"{r.limit}" + (f", worst {r.worst}" if r.worst else ""))
     return r
 
@@ -339,19 +354,20 @@ def _side_notes(current: Analysis, baseline: Analysis) -> tuple[bool, list[str]]
         notes.append(f"world sizes differ (baseline {wb}, current {wc}): compared aggregates over "
                      "ranks, not rank by rank")
     elif rb != rc:
-        notes.append(f"ranks differ (only in baseline: {sorted(rb - rc) or '-'}, only in current: "
-                     f"{sorted(rc - rb) or '-'}): compared aggregates over the ranks each side has")
+        notes.append(f"ranks differ (only in baseline: {ranges(sorted(rb - rc)) or '-'}, only in current: "
+                     f"{ranges(sorted(rc - rb)) or '-'}): compared aggregates over the ranks each side has")
     kb, kc = baseline.trace_kind, current.trace_kind
     if kb and kc and kb != kc:
         notes.append(f"trace kinds differ (baseline {kb}, current {kc}): numbers may not be comparable")
     return matched, notes
 
 
-def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], strict: bool = False) -> Verdict:
-    """Apply the gates; relative gates need a baseline (the caller checks that first)."""
+def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], strict: bool = False,
+             allow: frozenset[str] | set[str] = frozenset()) -> Verdict:
+    """Apply the gates; relative gates need a baseline (the caller checks that first). The inputs are checked
+    too and fail the verdict (gate/inputs.py) unless their reason is in `allow`."""
     matched, notes = _side_notes(current, baseline) if baseline is not None else (True, [])
-    if current.ranks_missing:
-        notes.append(f"current run is missing ranks {current.ranks_missing}")
+    inputs = side_checks(current, "current") + (side_checks(baseline, "baseline") if baseline is not None else [])
     results = []
     for g in gates:
         m = metric_named(g.metric)
@@ -361,7 +377,8 @@ def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], st
             continue
         results.append(_relative(g, m, baseline, current, matched) if g.relative
                        else _absolute(g, m, baseline, current))
+    inputs += [c for r in results if (c := undefined_check(r, baseline is not None, strict)) is not None]
     v = Verdict("pass", strict, describe(current), describe(baseline) if baseline is not None else None,
-                not matched, results, notes)
-    v.status = "fail" if v.failed() else "pass"
+                not matched, results, notes, apply_allow(inputs, set(allow)))
+    v.status = "fail" if v.failed() or v.failed_inputs() else "pass"
     return v

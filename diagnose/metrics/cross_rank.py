@@ -22,6 +22,7 @@ from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.p2p import match_p2p
 from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline_infer import chains, schedule_of
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, SkewResult
@@ -39,7 +40,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         first = issues[0].message if issues else "no usable trace"
         raise LlmdiagError(f"no usable trace among {len(outputs)} file(s); first problem: {first.removeprefix('llmdiag: ')}",
                            source)
-    good = _resolve_ranks(good, man, issues)
+    good = resolve_ranks(good, man, issues, duplicates := [])
     if not good:
         # The issues die with this exception, so the line itself says why (the CLI prints only the line).
         errs = [i for i in issues if i.severity == "error"]
@@ -88,54 +89,9 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
         options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in good)),
         llmdiag_version=version,
+        ranks_duplicate=sorted(duplicates),
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
     )
-
-
-def _resolve_ranks(good: list[RankOutput], man: Manifest | None, issues: list[Issue]) -> list[RankOutput]:
-    """distributedInfo, then manifest, then file name; duplicates and other jobs are rejected, not guessed."""
-    for o in good:
-        if o.rank is None:
-            r = manifest_rank_of(man, o.path)
-            src = "manifest"
-            if r is None:
-                r, src = rank_from_name(o.path), "file name"
-            if r is None:
-                issues.append(Issue(o.path, "no rank in distributedInfo, manifest or file name", None, "warning"))
-            else:
-                issues.append(Issue(o.path, f"no rank in distributedInfo: rank {r} taken from the {src}", r, "warning"))
-            o.rank = r
-    unnamed = [o for o in good if o.rank is None]
-    if unnamed:
-        taken = {o.rank for o in good if o.rank is not None}
-        free = (r for r in range(10**9) if r not in taken)
-        for o in unnamed:
-            o.rank = next(free)
-            issues.append(Issue(o.path, f"numbered rank {o.rank} by file order", o.rank, "warning"))
-    sizes = Counter(o.world_size for o in good if o.world_size)
-    if len(sizes) > 1:
-        main = sizes.most_common(1)[0][0]
-        for o in good:
-            if o.world_size and o.world_size != main:
-                issues.append(Issue(o.path, f"trace of a different job (world size {o.world_size}, the others "
-                                            f"{main}); left out", o.rank, "error"))
-        good = [o for o in good if not o.world_size or o.world_size == main]
-    world = sizes.most_common(1)[0][0] if sizes else (man.world_size if man else None)
-    if isinstance(world, int) and world > 0:
-        for o in good:
-            if o.rank >= world:
-                issues.append(Issue(o.path, f"rank {o.rank} is outside the world of {world} ranks (contradictory "
-                                            "distributedInfo or file name); left out", o.rank, "error"))
-        good = [o for o in good if o.rank < world]
-    count = Counter(o.rank for o in good)
-    for o in good:
-        if count[o.rank] > 1:
-            issues.append(Issue(o.path, f"rank {o.rank} appears in {count[o.rank]} files; all of them left out "
-                                        "(which one is right cannot be told)", o.rank, "error"))
-    good = [o for o in good if count[o.rank] == 1]
-    for o in good:
-        o.metrics.rank = o.rank
-    return good
 
 
 MAX_CLOCK_US = 2.0**52  # µs (~142 years): beyond it a float clock has lost its µs and the trace is not a real clock
@@ -274,14 +230,6 @@ def stage_hint(man: Manifest | None, path: str) -> int | None:
     r = rank_from_name(path)
     stages = man.stages_of(r) if man and r is not None else []
     return stages[0] if stages else None
-
-
-def manifest_rank_of(man: Manifest | None, path: str) -> int | None:
-    """The rank whose status record names this trace file."""
-    for r, st in (man.rank_status if man else {}).items():
-        if isinstance(st, dict) and st.get("trace") and os.path.basename(str(st["trace"])) == os.path.basename(path):
-            return _int(r)
-    return None
 
 
 def _int(v) -> int | None:

@@ -96,11 +96,8 @@ class Hints:
     short_kernel_frac: float | None  # share of kernels under 10 µs
     device_idle_frac: float | None  # GPU idle share of step time (GPU traces)
     dataloader_frac: float | None  # host time in DataLoader __next__ per step time
-    fp32_gemm_frac: float | None  # share of compute kernel time in GEMMs evidenced to run in fp32 (non tensor-core);
-    # None when no GEMM's precision is evidenced (host op Input type or a name that states it: metrics/precision.py)
+    fp32_gemm_frac: float | None  # share of compute kernel time in fp32 (non tensor-core) GEMMs
     compute_capability: float | None  # e.g. 8.0, for tensor-core questions
-    gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM ms per step by input precision
-    # (fp32, tf32, bf16, fp16, fp8, mxfp4, ..., "unknown")
 
 
 @dataclass
@@ -312,6 +309,7 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)  # filled by diagnose.rules, in Finding.order_key order
     schema_version: int = SCHEMA_VERSION
     llmdiag_version: str = ""
+    ranks_duplicate: list[int] = field(default_factory=list)  # ranks with several trace files, one chosen
     provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
     moe: MoeSummary | None = None  # expert parallelism (diagnose.metrics.moe), None without all-to-all / MoE labels
     accum: AccumSummary | None = None  # gradient accumulation microsteps (diagnose.metrics.accum)

@@ -5,12 +5,10 @@
 
 from __future__ import annotations
 
-import gzip
-import zlib
-
 import orjson
 
 from diagnose.errors import LlmdiagError
+from diagnose.files import SUMMARY_BUDGET, read_bounded
 from diagnose.model.analysis import Analysis
 from diagnose.model.codec import Invalid, build
 from diagnose.model.manifest import Manifest
@@ -36,15 +34,11 @@ def slim(a: Analysis) -> dict:
 
 
 def read_summary(path: str) -> Analysis:
-    """A summary written by `analyze --json` (plain or gzipped)."""
+    """A summary written by `analyze --json` (plain or gzipped), read within a byte budget (a regular file
+    only: a FIFO or /dev/zero is refused in one line)."""
+    raw = read_bounded(path, SUMMARY_BUDGET, "summary")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         data = orjson.loads(raw)
-    except OSError as e:
-        raise LlmdiagError(f"cannot read: {e.strerror or e}", path) from None
-    except (orjson.JSONDecodeError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+    except orjson.JSONDecodeError as e:
         raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
     return Analysis.from_dict(data, path)

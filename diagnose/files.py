@@ -1,0 +1,135 @@
+"""Files in and out at the edge, safely: regular files only, reads within a byte budget, atomic writes.
+
+Every input llmdiag reads whole (summaries, baselines, configs, manifests) goes through `read_bounded`: a
+FIFO, socket or device is refused in one line before anything blocks on it (opened non-blocking, checked
+with fstat on the opened descriptor, so a swap after the check does not help), and a file or its gzip
+content larger than the budget is refused instead of filling memory (a gzip bomb given as `--baseline`,
+`/dev/zero`). Every output goes through `write_atomic`: a `tempfile.mkstemp` file in the target folder
+(O_EXCL, never a symlink followed, unpredictable name) renamed over the target, removed on every error path,
+so a failed write leaves neither a half-written file nor a temp file, and errors are one line.
+It lives at the bottom of the stages so the model's summary reader and the CLI share it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+import zlib
+
+from diagnose.errors import LlmdiagError
+
+MiB = 1 << 20
+SUMMARY_BUDGET = 512 * MiB  # a 1,024-rank summary with memory timelines is ~20 MB
+CONFIG_BUDGET = 1 * MiB  # gates.toml
+MANIFEST_BUDGET = 64 * MiB
+
+
+def _kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def special(path: str) -> str | None:
+    """Why `path` (links followed) is not a regular file, or None (also None when it cannot be stat'ed)."""
+    try:
+        return _kind(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
+def read_bounded(path: str, budget: int, what: str = "file", gunzip: bool = True) -> bytes:
+    """The bytes of `path` (gunzipped when it is gzip), or LlmdiagError in one line: not a regular file,
+    unreadable, or more than `budget` bytes (on disk or decompressed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise LlmdiagError(f"no such {what}", path) from None
+        raise LlmdiagError(f"cannot read {what}: {e.strerror or e}", path) from None
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise LlmdiagError(f"{what} is not a regular file ({kind})", path, f"give a {what} on disk")
+        os.set_blocking(fd, True)
+        chunks, n = [], 0
+        while n <= budget:
+            b = os.read(fd, min(1 << 20, budget + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+    except OSError as e:
+        raise LlmdiagError(f"cannot read {what}: {e.strerror or e}", path) from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > budget:
+        raise LlmdiagError(f"{what} is larger than its {budget // MiB or budget} {'MiB' if budget >= MiB else 'bytes'} "
+                           "budget; left unread", path)
+    if gunzip and raw[:2] == b"\x1f\x8b":
+        raw = gunzip_bounded(raw, budget, path, what)
+    return raw
+
+
+def gunzip_bounded(raw: bytes, budget: int, path: str, what: str) -> bytes:
+    """Every gzip member of `raw`, at most `budget` bytes in all (a bomb stops at the budget)."""
+    out, n = [], 0
+    while raw:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            part = d.decompress(raw, budget + 1 - n)
+        except zlib.error as e:
+            raise LlmdiagError(f"{what} is not valid gzip ({e})", path) from None
+        out.append(part)
+        n += len(part)
+        if n > budget or d.unconsumed_tail:
+            raise LlmdiagError(f"{what} decompresses to more than its {budget // MiB} MiB budget; left unread", path)
+        if not d.eof:
+            raise LlmdiagError(f"{what} is a truncated gzip file", path)
+        raw = d.unused_data
+    return b"".join(out)
+
+
+def write_atomic(path: str, data: bytes | str, mode: int = 0o644) -> None:
+    """Write `data` to `path` through a fresh temp file in the same folder, renamed over it; on any error
+    nothing is left behind and LlmdiagError says why in one line."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    target = os.path.abspath(path)
+    folder, base = os.path.split(target)
+    tmp = None
+    try:
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{base[:64]}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode & ~_umask())
+            f.write(data)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        raise LlmdiagError(f"cannot write: {e.strerror or e}", path) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
