@@ -96,8 +96,11 @@ class Hints:
     short_kernel_frac: float | None  # share of kernels under 10 µs
     device_idle_frac: float | None  # GPU idle share of step time (GPU traces)
     dataloader_frac: float | None  # host time in DataLoader __next__ per step time
-    fp32_gemm_frac: float | None  # share of compute kernel time in fp32 (non tensor-core) GEMMs
+    fp32_gemm_frac: float | None  # share of compute kernel time in GEMMs evidenced to run in fp32 (non tensor-core);
+    # None when no GEMM's precision is evidenced (host op Input type or a name that states it: metrics/precision.py)
     compute_capability: float | None  # e.g. 8.0, for tensor-core questions
+    gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM ms per step by input precision
+    # (fp32, tf32, bf16, fp16, fp8, mxfp4, ..., "unknown")
 
 
 @dataclass
