@@ -17,17 +17,17 @@ def _one(tmp_path, b: TraceBuilder, rules: bool = False):
 def _gpu_step(b: TraceBuilder, k: int, k0: int) -> None:
     """Step k, window [k0+100, k0+1000] on the device (900 µs), 500 µs of kernels, idle placed as:
     [k0+200, k0+300] under aten::item (whose cudaStreamSynchronize is nested in it),
-    [k0+300, k0+450] inside hipFree, [k0+500, k0+600] under a plain host op (host-bound),
-    [k0+650, k0+700] with no host event at all."""
+    [k0+300, k0+450] inside hipFree, [k0+500, k0+600] under a plain host op (host-bound), each ended by a kernel
+    launched inside the gap; [k0+650, k0+700] ended by a kernel launched long before (queued: a dependency)."""
     b.step(k, k0, k0 + 1000)
     b.kernel("gemm_a", k0 + 100, 100, launch_at=k0 + 5)  # [100, 200]
     b.cpu_op("aten::item", k0 + 200, 100)
     b.cpu_op("aten::_local_scalar_dense", k0 + 201, 98)
     b.cpu_op("cudaStreamSynchronize", k0 + 210, 90, cat="cuda_runtime")
     b.cpu_op("hipFree", k0 + 300, 150, cat="cuda_runtime")
-    b.kernel("gemm_b", k0 + 450, 50, launch_at=k0 + 6)  # [450, 500]
+    b.kernel("gemm_b", k0 + 450, 50, launch_at=k0 + 449)  # [450, 500]
     b.cpu_op("aten::add", k0 + 500, 100)
-    b.kernel("gemm_c", k0 + 600, 50, launch_at=k0 + 7)  # [600, 650]
+    b.kernel("gemm_c", k0 + 600, 50, launch_at=k0 + 599)  # [600, 650]
     b.kernel("gemm_d", k0 + 700, 300, launch_at=k0 + 8)  # [700, 1000]
 
 
@@ -42,9 +42,9 @@ def test_idle_split_by_host_activity(tmp_path):
     assert i.runtime_ops["aten::item"] == pytest.approx(0.1)  # the user-level op, not its nested sync
     assert i.runtime_ops["hipFree"] == pytest.approx(0.15)
     assert i.runtime_ms == pytest.approx(0.25) and i.host_bound_ms == pytest.approx(0.1)
-    assert i.unattributed_ms == pytest.approx(0.05) and i.edge_ms == 0
+    assert i.queued_ms == pytest.approx(0.05) and i.unattributed_ms == 0 and i.edge_ms == 0
     assert i.runtime_calls["aten::item"] == 1 and i.runtime_calls["hipFree"] == 1
-    parts = i.edge_ms + i.runtime_ms + i.dataloader_ms + i.comm_wait_ms + i.host_bound_ms + i.unattributed_ms
+    parts = i.edge_ms + i.queued_ms + i.runtime_ms + i.dataloader_ms + i.comm_wait_ms + i.host_bound_ms + i.unattributed_ms
     assert parts == pytest.approx(i.idle_ms)
 
 

@@ -2,7 +2,8 @@
 
 Idle = window − U(kernels, collectives, memcpy, memset). Each idle nanosecond goes to the first of, in order:
 capture edge (before the window's first / after its last device event: the profiler's window, not the job),
-a blocking runtime call or host sync op (`aten::item`, `cudaStreamSynchronize`, `hipFree`, ..., by name),
+queued (the kernel that ends the gap was launched before the gap began: the device waited on a dependency,
+not on the host, so no host-side change removes it), a blocking runtime call or host sync op (`aten::item`, `cudaStreamSynchronize`, `hipFree`, ..., by name),
 the DataLoader, a host-side communication wait, any other host op (host-bound: launches cannot keep up),
 and what is left (no host event seen). Attributing each piece once keeps the parts summing to the idle time.
 """
@@ -64,7 +65,8 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
     loader = _u(t, t.name_mask(is_dataloader, host))
     waits = _u(t, (host & (t.kind == SYNC)) | t.name_mask(WAIT_RE.search, host & (t.kind == CPU_OP)))
     other_host = _u(t, host & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC)))
-    parts = dict.fromkeys(("idle", "edge", "runtime", "loader", "wait", "host", "rest"), 0)
+    queued_gap = _queued(t, device)
+    parts = dict.fromkeys(("idle", "edge", "queued", "runtime", "loader", "wait", "host", "rest"), 0)
     ops: dict[str, int] = {}
     for w in wins:
         dev = _clip(busy, w.start, w.end)
@@ -75,7 +77,8 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         else:
             edges = (np.array([w.start]), np.array([w.end]))
         left = idle
-        for key, u in (("edge", edges), *((("runtime", name), u) for name, u in named), ("loader", loader),
+        queued = queued_gap(iv.difference(idle, edges))
+        for key, u in (("edge", edges), ("queued", queued), *((("runtime", name), u) for name, u in named), ("loader", loader),
                        ("wait", waits), ("host", other_host)):
             got = iv.intersect_total(left, u)
             if not got:
@@ -94,11 +97,37 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         calls[t.names[i]] = calls.get(t.names[i], 0) + 1
     top = sorted(ops, key=lambda k: -ops[k])[:RUNTIME_OPS_KEPT]
     return IdleBreakdown(
-        idle_ms=parts["idle"] / n, edge_ms=parts["edge"] / n, runtime_ms=parts["runtime"] / n,
+        idle_ms=parts["idle"] / n, edge_ms=parts["edge"] / n, queued_ms=parts["queued"] / n, runtime_ms=parts["runtime"] / n,
         dataloader_ms=parts["loader"] / n, comm_wait_ms=parts["wait"] / n, host_bound_ms=parts["host"] / n,
         unattributed_ms=parts["rest"] / n, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
     )
+
+
+def _queued(t: RankTrace, device: np.ndarray):
+    """A function: idle gaps -> the gaps whose next device event was launched before the gap began. Then the
+    work was already queued and the device waited on a dependency (another stream, an event, a collective's
+    peer), not on the host; HTA calls the other case host wait."""
+    launch_of: dict[int, int] = {}
+    hl = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
+    for c, ts in zip(t.corr[hl].tolist(), t.ts[hl].tolist()):
+        launch_of.setdefault(c, ts)
+    di = np.flatnonzero(device)
+    dts = t.ts[di]
+
+    def gaps(idle: iv.Union) -> iv.Union:
+        keep = []
+        for gs, ge in zip(idle[0].tolist(), idle[1].tolist()):
+            j = int(np.searchsorted(dts, ge))
+            launches = [launch_of.get(c) for c in t.corr[di[j:j + 8]][dts[j:j + 8] == ge].tolist()]
+            launches = [x for x in launches if x is not None]
+            if launches and min(launches) < gs:
+                keep.append((gs, ge))
+        if not keep:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.array([k[0] for k in keep], np.int64), np.array([k[1] for k in keep], np.int64)
+
+    return gaps
 
 
 def training_evidence(t: RankTrace, wins: list[Window]) -> TrainingEvidence:

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 @dataclass
 class IdleBreakdown:
     """Device idle of one rank, mean ms per step, split in this order of precedence (the parts sum to idle_ms):
-    capture edge, blocking runtime API, DataLoader, waiting on communication/peer, host-bound, unattributed."""
+    capture edge, queued work, blocking runtime API, DataLoader, waiting on communication/peer, host-bound, unattributed."""
 
     idle_ms: float
     edge_ms: float = 0.0  # before the first / after the last device event of the window (capture edges)
+    queued_ms: float = 0.0  # the next kernel was already launched: waiting on a dependency, not on the host
     runtime_ms: float = 0.0  # malloc/free, synchronize, .item() and other blocking copies
     dataloader_ms: float = 0.0  # host inside DataLoader __next__
     comm_wait_ms: float = 0.0  # host blocked in a communication wait or a pipeline peer's recv

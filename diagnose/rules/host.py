@@ -26,10 +26,10 @@ def host_bound(c: Ctx) -> list[Finding]:
         idle, short, med = h.device_idle_frac, h.short_kernel_frac, h.median_kernel_us
         if r.trace_kind != "gpu" or idle is None or idle < 0.15:
             continue
-        if not ((short is not None and short >= 0.5) or (short is None and med is not None and med < 10)):
-            continue
-        if r.idle is not None:
+        if r.idle is not None:  # direct evidence: gaps the host caused (next kernel launched inside the gap)
             gain = r.idle.host_bound_ms
+        elif not ((short is not None and short >= 0.5) or (short is None and med is not None and med < 10)):
+            continue
         else:  # a summary without the idle split: idle less pipeline bubble and DataLoader waits
             bubble = (p.measured * p.window_ms) if p else 0.0
             gain = max(0.0, idle * r.step_time_ms - bubble - (h.dataloader_frac or 0.0) * r.step_time_ms)
@@ -40,16 +40,20 @@ def host_bound(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(g for _, g in bad)
     r = max(bad, key=lambda x: x[1])[0]
     h = r.hints
-    split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step under host ops (host-bound), "
-             f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls, {fmt(r.idle.edge_ms, 'ms')} at capture edges"
-             if r.idle else "")
+    split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step waits for the host's next launch while "
+             f"host ops run, {fmt(r.idle.queued_ms, 'ms')} waits on already-queued work (dependencies), "
+             f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls" if r.idle else "")
     ev = (f"rank {r.rank}: GPU idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
           f"10 µs{split} ({len(bad)} rank(s) alike)")
+    short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5
     act = ("`torch.compile(model)` to fuse the short kernels, or CUDA graphs "
-           "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead")
-    eg = c.gain_text(gain, "the device idle under host ops (launch overhead), mean over those ranks; what fusion "
-                     "or graphs actually recover depends on the ops", bound=True)
+           "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead"
+           if short else "the host is slow between launches, not the kernels: profile the Python side of the step "
+           "(`py-spy record`), move per-step host work (logging, metric math, data munging) off the training "
+           "thread; `torch.compile(model)` removes per-op Python overhead")
+    eg = c.gain_text(gain, "the device idle spent waiting for the host's next launch, mean over those ranks; what "
+                     "fusion or graphs actually recover depends on the ops", bound=True)
     return [c.finding("host_bound", severity_for(gain, c.step_ms), "GPU idle behind kernel launches", ev,
                       [x[0].rank for x in bad], steps_where([r], lambda st: st.idle_ms >= 0.15 * st.time_ms),
                       act, eg, gain, "ranks[].idle.host_bound_ms", gain_kind="bound",
