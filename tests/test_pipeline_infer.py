@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.analyze import analyze_path
+from diagnose.metrics.layout import layout_from_pg
 from diagnose.model.roles import pg_role
 from diagnose.model.views import comm_by_group
 from tests.builder import TraceBuilder
@@ -105,3 +106,15 @@ def test_point_to_point_is_pipeline_traffic_only_with_a_pipeline(kind):
     assert pg_role(kind, "0", 2, {"pp": 4, "dp": 2}) == "pp"
     assert pg_role(kind, "PIPELINE_MODEL_PARALLEL_GROUP", 4, None) == "pp"
     assert pg_role("allreduce", "DATA_PARALLEL_GROUP", 4, {"tp": 2, "dp": 4}) == "dp"
+
+
+def test_megatron_group_descriptions_give_the_layout(tmp_path):
+    """Megatron-core names its groups (group_desc): the layout's pp is then known, not inferred."""
+    dist = {"pg_config": [{"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "pg_size": 2},
+                          {"pg_name": "2", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "pg_size": 4},
+                          {"pg_name": "3", "pg_desc": "DATA_PARALLEL_GROUP", "pg_size": 2},
+                          {"pg_name": "4", "pg_desc": "MODEL_PARALLEL_GROUP", "pg_size": 8}]}
+    assert layout_from_pg(dist, 16) == {"dp": 2, "fsdp": 1, "tp": 2, "pp": 4, "cp": 1}
+    a, ans = _run(tmp_path, Case(4, 4, "gpipe", pg_desc="PIPELINE_MODEL_PARALLEL_GROUP"))
+    assert a.layout["pp"] == 4 and a.pipeline.stages == 4 and a.pipeline.inferred
+    assert {r.role for r in comm_by_group(a)} == {"pp"}  # send, recv and the all-reduce on the pipeline group

@@ -35,12 +35,20 @@ def pg_sizes(dist: dict) -> dict[str, int]:
     return out
 
 
+# Megatron-core's group_desc (megatron/core/parallel_state.py) for the groups that are one dimension each;
+# the mixed ones (MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP_WITH_CP, TENSOR_AND_…) say nothing alone.
+MEGATRON_DESC = {"TENSOR_MODEL_PARALLEL_GROUP": "tp", "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+                 "DATA_PARALLEL_GROUP": "dp", "CONTEXT_PARALLEL_GROUP": "cp"}
+
+
 def layout_from_pg(dist: dict, world_size: int | None) -> dict | None:
-    """{dp,fsdp,tp,pp,cp} sizes from DeviceMesh group names, where present."""
+    """{dp,fsdp,tp,pp,cp} sizes from DeviceMesh group names or Megatron's group descriptions, where present."""
     sizes = {}
     for g in pg_config(dist):
         desc = str(g.get("pg_desc", ""))
-        if desc.startswith("mesh_"):
+        if desc in MEGATRON_DESC and isinstance(g.get("pg_size"), int):
+            sizes[MEGATRON_DESC[desc]] = g["pg_size"]
+        elif desc.startswith("mesh_"):
             dim = desc[5:]
             if dim in DIMS and isinstance(g.get("pg_size"), int):
                 sizes[dim] = g["pg_size"]
@@ -71,7 +79,8 @@ def pipeline_groups(manifest: Manifest | None, dists: dict[int, dict], ranks_wit
     seen, out = set(), []
     for d in dists.values():
         for g in pg_config(d):
-            if "pp" in str(g.get("pg_desc", "")) and isinstance(g.get("ranks"), list):
+            desc = str(g.get("pg_desc", ""))
+            if ("pp" in desc or desc == "PIPELINE_MODEL_PARALLEL_GROUP") and isinstance(g.get("ranks"), list):
                 key = tuple(g["ranks"])
                 if key not in seen:
                     seen.add(key)

@@ -109,22 +109,22 @@ def _launch_threads(t: RankTrace) -> dict[int, int]:
 
 
 def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int, int]) -> list[tuple[int, int, int]]:
-    """(start, end, launching thread) of each run of kernels no completed receive or posted send divides."""
+    """(start, end, launching thread) of each run of kernels (in start order) that no completed receive or
+    posted send divides and one host thread launched."""
     marks = np.array(sorted([p.end for p in p2p if p.kind == "recv"] + [p.start for p in p2p if p.kind == "send"]),
                      np.int64)
-    out: list[list[int]] = []
-    for i in idx.tolist():
-        s, e = int(t.ts[i]), int(t.ts[i] + t.dur[i])
-        th = thread_of.get(int(t.corr[i]), -1)
-        if out:
-            last = out[-1]
-            lo = np.searchsorted(marks, last[1], "left")
-            divided = lo < len(marks) and marks[lo] <= s
-            if not divided and th == last[2]:
-                last[1] = max(last[1], e)
-                continue
-        out.append([s, e, th])
-    return [tuple(b) for b in out]
+    s = t.ts[idx].astype(np.int64)
+    e = (t.ts[idx] + t.dur[idx]).astype(np.int64)
+    th = np.array([thread_of.get(c, -1) for c in t.corr[idx].tolist()], np.int64)
+    reach = np.maximum.accumulate(e)  # the end of everything before: a gap runs from it to the next start
+    new = np.ones(len(idx), bool)
+    if len(idx) > 1:
+        lo, hi = reach[:-1], s[1:]
+        divided = np.searchsorted(marks, lo, "left") < np.searchsorted(marks, hi, "right")
+        new[1:] = (divided & (hi >= lo)) | (th[1:] != th[:-1])
+    first = np.flatnonzero(new)
+    ends = np.maximum.reduceat(e, first)
+    return list(zip(s[first].tolist(), ends.tolist(), th[first].tolist()))
 
 
 def _label(blocks, p2p: list[_P2P], links: Links) -> list[str] | None:
