@@ -11,6 +11,7 @@ Every string that reaches the SVG (host names come from traces) is escaped; numb
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -99,18 +100,20 @@ def heatmap(a: Analysis) -> str:
             text = str(escape(label if len(label) <= (x1 - x0) / 6.5 else label[:max(3, int((x1 - x0) / 6.5) - 1)] + "…"))
             out.append(f'<text x="{x0 + 3:.2f}" y="{top - 6}" class="hl">{text}</text>')
         if g:
-            out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top - 16}" y2="{h - 8}" stroke="#1d2330" '
-                       'stroke-width="1"/>')
-    out.append(f'<text x="{left}" y="{top - 22}" class="hl">ranks grouped by host'
-               f'{" and pipeline stage" if a.pipeline else ""} ({n} ranks; hover a cell for its rank)</text>')
+            if len(groups) <= 64:  # a thin gap between groups; past 64 the band above says it
+                out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top}" y2="{h - 8}" stroke="#fff" '
+                           'stroke-width="1.5"/>')
+    out.append(f'<text x="{left}" y="{top - 22}" class="hl">{n} ranks in {len(groups)} group'
+               f'{"s" if len(groups) != 1 else ""} by host{" and pipeline stage" if a.pipeline else ""} '
+               '(the band above; hover a cell or band for its ranks)</text>')
     for j, (label, unit, vals) in enumerate(rows):
         y = top + j * cell_h
         defined = [v for v in vals if v is not None]
         lo, hi = min(defined), max(defined)
         u = column_unit([hi], unit) if unit == "gib" else unit
         out.append(f'<text x="{left - 6}" y="{y + cell_h * 0.68:.1f}" text-anchor="end">{label}</text>')
-        out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">'
-                   f'{fmt(lo, u)} … {fmt(hi, u)}</text>')
+        rng = f"all {fmt(lo, u)}" if fmt(lo, u) == fmt(hi, u) else f"{fmt(lo, u)} … {fmt(hi, u)}"
+        out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">{rng}</text>')
         levels = [None if v is None else (0 if hi == lo else round((v - lo) / (hi - lo) * (LEVELS - 1))) for v in vals]
         i = 0
         while i < n:  # merge runs of one colour
@@ -126,6 +129,14 @@ def heatmap(a: Analysis) -> str:
             i = k + 1
     out.append("</svg>")
     return "".join(out)
+
+
+def _nice(x: float) -> float:
+    """The round step (1, 2 or 5 × 10^k) at or above x."""
+    if x <= 0:
+        return 1.0
+    k = 10 ** math.floor(math.log10(x))
+    return next(m * k for m in (1, 2, 5, 10) if m * k >= x)
 
 
 def step_series(a: Analysis) -> list[dict]:
@@ -151,17 +162,20 @@ def per_step(a: Analysis) -> str:
     series = step_series(a)
     if len(series) < 2:
         return ""
-    width, h, left, bottom, top = 1000, 260, 60, 36, 28
+    width, h, left, bottom, top = 1000, 260, 60, 36, 44
     plot_w, plot_h = width - left - 20, h - top - bottom
-    ymax = max(s["max"] for s in series) * 1.05 or 1.0
+    top_v = max(s["max"] for s in series)
+    tick = _nice(top_v / 4)
+    ymax = math.ceil(top_v * 1.02 / tick) * tick
     bw = plot_w / len(series)
+    bar = min(bw * 0.7, 60)
     sy = lambda v: top + plot_h - v / ymax * plot_h
     out = [f'<svg class="fig" id="fig-steps" viewBox="0 0 {width} {h}" role="img" aria-label="step time per step" '
            'xmlns="http://www.w3.org/2000/svg">']
-    for k in range(5):  # y grid and labels
-        v = ymax * k / 4
+    for k in range(int(round(ymax / tick)) + 1):  # y grid and labels at round values
+        v = tick * k
         out.append(f'<line x1="{left}" x2="{width - 20}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" stroke="#e3e6ec"/>'
-                   f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{fmt(v, "ms", False)}</text>')
+                   f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     out.append(f'<text x="{left}" y="14" class="hl">ms per step: parts stacked (mean over ranks), whisker = '
                'slowest and fastest rank</text>')
     label_every = max(1, len(series) // 20)
@@ -173,7 +187,7 @@ def per_step(a: Analysis) -> str:
         for label, colour, v in s["parts"]:
             hh = v / ymax * plot_h
             y -= hh
-            out.append(f'<rect x="{x + bw * 0.15:.2f}" y="{y:.2f}" width="{bw * 0.7:.2f}" height="{max(hh, 0):.2f}" '
+            out.append(f'<rect x="{x + (bw - bar) / 2:.2f}" y="{y:.2f}" width="{bar:.2f}" height="{max(hh, 0):.2f}" '
                        f'fill="{colour}"/>')
         cx = x + bw / 2
         out.append(f'<line x1="{cx:.2f}" x2="{cx:.2f}" y1="{sy(s["max"]):.2f}" y2="{sy(s["min"]):.2f}" '
@@ -181,9 +195,9 @@ def per_step(a: Analysis) -> str:
         if i % label_every == 0:
             out.append(f'<text x="{cx:.2f}" y="{top + plot_h + 14}" text-anchor="middle">{s["step"]}</text>')
     out.append(f'<text x="{left + plot_w / 2}" y="{h - 4}" text-anchor="middle">step</text>')
-    x = left + plot_w - 5 * 120
+    x = left
     for label, colour, _ in series[0]["parts"]:
-        out.append(f'<rect x="{x}" y="6" width="10" height="10" fill="{colour}"/><text x="{x + 14}" y="15">{label}</text>')
-        x += 120
+        out.append(f'<rect x="{x}" y="22" width="10" height="10" fill="{colour}"/><text x="{x + 14}" y="31">{label}</text>')
+        x += 130
     out.append("</svg>")
     return "".join(out)

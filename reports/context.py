@@ -20,7 +20,7 @@ from diagnose.model import views
 from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.manifest import layout_text
-from diagnose.model.names import short_names
+from diagnose.model.names import demangle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 from reports import charts
 
@@ -167,8 +167,9 @@ def comm_rows(a: Analysis, paths: Paths) -> list[CommView]:
 def kernel_rows(a: Analysis, top: int = TOP_KERNELS) -> list[dict]:
     """`views.kernel_table`: per step, mean over the ranks whose top-K list holds the kernel (all derived)."""
     rows = views.kernel_table(a, top)
-    short = short_names([k.name for k in rows], 160)
-    return [{"k": k, "short": short[k.name], "ms": Num(k.ms_per_step, None, "ms"),
+    full = {k.name: demangle(k.name) for k in rows}
+    short = short_names(list(dict.fromkeys(full.values())), 160)
+    return [{"k": k, "full": full[k.name], "short": short[full[k.name]], "ms": Num(k.ms_per_step, None, "ms"),
              "count": Num(k.count_per_step, None, "avg"), "mean": Num(k.mean_us, None, "us"),
              "max": Num(k.max_us, None, "us"), "share": Num(k.share, None, "pct")} for k in rows]
 

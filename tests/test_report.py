@@ -377,3 +377,22 @@ def test_the_report_records_how_it_was_made(tmp_path):
     assert "last step excluded" in page and "How this report was made" in page
     assert str(escape(" ".join(pv["command"]))) in page and str(d / "rank0.json") in page
     assert Analysis.from_dict(s).provenance.inputs[0].bytes == pv["inputs"][0]["bytes"]
+
+
+def test_cpp_names_are_demangled_in_the_tables_but_kept_in_the_json():
+    """`_ZN…` kernel names read as C++ (the maintained cpp_demangle library), in the report and the terminal;
+    the summary keeps the name the trace wrote, and a name that is not a valid mangling stays as written."""
+    pytest.importorskip("cpp_demangle")
+    from diagnose.cli.terminal import render
+    from diagnose.model.names import demangle
+
+    mangled = "_ZN7cutlass6KernelINS_4gemm6kernel4GemmIfEEEEvNT_6ParamsE"
+    assert demangle(mangled).startswith("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<float>")
+    assert demangle("_Znot a mangling") == "_Znot a mangling" and demangle("aten::mm") == "aten::mm"
+    a = analysis(2)
+    for r in a.ranks:
+        r.top_kernels[0].name = mangled
+    html, text = render_html(a), render(a)
+    assert "cutlass::Kernel&lt;cutlass::gemm::kernel::Gemm" in html or "cutlass::Kernel<cutlass::gemm::kernel::Gemm" in html
+    assert "cutlass::Kernel<" in text and mangled not in text
+    assert a.to_dict()["ranks"][0]["top_kernels"][0]["name"] == mangled

@@ -13,7 +13,7 @@ from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
-from diagnose.model.names import middle, short_names
+from diagnose.model.names import demangle, middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
 MAX_ROWS = 16
@@ -131,8 +131,9 @@ def _memory(a: Analysis) -> str:
 
 def _kernels(a: Analysis) -> str:
     kernels = views.kernel_table(a, TOP_KERNELS)
-    short = short_names([k.name for k in kernels], NAME_WIDTH)
-    rows = [[short[k.name], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
+    full = {k.name: demangle(k.name) for k in kernels}
+    short = short_names(list(dict.fromkeys(full.values())), NAME_WIDTH)
+    rows = [[short[full[k.name]], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
              fmt(k.mean_us, "us", suffix=False), _pct(k.share)] for k in kernels]
     return _table("Top kernels / ops over ranks (per step, mean over the ranks whose top-K list holds it; share "
                   "of all kernel time over those ranks)",

@@ -5,6 +5,25 @@ Shared by the terminal and the report, so a kernel is shortened the same way in 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+try:  # the Rust cpp_demangle crate (gimli-rs) behind a small wheel: fast, and prints what c++filt prints
+    from cpp_demangle import demangle as _demangle
+except ImportError:  # pragma: no cover - an optional speed-and-readability dependency
+    _demangle = None
+
+
+@lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """`_ZN…` (Itanium C++ ABI) names as C++ reads them; every other name, or one the library refuses, as is."""
+    name = str(name)
+    if _demangle is None or not name.startswith("_Z"):
+        return name
+    try:
+        return _demangle(name)
+    except Exception:  # noqa: BLE001 - a name that is not a valid mangling stays as the trace wrote it
+        return name
+
 
 def middle(name: str, width: int) -> str:
     """`name` cut to `width` in the middle: kernel templates share long prefixes and differ at the end."""
