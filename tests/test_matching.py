@@ -7,9 +7,11 @@ first all_to_all 7.1, 7.4 and 7.6 ms after the earliest; the answers below are w
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from diagnose.analyze import analyze_path
+from diagnose.model.analysis import Analysis
 from tests.builder import TraceBuilder
 from tests.gen_pipeline import Case, write
 
@@ -97,3 +99,12 @@ def test_send_recv_matched_to_peer(tmp_path):
         assert g.receiver_waits == case.steps * sum(x["recv"] < x["send"] for x in xs)
     # Backward transfers into the slow stage's neighbour: stage 1 waits on stage 2's gradients.
     assert got[(2, 1)].receiver_waits > 0
+
+
+def test_matches_survive_the_json_edge(tmp_path):
+    """late[], p2p[] and the per-rank sums are read back from the summary as written."""
+    write(Case(2, 4, "1f1b", lat_us=10), tmp_path)
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.skew.p2p and a.skew.late and a.pipeline.inferred
+    b = Analysis.from_dict(orjson.loads(orjson.dumps(a.to_dict())))
+    assert b.skew == a.skew and b.pipeline.inferred
