@@ -68,3 +68,57 @@ def test_screenshot_is_painted(tmp_path):
     with image.open(png) as im:
         colours = im.convert("L").resize((70, 150)).getextrema()
     assert colours[1] - colours[0] > 100  # text and charts, not a blank page
+
+
+PROBE = """<pre id="probe"></pre><script>
+(function(){var d=document.documentElement,out={};
+out.page=d.scrollWidth;out.view=window.innerWidth;
+var bad=[];document.querySelectorAll('a[href^="#"]').forEach(function(a){var id=a.getAttribute('href').slice(1);
+if(id&&!document.getElementById(id))bad.push(id);});out.broken=bad;
+out.evidence=document.querySelectorAll('a.ev').length;out.back=document.querySelectorAll('a.back').length;
+var small=[];document.querySelectorAll('svg text').forEach(function(t){var r=t.getBoundingClientRect();
+if(r.height>0&&r.height<7)small.push(t.textContent);});out.small=small.slice(0,5);out.nsmall=small.length;
+var wide=[];document.querySelectorAll('section').forEach(function(s){if(s.scrollWidth>s.clientWidth+1||s.getBoundingClientRect().right>window.innerWidth+1)wide.push(s.id);});
+out.wide=wide;document.getElementById('probe').textContent=JSON.stringify(out);})();
+</script>"""
+
+
+def probe(tmp_path, path: str, width: int) -> dict:
+    """Layout facts measured in the page at `width` px: a copy of the report with a probe script (the
+    report's own CSP would block it, so the copy drops the CSP meta; the report itself is unchanged)."""
+    import json
+    import re
+
+    html = open(path, encoding="utf-8").read()
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", PROBE + "</body>")
+    page = tmp_path / f"probe{width}.html"
+    page.write_text(html, encoding="utf-8")
+    r = chromium(tmp_path, f"--window-size={width},2000", "--dump-dom", page.as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, flags=re.S)
+    assert m and m.group(1), "the probe did not run"
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.mark.parametrize("n", [8, 256])
+def test_narrow_window_no_overflow_and_every_anchor_resolves(tmp_path, n):
+    """At 800 px the page is no wider than the window (tables and figures scroll inside their boxes), SVG
+    labels stay readable, and every in-page link (each finding's evidence links, each row's link back, the
+    nav and glossary) lands on an element that exists."""
+    path = report(tmp_path, n=n)
+    for width in (800, 1400):
+        p = probe(tmp_path, path, width)
+        assert p["page"] <= p["view"], p
+        assert p["wide"] == [], p
+        assert p["broken"] == [], p
+        assert p["evidence"] >= 3 and p["back"] >= 3, p
+        assert p["nsmall"] == 0, p
+
+
+def test_the_probe_sees_overflow_and_broken_anchors(tmp_path):
+    """Not vacuous: a page wider than the window and a dangling link are both reported."""
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><body><section id="s"><div style="width:1200px">x</div>'
+                    '<a class="ev" href="#nowhere">x</a></section></body></html>')
+    p = probe(tmp_path, str(page), 800)
+    assert p["page"] > p["view"] and p["broken"] == ["nowhere"] and p["wide"] == ["s"]
