@@ -169,8 +169,7 @@ def build(c: Case, world_size: int | None = None) -> tuple[list[TraceBuilder], A
                 b.kernel(SENDRECV, dev + post, end - post, stream=stream, launch_at=h + 2, args=args)
             h = k0 + 10 + 30 * len(work)
             st = dev + ans.allreduce_start[s]
-            seq += 1
-            args = {**_pg_args(c, "allreduce", 1 << 10), "Seq": seq}
+            args = {**_pg_args(c, "allreduce", 1 << 10), "Seq": k + 1}  # torch numbers collectives apart from p2p
             b.cpu_op("record_param_comms", h, 10, tid=MAIN, args=args)
             b.kernel(ALLREDUCE, st, dev + ar_end - st, stream=AR_STREAM, launch_at=h + 2, args=args)
         out.append(b)

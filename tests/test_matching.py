@@ -108,3 +108,24 @@ def test_matches_survive_the_json_edge(tmp_path):
     assert a.skew.p2p and a.skew.late and a.pipeline.inferred
     b = Analysis.from_dict(orjson.loads(orjson.dumps(a.to_dict())))
     assert b.skew == a.skew and b.pipeline.inferred
+
+
+@pytest.mark.parametrize("with_seq", [True, False])
+def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
+    """Rank 1's trace starts one all-reduce later than rank 0's. With Kineto's `Seq` the collectives match
+    by number (skew 0.1 ms each); without it they match by order and pair different collectives (10.1 ms
+    apart), which is all the trace allows."""
+    for r in range(2):
+        b = TraceBuilder(rank=r, world_size=2)
+        b.step(1, 0, 50_000)
+        for n in range(1 if r else 0, 4):
+            start = 1000 + n * 10_000 + 100 * r
+            b.nccl("allreduce", start, 500, launch_at=10 + n, nelems=1024, group_size=2, pg_ranks=[0, 1])
+            if with_seq:
+                b.events[-1]["args"]["Seq"] = n + 1 if r == 0 else str(n + 1)  # a number or its text
+        b.write(tmp_path / f"rank{r}.json")
+    (c,) = analyze_path(str(tmp_path), jobs=1).skew.by_collective
+    if with_seq:
+        assert (c.matched, c.max_skew_ms) == (3, pytest.approx(0.1))
+    else:
+        assert (c.matched, c.max_skew_ms) == (3, pytest.approx(10.1))

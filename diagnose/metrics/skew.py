@@ -34,17 +34,19 @@ class Collectives:
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     in_n: np.ndarray | None = None  # elements sent (all_to_all(v): the sum of `In split size`), -1 unknown
     out_n: np.ndarray | None = None
+    seq: np.ndarray | None = None  # the group's sequence number (Kineto's `Seq`), -1 unknown
 
     def __len__(self) -> int:
         return len(self.key)
 
     def shifted(self, ns: int) -> "Collectives":
-        return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns, self.in_n, self.out_n)
+        return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns, self.in_n, self.out_n,
+                           self.seq)
 
 
 def collectives_from(records: list[tuple]) -> Collectives:
-    """(process group, kind, start ns, end ns[, in elements, out elements]) in time order -> columns, each
-    numbered within its key."""
+    """(process group, kind, start ns, end ns[, in elements, out elements[, seq]]) in time order -> columns,
+    each numbered within its key."""
     ids: dict[tuple[str, str], int] = {}
     key = [ids.setdefault((r[0], r[1]), len(ids)) for r in records]
     counts = [0] * len(ids)
@@ -55,7 +57,7 @@ def collectives_from(records: list[tuple]) -> Collectives:
     sizes = np.array([(r[4], r[5]) if len(r) > 5 else (-1, -1) for r in records], np.int64).reshape(-1, 2)
     return Collectives(list(ids), np.array(key, np.int32), np.array(ordinal, np.int32),
                        np.array([r[2] for r in records], np.int64), np.array([r[3] for r in records], np.int64),
-                       sizes[:, 0], sizes[:, 1])
+                       sizes[:, 0], sizes[:, 1], np.array([r[6] if len(r) > 6 else -1 for r in records], np.int64))
 
 
 @dataclass
@@ -77,7 +79,8 @@ class _Table:
 
 def _table(records: dict[int, Collectives]) -> _Table:
     ids: dict[tuple[str, str], int] = {}
-    cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": []}
+    cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": [],
+                             "seq": []}
     for r, c in records.items():
         remap = np.array([ids.setdefault(k, len(ids)) for k in c.keys] or [0], np.int32)
         cols["rank"].append(np.full(len(c), r, np.int64))
@@ -88,8 +91,17 @@ def _table(records: dict[int, Collectives]) -> _Table:
         unknown = np.full(len(c), -1, np.int64)
         cols["in_n"].append(c.in_n if c.in_n is not None else unknown)
         cols["out_n"].append(c.out_n if c.out_n is not None else unknown)
-    rank, key, ordinal, start, end, in_n, out_n = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64)
-                                                   for k in cols)
+        cols["seq"].append(c.seq if c.seq is not None else unknown)
+    rank, key, ordinal, start, end, in_n, out_n, seq = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64)
+                                                        for k in cols)
+    # A group whose every collective on every rank carries its sequence number is matched by it: ordinals
+    # shift when one rank's trace starts a collective later; sequence numbers do not.
+    numbered = np.ones(len(ids), bool)
+    np.logical_and.at(numbered, key, seq >= 0)
+    o = np.lexsort((seq, rank, key))  # a number seen twice on one rank (coalesced kernels): count instead
+    dup = (key[o][1:] == key[o][:-1]) & (rank[o][1:] == rank[o][:-1]) & (seq[o][1:] == seq[o][:-1])
+    numbered[key[o][1:][dup]] = False
+    ordinal = np.where(numbered[key], seq, ordinal) if len(key) else ordinal
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
     new = np.ones(len(key), bool)
