@@ -24,7 +24,6 @@ from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_wind
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
 from diagnose.metrics.p2p import Record, p2p_records
-from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
@@ -120,7 +119,6 @@ def _run(job: RankJob) -> RankOutput:
         idle=idle_breakdown(t, wins),
         training=training_evidence(t, wins),
     )
-    metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
         actions, links = infer_actions(t, wins)
