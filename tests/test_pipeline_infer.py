@@ -74,7 +74,7 @@ def test_issue_symptom_4_stage_1f1b_slow_last_stage(tmp_path):
     assert a.skew.last_arrivals == {}
     assert a.pipeline.inferred and a.layout["pp"] == 4  # inferred, and said so
     roles = {(r.kind, r.role) for r in comm_by_group(a)}
-    assert ("send", "pp") in roles and ("recv", "pp") in roles
+    assert roles == {("send", "pp"), ("recv", "pp"), ("allreduce", "pp")}  # the all-reduce spans the stages
 
 
 def test_send_recv_that_is_no_pipeline_is_unknown(tmp_path):

@@ -41,4 +41,6 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
             hits.add("dp")
         if len(hits) == 1:
             return hits.pop()
+    if lay["pp"] > 1 and group_size == lay["pp"]:  # a group across the pipeline's stages (grad norm, embeddings)
+        return "pp"
     return "dp" if kind in DP_KINDS and not active else "?"
