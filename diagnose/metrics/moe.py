@@ -67,9 +67,11 @@ def _ints(v) -> list[int] | None:
     return None
 
 
-def _spans(t: RankTrace, names: tuple[str, ...], kind: int) -> iv.Union:
-    ids = t.name_ids(lambda n: n in names)
-    m = np.isin(t.name, ids) & (t.kind == kind) if len(ids) else np.zeros(len(t), bool)
+def _spans(t: RankTrace, name: str, device: bool) -> iv.Union:
+    """Union of one label's spans on the host (user_annotation) or the device (gpu_user_annotation) side."""
+    ids = t.name_ids(lambda n: n == name)
+    m = np.isin(t.name, ids) & (t.kind == ANNOTATION) if len(ids) else np.zeros(len(t), bool)
+    m &= (t.stream >= 0) if device else (t.stream < 0)
     return iv.union(t.ts[m], (t.ts + t.dur)[m])
 
 
@@ -105,20 +107,26 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
     """This rank's MoE traffic and times; None when it ran no all-to-all and no MoE label or EP kernel."""
     rank = t.rank if t.rank is not None else -1
     out = RankMoe(rank, max(1, len(wins)))
-    raw: list[tuple[int, list[int], list[int], list[int] | None]] = []
     dist = t.distributed
+    host, device = [], []  # record_param_comms (host) and the kernels that may repeat its args: one of the two
     for i, args in t.comm_args.items():
-        if t.stream[i] >= 0 or collective_kind(t.names[t.name[i]], args) != "alltoall":
+        if collective_kind(t.names[t.name[i]], args) != "alltoall":
             continue
         sent, recv = _ints(args.get("In split size")), _ints(args.get("Out split size"))
         if sent and recv and len(sent) == len(recv):
-            raw.append((int(t.ts[i]), sent, recv, _group_from_args(args, dist, t.rank, len(sent))))
+            ts = int(t.ts[i]) if t.stream[i] < 0 else _launch_ts(t, i)
+            (host if t.stream[i] < 0 else device).append((ts, sent, recv, _group_from_args(args, dist, t.rank,
+                                                                                          len(sent))))
+    raw = sorted(host or device, key=lambda x: x[0])
     if not raw and t.name_ids(lambda n: n == "c10d::alltoall_base_").size:
         for ts_us, sent, recv in gloo_a2a_splits(t.path):
             raw.append((int(round((ts_us - t.origin_us) * 1000)), sent, recv, _ep_group_of(dist, t.rank, len(sent))))
 
-    label_u = {role: _spans(t, (name,), ANNOTATION) for name, role in LABELS.items()}
-    out.labelled = any(len(u[0]) for u in label_u.values())
+    role_u = {role: _spans(t, name, False) for name, role in LABELS.items()}
+    out.labelled = any(len(u[0]) for u in role_u.values())
+    # Times: on GPU the labels' device-side spans (Kineto's gpu_user_annotation), on CPU the host spans.
+    dev_u = {role: _spans(t, name, True) for name, role in LABELS.items()}
+    label_u = dev_u if any(len(u[0]) for u in dev_u.values()) else role_u
     ep_ids = t.name_ids(lambda n: bool(_EP_KERNEL.search(n)))
     kern = np.isin(t.name, ep_ids) & (t.stream >= 0) if len(ep_ids) else np.zeros(len(t), bool)
     out.kernels = bool(kern.any())
@@ -133,7 +141,7 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
             continue
         role = "a2a"
         if out.labelled:
-            role = next((r for r in ("dispatch", "combine") if _inside(label_u[r], ts)), "other")
+            role = next((r for r in ("dispatch", "combine") if _inside(role_u[r], ts)), "other")
         out.ops.append(A2AOp(step, ts, role, sent, recv, group))
 
     compute = iv.union(t.ts[t.kind == COMPUTE], end[t.kind == COMPUTE])
@@ -151,8 +159,8 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
         label_u["dispatch"] = iv.union_of(label_u["dispatch"], iv.union(t.ts[disp], end[disp]))
         label_u["combine"] = iv.union_of(label_u["combine"], iv.union(t.ts[comb], end[comb]))
         if not len(label_u["experts"][0]):
-            between = _between(t, disp, comb)
-            label_u["experts"] = iv.difference(between, iv.difference(between, compute))
+            label_u["experts"] = _between(t, disp, comb)
+    label_u["experts"] = iv.difference(label_u["experts"], iv.difference(label_u["experts"], compute))
     tot = defaultdict(int)
     for w in wins:
         tot["step"] += w.end - w.start
@@ -163,6 +171,16 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
     out.dispatch_ms, out.combine_ms, out.expert_ms = tot["dispatch"] / n, tot["combine"] / n, tot["experts"] / n
     out.a2a_ms, out.a2a_exposed_ms, out.step_ms = tot["a2a"] / n, tot["exposed"] / n, tot["step"] / n
     return out
+
+
+def _launch_ts(t: RankTrace, i: int) -> int:
+    """Host time of a kernel: its launch (same correlation id on a host thread), else its own start."""
+    c = t.corr[i]
+    if c >= 0:
+        hit = np.flatnonzero((t.corr == c) & (t.stream < 0))
+        if len(hit):
+            return int(t.ts[hit[0]])
+    return int(t.ts[i])
 
 
 def _inside(u: iv.Union, ts: int) -> bool:
