@@ -13,6 +13,7 @@ import click
 import orjson
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.model.files import write_atomic
 from diagnose.model.analysis import Analysis
 from diagnose.model.codec import to_json_dict
 from diagnose.model.provenance import Provenance
@@ -36,11 +37,10 @@ def json_safe(analysis: Analysis) -> tuple[dict, Analysis]:
 
 
 def write_json(summary: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-    os.replace(tmp, path)
+    """Atomically through a mkstemp file in the target folder (diagnose/model/files.py); an output error is one
+    line (exit 2) and leaves nothing half-written."""
+    write_atomic(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                                    | orjson.OPT_NON_STR_KEYS))
 
 
 def provenance(ctx: click.Context, analysis: Analysis) -> Provenance:
@@ -120,17 +120,25 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     if not quiet:
         from diagnose.cli.terminal import render
 
-        click.echo(render(analysis))  # the terminal escapes every trace-derived string itself
+        import shutil
+
+        tty = sys.stdout.isatty()
+        colour = tty and not os.environ.get("NO_COLOR")
+        click.echo(render(analysis, width=shutil.get_terminal_size((100, 24)).columns if tty else 100, colour=colour),
+                   color=colour)  # the terminal escapes every trace-derived string itself
     if cross_check:
         from diagnose.cli.hta_check import cross_check_hta
 
         click.echo(cross_check_hta(analysis, exclude_last_step))
-    click.echo(f"\nsummary: {jpath}")
+    click.echo(("" if quiet else "\n") + f"summary: {printable(os.path.abspath(jpath))}")  # folder names may hold ESC bytes: never raw to the terminal
     if not no_report:
         from reports.render import render_report
 
-        out = render_report(shown, hpath)
-        click.echo(f"report:  {os.path.abspath(out)}")
+        try:
+            out = render_report(shown, hpath)
+        except OSError as e:
+            raise LlmdiagError(f"cannot write the report: {e.strerror or e}", hpath) from None
+        click.echo(f"report:  {printable(os.path.abspath(out))}")
         if open_browser:
             webbrowser.open("file://" + os.path.abspath(out))
     if timeline_path:

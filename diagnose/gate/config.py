@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 
 from diagnose.errors import LlmdiagError
-from diagnose.files import CONFIG_BUDGET, read_bounded
+from diagnose.model.files import CONFIG_BUDGET, read_bounded
 from diagnose.gate.inputs import ALLOW_NAMES
 from diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
 

@@ -11,7 +11,7 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 
-from diagnose.files import write_atomic
+from diagnose.model.files import write_atomic
 from diagnose.gate.verdict import Verdict
 
 SUITE = "llmdiag.check"

@@ -14,7 +14,7 @@ import zlib
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.files import special, write_atomic
+from diagnose.model.files import special, write_atomic
 from diagnose.model.analysis import Analysis
 from diagnose.model.summary import read_summary, slim
 

@@ -24,6 +24,7 @@ from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_wind
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
 from diagnose.metrics.p2p import Record, p2p_records
+from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
@@ -119,6 +120,7 @@ def _run(job: RankJob) -> RankOutput:
         idle=idle_breakdown(t, wins),
         training=training_evidence(t, wins),
     )
+    metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
         actions, links = infer_actions(t, wins)
@@ -147,17 +149,8 @@ def _collectives(t, wins) -> Collectives:
         pg = pg_label(args)
         if args.get("Process Group Ranks"):
             pg = f"{pg}{args['Process Group Ranks']}"
-        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
-                    _seq(args)))
+        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out")))
     return collectives_from(out)
-
-
-def _seq(args: dict) -> int:
-    """The group's collective sequence number (Kineto's `Seq`, a number or its text), -1 unknown."""
-    v = args.get("Seq", args.get("seq"))
-    if type(v) is str and v.isdigit() and len(v) < 19:
-        v = int(v)
-    return v if type(v) is int and 0 <= v < 2**62 else -1
 
 
 def _nelems(args: dict, side: str) -> int:

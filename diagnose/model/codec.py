@@ -181,7 +181,8 @@ def _as_dict(obj):
 
 
 def _mend(v):
-    """Strings JSON cannot hold (lone surrogates: file names that are not UTF-8) made valid, recursively."""
+    """Strings JSON cannot hold (lone surrogates: file names that are not UTF-8) made valid, and ints beyond
+    64 bits made floats, recursively."""
     if isinstance(v, str):
         try:
             return v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -193,11 +194,17 @@ def _mend(v):
         return {k: _mend(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_mend(x) for x in v]
+    if type(v) is int and not -(2**63) <= v < 2**64:
+        try:
+            return float(v)
+        except OverflowError:
+            return None
     return v
 
 
 def to_json_dict(obj) -> tuple[dict, bool]:
-    """(`obj` as plain JSON values, whether any string had to be mended to get there)."""
+    """(`obj` as plain JSON values, whether any value had to be mended to get there: strings JSON cannot hold,
+    ints beyond int64 written as the nearest float; the writer never raises on a value from a trace)."""
     try:
         return orjson.loads(orjson.dumps(obj, default=_as_dict, option=_JSON)), False
     except TypeError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.files import SUMMARY_BUDGET, read_bounded
+from diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from diagnose.model.analysis import Analysis
 from diagnose.model.codec import Invalid, build
 from diagnose.model.manifest import Manifest

@@ -7,7 +7,7 @@ content larger than the budget is refused instead of filling memory (a gzip bomb
 `/dev/zero`). Every output goes through `write_atomic`: a `tempfile.mkstemp` file in the target folder
 (O_EXCL, never a symlink followed, unpredictable name) renamed over the target, removed on every error path,
 so a failed write leaves neither a half-written file nor a temp file, and errors are one line.
-It lives at the bottom of the stages so the model's summary reader and the CLI share it.
+It lives in the model stage so the summary reader there, io, gate and the CLI can all use it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import zlib
 from diagnose.errors import LlmdiagError
 
 MiB = 1 << 20
-SUMMARY_BUDGET = 512 * MiB  # a 1,024-rank summary with memory timelines is ~20 MB
+SUMMARY_BUDGET = 256 * MiB  # a 1,024-rank summary with memory timelines is ~20 MB
 CONFIG_BUDGET = 1 * MiB  # gates.toml
 MANIFEST_BUDGET = 64 * MiB
 
@@ -83,22 +83,25 @@ def read_bounded(path: str, budget: int, what: str = "file", gunzip: bool = True
 
 
 def gunzip_bounded(raw: bytes, budget: int, path: str, what: str) -> bytes:
-    """Every gzip member of `raw`, at most `budget` bytes in all (a bomb stops at the budget)."""
-    out, n = [], 0
+    """Every gzip member of `raw`, at most `budget` bytes in all, inflated 1 MiB at a time (a bomb stops at
+    the budget instead of allocating its whole size)."""
+    out = bytearray()
     while raw:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = raw
         try:
-            part = d.decompress(raw, budget + 1 - n)
+            while data and not d.eof:
+                out += d.decompress(data, 1 << 20)
+                data = d.unconsumed_tail
+                if len(out) > budget:
+                    raise LlmdiagError(f"{what} decompresses to more than its {budget // MiB} MiB budget; left unread",
+                                       path)
         except zlib.error as e:
             raise LlmdiagError(f"{what} is not valid gzip ({e})", path) from None
-        out.append(part)
-        n += len(part)
-        if n > budget or d.unconsumed_tail:
-            raise LlmdiagError(f"{what} decompresses to more than its {budget // MiB} MiB budget; left unread", path)
         if not d.eof:
             raise LlmdiagError(f"{what} is a truncated gzip file", path)
         raw = d.unused_data
-    return b"".join(out)
+    return bytes(out)
 
 
 def write_atomic(path: str, data: bytes | str, mode: int = 0o644) -> None:
