@@ -195,7 +195,7 @@ def stragglers(c: Ctx) -> list[Finding]:
     noise = statistics.median(_spread(r) for r in c.ranks)
     for r in c.ranks:
         excess = comp[r.rank] - med
-        if excess > max(2 * noise, 0.05 * med) and r.rank not in found:
+        if med > 0 and excess > max(2 * noise, 0.05 * med) and r.rank not in found:
             found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
                                      f"({fmt(excess / med, 'pct')}; per-step noise {fmt(noise, 'ms')})")
     found = {r: v for r, v in found.items() if v[0] >= STRAGGLER_FLOOR * step}

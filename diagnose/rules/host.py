@@ -33,7 +33,7 @@ def host_bound(c: Ctx) -> list[Finding]:
         else:  # a summary without the idle split: idle less pipeline bubble and DataLoader waits
             bubble = (p.measured * p.window_ms) if p else 0.0
             gain = max(0.0, idle * r.step_time_ms - bubble - (h.dataloader_frac or 0.0) * r.step_time_ms)
-        if gain >= IDLE_FLOOR * r.step_time_ms:
+        if gain > 0 and gain >= IDLE_FLOOR * r.step_time_ms:
             bad.append((r, gain))
     if not bad:
         return []
@@ -68,7 +68,7 @@ def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
             continue
         ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
         tot = sum(ops.values())
-        if tot >= IDLE_FLOOR * r.step_time_ms:
+        if tot > 0 and tot >= IDLE_FLOOR * r.step_time_ms:
             out.append((r, tot, ops))
     return out
 
@@ -120,7 +120,7 @@ def dataloader(c: Ctx) -> list[Finding]:
     device idle during those waits where the idle split exists (else the wait itself): a bound."""
     bad = [r for r in c.ranks if (r.hints.dataloader_frac or 0) > 0.10]
     gains = [(r, r.idle.dataloader_ms if r.idle is not None else r.hints.dataloader_frac * r.step_time_ms) for r in bad]
-    gains = [(r, g) for r, g in gains if g >= IDLE_FLOOR * r.step_time_ms]
+    gains = [(r, g) for r, g in gains if g > 0 and g >= IDLE_FLOOR * r.step_time_ms]
     if not gains:
         return []
     gain = statistics.fmean(g for _, g in gains)
@@ -175,7 +175,8 @@ def contaminated_timings(c: Ctx) -> list[Finding]:
 def exposed_memcpy(c: Ctx) -> list[Finding]:
     """Device time in memcpy/memset that no kernel or collective overlaps (CPU offload, pageable H2D/D2H copies):
     the GPU computes nothing while the copy engine works."""
-    bad = [r for r in c.ranks if r.trace_kind == "gpu" and r.other_ms >= IDLE_FLOOR * r.step_time_ms]
+    bad = [r for r in c.ranks if r.trace_kind == "gpu" and r.step_time_ms > 0 and r.other_ms > 0
+           and r.other_ms >= IDLE_FLOOR * r.step_time_ms]
     if not bad:
         return []
     gain = statistics.fmean(r.other_ms for r in bad)
