@@ -26,6 +26,7 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsiz
 ELTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, at::detail::Array<char*, 2> >(int, at::native::GeluCUDAKernelImpl, at::detail::Array<char*, 2>)"
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+OPTIMIZER = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>, float*, float, float, float, float, float, float, at::native::ADAM_MODE, bool, bool*, bool*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>, float*, float, float, float, float, float, float, at::native::ADAM_MODE, bool, bool*, bool*)"
 MAIN, AUTOGRAD = 100, 101  # host threads: training loop, autograd engine device thread
 COMPUTE_STREAM, AR_STREAM = 7, 20
 STEP_GAP_US = 2000
@@ -45,6 +46,7 @@ class Case:
     allreduce_us: int = 300
     pg_desc: str = "undefined"  # what older torch writes for a group created without a description
     base_rank: int = 0  # global rank of stage 0 (stages are base_rank + s * rank_stride)
+    optimizer_us: int = 0  # an optimizer step after the all-reduce (main thread), outside the schedule
     rank_stride: int = 1
 
     def rank(self, s: int) -> int:
@@ -172,6 +174,9 @@ def build(c: Case, world_size: int | None = None) -> tuple[list[TraceBuilder], A
             args = {**_pg_args(c, "allreduce", 1 << 10), "Seq": k + 1}  # torch numbers collectives apart from p2p
             b.cpu_op("record_param_comms", h, 10, tid=MAIN, args=args)
             b.kernel(ALLREDUCE, st, dev + ar_end - st, stream=AR_STREAM, launch_at=h + 2, args=args)
+            if c.optimizer_us:
+                b.cpu_op("Optimizer.step#AdamW.step", h + 12, 10, tid=MAIN)
+                b.kernel(OPTIMIZER, dev + ar_end + 10, c.optimizer_us, stream=COMPUTE_STREAM, launch_at=h + 14)
         out.append(b)
     return out, ans
 

@@ -92,8 +92,9 @@ def infer_actions(t: RankTrace, wins: list[Window]) -> tuple[list[Action], Links
         n = Counter()
         step_acts = []
         for (s, e, _), k in zip(blocks, kinds):
-            step_acts.append(Action(w.step, -1, k, n[k], s, e))
-            n[k] += 1
+            if k:
+                step_acts.append(Action(w.step, -1, k, n[k], s, e))
+                n[k] += 1
         if n["F"] != n["B"] or not n["F"]:
             return [], Links(prev, nxt, f"step {w.step}: {n['F']} forward and {n['B']} backward actions")
         out += step_acts
@@ -127,8 +128,10 @@ def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int,
     return list(zip(s[first].tolist(), ends.tolist(), th[first].tolist()))
 
 
-def _label(blocks, p2p: list[_P2P], links: Links) -> list[str] | None:
-    """F or B per block from the transfers around it, then from its launching thread; None if unresolved."""
+def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
+    """F or B per block from the transfers around it, then from its launching thread; None if unresolved.
+    Blocks before the first and after the last with transfer evidence (data loading, the optimizer step) are
+    outside the schedule: labelled None."""
     kinds: list[str | None] = []
     for j, (s, e, _) in enumerate(blocks):
         before = blocks[j - 1][1] if j else -(1 << 62)
@@ -144,8 +147,14 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> list[str] | None:
     for (_, _, th), k in zip(blocks, kinds):
         if k:
             by_thread.setdefault(th, Counter())[k] += 1
-    out = []
-    for (_, _, th), k in zip(blocks, kinds):
+    known = [j for j, k in enumerate(kinds) if k]
+    if not known:
+        return None
+    out: list[str | None] = []
+    for j, ((_, _, th), k) in enumerate(zip(blocks, kinds)):
+        if k is None and not known[0] < j < known[-1]:
+            out.append(None)
+            continue
         if k is None:
             c = by_thread.get(th)
             if not c or len(c) != 1:
