@@ -18,6 +18,7 @@ import numpy as np
 from diagnose.errors import LlmdiagError
 from diagnose.io.discover import rank_from_name
 from diagnose.metrics.moe import moe_summary
+from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.p2p import match_p2p
@@ -91,6 +92,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         llmdiag_version=version,
         ranks_duplicate=sorted(duplicates),
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
+        accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout),
     )
 
 

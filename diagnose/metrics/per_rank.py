@@ -20,6 +20,7 @@ from diagnose.metrics.layout import pg_sizes
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
+from diagnose.metrics.accum import forward_counts
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
@@ -58,6 +59,7 @@ class RankOutput:
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
     moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
+    forwards: list[int] = field(default_factory=list)  # llmdiag/forward spans per step (gradient accumulation)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -130,6 +132,7 @@ def _run(job: RankJob) -> RankOutput:
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p_records(t, wins),
         collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        forwards=forward_counts(t, wins),
     )
 
 

@@ -62,5 +62,7 @@ class AccumSummary:
 
     microsteps: int  # forward passes per step (median over ranks and steps)
     source: str  # "labels" (llmdiag/forward) or "manifest"
-    dp_comm_ms_per_step: float  # data-parallel gradient reduction per optimizer step, mean over ranks
-    dp_ops_per_step: float  # reduction ops per optimizer step
+    dp_comm_ms_per_step: float  # data-parallel communication per optimizer step (= per profiler step), mean over ranks
+    dp_ops_per_step: float  # data-parallel collectives per optimizer step
+    allgather_ms_per_step: float = 0.0  # FSDP parameter gathers: these run every microstep
+    reduce_ms_per_step: float = 0.0  # gradient all-reduce / reduce-scatter: once per optimizer step

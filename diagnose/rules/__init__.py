@@ -14,6 +14,7 @@ from diagnose.rules.host import (allocator_churn, contaminated_timings, dataload
                                  host_bound, host_sync)
 from diagnose.rules.memory import memory_near_capacity, memory_unused
 from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
+from diagnose.rules.accum import accum_fsdp_regather
 from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
@@ -24,6 +25,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("exposed_comm", exposed_comm), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
     ("exposed_memcpy", exposed_memcpy),
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
+    ("accum_fsdp_regather", accum_fsdp_regather),
 ]
 
 

@@ -1,0 +1,54 @@
+"""Gradient accumulation: forward passes per optimizer step, and data-parallel traffic per optimizer step.
+
+A step (ProfilerStep) of an accumulating run holds N forward/backward microsteps and one optimizer step; the
+data-parallel gradient reduction runs once (DDP `no_sync`, FSDP2 `set_requires_gradient_sync(False)` on the
+others) while FSDP's all-gathers run every microstep. Microsteps are counted from the `llmdiag/forward`
+labels per step (the manifest's `grad_accum` where there are none); communication is already per step,
+i.e. per optimizer step, and is split here by collective kind so the rules can tell per-microstep traffic
+(all-gathers) from per-optimizer-step traffic (all-reduce / reduce-scatter).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from diagnose.io.trace import ANNOTATION, RankTrace
+from diagnose.model.moe import AccumSummary
+from diagnose.model.roles import pg_role
+
+FORWARD = "llmdiag/forward"
+
+
+def forward_counts(t: RankTrace, wins) -> list[int]:
+    """`llmdiag/forward` host spans starting in each step window."""
+    ids = t.name_ids(lambda n: n == FORWARD)
+    if not len(ids):
+        return []
+    m = np.isin(t.name, ids) & (t.kind == ANNOTATION) & (t.stream < 0)
+    ts = t.ts[m]
+    return [int(((ts >= w.host_start) & (ts < w.host_end)).sum()) for w in wins]
+
+
+def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict | None) -> AccumSummary | None:
+    """None unless a step holds more than one forward (labels) or the manifest says --grad-accum > 1."""
+    counts = [c for cs in forwards.values() for c in cs if c > 0]
+    option = manifest.option("grad_accum") if manifest else None
+    if counts and statistics.median(counts) > 1:
+        n, source = int(statistics.median(counts)), "labels"
+    elif isinstance(option, int) and option > 1:
+        n, source = option, "manifest"
+    else:
+        return None
+    dp_ms, dp_ops, gather_ms, reduce_ms = [], [], [], []
+    for r in ranks:
+        cs = [c for c in r.comm_by_kind if pg_role(c.kind, c.pg, c.group_size, layout) == "dp"]
+        dp_ms.append(sum(c.total_ms for c in cs) / r.nsteps)
+        dp_ops.append(sum(c.count for c in cs) / r.nsteps)
+        gather_ms.append(sum(c.total_ms for c in cs if c.kind == "allgather") / r.nsteps)
+        reduce_ms.append(sum(c.total_ms for c in cs if c.kind in ("allreduce", "reducescatter")) / r.nsteps)
+    k = max(1, len(ranks))
+    return AccumSummary(microsteps=n, source=source, dp_comm_ms_per_step=sum(dp_ms) / k,
+                        dp_ops_per_step=sum(dp_ops) / k, allgather_ms_per_step=sum(gather_ms) / k,
+                        reduce_ms_per_step=sum(reduce_ms) / k)

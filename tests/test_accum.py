@@ -1,0 +1,63 @@
+"""Gradient accumulation in the analyzer: microsteps per optimizer step from the `llmdiag/forward` labels,
+data-parallel traffic per optimizer step split into per-microstep gathers and once-per-step reductions, and the
+accum_fsdp_regather rule. Generated GPU traces with the answer written out here; a real CPU run in test_moe.py
+checks that the workloads train the same with --grad-accum."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.analyze import analyze_path
+from tests.builder import TraceBuilder
+
+LAYERS, AG_US, RS_US, FWD_US, BWD_US, STEP_US = 4, 40, 60, 300, 600, 20_000
+
+
+def _fsdp_rank(rank: int, microsteps: int, steps: int = 2) -> TraceBuilder:
+    """FSDP-style rank: per microstep a forward (all-gather of each layer, then its GEMM) and a backward (GEMM);
+    after the last microstep one reduce-scatter per layer. All collectives on their own stream, not overlapped."""
+    b = TraceBuilder(rank=rank, world_size=2)
+    for k in range(steps):
+        k0 = k * STEP_US
+        b.step(k + 1, k0, k0 + STEP_US)
+        t = k0 + 100
+        for _ in range(microsteps):
+            b.annotation("llmdiag/forward", t - 50, 20)
+            for _ in range(LAYERS):
+                b.nccl("allgather", t, AG_US, stream=20, launch_at=t - 40, nelems=1 << 16, group_size=2,
+                       pg_ranks=[0, 1])
+                b.kernel("void gemm_kernel<float>()", t + AG_US, FWD_US, stream=7, launch_at=t - 39)
+                t += AG_US + FWD_US
+            b.annotation("llmdiag/backward", t - 30, 20)
+            b.kernel("void gemm_kernel<float>()", t, BWD_US, stream=7, launch_at=t - 29)
+            t += BWD_US
+        for _ in range(LAYERS):
+            b.nccl("reducescatter", t, RS_US, stream=20, launch_at=t - 10, nelems=1 << 16, group_size=2,
+                   pg_ranks=[0, 1])
+            t += RS_US
+    return b
+
+
+def _analyse(tmp_path, microsteps: int):
+    for r in range(2):
+        _fsdp_rank(r, microsteps).write(tmp_path / f"rank{r}.pt.trace.json")
+    return analyze_path(str(tmp_path))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_microsteps_and_traffic_per_optimizer_step(tmp_path, n):
+    a = _analyse(tmp_path, n)
+    acc = a.accum
+    assert acc.microsteps == n and acc.source == "labels"
+    assert acc.allgather_ms_per_step == pytest.approx(n * LAYERS * AG_US / 1000)
+    assert acc.reduce_ms_per_step == pytest.approx(LAYERS * RS_US / 1000)
+    assert acc.dp_ops_per_step == n * LAYERS + LAYERS
+    f = next(f for f in a.findings if f.id == "accum_fsdp_regather")
+    assert f.gain_ms == pytest.approx(n * LAYERS * AG_US / 1000 * (n - 1) / n)
+    assert f.gain_kind == "bound"
+
+
+def test_one_forward_per_step_is_not_accumulation(tmp_path):
+    a = _analyse(tmp_path, 1)
+    assert a.accum is None
+    assert "accum_fsdp_regather" not in [f.id for f in a.findings]
