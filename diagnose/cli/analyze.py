@@ -124,7 +124,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
 
         tty = sys.stdout.isatty()
         colour = tty and not os.environ.get("NO_COLOR")
-        click.echo(render(analysis, width=shutil.get_terminal_size((100, 24)).columns if tty else 100, colour=colour),
+        click.echo(render(analysis, width=shutil.get_terminal_size((100, 24)).columns if tty else 160, colour=colour),
                    color=colour)  # the terminal escapes every trace-derived string itself
     if cross_check:
         from diagnose.cli.hta_check import cross_check_hta

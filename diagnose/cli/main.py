@@ -32,9 +32,33 @@ class _Group(click.Group):
 @click.option("--debug", is_flag=True, help="Show tracebacks for input errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """Profile distributed LLM training and diagnose where the time goes."""
+    """Profile distributed LLM training and diagnose where the time goes.
+
+    \b
+    Start with:
+      llmdiag run --workload tp2pp2 --out runs/demo
+      llmdiag analyze runs/demo
+    """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+
+
+# One line per command in `llmdiag --help` (click would cut each docstring's first sentence with "...") and an
+# example per command under its own --help (`\b` keeps click from re-wrapping the lines).
+SHORT_HELP = {
+    "run": "Run a layout as a profiled training workload.",
+    "analyze": "Analyse traces: tables, summary JSON, HTML report.",
+    "check": "Gate a run against a baseline or limits (CI).",
+    "diff": "Compare two runs side by side, with a verdict.",
+}
+EXAMPLES = {
+    "run": ["llmdiag run --workload tp2pp2 --out runs/demo", "llmdiag run -w dp2 --device cpu --steps 6"],
+    "analyze": ["llmdiag analyze runs/demo", "llmdiag analyze traces/ --exclude-last-step --report out.html",
+                "llmdiag analyze runs/demo --timeline demo.trace.json --ranks 0-3   # open in ui.perfetto.dev"],
+    "check": ["llmdiag check runs/new --baseline baselines/demo.json",
+              "llmdiag check runs/new --max-bubble 20%"],
+    "diff": ["llmdiag diff runs/old runs/new", "llmdiag diff a.json b.json --html diff.html"],
+}
 
 
 def _register() -> None:
@@ -43,6 +67,8 @@ def _register() -> None:
     from diagnose.cli.gate import check, diff
 
     for cmd in (run, analyze, check, diff):
+        cmd.short_help = SHORT_HELP[cmd.name]
+        cmd.epilog = "\b\nExamples:\n" + "\n".join(f"  {x}" for x in EXAMPLES[cmd.name])
         main.add_command(cmd)
 
 

@@ -8,6 +8,11 @@ cursor or rewrite the screen.
 
 from __future__ import annotations
 
+import textwrap
+from contextvars import ContextVar
+
+import click
+
 from diagnose.errors import printable
 from diagnose.gate.format import table
 from diagnose.model import views
@@ -20,15 +25,62 @@ MAX_ROWS = 16
 TOP_KERNELS = 10
 TOP_FINDINGS = 5
 NAME_WIDTH = 60
+MIN_CUT = 12  # a name column is never cut below this
+WIDTH: ContextVar[int] = ContextVar("width", default=100)
+COLOUR: ContextVar[bool] = ContextVar("colour", default=False)
+SEVERITY_STYLE = {"high": {"fg": "red", "bold": True}, "medium": {"fg": "yellow", "bold": True},
+                  "low": {"fg": "cyan"}, "error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow"}}
 
 
-def _table(title: str, header: list[str], rows: list[list], note: str = "") -> str:
+def _wrap(text: str, indent: str = "", first: str | None = None) -> str:
+    """Prose wrapped to the terminal width (words kept whole; a long name may still overflow)."""
+    return textwrap.fill(text, WIDTH.get(), initial_indent=indent if first is None else first,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
+def _sev(word: str) -> str:
+    """A severity word, coloured on a terminal (click strips styles when the output is not a tty)."""
+    return click.style(word, **SEVERITY_STYLE.get(word, {})) if COLOUR.get() else word
+
+
+def _fit(header: list[str], rows: list[list[str]], cut: set[int], right: set[int]) -> str:
+    """The table, its text columns (`cut`) ellipsised in the middle, widest first, until it fits the width;
+    a table still too wide is split into two, the second repeating the key columns (0 and `cut`)."""
+    width = lambda t: max(len(line) for line in t.splitlines())
+    while True:
+        text = table(header, rows, right=right)
+        excess = width(text) - WIDTH.get()
+        widths = {i: max(len(r[i]) for r in rows) for i in cut}
+        wide = [i for i in cut if widths[i] > MIN_CUT]
+        if excess <= 0 or not wide:
+            break
+        i = max(wide, key=lambda k: widths[k])
+        w = max(MIN_CUT, widths[i] - excess)
+        rows = [r[:i] + [middle(r[i], w)] + r[i + 1:] for r in rows]
+    keys = sorted({0} | cut)
+    rest = [i for i in range(len(header)) if i not in keys]
+    if excess <= 0 or len(rest) < 2:
+        return text
+    for k in range(len(rest) - 1, 0, -1):  # the most columns that fit beside the keys
+        first = keys + rest[:k]
+        sub = table([header[i] for i in first], [[r[i] for i in first] for r in rows],
+                    right={j for j, i in enumerate(first) if i in right})
+        if width(sub) <= WIDTH.get() or k == 1:
+            second = keys + rest[k:]
+            return sub + "\n\n" + _fit([header[i] for i in second], [[r[i] for i in second] for r in rows],
+                                         {j for j, i in enumerate(second) if i in cut} - {0},
+                                         {j for j, i in enumerate(second) if i in right})
+    return text
+
+
+def _table(title: str, header: list[str], rows: list[list], note: str = "", cut: set[int] | None = None) -> str:
     if not rows:
         return ""
     rows = [[printable(x) for x in r] for r in rows]
-    out = [f"\n{title}", table(header, rows, right=set(range(1, len(header))))]
+    right = set(range(1, len(header)))
+    out = ["\n" + _wrap(title), _fit(header, rows, cut if cut is not None else {0}, right - (cut or {0}))]
     if note:
-        out.append(note)
+        out.append(_wrap(note.strip(), "  "))
     return "\n".join(out)
 
 
@@ -46,8 +98,8 @@ def _pct(v) -> str:
 
 def _headline(a: Analysis) -> str:
     g = a.aggregate
-    head = [f"llmdiag {a.llmdiag_version} — {printable(a.name)}: {g.ranks} rank(s) analysed "
-            f"({a.trace_kind} traces, world size {a.world_size or 'unknown'})"]
+    head = [_wrap(f"llmdiag {a.llmdiag_version} — {printable(a.name)}: {g.ranks} rank{'s' if g.ranks != 1 else ''} "
+                  f"analysed ({a.trace_kind} traces, world size {a.world_size or 'unknown'})")]
     parts = [f"mean step time {fmt(g.step_time_ms, 'ms')} (slowest rank {fmt(g.step_time_max_ms, 'ms')})"]
     if g.overlap_ratio_mean is not None:
         parts.append(f"overlap mean {_pct(g.overlap_ratio_mean)}, worst {_pct(g.overlap_ratio_min)} "
@@ -60,7 +112,7 @@ def _headline(a: Analysis) -> str:
         parts.append(f"MFU {_pct(g.mfu)}")
     if g.memory_peak_max is not None:
         parts.append(f"memory peak {fmt(g.memory_peak_max, 'gib')} (rank {g.memory_peak_rank})")
-    return "\n".join(head + ["  " + "; ".join(parts)])
+    return "\n".join(head + [_wrap("; ".join(parts), "  ")])
 
 
 def _ranks(a: Analysis) -> str:
@@ -70,9 +122,9 @@ def _ranks(a: Analysis) -> str:
              _ms(r.exposed_comm_ms), _ms(r.other_ms), _ms(r.idle_ms), _pct(r.overlap_ratio), str(len(r.steps))]
             for r in ranks[:MAX_ROWS]]
     out = [_table("Step breakdown per rank (ms per step: each rank's mean over its steps; most exposed "
-                  "communication first)", ["rank", "host", "step ms", "compute only", "overlapped", "exposed", "other",
-                                           "idle", "overlap", "steps"], [list(map(str, r)) for r in rows],
-                  _more(len(ranks) - MAX_ROWS, "ranks"))]
+                  "communication first; comp only = compute with no comm, ovl comm = comm under compute)",
+                  ["rank", "host", "step ms", "comp only", "ovl comm", "exposed", "other", "idle", "overlap", "steps"], [list(map(str, r)) for r in rows],
+                  _more(len(ranks) - MAX_ROWS, "ranks"), cut={1})]
     if len(ranks) > MAX_ROWS:
         rows = []
         for label, key, unit, _ in DISTRIBUTIONS:
@@ -99,7 +151,8 @@ def _comm(a: Analysis) -> str:
     return _table("Communication per collective and process group (per step, mean over the ranks that run it; "
                   "overlap duration-weighted over those ranks)",
                   ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
-                   "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"))
+                   "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"),
+                  cut={1})
 
 
 def _pipeline(a: Analysis) -> str:
@@ -111,7 +164,7 @@ def _pipeline(a: Analysis) -> str:
     return _table(f"Pipeline bubbles per stage ({p.schedule}, p={p.stages}, m={p.microbatches}, "
                   f"window {fmt(p.window_ms, 'ms')} per step)",
                   ["stage", "rank", "busy ms/step", "measured", "replay", "theory", "gap"], rows,
-                  "  " + printable(p.explanation))
+                  printable(p.explanation))
 
 
 def _memory(a: Analysis) -> str:
@@ -121,12 +174,12 @@ def _memory(a: Analysis) -> str:
                                                                                  "capacity")}
     b = lambda x, k: fmt(getattr(x.stat, k), units[k], suffix=False)
     rows = [[str(x.rank), x.stat.device, b(x, "peak_allocated"), b(x, "peak_reserved"), b(x, "capacity"),
-             _pct(x.frac), middle(x.stat.peak_op, 40) or "-"] for x in shown]
+             _pct(x.frac), x.stat.peak_op or "-"] for x in shown]
     h = {k: header_unit(u) for k, u in units.items()}
     return _table("Memory per rank and device (peaks over the trace; closest to capacity first)",
                   ["rank", "device", f"peak allocated {h['peak_allocated']}", f"peak reserved {h['peak_reserved']}",
                    f"capacity {h['capacity']}", "of capacity", "op at peak"],
-                  rows, _more(len(mem) - MAX_ROWS, "devices"))
+                  rows, _more(len(mem) - MAX_ROWS, "devices"), cut={6})
 
 
 def _kernels(a: Analysis) -> str:
@@ -165,11 +218,14 @@ def _findings(a: Analysis) -> str:
     lines = []
     for f in a.findings[:TOP_FINDINGS]:
         gain = "" if f.gain_ms is None else f" — {fmt_gain(f)}"
-        lines.append(f"  [{f.severity}] {printable(f.title)}{gain}\n      evidence: {printable(f.evidence.text)}"
-                     f"\n      action: {printable(f.action)}\n      expected gain: {printable(f.expected_gain)}")
+        title = _wrap(f"{printable(f.title)}{gain}", "      ", f"  [{f.severity}] ")
+        lines.append(title.replace(f"[{f.severity}]", f"[{_sev(f.severity)}]", 1))
+        for label, text in (("evidence", f.evidence.text), ("action", f.action), ("expected gain", f.expected_gain)):
+            lines.append(_wrap(f"{label}: {printable(text)}", "        ", "      "))
     more = len(a.findings) - TOP_FINDINGS
-    return (f"\nRecommendations (first {min(TOP_FINDINGS, len(a.findings))} of {len(a.findings)}; high severity "
-            "first, then by gain)\n" + "\n".join(lines) + (f"\n  ... {more} more in the report" if more > 0 else ""))
+    return ("\n" + _wrap(f"Recommendations (first {min(TOP_FINDINGS, len(a.findings))} of {len(a.findings)}; high "
+                         "severity first, then by gain)") + "\n" + "\n".join(lines)
+            + (f"\n  ... {more} more in the report" if more > 0 else ""))
 
 
 def _issues(a: Analysis) -> str:
@@ -177,7 +233,8 @@ def _issues(a: Analysis) -> str:
     if a.issues:
         shown = a.issues[:MAX_ROWS]
         line = lambda i: i.message[len("llmdiag: "):] if i.message.startswith("llmdiag: ") else f"{i.file}: {i.message}"
-        out.append("\nIssues\n" + "\n".join(f"  {i.severity}: {printable(line(i))}" for i in shown)
+        out.append("\nIssues\n" + "\n".join(_wrap(f"{printable(line(i))}", "    ", f"  {i.severity}: ").replace(
+            f"{i.severity}:", f"{_sev(i.severity)}:", 1) for i in shown)
                    + (f"\n  ... {len(a.issues) - MAX_ROWS} more" if len(a.issues) > MAX_ROWS else ""))
     if a.ranks_missing:
         miss = a.ranks_missing
@@ -185,8 +242,15 @@ def _issues(a: Analysis) -> str:
     return "\n".join(out)
 
 
-def render(a: Analysis) -> str:
-    """The analysis as text, in the report's order of sections."""
-    parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _kernels(a), _memory(a), _skew(a), _findings(a),
-             _issues(a)]
+def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
+    """The analysis as text, in the report's order of sections, fitted to `width` columns (tables cut their
+    name columns in the middle, prose wraps); severities coloured when `colour` (a tty; click.style, so no
+    extra dependency, and click.echo drops the codes where the output is piped)."""
+    tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
+    try:
+        parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _kernels(a), _memory(a), _skew(a), _findings(a),
+                 _issues(a)]
+    finally:
+        WIDTH.reset(tw)
+        COLOUR.reset(tc)
     return "\n".join(x for x in parts if x)
