@@ -255,3 +255,62 @@ def test_escape_bytes_in_folder_names_never_reach_the_terminal(tmp_path, good):
     p = llmdiag("analyze", d, "--no-report", "-q", "--json", d / "s.json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout and "summary: " in p.stdout
+
+
+# ---- case 3: the whole-file fallback is bounded too ----------------------------------------------------------
+
+def _gz_stream(path, parts, level=1):
+    with gzip.open(path, "wb", compresslevel=level) as f:
+        for p in parts:
+            f.write(p)
+
+
+def test_megabytes_of_leading_whitespace_stream_within_the_cap(tmp_path, good):
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=2).write(d / "rank0.json")
+    raw = gpu_rank(1, world_size=2).to_bytes()
+    _gz_stream(d / "rank1.json.gz", [b" " * (1 << 20)] * 600 + [raw])  # 600 MB of blanks, then the trace
+    p = llmdiag("analyze", d, "--no-report", "-q", "--json", tmp_path / "s.json", cwd=tmp_path, cap=CAP)
+    assert p.returncode == 0, p.stderr
+    assert numbers(tmp_path / "s.json") == numbers(good / "good.json")
+
+
+def test_unstreamable_bomb_is_refused_within_the_cap(tmp_path, good):
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=2).write(d / "rank0.json")
+    # no "traceEvents" in the first 64 MB: the whole-file path, which must stop at its budget
+    _gz_stream(d / "rank1.json.gz", [b'{"padding": "'] + [b"a" * (1 << 20)] * 600 + [b'", "traceEvents": []}'])
+    p = llmdiag("analyze", d, "--no-report", "-q", "--json", tmp_path / "s.json", cwd=tmp_path, cap=CAP)
+    assert p.returncode == 1, p.stderr
+    one_line(p, "rank1.json.gz", "too large to parse whole")
+    assert numbers(tmp_path / "s.json")[0] == numbers(good / "good.json")[0]
+
+
+# ---- case 11: an unreadable sub-folder is one left-out input -------------------------------------------------
+
+def test_unreadable_sub_folder_is_left_out(tmp_path, good, monkeypatch):
+    from click.testing import CliRunner
+
+    from diagnose.cli.main import main
+
+    d = tmp_path / "run"
+    for r in (0, 1):
+        gpu_rank(r, world_size=2).write(d / f"rank{r}.json")
+    locked = d / "locked"
+    gpu_rank(1, world_size=2).write(locked / "rank1_other.json")
+    real = os.scandir
+
+    def scandir(path="."):  # what a chmod 000 folder does to a non-root user (the tests may run as root)
+        if os.path.abspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    r = CliRunner().invoke(main, ["analyze", str(d), "--no-report", "-q", "--json", str(tmp_path / "s.json")])
+    assert r.exit_code == 1, r.output
+    (line,) = [x for x in r.stderr.splitlines() if x.strip()]
+    assert line.startswith(f"llmdiag: {locked}: ") and "unreadable folder: Permission denied" in line
+    assert numbers(tmp_path / "s.json") == numbers(good / "good.json")
+    monkeypatch.setattr(os, "scandir", lambda path=".": (_ for _ in ()).throw(PermissionError(13, "Permission denied", str(path))))
+    r = CliRunner().invoke(main, ["analyze", str(d), "--no-report", "-q", "--json", str(tmp_path / "t.json")])
+    assert r.exit_code == 2 and "cannot list directory" in r.stderr  # the input folder itself: an input error

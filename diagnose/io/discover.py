@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from diagnose.errors import LlmdiagError
+from diagnose.model.files import MANIFEST_BUDGET, read_bounded
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
 NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}
@@ -88,7 +89,12 @@ def _special(path: str) -> str | None:
 def _walk(root: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
     out = []
     seen = set()
-    for d, dirs, names in os.walk(root, followlinks=False, onerror=_walk_error):
+    def unreadable(e: OSError) -> None:  # the top folder is the user's input; a sub-folder is one left-out input
+        if os.path.abspath(e.filename or root) == os.path.abspath(root) or skipped is None:
+            _walk_error(e)
+        skipped.append((e.filename, f"an unreadable folder: {e.strerror or e}"))
+
+    for d, dirs, names in os.walk(root, followlinks=False, onerror=unreadable):
         real = os.path.realpath(d)
         if real in seen:
             dirs[:] = []
@@ -112,10 +118,10 @@ def _walk_error(e: OSError) -> None:
 
 
 def read_manifest(path: str) -> dict | None:
+    raw = read_bounded(path, MANIFEST_BUDGET, "manifest", gunzip=False)  # a FIFO or a huge file: one line
     try:
-        with open(path, "rb") as f:
-            m = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError) as e:
+        m = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
         raise LlmdiagError(f"unreadable manifest ({e})", path, "analyze the traces folder instead") from None
     if not isinstance(m, dict):
         raise LlmdiagError("manifest is not a JSON object", path)

@@ -15,7 +15,6 @@ tried and dropped: the GIL hand-offs it needs per block ate the overlap on this 
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 import zlib
@@ -37,6 +36,7 @@ RAW_CHUNK_FACTOR = 4  # raw pieces (split_parse.py) are this many CHUNK_BYTES
 READ_BYTES = 1 << 20  # compressed bytes read at a time
 HEAD_LIMIT = 64 << 20  # `"traceEvents": [` must start within this many bytes, or the file is parsed whole
 NO_CUT_LIMIT = 64 << 20  # this much text without an event boundary is malformed, not one huge event
+WHOLE_BYTES = 512 << 20  # the whole-file fallback inflates at most this much (it parses into dicts: ~10x)
 WHOLE_LIMIT = 256 << 20  # malformed JSON in a file up to this size is re-parsed whole, for orjson's message
 _GZ = b"\x1f\x8b"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -75,20 +75,26 @@ def _read(f, path: str, n: int = -1) -> bytes:
         raise TraceError(f"cannot read: {e.strerror or e}", path) from None
 
 
-def read_bytes(path: str) -> bytes:
-    """The decompressed JSON bytes of a trace file (gzip, gzip of gzip, or plain)."""
-    with _open(path) as f:
-        raw = _read(f, path)
-    for _ in range(3):  # gzip, possibly gzipped again by a careless upload
-        if raw[:2] != _GZ:
-            break
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(f"corrupt gzip data ({e})", path, GZ_HINT) from None
-    if not raw.strip():
+def read_bytes(path: str, budget: int | None = None) -> bytes:
+    """The decompressed JSON bytes of a trace file (gzip, gzip of gzip, or plain), inflated as a stream
+    within `budget` bytes (WHOLE_BYTES): a small file that inflates to GBs (a bomb, or megabytes of leading
+    whitespace) is refused instead of filling memory. Leading whitespace is dropped as it streams."""
+    budget = WHOLE_BYTES if budget is None else budget
+    out = bytearray()
+    src = blocks(path)
+    try:
+        for b in src:
+            if not out:
+                b = b.lstrip()
+            out += b
+            if len(out) > budget:
+                raise TraceError(f"too large to parse whole (over {budget >> 20} MB decompressed, and its layout "
+                                 "cannot be streamed)", path, JSON_HINT)
+    finally:
+        src.close()
+    if not out.strip():
         raise TraceError("empty file", path, "the rank probably died before writing its trace")
-    return raw
+    return bytes(out)
 
 
 def _gunzip(src, path: str):
@@ -191,6 +197,9 @@ class Stream:
             for b in src:
                 head += b
                 lead = head.lstrip()[:1]
+                if not lead:
+                    head = b""  # leading whitespace is dropped as it streams: megabytes of it cost nothing
+                    continue
                 if lead == b"[":  # a bare Chrome trace array
                     break
                 if lead not in (b"", b"{") or len(head) > HEAD_LIMIT:
