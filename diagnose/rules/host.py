@@ -163,7 +163,8 @@ def contaminated_timings(c: Ctx) -> list[Finding]:
         return [c.finding("contaminated_timings", "high", "Timings contaminated by CPU oversubscription", ev, [], [],
                           "rerun with at most one rank per core (fewer ranks or a bigger machine); compare only "
                           "relative numbers from this run", "not a speed-up: makes the other numbers trustworthy",
-                          None, "manifest.oversubscribed")]
+                          None, "manifest.oversubscribed", source="manifest",
+                          events=["oversubscribed", "cpu_cores"])]
     if c.a.trace_kind == "cpu":
         return [c.finding("contaminated_timings", "low", "CPU-only traces", "every trace is CPU-only (gloo); compute "
                           "and communication times are those of CPU ops, not GPU kernels", [], [],

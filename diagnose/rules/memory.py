@@ -6,6 +6,8 @@ from diagnose.model.analysis import Finding, MemoryStat, RankMetrics
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, steps_where
 
+MEM_EVENTS = ["[memory] instant events (Total Allocated / Total Reserved)", "deviceProperties.totalGlobalMem"]
+
 
 def _mem_rows(c: Ctx) -> list[tuple[RankMetrics, MemoryStat, float, int | None]]:
     """(rank, device memory, used/capacity, activation bytes = peak − lowest allocated) of every device with
@@ -40,7 +42,7 @@ def memory_near_capacity(c: Ctx) -> list[Finding]:
                f"gives ≈ {fmt(head + act / 2, 'gib')} headroom")
     return [c.finding("memory_near_capacity", "high" if f > 0.95 else "medium", "Memory close to device capacity",
                       ev, [x[0].rank for x in rows], steps_where([r]), "; ".join(acts), eg, None,
-                      "ranks[].memory[].peak_reserved")]
+                      "ranks[].memory[].peak_reserved", events=MEM_EVENTS)]
 
 
 def memory_unused(c: Ctx) -> list[Finding]:
@@ -60,4 +62,4 @@ def memory_unused(c: Ctx) -> list[Finding]:
           f"{fmt(m.peak_allocated - act, 'gib')}); larger GEMMs usually raise MFU" if k else
           "unused memory can hold larger microbatches; larger GEMMs usually raise MFU")
     return [c.finding("memory_unused", "low", "Most device memory unused", ev, [x[0].rank for x in rows], [],
-                      act_s, eg, None, "ranks[].memory[].peak_reserved")]
+                      act_s, eg, None, "ranks[].memory[].peak_reserved", events=MEM_EVENTS)]

@@ -44,7 +44,7 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
                      f"{fmt(q.bubble, 'pct')} at {q.schedule} m={q.microbatches}; window {fmt(win, 'ms')} → "
                      f"{fmt(new, 'ms')} ({how})")
     return [c.finding("pipeline_bubble", severity_for(gain, c.step_ms), "Pipeline bubble larger than needed", ev,
-                      ranks, steps_where(rsel), act, eg, gain, "pipeline.measured")]
+                      ranks, steps_where(rsel), act, eg, gain, "pipeline.measured", **_provenance(c))]
 
 
 def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[float, PipelinePrediction, str]]:
@@ -108,4 +108,11 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
     return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
                       [hi.rank], steps_where([r for r in c.ranks if r.rank == hi.rank]), act, eg, gain,
-                      "pipeline.imbalance")]
+                      "pipeline.imbalance", **_provenance(c))]
+
+
+def _provenance(c: Ctx) -> dict:
+    """Schedule and microbatches come from the manifest in an llmdiag run, else from the trace's own labels."""
+    if c.man and c.man.pipeline:
+        return {"source": "manifest", "events": ["manifest.pipeline", "PP:{stage}{F|B|W}{mb} spans"]}
+    return {"source": "trace", "events": ["PP: spans or send/recv between stages", "compute kernels"]}
