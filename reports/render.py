@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from diagnose.model.analysis import SEVERITIES, Analysis
 from diagnose.model.format import fmt
 from reports import charts, evidence, figures
+from reports import moe as moe_section
 from reports.context import build
 from reports.glossary import GLOSSARY
 
@@ -77,6 +78,7 @@ def render_html(a: Analysis) -> str:
         "breakdown": Markup(figures.step_breakdown([r for _, r, _ in ctx["shown"]])),
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
+        "moe": moe_section.section(a.moe),
     }
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from diagnose.analyze import analyze_path
+from reports.render import render_html
 from tests.gen_moe import moe_ep_ranks
 from workloads.config import model_config
 from workloads.moe import MoE, planted_experts
@@ -166,3 +167,16 @@ def test_generated_gpu_moe_trace_gives_the_cpu_runs_figures(tmp_path, mode):
         assert r.step_ms == pytest.approx(exp.step_ms)
     assert "moe_imbalance" in [f.id for f in a.findings]
     assert m.dispatch_combine_frac == pytest.approx((exp.dispatch_ms + exp.combine_ms) / exp.step_ms)
+    html = render_html(a)
+    assert 'id="moe"' in html and ('fig-moe-send' in html) == (mode == "nccl")
+    if mode == "nccl":  # the heatmap prints the send matrix: 384 x 4 layers to rank 0, 128 x 4 to rank 1
+        assert m.send_matrix == [[4 * row[0], 4 * row[1]]] * 2 and ">1,536<" in html and ">512<" in html
+
+
+def test_reports_without_moe_have_no_section(tmp_path):
+    from tests.builder import gpu_rank
+
+    for r in range(2):
+        gpu_rank(r).write(tmp_path / f"rank{r}.pt.trace.json")
+    a = analyze_path(str(tmp_path))
+    assert a.moe is None and 'id="moe"' not in render_html(a)
