@@ -68,3 +68,54 @@ def test_skew_equals_reference(per_rank, n_hosts, offset):
         assert c.mean_skew_ms == pytest.approx(sum(a for a, _ in v) / len(v) / 1e6)
         assert c.mean_transfer_ms == pytest.approx(sum(b for _, b in v) / len(v) / 1e6)
     assert got.last_arrivals == {str(r): k for r, k in last.items()}
+
+
+def late_reference(recs: dict[int, list[tuple]]):
+    """Per matched collective from the definition: sort arrivals; if the largest gap between consecutive ones
+    is at least half the skew, the ranks after its first occurrence are late, else the last alone (none on a
+    tie); Σ lateness per late rank, Σ (latest − own start) per rank. One host: no clock shift."""
+    matched = defaultdict(dict)
+    for r, rows in recs.items():
+        n = Counter()
+        for pg, kind, s, e in rows:
+            matched[(pg, kind, n[(pg, kind)])][r] = s
+            n[(pg, kind)] += 1
+    late, late_by, wait_by = {}, Counter(), Counter()
+    for k, per in matched.items():
+        if len(per) < 2:
+            continue
+        arr = sorted((s, r) for r, s in per.items())
+        spread = arr[-1][0] - arr[0][0]
+        gaps = [arr[i][0] - arr[i - 1][0] for i in range(1, len(arr))]
+        big = max(gaps)
+        if big > 0 and 2 * big >= spread:
+            cut = gaps.index(big) + 1
+            names = [r for _, r in arr[cut:]]
+        else:
+            names = [arr[-1][1]] if gaps[-1] > 0 else []
+        late[k] = names
+        for s, r in arr:
+            if r in names:
+                late_by[r] += s - arr[0][0]
+            wait_by[r] += arr[-1][0] - s
+    return late, late_by, wait_by
+
+
+arrivals = st.lists(st.lists(st.integers(0, 10_000), min_size=2, max_size=4), min_size=3, max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.dictionaries(st.integers(0, 5), rows, min_size=2, max_size=5),
+                 arrivals.map(lambda a: {r: [("0", "allreduce", s, 10) for s in col] for r, col in enumerate(
+                     zip(*[c[:min(map(len, a))] for c in a]))})))
+def test_late_ranks_equal_reference(per_rank):
+    recs = {r: sorted(((pg, k, s, s + d) for pg, k, s, d in v), key=lambda x: x[2]) for r, v in per_rank.items()}
+    got = skew({r: collectives_from(v) for r, v in recs.items()}, {r: "h0" for r in recs}, {})
+    late, late_by, wait_by = late_reference(recs)
+    if got is None:
+        assert not late
+        return
+    assert got.late_ms_by_rank == pytest.approx({str(r): v / 1e6 for r, v in late_by.items() if v > 0})
+    assert got.wait_ms_by_rank == pytest.approx({str(r): v / 1e6 for r, v in wait_by.items() if v > 0})
+    for x in got.late:
+        assert x.late_ranks == late[(x.pg, x.kind, x.ordinal)]
