@@ -129,3 +129,20 @@ def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
         assert (c.matched, c.max_skew_ms) == (3, pytest.approx(0.1))
     else:
         assert (c.matched, c.max_skew_ms) == (3, pytest.approx(10.1))
+
+
+def test_send_without_its_receive_is_unmatched(tmp_path):
+    """Rank 0 sends three times to rank 1, whose trace holds two receives (its profiler stopped early)."""
+    for r, n in ((0, 3), (1, 2)):
+        b = TraceBuilder(rank=r, world_size=2)
+        b.step(1, 0, 10_000)
+        for i in range(n):
+            b.nccl("send" if r == 0 else "recv", 1000 + 2000 * i + 100 * r, 300 - 100 * r, stream=40,
+                   launch_at=10 + i, name="ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", pg_ranks=[0, 1])
+            b.events[-1]["args"]["Dst Rank" if r == 0 else "Src Rank"] = 1 - r
+        b.kernel("void gemm_kernel<float>()", 100, 500, launch_at=5)
+        b.write(tmp_path / f"rank{r}.json")
+    (x,) = analyze_path(str(tmp_path), jobs=1).skew.p2p
+    assert (x.src, x.dst, x.matched, x.unmatched) == (0, 1, 2, 1)
+    assert (x.sender_waits, x.receiver_waits) == (2, 0)  # each receive posted 0.1 ms after its send
+    assert x.mean_wait_ms == pytest.approx(0.1) and x.mean_transfer_ms == pytest.approx(0.2)
