@@ -44,7 +44,8 @@ def test_idle_split_by_host_activity(tmp_path):
     assert i.runtime_ms == pytest.approx(0.25) and i.host_bound_ms == pytest.approx(0.1)
     assert i.queued_ms == pytest.approx(0.05) and i.unattributed_ms == 0 and i.edge_ms == 0
     assert i.runtime_calls["aten::item"] == 1 and i.runtime_calls["hipFree"] == 1
-    parts = i.edge_ms + i.queued_ms + i.runtime_ms + i.dataloader_ms + i.comm_wait_ms + i.host_bound_ms + i.unattributed_ms
+    parts = (i.edge_ms + i.queued_ms + i.runtime_ms + i.dataloader_ms + i.comm_wait_ms + i.host_bound_ms
+             + i.unattributed_ms)
     assert parts == pytest.approx(i.idle_ms)
 
 

@@ -3,7 +3,8 @@
 Idle = window − U(kernels, collectives, memcpy, memset). Each idle nanosecond goes to the first of, in order:
 capture edge (before the window's first / after its last device event: the profiler's window, not the job),
 queued (the kernel that ends the gap was launched before the gap began: the device waited on a dependency,
-not on the host, so no host-side change removes it), a blocking runtime call or host sync op (`aten::item`, `cudaStreamSynchronize`, `hipFree`, ..., by name),
+not on the host, so no host-side change removes it), a blocking runtime call or host sync op (`aten::item`,
+`cudaStreamSynchronize`, `hipFree`, ..., by name),
 the DataLoader, a host-side communication wait, any other host op (host-bound: launches cannot keep up),
 and what is left (no host event seen). Attributing each piece once keeps the parts summing to the idle time.
 """
@@ -46,7 +47,11 @@ def _u(t: RankTrace, mask: np.ndarray) -> iv.Union:
 
 
 def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
-    return iv.union(np.clip(u[0], lo, hi), np.clip(u[1], lo, hi))
+    """The part of a union inside [lo, hi] (binary search: a step touches only its own intervals)."""
+    s, e = u
+    a = np.searchsorted(e, lo, side="right")
+    b = np.searchsorted(s, hi, side="left")
+    return iv.union(np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi))
 
 
 def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
@@ -78,8 +83,10 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
             edges = (np.array([w.start]), np.array([w.end]))
         left = idle
         queued = queued_gap(iv.difference(idle, edges))
-        for key, u in (("edge", edges), ("queued", queued), *((("runtime", name), u) for name, u in named), ("loader", loader),
-                       ("wait", waits), ("host", other_host)):
+        runtime = [(("runtime", name), u) for name, u in named]
+        for key, u in (("edge", edges), ("queued", queued), *runtime, ("loader", loader), ("wait", waits),
+                       ("host", other_host)):
+            u = _clip(u, w.start, w.end)
             got = iv.intersect_total(left, u)
             if not got:
                 continue
@@ -97,7 +104,8 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         calls[t.names[i]] = calls.get(t.names[i], 0) + 1
     top = sorted(ops, key=lambda k: -ops[k])[:RUNTIME_OPS_KEPT]
     return IdleBreakdown(
-        idle_ms=parts["idle"] / n, edge_ms=parts["edge"] / n, queued_ms=parts["queued"] / n, runtime_ms=parts["runtime"] / n,
+        idle_ms=parts["idle"] / n, edge_ms=parts["edge"] / n, queued_ms=parts["queued"] / n,
+        runtime_ms=parts["runtime"] / n,
         dataloader_ms=parts["loader"] / n, comm_wait_ms=parts["wait"] / n, host_bound_ms=parts["host"] / n,
         unattributed_ms=parts["rest"] / n, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
@@ -107,25 +115,24 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
 def _queued(t: RankTrace, device: np.ndarray):
     """A function: idle gaps -> the gaps whose next device event was launched before the gap began. Then the
     work was already queued and the device waited on a dependency (another stream, an event, a collective's
-    peer), not on the host; HTA calls the other case host wait."""
-    launch_of: dict[int, int] = {}
+    peer), not on the host; HTA calls the other case host wait. Vectorised: one binary search per gap."""
     hl = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
-    for c, ts in zip(t.corr[hl].tolist(), t.ts[hl].tolist()):
-        launch_of.setdefault(c, ts)
+    hc, first = np.unique(t.corr[hl], return_index=True)  # the first host event of each correlation: the launch
+    hts = t.ts[hl][first]
     di = np.flatnonzero(device)
-    dts = t.ts[di]
+    dts, dcorr = t.ts[di], t.corr[di]
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def gaps(idle: iv.Union) -> iv.Union:
-        keep = []
-        for gs, ge in zip(idle[0].tolist(), idle[1].tolist()):
-            j = int(np.searchsorted(dts, ge))
-            launches = [launch_of.get(c) for c in t.corr[di[j:j + 8]][dts[j:j + 8] == ge].tolist()]
-            launches = [x for x in launches if x is not None]
-            if launches and min(launches) < gs:
-                keep.append((gs, ge))
-        if not keep:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.array([k[0] for k in keep], np.int64), np.array([k[1] for k in keep], np.int64)
+        gs, ge = idle
+        if not len(gs) or not len(di) or not len(hc):
+            return empty
+        j = np.minimum(np.searchsorted(dts, ge), len(di) - 1)  # the device event that ends each gap
+        c = dcorr[j]
+        k = np.minimum(np.searchsorted(hc, c), len(hc) - 1)
+        launched = (dts[j] == ge) & (c >= 0) & (hc[k] == c)
+        keep = launched & (hts[k] < gs)
+        return gs[keep], ge[keep]
 
     return gaps
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 @dataclass
 class IdleBreakdown:
     """Device idle of one rank, mean ms per step, split in this order of precedence (the parts sum to idle_ms):
-    capture edge, queued work, blocking runtime API, DataLoader, waiting on communication/peer, host-bound, unattributed."""
+    capture edge, queued work, blocking runtime API, DataLoader, waiting on communication/peer, host-bound,
+    unattributed."""
 
     idle_ms: float
     edge_ms: float = 0.0  # before the first / after the last device event of the window (capture edges)

@@ -187,7 +187,8 @@ def stragglers(c: Ctx) -> list[Finding]:
         imposed = imposed_by.get(str(rk), imposed_by.get(rk))
         imposed = total_wait * k / sk.matched if imposed is None else imposed
         p = binom_tail(int(k), sk.matched, 1 / n)
-        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({fmt(k / sk.matched, 'pct')}"
+        share = fmt(k / sk.matched, 'pct')
+        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({share}"
                                    f"; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), imposing "
                                    f"{fmt(imposed, 'ms')} of waiting per step")
     comp = {r.rank: r.compute_ms for r in c.ranks}
