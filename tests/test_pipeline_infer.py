@@ -15,7 +15,7 @@ from diagnose.metrics.layout import layout_from_pg
 from diagnose.model.roles import pg_role
 from diagnose.model.views import comm_by_group
 from tests.builder import TraceBuilder
-from tests.gen_pipeline import GEMM, SENDRECV, Case, write
+from tests.gen_pipeline import GEMM, SENDRECV, Case, build, write
 
 
 def _formula(p: int, m: int) -> float:
@@ -120,3 +120,13 @@ def test_megatron_group_descriptions_give_the_layout(tmp_path):
     a, ans = _run(tmp_path, Case(4, 4, "gpipe", pg_desc="PIPELINE_MODEL_PARALLEL_GROUP"))
     assert a.layout["pp"] == 4 and a.pipeline.stages == 4 and a.pipeline.inferred
     assert {r.role for r in comm_by_group(a)} == {"pp"}  # send, recv and the all-reduce on the pipeline group
+
+
+def test_a_missing_stage_leaves_the_pipeline_unknown(tmp_path):
+    builders, _ = build(Case(4, 4, "1f1b"))
+    for b in builders:
+        if b.rank != 2:
+            b.write(tmp_path / f"rank{b.rank}.json")
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.pipeline is None
+    assert any("rank 2, the next stage of rank 1, has no usable trace" in i.message for i in a.issues)

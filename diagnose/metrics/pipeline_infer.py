@@ -177,7 +177,9 @@ def chains(links: dict[int, Links]) -> tuple[list[list[int]], str]:
         chain = [r]
         while ok[chain[-1]].next is not None:
             n = ok[chain[-1]].next
-            if n not in ok or n in chain or ok[n].prev != chain[-1]:
+            if n not in ok:
+                return [], f"rank {n}, the next stage of rank {chain[-1]}, has no usable trace"
+            if n in chain or ok[n].prev != chain[-1]:
                 return [], f"rank {chain[-1]} sends forward to rank {n}, which does not receive from it first"
             chain.append(n)
         out.append(chain)
