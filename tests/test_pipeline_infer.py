@@ -130,3 +130,15 @@ def test_a_missing_stage_leaves_the_pipeline_unknown(tmp_path):
     a = analyze_path(str(tmp_path), jobs=1)
     assert a.pipeline is None
     assert any("rank 2, the next stage of rank 1, has no usable trace" in i.message for i in a.issues)
+
+
+def test_two_pipeline_replicas(tmp_path):
+    """dp=2 × pp=4: ranks 0-3 and 4-7 are two chains; the second has a slow stage 2. Each stage's bubble
+    is its own replica's."""
+    a1 = write(Case(4, 8, "1f1b"), tmp_path, world_size=8)
+    a2 = write(Case(4, 8, "1f1b", base_rank=4, slow_stage=2), tmp_path, world_size=8)
+    a = analyze_path(str(tmp_path), jobs=1)
+    got = {b.rank: b.measured for b in a.pipeline.stage_bubbles}
+    want = {s: a1.bubble[s] for s in range(4)} | {4 + s: a2.bubble[s] for s in range(4)}
+    assert got == pytest.approx(want, abs=1e-9)
+    assert a.pipeline.stages == 4
