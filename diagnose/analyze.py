@@ -7,15 +7,20 @@ summaries come back), assemble the ranks (metrics.cross_rank), then run the rule
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import signal
+import socket
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from diagnose import __version__
 from diagnose.io.discover import discover
 from diagnose.io.loader import file_size
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
-from diagnose.model.analysis import Analysis, AnalysisOptions
+from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
 
 
@@ -30,11 +35,35 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                            run_folder=bool(src.run_folder))
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
+    if man is not None and (why := _stale(man)):
+        analysis.issues.append(Issue(src.path, why, None, "warning"))
     if rules:
         from diagnose.rules import findings
 
         analysis.findings = findings(analysis)
     return analysis
+
+
+def _stale(man) -> str | None:
+    """A manifest still `running` whose launcher is gone (killed with SIGKILL, the machine rebooted) was
+    never finalised: marked `stale` here, so nothing (the gate included) takes it for a run in progress or
+    a good one. Its launcher's pid is checked on the launcher's own host only."""
+    if man.status != "running":
+        return None
+    launch = man.launch if isinstance(man.launch, dict) else {}
+    pid, host = launch.get("pid"), launch.get("host")
+    if type(pid) is not int or pid <= 0 or host != socket.gethostname():
+        return "the manifest says the run is still running (its launcher cannot be checked from here)"
+    try:
+        os.kill(pid, 0)
+        return f"the run is still in progress (launcher pid {pid} is alive): numbers may be partial"
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return f"the run is still in progress (launcher pid {pid} exists): numbers may be partial"
+    man.status = "stale"
+    man.failure = {"reason": f"the launcher (pid {pid}) is gone and never finalised the manifest (killed?)"}
+    return f"stale run: {man.failure['reason']}"
 
 
 MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
@@ -63,10 +92,52 @@ def _run_all(jobs: list[RankJob], n_workers: int, progress: bool) -> list[RankOu
             out[k] = res
             tick(done)
     else:
-        with ProcessPoolExecutor(max_workers=n_workers) as ex:
-            for done, (k, res) in enumerate(zip(order, ex.map(run_job, (jobs[k] for k in order), chunksize=1)), 1):
-                out[k] = res
-                tick(done)
+        done = 0
+        try:
+            with ProcessPoolExecutor(max_workers=n_workers) as ex:
+                for k, res in zip(order, ex.map(run_job, (jobs[k] for k in order), chunksize=1)):
+                    out[k] = res
+                    done += 1
+                    tick(done)
+        except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
+            left = [k for k in order if out[k] is None]
+            with ThreadPoolExecutor(max_workers=n_workers) as tp:
+                for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k]), left)):
+                    out[k] = res
+                    done += 1
+                    tick(done)
     if show:
         sys.stderr.write("\n")
     return out
+
+
+def _isolated(job: RankJob) -> RankOutput:
+    """`run_job` in a process of its own, so a worker killed by the OOM killer or a signal costs only the
+    trace it was analysing: that rank comes back as an error naming the signal, the others as usual."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(job, send), daemon=True)
+    p.start()
+    send.close()
+    try:
+        res = recv.recv()
+    except (EOFError, OSError):
+        res = None
+    finally:
+        recv.close()
+        p.join()
+    if isinstance(res, RankOutput):
+        return res
+    code = p.exitcode
+    how = (f"killed by signal {-code} ({signal.Signals(-code).name}{'; the out-of-memory killer?' if -code == 9 else ''})"
+           if code is not None and code < 0 and -code in signal.valid_signals() else f"exit status {code}")
+    return RankOutput(job.path, None, None, {}, "", "", None,
+                      error=f"llmdiag: {job.path}: the worker analysing this trace died ({how}); left out "
+                            "(the other ranks are analysed)")
+
+
+def _child(job: RankJob, conn) -> None:
+    try:
+        conn.send(run_job(job))
+    finally:
+        conn.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from workloads.errors import WorkloadError
 from workloads import manifest as man
 from workloads.grammar import Plan
 from workloads.options import LaunchOptions, RunOptions
-from workloads.rankio import now_iso
+from workloads.rankio import die_with_parent, now_iso
 
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -91,12 +92,19 @@ def _raise_interrupted(signum, frame):
 def _trap_signals() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP: the terminal or the ssh session went away; the ranks must not outlive it
+    return {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
 def _restore_signals(handlers: dict) -> None:
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
+
+
+def _torchrun_dies_with_us() -> None:
+    """In the forked torchrun, before exec: SIGTERM when the launcher dies (even by SIGKILL), which makes
+    torchrun stop its workers; the ranks themselves die with torchrun (rankio.die_with_parent)."""
+    die_with_parent(signal.SIGTERM)
 
 
 def _signal(pid: int, sig: int, group: bool = False) -> None:
@@ -151,7 +159,8 @@ class Launch:
         stopped = None
         with open(os.path.join(self.out, "logs", log_name), "w") as logfile:
             proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    errors="replace", env=self.env(), start_new_session=True)
+                                    errors="replace", env=self.env(), start_new_session=True,
+                                    preexec_fn=_torchrun_dies_with_us)
             pump = threading.Thread(target=self._pump, args=(proc.stdout, logfile), daemon=True)
             pump.start()
             # torchrun has its own session (no terminal Ctrl-C reaches it): forward our end to the ranks.
@@ -176,7 +185,7 @@ class Launch:
         return proc.returncode, stopped
 
     def _stop(self, proc: subprocess.Popen) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not leave ranks behind
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not leave ranks behind
             if threading.current_thread() is threading.main_thread():
                 signal.signal(sig, signal.SIG_IGN)
         results = man.read_results(self.out, self.plan.layout.world_size)
@@ -284,7 +293,7 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
     oversubscribed = not cuda and nproc_per_node > cores
     device, torch_version = _device_info(opts.device)
     run = Launch(opts, plan, lo, nproc=nproc_per_node, echo=echo, echo_err=echo_err)
-    launch_info = {"launcher": "torchrun", "nnodes": nnodes, "nproc_per_node": nproc_per_node,
+    launch_info = {"launcher": "torchrun", "pid": os.getpid(), "host": socket.gethostname(), "nnodes": nnodes, "nproc_per_node": nproc_per_node,
                    "node_rank": node_rank, "rdzv_endpoint": lo.rdzv_endpoint, "timeout_s": timeout,
                    "torchrun_command": run.command()}
     manifest = man.build(plan, opts, device=device, torch_version=torch_version,
@@ -292,7 +301,7 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
                          launch=launch_info, started_at=now_iso())
     writes_manifest = node_rank == 0
     if writes_manifest:
-        man.write(opts.out, manifest)
+        _write_manifest(opts.out, manifest)
 
     pipe = f", {plan.pipeline.schedule} x{plan.pipeline.microbatches} microbatches" if plan.pipeline else ""
     echo(f"llmdiag run: {opts.workload} on {plan.layout.world_size} ranks ({manifest['backend']}, "
@@ -309,11 +318,20 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
     manifest.update(rank_status=status, failure=failure, status="ok" if failure is None else "failed",
                     finished_at=now_iso())
     if writes_manifest:
-        man.write(opts.out, manifest)
+        _write_manifest(opts.out, manifest)
     _report(manifest, opts.out, echo, echo_err)
     if failure is None and rc != 0:  # every record says ok: a rank stumbled after finishing (teardown)
         echo_err(f"  note: torchrun exited {rc} after every rank reported ok (see logs/torchrun.log)")
     return 0 if failure is None else 1
+
+
+def _write_manifest(out: str, manifest: dict) -> None:
+    """One line, not a traceback, when the run folder cannot be written (disk full, read-only); the temp file
+    is gone (rankio.atomic_write_json) and `analyze` marks a manifest left `running` stale once we are gone."""
+    try:
+        man.write(out, manifest)
+    except OSError as e:
+        raise WorkloadError(f"cannot write {os.path.join(out, 'manifest.json')}: {e.strerror or e}") from None
 
 
 def _report(manifest: dict, out: str, echo, echo_err) -> None:

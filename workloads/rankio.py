@@ -9,10 +9,13 @@ launcher tells a killed rank from one that finished, whatever the exit code (ran
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 
@@ -22,14 +25,45 @@ def now_iso() -> str:
 
 
 def atomic_write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    """Through a mkstemp file in the target folder (O_EXCL, no symlink followed, unpredictable name), renamed;
+    removed on any error, so a full disk leaves neither a half record nor a temp file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send `sig` to this process when its parent (torchrun) dies, so a rank never outlives
+    its launcher under PID 1 (an ssh drop, `kill -9` of `llmdiag run`). False where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # the parent died before the request: act on it now
+        os.kill(os.getpid(), sig)
+    return True
 
 
 def redirect_output(out_dir: str, rank: int) -> int:
-    """Send fds 1 and 2 to logs/rank<R>.log (append); return a duplicate of the original stdout for progress."""
+    """Send fds 1 and 2 to logs/rank<R>.log (append); return a duplicate of the original stdout for progress.
+    This is the first thing a rank does, so it also ties the rank's life to torchrun's (die_with_parent)."""
+    die_with_parent()
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     original = os.dup(1)
     fd = os.open(os.path.join(out_dir, "logs", f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
