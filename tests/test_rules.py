@@ -351,6 +351,10 @@ def test_straggler_binomial_and_floor():
     total_wait = 0.5 * 24 / 3  # mean skew × matched / steps
     assert f.gain_ms == pytest.approx(total_wait * 21 / 24, rel=1e-6) and f.gain_kind == "bound"
     assert f.evidence.ranks == [5] and "host unknown" not in f.evidence.text
+    s4 = straggler(summary())
+    s4["skew"]["late_ms_by_rank"] = {"5": 27.0, "1": 0.3}  # the matcher's summed lateness of rank 5: 9 ms per step
+    f = next(f for f in run_rules(typed(s4)) if f.id == "stragglers")
+    assert f.gain_ms == pytest.approx(9.0)
     s2 = straggler(summary())
     s2["skew"]["last_arrivals"] = {"5": 6, "0": 6, "1": 6, "2": 6}  # 25 % each: chance level for 8 ranks
     assert "stragglers" not in ids(s2)

@@ -179,13 +179,12 @@ def stragglers(c: Ctx) -> list[Finding]:
     n = len(c.ranks)
     nsteps = statistics.median([r.nsteps for r in c.ranks])
     total_wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
-    imposed_by = getattr(sk, "imposed_wait_ms", None) or {}  # engineer B's per-rank wait imposed, where present
+    late_by = sk.late_ms_by_rank or {}  # Σ a rank's lateness where it was late: the start it delayed for the others
     found: dict[int, tuple[float, str]] = {}
     for rk, k in sk.last_arrivals.items():
         if sk.matched < 3 or binom_tail(int(k), sk.matched, 1 / n) >= STRAGGLER_ALPHA or k / sk.matched < 0.5:
             continue
-        imposed = imposed_by.get(str(rk), imposed_by.get(rk))
-        imposed = total_wait * k / sk.matched if imposed is None else imposed
+        imposed = late_by[str(rk)] / nsteps if str(rk) in late_by else total_wait * k / sk.matched
         p = binom_tail(int(k), sk.matched, 1 / n)
         share = fmt(k / sk.matched, 'pct')
         found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({share}"
