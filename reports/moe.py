@@ -1,45 +1,54 @@
 """The report's expert-parallelism section: cards, per-rank table and the rank x rank send-volume heatmap.
 
 Reads `Analysis.moe` only (diagnose.metrics.moe computed it); prints every number through `fmt`. The heatmap
-holds numbers and rank ids only: no trace string reaches the SVG or the HTML here.
+is hand-drawn SVG (like reports/figures.py) and holds numbers and rank ids only: no trace string reaches it.
 """
 
 from __future__ import annotations
 
-import matplotlib
 from markupsafe import Markup, escape
 
 from diagnose.model.format import fmt
 from diagnose.model.moe import MoeSummary
-from reports.figures import RC, _fig, _svg
 
 MAX_ANNOTATED = 16  # ranks up to which every cell prints its value
+CELL, LEFT, TOP = 44, 70, 30  # px
+
+
+def _blue(f: float) -> str:
+    """White (0) to dark blue (1)."""
+    lo, hi = (247, 251, 255), (8, 48, 107)
+    return "#" + "".join(f"{round(a + (b - a) * f):02x}" for a, b in zip(lo, hi))
 
 
 def send_heatmap(m: MoeSummary) -> str:
-    """Rows: sending rank, columns: receiving rank; colour and text: token copies per step."""
+    """Hand-drawn SVG (as reports/figures.py draws, no matplotlib): rows = sending rank, columns = receiving
+    rank; colour and text = token copies per step. Only numbers and rank ids are written."""
     if not m.send_matrix:
         return ""
     n = len(m.matrix_ranks)
-    with matplotlib.rc_context(RC):
-        side = min(9.0, 1.6 + 0.45 * n)
-        fig = _fig(side + 1.2, side, left=0.9, bottom=0.8, top=0.3, right=1.3)
-        ax = fig.add_subplot()
-        im = ax.imshow(m.send_matrix, cmap="Blues", aspect="auto")
-        ticks = list(range(n))
-        labels = [str(int(r)) for r in m.matrix_ranks]
-        ax.set_xticks(ticks, labels if n <= 64 else [""] * n)
-        ax.set_yticks(ticks, labels if n <= 64 else [""] * n)
-        ax.set_xlabel("receiving rank")
-        ax.set_ylabel("sending rank")
-        if n <= MAX_ANNOTATED:
-            hi = max(max(row) for row in m.send_matrix) or 1
-            for i, row in enumerate(m.send_matrix):
-                for j, v in enumerate(row):
-                    ax.text(j, i, fmt(v, "int"), ha="center", va="center", fontsize=8,
-                            color="white" if v > 0.6 * hi else "black")
-        fig.colorbar(im, ax=ax, label="token copies per step")
-        return _svg(fig, "moe-send")
+    cell = CELL if n <= MAX_ANNOTATED else max(4, 700 // n)
+    hi = max(max(row) for row in m.send_matrix) or 1
+    w, h = LEFT + n * cell + 20, TOP + n * cell + 40
+    out = [f'<svg class="fig" id="fig-moe-send" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+           'xmlns="http://www.w3.org/2000/svg" font-family="sans-serif" font-size="11">']
+    for i, row in enumerate(m.send_matrix):
+        for j, v in enumerate(row):
+            x, y = LEFT + j * cell, TOP + i * cell
+            out.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="{_blue(v / hi)}" '
+                       f'stroke="#fff"><title>rank {int(m.matrix_ranks[i])} to {int(m.matrix_ranks[j])}: '
+                       f'{fmt(v, "int")}</title></rect>')
+            if n <= MAX_ANNOTATED:
+                colour = "#fff" if v > 0.6 * hi else "#000"
+                out.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" '
+                           f'fill="{colour}">{fmt(v, "int")}</text>')
+    if n <= 64:
+        for k, r in enumerate(m.matrix_ranks):
+            out.append(f'<text x="{LEFT - 6}" y="{TOP + k * cell + cell / 2 + 4}" text-anchor="end">{int(r)}</text>')
+            out.append(f'<text x="{LEFT + k * cell + cell / 2}" y="{TOP - 8}" text-anchor="middle">{int(r)}</text>')
+    out.append(f'<text x="{LEFT + n * cell / 2}" y="{TOP + n * cell + 24}" text-anchor="middle">sending rank ↓, '
+               'receiving rank →</text></svg>')
+    return "".join(out)
 
 
 def section(m: MoeSummary | None) -> Markup:

@@ -173,6 +173,24 @@ def test_generated_gpu_moe_trace_gives_the_cpu_runs_figures(tmp_path, mode):
         assert m.send_matrix == [[4 * row[0], 4 * row[1]]] * 2 and ">1,536<" in html and ">512<" in html
 
 
+def test_exposed_dispatch_combine_and_ep_across_nodes(tmp_path):
+    """The generated dispatch/combine overlap nothing: moe_exposed_a2a's bound is the whole all-to-all time. Two
+    EP ranks per host, one EP group of 4: half of each rank's copies cross nodes."""
+    send = [[100] * 4 for _ in range(4)]
+    traces, exp = moe_ep_ranks(send, layers=2, steps=2)
+    for r, b in enumerate(traces):
+        b.host_name = f"node{r // 2}"
+        b.write(tmp_path / f"rank{r}.pt.trace.json")
+    a = analyze_path(str(tmp_path))
+    ids = [f.id for f in a.findings]
+    assert a.moe.imbalance == pytest.approx(1.0) and "moe_imbalance" not in ids
+    exposed = next(f for f in a.findings if f.id == "moe_exposed_a2a")
+    assert exposed.gain_ms == pytest.approx(exp.a2a_ms) and exposed.gain_kind == "bound"
+    cross = next(f for f in a.findings if f.id == "moe_cross_node")
+    assert a.moe.cross_node_groups == 1
+    assert cross.gain_ms == pytest.approx(exp.a2a_ms * 0.5 * (1 - 1 / 9), abs=1e-6)  # stored to the µs
+
+
 def test_reports_without_moe_have_no_section(tmp_path):
     from tests.builder import gpu_rank
 
