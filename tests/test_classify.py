@@ -174,3 +174,30 @@ def test_classification_is_linear_on_hostile_names(tmp_path):
     assert elapsed < 1.0, elapsed
     assert (t.kind[t.name == t.names.index(big_kernel)] == COMPUTE).all()
     assert h.dataloader_frac is not None and h.dataloader_frac > 0
+
+
+# ------------------------------------------------------------------ link peaks (issue 13 item 6)
+from diagnose.model.devices import link_busbw_gbps, link_peak  # noqa: E402
+
+
+@pytest.mark.parametrize("device,want", [
+    ("Tesla V100-SXM2-32GB", 130.0), ("Tesla V100-PCIE-16GB", 12.0), ("NVIDIA A100-PG509-200", 240.0),
+    ("NVIDIA A100-SXM4-80GB", 240.0), ("NVIDIA A100 80GB PCIe", 24.0), ("NVIDIA H100 80GB HBM3", 360.0),
+    ("NVIDIA H100 PCIe", 48.0), ("NVIDIA H200", 360.0), ("NVIDIA H800", 160.0), ("NVIDIA B200", 720.0),
+    ("NVIDIA GB200", 720.0), ("NVIDIA L40S", 24.0), ("NVIDIA L4", 24.0), ("AMD Instinct MI250X", 100.0),
+    ("AMD Instinct MI300X", 310.0), ("AMD Instinct MI325X", 310.0),
+    ("AMD Radeon Graphics", None), ("Tesla T4", None), ("", None), (None, None), ("NVIDIA GeForce RTX 4090", None),
+])
+def test_link_peaks(device, want):
+    assert link_busbw_gbps(device) == want
+    if want is not None:
+        assert link_peak(device).source  # every peak names where it comes from
+
+
+def test_mi300x_all_reduce_far_below_its_link():
+    """The MI300X DDP fixture's all-reduce reaches ~2.6 GB/s busbw: now comparable to a known peak."""
+    a = analyze_path(f"{REAL}/tracelens/mi300_ddp8_actckpt_rank0.json.gz", rules=False, jobs=1)
+    (m,) = a.ranks
+    ar = next(c for c in m.comm_by_kind if c.kind == "allreduce")
+    peak = link_busbw_gbps("AMD Instinct MI300X")
+    assert ar.busbw_gbps is not None and ar.busbw_gbps < 0.02 * peak

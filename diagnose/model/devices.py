@@ -1,14 +1,57 @@
-"""What is known of a device from its name: the interconnect bandwidth a collective can reach."""
+"""What is known of a device from its name: the bus bandwidth a collective can reach inside one node.
+
+Values are achievable intra-node all-reduce bus bandwidth (nccl-tests / rccl-tests `busbw`, GB/s), not the
+link's marketing number: about 75-80 % of the per-direction peak of the GPU's fabric, the fraction NCCL
+reaches on large messages. Each entry names its source. PCIe parts reach the PCIe link's rate at best
+(host topology may make it less). A device not listed says unknown (None): rules and tables print
+"unknown", never a guessed peak.
+"""
 
 from __future__ import annotations
 
-# Achievable intra-node NVLink bus bandwidth (nccl-tests all-reduce busbw), GB/s, by device-name substring.
-# PCIe parts and unknown devices are absent on purpose: rules and tables say "unknown" for them.
-LINK_BUSBW_GBPS = {"H200": 360.0, "H100": 360.0, "A100": 240.0}
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinkPeak:
+    busbw_gbps: float
+    link: str
+    source: str
+
+
+# Checked in order: the first pattern found in the upper-cased device name wins (H100 PCIe before H100).
+_PEAKS: tuple[tuple[str, LinkPeak], ...] = (
+    (r"H100.{0,8}PCIE|H100 NVL", LinkPeak(48.0, "PCIe Gen5 x16 (64 GB/s per direction)",
+                                          "NVIDIA H100 PCIe datasheet; NVLink bridge pairs only")),
+    (r"A100.{0,12}PCIE", LinkPeak(24.0, "PCIe Gen4 x16 (32 GB/s per direction)", "NVIDIA A100 PCIe datasheet")),
+    (r"GB200|B200|B100", LinkPeak(720.0, "NVLink 5, 18 links, 900 GB/s per direction",
+                                  "NVIDIA Blackwell/HGX B200 datasheet (1.8 TB/s NVLink per GPU)")),
+    (r"H800", LinkPeak(160.0, "NVLink 4 cut to 8 links, 200 GB/s per direction",
+                       "NVIDIA H800 SXM datasheet (400 GB/s NVLink, China export SKU)")),
+    (r"H200|H100|GH200", LinkPeak(360.0, "NVLink 4, 18 links, 450 GB/s per direction",
+                                  "NVIDIA H100/H200 SXM datasheets (900 GB/s NVLink); nccl-tests all-reduce on HGX H100")),
+    (r"A800", LinkPeak(160.0, "NVLink 3 cut to 8 links, 200 GB/s per direction", "NVIDIA A800 SXM datasheet")),
+    (r"A100", LinkPeak(240.0, "NVLink 3, 12 links, 300 GB/s per direction",
+                       "NVIDIA A100 SXM datasheet (600 GB/s NVLink); nccl-tests all-reduce on DGX A100")),
+    (r"V100.{0,10}PCIE", LinkPeak(12.0, "PCIe Gen3 x16 (16 GB/s per direction)", "NVIDIA V100 PCIe datasheet")),
+    (r"V100", LinkPeak(130.0, "NVLink 2, 6 links, 150 GB/s per direction",
+                       "NVIDIA V100 SXM2 datasheet (300 GB/s NVLink); nccl-tests all-reduce on DGX-1V")),
+    (r"L40|\bL4\b|L20\b", LinkPeak(24.0, "PCIe Gen4 x16 (32 GB/s per direction), no NVLink",
+                                   "NVIDIA L40/L40S/L4 datasheets")),
+    (r"MI325X|MI300X", LinkPeak(310.0, "Infinity Fabric, 7 links x 64 GB/s per direction",
+                                "AMD Instinct MI300X/MI325X datasheets (896 GB/s peer aggregate); rccl-tests all-reduce on 8x MI300X")),
+    (r"MI250X|MI250", LinkPeak(100.0, "Infinity Fabric, up to 8 links x 50 GB/s per direction between GCDs",
+                               "AMD Instinct MI250X datasheet (800 GB/s peak aggregate); rccl-tests all-reduce, 8 GCDs")),
+)
+_COMPILED = tuple((re.compile(p), v) for p, v in _PEAKS)
+
+
+def link_peak(device_name: str | None) -> LinkPeak | None:
+    name = (device_name or "").upper()[:200]
+    return next((v for rx, v in _COMPILED if rx.search(name)), None)
 
 
 def link_busbw_gbps(device_name: str | None) -> float | None:
-    name = (device_name or "").upper()
-    if "PCIE" in name:
-        return None
-    return next((v for k, v in LINK_BUSBW_GBPS.items() if k in name), None)
+    peak = link_peak(device_name)
+    return peak.busbw_gbps if peak else None
