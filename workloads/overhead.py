@@ -1,5 +1,8 @@
 """Step time and profiler overhead per layout: `python -m workloads.overhead [--out DIR] [layout ...]`.
 
+A layout is a workload string, optionally followed by run options in the same argument
+(`"ep2 --moe-experts 4"`).
+
 Runs each layout through the real `llmdiag run` (one after another, never two at once), then reads the
 manifests: per rank, the median step time of the profiled (active) steps against the median of the
 unprofiled steps that follow (medians: a shared 2-core machine has outliers), then the median over ranks.
@@ -21,8 +24,9 @@ LAYOUTS = ["dp2", "fsdp2", "tp2", "pp2", "tp2pp2", "cp2"]
 ARGS = ["--profile-steps", "2,2,6", "--steps", "24", "--device", "cpu"]
 
 
-def measure(out: str, workload: str) -> dict:
-    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *ARGS]
+def measure(out: str, spec: str) -> dict:
+    workload, *extra = spec.split()
+    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *ARGS, *extra]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "manifest.json")) as f:
         m = json.load(f)
@@ -32,7 +36,7 @@ def measure(out: str, workload: str) -> dict:
     prof = statistics.median(statistics.median(s["step_times_ms"][first:end]) for s in st)
     unprof = statistics.median(statistics.median(s["step_times_ms"][end:]) for s in st)
     trace_mb = statistics.median(os.path.getsize(os.path.join(out, s["trace"])) for s in st) / 2**20
-    return {"workload": workload, "ranks": m["world_size"], "oversubscribed": m["oversubscribed"],
+    return {"workload": spec, "ranks": m["world_size"], "oversubscribed": m["oversubscribed"],
             "unprofiled_ms": unprof, "profiled_ms": prof, "overhead_ms": prof - unprof,
             "overhead_pct": 100 * (prof - unprof) / unprof, "trace_mb": trace_mb,
             "active": m["profiler"]["active"]}
@@ -68,7 +72,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {w: [] for w in a.layouts}
     for i in range(a.repeat):
         for w in a.layouts:
-            out = os.path.join(a.out, f"{w}-{i}")
+            out = os.path.join(a.out, f"{w.replace(' ', '').replace('--', '-')}-{i}")
             if os.path.exists(out):
                 os.rename(out, f"{out}.old{os.getpid()}")
             results[w].append(measure(out, w))
