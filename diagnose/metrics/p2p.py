@@ -26,10 +26,14 @@ def p2p_records(t: RankTrace, wins: list[Window]) -> list[Record]:
     """This rank's device send/recv with a known peer inside the analysis windows, in start order."""
     inside = in_windows(t, (t.kind == COMM) & (t.stream >= 0), wins)
     out = []
+    kinds: dict[tuple, str] = {}  # (name id, collective name) -> kind: a trace has few distinct ones
     for i, a in t.comm_args.items():
         if not inside[i]:
             continue
-        kind = collective_kind(t.names[t.name[i]], a)
+        memo = (int(t.name[i]), str(a.get("Collective name", "")))
+        kind = kinds.get(memo)
+        if kind is None:
+            kind = kinds[memo] = collective_kind(t.names[t.name[i]], a)
         if kind not in ("send", "recv"):
             continue
         try:

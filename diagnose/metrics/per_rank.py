@@ -123,14 +123,15 @@ def _run(job: RankJob) -> RankOutput:
         training=training_evidence(t, wins),
     )
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
+    p2p = p2p_records(t, wins)
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
-        actions, links = infer_actions(t, wins)
+        actions, links = infer_actions(t, wins, p2p)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
-        device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p_records(t, wins),
+        device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
         collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         forwards=forward_counts(t, wins),
     )
@@ -152,8 +153,17 @@ def _collectives(t, wins) -> Collectives:
         pg = pg_label(args)
         if args.get("Process Group Ranks"):
             pg = f"{pg}{args['Process Group Ranks']}"
-        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out")))
+        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
+                    _seq(args)))
     return collectives_from(out)
+
+
+def _seq(args: dict) -> int:
+    """The group's collective sequence number (Kineto's `Seq`, a number or its text), -1 unknown."""
+    v = args.get("Seq", args.get("seq"))
+    if type(v) is str and v.isdigit() and len(v) < 19:
+        v = int(v)
+    return v if type(v) is int and 0 <= v < 2**62 else -1
 
 
 def _nelems(args: dict, side: str) -> int:

@@ -14,13 +14,14 @@ a guess.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.io.trace import COMM, COMPUTE, RUNTIME, RankTrace
-from diagnose.metrics.classify import collective_kind
+from diagnose.io.trace import COMPUTE, RUNTIME, RankTrace
+from diagnose.metrics.p2p import Record, p2p_records
 from diagnose.metrics.pipeline_actions import Action
 from diagnose.metrics.steps import Window
 
@@ -42,22 +43,12 @@ class _P2P:
     end: int
 
 
-def p2p_events(t: RankTrace) -> list[_P2P]:
-    """Device send/recv kernels with a known peer, in start order."""
-    out = []
-    for i, a in t.comm_args.items():
-        if t.kind[i] != COMM or t.stream[i] < 0:
-            continue
-        kind = collective_kind(t.names[t.name[i]], a)
-        peer = _int(a.get("Dst Rank" if kind == "send" else "Src Rank"))
-        if kind in ("send", "recv") and peer is not None:
-            out.append(_P2P(kind, peer, int(t.ts[i]), int(t.ts[i] + t.dur[i])))
-    return sorted(out, key=lambda p: (p.start, p.end))
-
-
-def infer_actions(t: RankTrace, wins: list[Window]) -> tuple[list[Action], Links | None]:
-    """([], None) when the rank has no send/recv with peers; ([], Links(reason=...)) when it cannot be told."""
-    p2p = p2p_events(t)
+def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None
+                  ) -> tuple[list[Action], Links | None]:
+    """([], None) when the rank has no send/recv with peers; ([], Links(reason=...)) when it cannot be told.
+    `records`: this rank's p2p_records, when the caller has them already."""
+    recs = p2p_records(t, wins) if records is None else records
+    p2p = [_P2P(kind, peer, s, e) for _, kind, peer, s, e in recs]
     if not p2p:
         return [], None
     peers = {p.peer for p in p2p}
@@ -132,16 +123,15 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
     """F or B per block from the transfers around it, then from its launching thread; None if unresolved.
     Blocks before the first and after the last with transfer evidence (data loading, the optimizer step) are
     outside the schedule: labelled None."""
+    recvs = sorted((p.end, "F" if p.peer == links.prev else "B") for p in p2p if p.kind == "recv")
+    sends = sorted((p.start, "F" if p.peer == links.next else "B") for p in p2p if p.kind == "send")
+    r_at, s_at = [x[0] for x in recvs], [x[0] for x in sends]
     kinds: list[str | None] = []
     for j, (s, e, _) in enumerate(blocks):
         before = blocks[j - 1][1] if j else -(1 << 62)
         after = blocks[j + 1][0] if j + 1 < len(blocks) else 1 << 62
-        votes = set()
-        for p in p2p:
-            if p.kind == "recv" and before <= p.end <= s:
-                votes.add("F" if p.peer == links.prev else "B")
-            elif p.kind == "send" and e <= p.start <= after:
-                votes.add("F" if p.peer == links.next else "B")
+        votes = {k for _, k in recvs[bisect_left(r_at, before):bisect_right(r_at, s)]}  # its input arrived
+        votes |= {k for _, k in sends[bisect_left(s_at, e):bisect_right(s_at, after)]}  # its output left
         kinds.append(votes.pop() if len(votes) == 1 else None)
     by_thread: dict[int, Counter] = {}
     for (_, _, th), k in zip(blocks, kinds):
@@ -198,10 +188,3 @@ def schedule_of(actions_last_stage: list[Action]) -> str:
         return "gpipe"
     order = [a.kind for a in sorted(actions_last_stage, key=lambda a: a.start) if a.step == steps[0]]
     return "gpipe" if order == sorted(order, key=lambda k: k != "F") else "1f1b"
-
-
-def _int(v) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError, OverflowError):  # untrusted args: inf, text
-        return None
