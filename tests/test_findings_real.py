@@ -127,3 +127,13 @@ def test_hipfree_idle_is_the_top_finding():
 def test_dataloader_case_and_its_fix():
     assert _ids("kineto/samples/resnet50_num_workers_0")[0] == "dataloader"
     assert "dataloader" not in _ids("kineto/samples/resnet50_num_workers_4")
+
+
+def test_mi300_low_busbw_judged_against_a_nic_when_topology_unknown():
+    """2.6 GB/s all-reduce on MI300X: below even one 200 Gb/s NIC; the trace does not say whether the group
+    spans nodes, so the evidence says it is assumed, and the gain never exceeds the exposed time."""
+    rel = "tracelens/mi300_ddp8_actckpt_rank0.json.gz"
+    a = _a(rel)
+    f = _f(rel, "low_busbw")
+    assert f.evidence.source == "assumed" and "MI300X" in f.evidence.text and "spans nodes" in f.evidence.text
+    assert f.gain_ms <= a.ranks[0].exposed_comm_ms

@@ -129,6 +129,7 @@ def _run(job: RankJob) -> RankOutput:
         actions, links = infer_actions(t, wins, p2p)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,

@@ -141,6 +141,7 @@ class RankMetrics:
     kernel_time_ms: float | None = None  # summed time of all kernels (or top-level ops) in the windows, all steps
     idle: IdleBreakdown | None = None  # device idle split by what the host did meanwhile (GPU traces)
     training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
+    device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
 
     @property
     def nsteps(self) -> int:

@@ -6,7 +6,7 @@ import math
 import statistics
 
 from diagnose.model.analysis import Finding
-from diagnose.model.devices import link_busbw_gbps
+from diagnose.model.devices import link_peak
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where
 
@@ -225,12 +225,20 @@ def stragglers(c: Ctx) -> list[Finding]:
                       events=["collective kernels matched across ranks", "compute kernels"])]
 
 
+NIC_FLOOR_GBPS = 25.0  # one 200 Gb/s NIC per GPU: what even a group spanning nodes reaches on large messages
+
+
 def low_busbw(c: Ctx) -> list[Finding]:
-    """Collective bus bandwidth far below the NVLink peak for large messages (topology or NCCL settings)."""
-    peak = link_busbw_gbps(c.device)
-    if peak is None:
+    """Collective bus bandwidth far below the device's intra-node link peak for large messages (topology or NCCL
+    settings). Where the traces do not say whether a group spans nodes (a foreign trace of some of the ranks),
+    the reference is the lower of the link peak and one 200 Gb/s NIC, and the evidence says so."""
+    lp = link_peak(c.device)
+    if lp is None:
         return []
-    per_host = c.gpus_per_host()
+    ws = c.a.world_size
+    known = c.man is not None or (bool(ws) and len(c.ranks) == ws and all(r.host for r in c.ranks))
+    per_host = c.gpus_per_host() if known else None
+    ref = lp.busbw_gbps if known else min(lp.busbw_gbps, NIC_FLOOR_GBPS)
     groups: dict[tuple, list] = {}
     for r in c.ranks:
         for cc in r.comm_by_kind:
@@ -243,19 +251,23 @@ def low_busbw(c: Ctx) -> list[Finding]:
     out = []
     for (kind, pg), xs in groups.items():
         bw = statistics.fmean(cc.busbw_gbps for _, cc in xs)
-        if bw >= 0.5 * peak:
+        if bw >= 0.5 * ref:
             continue
-        target = 0.8 * peak
+        target = 0.8 * ref
         gain = statistics.fmean((cc.total_ms - cc.overlapped_ms) / r.nsteps for r, cc in xs) * (1 - bw / target)
-        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {len(xs)} ranks) vs "
-              f"≈ {fmt(peak, 'gbps')} achievable on {c.device} NVLink ({fmt(bw / peak, 'pct')})")
-        act = ("check the topology (`nvidia-smi topo -m`: NVLink, not PCIe/SYS, between the group's GPUs), "
-               "`NCCL_DEBUG=INFO` for the transport, unset `NCCL_P2P_DISABLE`/`NCCL_P2P_LEVEL` overrides; "
-               "keep the group inside one node")
-        eg = c.gain_text(gain, f"its exposed time × (1 − busbw / {fmt(target, 'gbps')}), i.e. at 80 % of the link "
-                         "peak")
+        where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
+                 f"{fmt(ref, 'gbps')}: the traces do not say whether the group spans nodes, so it is judged "
+                 f"against the lower of {c.device}'s {fmt(lp.busbw_gbps, 'gbps')} ({lp.link}) and one 200 Gb/s NIC")
+        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {len(xs)} ranks, messages "
+              f"≥ 4 MiB) vs {where} ({fmt(bw / ref, 'pct')})")
+        act = ("check the topology (`nvidia-smi topo -m` / `rocm-smi --showtopo`: the fabric, not PCIe/SYS, between "
+               "the group's GPUs), `NCCL_DEBUG=INFO` for the transport (and the NIC for groups across nodes), unset "
+               "`NCCL_P2P_DISABLE`/`NCCL_P2P_LEVEL` overrides; keep the group inside one node")
+        eg = c.gain_text(gain, f"its exposed time × (1 − busbw / {fmt(target, 'gbps')}), i.e. at 80 % of the "
+                         "reference")
         out.append(c.finding("low_busbw", "low" if severity_for(gain, c.step_ms) == "low" else "medium",
                              f"Low {kind} bus bandwidth", ev, [r.rank for r, _ in xs], [], act, eg, gain,
-                             "ranks[].comm_by_kind[].busbw_gbps",
-                             events=["collective kernels with message sizes (In/Out msg nelems, dtype, Group size)"]))
+                             "ranks[].comm_by_kind[].busbw_gbps", source="trace" if known else "assumed",
+                             events=["collective kernels with message sizes (In/Out msg nelems, dtype, Group size)",
+                                     "deviceProperties.name"]))
     return out

@@ -12,6 +12,7 @@ from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_w
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
 ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
+AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 
 
 def host_bound(c: Ctx) -> list[Finding]:
@@ -139,6 +140,8 @@ def dataloader(c: Ctx) -> list[Finding]:
 
 def fp32_gemm(c: Ctx) -> list[Finding]:
     """fp32 GEMMs on a tensor-core GPU (sm80+) leave most of the matmul throughput unused."""
+    if AMD_RE.search(c.device):  # gfx9 reports computeMajor 9: not NVIDIA's sm90; matrix cores run fp32 too
+        return []
     bad = [r for r in c.ranks if (r.hints.fp32_gemm_frac or 0) > 0.10 and (r.hints.compute_capability or 0) >= 8.0]
     if not bad:
         return []
