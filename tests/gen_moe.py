@@ -41,7 +41,11 @@ class MoeExpected:
 
 def moe_ep_ranks(send: list[list[int]], *, layers: int = 4, steps: int = 2, mode: str = "nccl",
                  us_per_row: float = 0.5, dispatch_us: int = 120, combine_us: int = 100, gap_us: int = 50,
-                 step_us: int = 10_000, pg_name: str = "1") -> tuple[list[TraceBuilder], MoeExpected]:
+                 step_us: int = 10_000, pg_name: str = "1", labels: bool = True,
+                 backward: bool = False) -> tuple[list[TraceBuilder], MoeExpected]:
+    """`labels=False`: no llmdiag/moe/* spans (a foreign trace); `backward`: after the forward layers, the
+    autograd all-to-alls in reverse layer order (combine's gradient with the dispatch splits, then dispatch's
+    gradient with the combine splits), with no expert GEMM time between them counted."""
     n = len(send)
     group = list(range(n))
     recv_rows = [sum(send[s][d] for s in range(n)) for d in range(n)]
@@ -60,16 +64,24 @@ def moe_ep_ranks(send: list[list[int]], *, layers: int = 4, steps: int = 2, mode
             t = k0 + 100
             slowest = max(gemm_us)
             for _ in range(layers):
-                _a2a(b, mode, "dispatch", t, dispatch_us, notify_us, send[r], [send[s][r] for s in range(n)], pg_name, n)
+                _a2a(b, mode, "dispatch", t, dispatch_us, notify_us, send[r], [send[s][r] for s in range(n)], pg_name, n,
+                     labels)
                 g0 = t + notify_us + dispatch_us
                 b.kernel(GEMM, g0, gemm_us[r], stream=7, launch_at=g0 - 30)
-                if mode == "nccl":
+                if mode == "nccl" and labels:
                     b.annotation("llmdiag/moe/experts", g0 - 35, 10)
                     b.kernel("llmdiag/moe/experts", g0, gemm_us[r], stream=7, cat="gpu_user_annotation", launch=False)
                 # combine starts when the slowest rank's experts are done: everyone waits for the hot rank
                 c0 = g0 + slowest
-                _a2a(b, mode, "combine", c0, combine_us, 0, [send[s][r] for s in range(n)], send[r], pg_name, n)
+                _a2a(b, mode, "combine", c0, combine_us, 0, [send[s][r] for s in range(n)], send[r], pg_name, n,
+                     labels)
                 t = c0 + combine_us + gap_us
+            for _ in range(layers if backward else 0):
+                _a2a(b, mode, "backward", t, combine_us, 0, send[r], [send[s][r] for s in range(n)], pg_name, n, False)
+                t += combine_us + gap_us
+                _a2a(b, mode, "backward", t, dispatch_us, 0, [send[s][r] for s in range(n)], send[r], pg_name, n,
+                     False)
+                t += dispatch_us + gap_us
         out.append(b)
     per_layer = notify_us + dispatch_us + max(gemm_us) + combine_us + gap_us
     window = layers * per_layer - gap_us  # device window of a step: first kernel start to last kernel end
@@ -81,7 +93,8 @@ def moe_ep_ranks(send: list[list[int]], *, layers: int = 4, steps: int = 2, mode
     return out, exp
 
 
-def _a2a(b: TraceBuilder, mode: str, role: str, t: int, dur: int, notify_us: int, sent, recv, pg_name: str, n: int):
+def _a2a(b: TraceBuilder, mode: str, role: str, t: int, dur: int, notify_us: int, sent, recv, pg_name: str, n: int,
+         labels: bool = True):
     if mode == "deepep":
         if role == "dispatch":
             b.kernel(DEEPEP_NOTIFY, t, notify_us, stream=30, launch_at=t - 40)
@@ -89,11 +102,13 @@ def _a2a(b: TraceBuilder, mode: str, role: str, t: int, dur: int, notify_us: int
         else:
             b.kernel(DEEPEP_COMBINE, t, dur, stream=30, launch_at=t - 40)
         return
-    b.annotation(f"llmdiag/moe/{role}", t - 45, 30)
+    if labels:
+        b.annotation(f"llmdiag/moe/{role}", t - 45, 30)
     args = {"Collective name": "all_to_allv", "dtype": "BFloat16", "In msg nelems": sum(sent) * 4096,
             "Out msg nelems": sum(recv) * 4096, "Group size": n, "Process Group Name": pg_name,
             "Process Group Description": "mesh_ep", "In split size": str(list(sent)),
             "Out split size": str(list(recv))}
     b.cpu_op("record_param_comms", t - 40, 10, args=args)
     b.kernel(SENDRECV, t, dur, stream=20, launch_at=t - 35, args=dict(args))
-    b.kernel(f"llmdiag/moe/{role}", t, dur, stream=20, cat="gpu_user_annotation", launch=False)
+    if labels:
+        b.kernel(f"llmdiag/moe/{role}", t, dur, stream=20, cat="gpu_user_annotation", launch=False)

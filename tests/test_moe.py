@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from diagnose.analyze import analyze_path
+from diagnose.model.analysis import Analysis
 from reports.render import render_html
 from tests.gen_moe import moe_ep_ranks
 from workloads.config import model_config
@@ -125,6 +126,8 @@ def test_planted_skew_is_read_back_exactly_and_ranks_first(runs):
     assert m.imbalance == pytest.approx(2 * to_rank[0] / (to_rank[0] + to_rank[1]))  # 1.5
     assert m.hot_rank == 0
     assert a.findings[0].id == "moe_imbalance"
+    back = Analysis.from_dict(a.to_dict())  # the summary keeps the MoE figures exactly
+    assert back.moe == m and back.findings[0].id == "moe_imbalance"
 
 
 def test_without_the_knob_the_imbalance_rule_is_silent(runs):
@@ -189,6 +192,21 @@ def test_exposed_dispatch_combine_and_ep_across_nodes(tmp_path):
     cross = next(f for f in a.findings if f.id == "moe_cross_node")
     assert a.moe.cross_node_groups == 1
     assert cross.gain_ms == pytest.approx(exp.a2a_ms * 0.5 * (1 - 1 / 9), abs=1e-6)  # stored to the µs
+
+
+def test_foreign_trace_without_labels_pairs_dispatch_and_combine_by_their_splits(tmp_path):
+    """No llmdiag labels, forward and backward all-to-alls: dispatches are recognised by their transposed
+    combine; forward and backward dispatches both count (2 x the rows), the imbalance is the same 1.5."""
+    per_expert = _hand_counts(256, 4, 2, 0.5)
+    row = [sum(per_expert[:2]), sum(per_expert[2:])]
+    traces, exp = moe_ep_ranks([row, row], labels=False, backward=True)
+    for r, b in enumerate(traces):
+        b.write(tmp_path / f"rank{r}.pt.trace.json")
+    m = analyze_path(str(tmp_path)).moe
+    assert m.role_source == "order" and m.source == "split sizes"
+    assert [r.received for r in m.ranks] == [2 * x for x in exp.received]
+    assert m.imbalance == pytest.approx(1.5) and m.worst_layer_imbalance == pytest.approx(1.5)
+    assert len(m.layers) == 2 * 2 * 4  # 2 steps x (4 forward + 4 backward) dispatches
 
 
 def test_reports_without_moe_have_no_section(tmp_path):

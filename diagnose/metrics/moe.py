@@ -2,8 +2,8 @@
 
 Per rank (`rank_moe`, in the rank's worker): every all-to-all with split sizes (NCCL `record_param_comms`
 `In/Out split size`; gloo `c10d::alltoall_base_` concrete inputs, io.a2a_splits), its step and its role:
-`dispatch` / `combine` from the enclosing `llmdiag/moe/*` label, else `a2a` (a foreign trace: every uneven
-all-to-all counts, in order). Times per step: dispatch and combine (labels, or DeepEP-style kernels named
+`dispatch` / `combine` from the enclosing `llmdiag/moe/*` label, else from the splits (a foreign trace: an
+all-to-all that returns exactly what an earlier one received is its combine; see `_pair_by_transpose`). Times per step: dispatch and combine (labels, or DeepEP-style kernels named
 `...dispatch` / `...combine`), expert compute (`llmdiag/moe/experts` spans, or compute between a dispatch
 kernel and the next combine kernel), all-to-all communication and its part not overlapped with compute.
 
@@ -143,6 +143,8 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
         if out.labelled:
             role = next((r for r in ("dispatch", "combine") if _inside(role_u[r], ts)), "other")
         out.ops.append(A2AOp(step, ts, role, sent, recv, group))
+    if not out.labelled:
+        _pair_by_transpose(out.ops)
 
     compute = iv.union(t.ts[t.kind == COMPUTE], end[t.kind == COMPUTE])
     names = t.names
@@ -171,6 +173,22 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
     out.dispatch_ms, out.combine_ms, out.expert_ms = tot["dispatch"] / n, tot["combine"] / n, tot["experts"] / n
     out.a2a_ms, out.a2a_exposed_ms, out.step_ms = tot["a2a"] / n, tot["exposed"] / n, tot["step"] / n
     return out
+
+
+def _pair_by_transpose(ops: list[A2AOp]) -> None:
+    """Unlabelled traces: an all-to-all that sends back exactly what an earlier unpaired one of its step received
+    (splits transposed) is that one's combine; the earlier one is a dispatch. Backward repeats the pattern
+    (the combine's gradient goes out with the dispatch's splits), so without labels forward and backward
+    dispatches both count; ops that pair with nothing stay `a2a` and are not counted."""
+    open_: list[A2AOp] = []
+    for op in ops:
+        match = next((o for o in reversed(open_) if o.step == op.step and o.received == op.sent
+                      and o.sent == op.received and o.group == op.group), None)
+        if match is not None:
+            match.role, op.role = "dispatch", "combine"
+            open_.remove(match)
+        else:
+            open_.append(op)
 
 
 def _launch_ts(t: RankTrace, i: int) -> int:
@@ -207,7 +225,7 @@ def moe_summary(per_rank: dict[int, RankMoe], hosts: dict[int, str]) -> MoeSumma
     if not per_rank:
         return None
     labelled = any(r.labelled for r in per_rank.values())
-    counted = "dispatch" if labelled else "a2a"
+    counted = "dispatch"
     # (group, step, ordinal) -> {rank: received rows}
     layers: dict[tuple, dict[int, int]] = defaultdict(dict)
     sent = defaultdict(int)
