@@ -39,11 +39,31 @@ def load_trace(path: str, helpers: int = 0) -> RankTrace:
     """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it).
 
     With helpers > 1, a file over SPLIT_MIN_BYTES is parsed by that many forked processes (split_parse.py).
-    With LLMDIAG_CACHE_DIR set, a file parsed before (same path, size and mtime) is read from there (cache.py).
+    With LLMDIAG_CACHE_DIR set, a file parsed before (same content identity) is read from there (cache.py).
+    The file's identity is taken before the parse and checked after it: a trace that changed during the read
+    is read once more (with a warning), and left out if it changes again; it is never cached under a key
+    that does not describe the bytes parsed.
     """
     cache_dir = cache.directory()
-    if cache_dir and (t := cache.load(path, cache_dir)) is not None:
+    before = cache.identity(path)
+    if cache_dir and (t := cache.load(path, cache_dir, before)) is not None:
         return t
+    t = _parse_once(path, helpers)
+    after = cache.identity(path)
+    if before != after:  # rewritten or replaced during the read: never blend two versions
+        before = after
+        t = _parse_once(path, helpers)
+        after = cache.identity(path)
+        if before != after:
+            raise TraceError("the trace kept changing while it was read (size, mtime, inode or content); left out",
+                             path, "analyse it once it is complete")
+        t.warnings.append("the trace changed while it was read; it was read again, whole, after the change")
+    if cache_dir and before is not None:
+        cache.store(t, cache_dir, before)
+    return t
+
+
+def _parse_once(path: str, helpers: int) -> RankTrace:
     t = None
     if helpers > 1 and file_size(path) >= SPLIT_MIN_BYTES:
         from diagnose.io.split_parse import parse_split
@@ -55,8 +75,6 @@ def load_trace(path: str, helpers: int = 0) -> RankTrace:
                 t.warnings.append(f"{replaced} invalid UTF-8 sequence(s) in the trace were replaced by U+FFFD")
     if t is None:
         t = _parse(path)
-    if cache_dir:
-        cache.store(t, cache_dir)
     return t
 
 
