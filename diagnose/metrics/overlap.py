@@ -52,9 +52,10 @@ def timeline(t: RankTrace) -> Timeline:
 
 
 def cpu_recv_mask(t: RankTrace) -> np.ndarray:
-    """gloo recv spans of a CPU-only trace: the rank is blocked waiting on its pipeline peer, which is the
+    """gloo point-to-point spans of a CPU-only trace: a gloo send or recv completes only when its peer posts the
+    other side, so the time it is in flight outside compute is the rank waiting on its pipeline peer — the
     bubble (idle), not exposed communication (issue 14); the per-op view (comm_stats) still lists them."""
-    return t.name_mask(lambda n: n.startswith("gloo:recv"), t.kind == COMM)
+    return t.name_mask(lambda n: n.startswith(("gloo:recv", "gloo:send")), t.kind == COMM)
 
 
 def _clip_union(u: iv.Union, lo: int, hi: int) -> iv.Union:
