@@ -314,3 +314,14 @@ def test_unreadable_sub_folder_is_left_out(tmp_path, good, monkeypatch):
     monkeypatch.setattr(os, "scandir", lambda path=".": (_ for _ in ()).throw(PermissionError(13, "Permission denied", str(path))))
     r = CliRunner().invoke(main, ["analyze", str(d), "--no-report", "-q", "--json", str(tmp_path / "t.json")])
     assert r.exit_code == 2 and "cannot list directory" in r.stderr  # the input folder itself: an input error
+
+
+def test_duplicate_trace_events_key_is_left_out_not_silently_replaced(tmp_path, good):
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=2).write(d / "rank0.json")
+    raw = gpu_rank(1, world_size=2).to_bytes()
+    (d / "rank1.json").write_bytes(b'{"traceEvents": [], ' + raw[1:])  # which array is meant?
+    p = llmdiag("analyze", d, "--no-report", "-q", "--json", tmp_path / "s.json", cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    one_line(p, "rank1.json", "duplicate key")
+    assert numbers(tmp_path / "s.json")[0] == numbers(good / "good.json")[0]

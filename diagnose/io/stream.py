@@ -145,6 +145,23 @@ def blocks(path: str):
         yield from src
 
 
+def _duplicate_key(doc: bytes, key: str = "traceEvents") -> bool:
+    """Whether the top-level object of `doc` names `key` twice (orjson silently keeps the last)."""
+    import json
+
+    top: list = []
+
+    def pairs(kv):
+        top[:] = [k for k, _ in kv]  # the last object closed is the top level
+        return {}
+
+    try:
+        json.loads(doc, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return False
+    return top.count(key) > 1
+
+
 class Stream:
     """One file's events, piece by piece (`pieces()`), then `header`, `nbytes` and `replaced`."""
 
@@ -286,6 +303,9 @@ class Stream:
                 except orjson.JSONDecodeError:
                     continue
                 if not isinstance(header, dict) or header.get("traceEvents") != []:
+                    if isinstance(header, dict) and _duplicate_key(prefix + b"[]" + bytes(buf[q + 1 :])):
+                        raise TraceError("two top-level traceEvents arrays (a duplicate key): which one is meant "
+                                         "cannot be told; left out", self.path, "export the trace again")
                     raise Whole  # the key was not the top level's
                 del header["traceEvents"]
             elif bytes(buf[q + 1 :]).strip():
