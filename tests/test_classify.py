@@ -146,6 +146,9 @@ def test_unknown_comm_looking_kernel_is_reported_once_naming_comm_regex(tmp_path
     assert len(hits) == 1 and "--comm-regex" in hits[0] and "1 kernel name(s)" in hits[0]
     assert m.comm_ms == 0.0 and m.compute_ms == pytest.approx(0.15)
     (m2,) = _analyse(tmp_path / "x", b, comm_regex="fused_allreduce").ranks
+    b1 = TraceBuilder(rank=1, world_size=8, events=[e for e in b.events])
+    a = _analyse(tmp_path / "two", b, b1)  # two ranks, one issue
+    assert len([i for i in a.issues if "look like communication" in i.message]) == 1
     assert m2.comm_ms == pytest.approx(0.1) and not any("look like communication" in w for w in m2.warnings)
 
 

@@ -47,8 +47,13 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         errs = [i for i in issues if i.severity == "error"]
         first = f"{errs[0].file}: {errs[0].message.removeprefix('llmdiag: ')}" if errs else "unknown"
         raise LlmdiagError(f"no usable trace: all {len(outputs)} file(s) rejected; first problem: {first}", source)
+    comm_regex_hints: set[str] = set()  # "looks like communication, --comm-regex": once, not once per rank
     for o in good:
         for w in o.metrics.warnings:
+            if "--comm-regex" in w:
+                if w in comm_regex_hints:
+                    continue
+                comm_regex_hints.add(w)
             issues.append(Issue(o.path, w, o.rank, "warning"))
 
     world = _world_size(good, man)
