@@ -75,6 +75,9 @@ def test_torchrec_late_ranks_at_first_all_to_all(tmp_path):
     assert late[7] == pytest.approx(3 * 0.07)  # evenly spread arrivals: the last alone is late
     assert set(late) == set(LATE_US) | {7}
     assert sk.late[3].late_ranks == [7]
+    # Wait imposed: its start − the last punctual start (rank 7 at 140 µs; at the dense one rank 6 at 70 µs).
+    imposed = {int(r): v for r, v in sk.imposed_ms_by_rank.items()}
+    assert imposed == pytest.approx({**{r: 3 * (us - 140) / 1000 for r, us in LATE_US.items()}, 7: 3 * 0.01})
     # Wait (latest start − own start) per rank: rank 0 waits 7.6 ms at each first all_to_all + 70 µs at the dense one.
     assert sk.wait_ms_by_rank["0"] == pytest.approx(3 * (7.6 + 0.07))
     assert "5" not in sk.wait_ms_by_rank or sk.wait_ms_by_rank["5"] == pytest.approx(3 * 0.02)

@@ -74,6 +74,7 @@ def test_issue_symptom_4_stage_1f1b_slow_last_stage(tmp_path):
     assert a.skew.schedule_ordered == 4
     assert 0 not in {s.rank for s in a.skew.stragglers}
     assert a.skew.last_arrivals == {}
+    assert a.skew.late_ms_by_rank == a.skew.imposed_ms_by_rank == {}  # nothing to blame on anyone
     assert a.pipeline.inferred and a.layout["pp"] == 4  # inferred, and said so
     roles = {(r.kind, r.role) for r in comm_by_group(a)}
     assert roles == {("send", "pp"), ("recv", "pp"), ("allreduce", "pp")}  # the all-reduce spans the stages

@@ -80,7 +80,7 @@ def late_reference(recs: dict[int, list[tuple]]):
         for pg, kind, s, e in rows:
             matched[(pg, kind, n[(pg, kind)])][r] = s
             n[(pg, kind)] += 1
-    late, late_by, wait_by = {}, Counter(), Counter()
+    late, late_by, imposed_by, wait_by = {}, Counter(), Counter(), Counter()
     for k, per in matched.items():
         if len(per) < 2:
             continue
@@ -94,11 +94,13 @@ def late_reference(recs: dict[int, list[tuple]]):
         else:
             names = [arr[-1][1]] if gaps[-1] > 0 else []
         late[k] = names
+        punctual = arr[len(arr) - len(names) - 1][0]
         for s, r in arr:
             if r in names:
                 late_by[r] += s - arr[0][0]
+                imposed_by[r] += s - punctual
             wait_by[r] += arr[-1][0] - s
-    return late, late_by, wait_by
+    return late, late_by, imposed_by, wait_by
 
 
 arrivals = st.lists(st.lists(st.integers(0, 10_000), min_size=2, max_size=4), min_size=3, max_size=7)
@@ -111,11 +113,12 @@ arrivals = st.lists(st.lists(st.integers(0, 10_000), min_size=2, max_size=4), mi
 def test_late_ranks_equal_reference(per_rank):
     recs = {r: sorted(((pg, k, s, s + d) for pg, k, s, d in v), key=lambda x: x[2]) for r, v in per_rank.items()}
     got = skew({r: collectives_from(v) for r, v in recs.items()}, {r: "h0" for r in recs}, {})
-    late, late_by, wait_by = late_reference(recs)
+    late, late_by, imposed_by, wait_by = late_reference(recs)
     if got is None:
         assert not late
         return
     assert got.late_ms_by_rank == pytest.approx({str(r): v / 1e6 for r, v in late_by.items() if v > 0})
     assert got.wait_ms_by_rank == pytest.approx({str(r): v / 1e6 for r, v in wait_by.items() if v > 0})
+    assert got.imposed_ms_by_rank == pytest.approx({str(r): v / 1e6 for r, v in imposed_by.items() if v > 0})
     for x in got.late:
         assert x.late_ranks == late[(x.pg, x.kind, x.ordinal)]

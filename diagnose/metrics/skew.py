@@ -187,7 +187,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     stragglers = _stragglers(last, matched - (int(ordered.sum()) if matched else 0), compute_ms)
     if not matched and not stragglers:
         return None
-    late, late_by, wait_by = _late(t, ordered) if matched else ([], {}, {})
+    late, late_by, imposed_by, wait_by = _late(t, ordered) if matched else ([], {}, {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
@@ -196,6 +196,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         stragglers=stragglers,
         late=late,
         late_ms_by_rank=late_by,
+        imposed_ms_by_rank=imposed_by,
         wait_ms_by_rank=wait_by,
         schedule_ordered=int(ordered.sum()) if matched else 0,
     )
@@ -214,11 +215,14 @@ def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:
 TOP_LATE = 10
 
 
-def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float]]:
+def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float],
+                                                  dict[str, float]]:
     """Late ranks of each matched collective: those after the largest gap between consecutive arrivals when
     that gap is at least half the skew (three ranks 7 ms behind five are all late, not only the last); with
-    no such gap (arrivals spread evenly) the last arrival alone. Also each rank's summed lateness where late
-    and its summed wait (latest start − its start)."""
+    no such gap (arrivals spread evenly) the last arrival alone. Per rank, summed over matched collectives:
+    its lateness where late (its start − the earliest), the wait it imposed (its start − the last punctual
+    start: what the punctual ranks waited for it alone) and its own wait (latest start − its start).
+    Schedule-ordered collectives name their late ranks but add to no rank's lateness or imposed wait."""
     o = np.lexsort((t.rank, t.start, t.group))  # segments keep their rows: only the order inside changes
     g, r, s = t.group[o], t.rank[o], t.start[o]
     first = s[t.seg][g]
@@ -234,8 +238,13 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     c = np.cumsum(cut)
     is_late = (c - (c[t.seg] - cut[t.seg])[g]) >= 1
     lateness = s - first
+    rows = np.arange(len(s))
+    first_late = np.minimum.reduceat(np.where(is_late, rows, len(s)), t.seg)
+    punctual = s[np.clip(first_late - 1, 0, max(len(s) - 1, 0))]  # the last on-time arrival of each collective
+    blame = is_late & ~ordered[g]
     ids, ri = np.unique(r, return_inverse=True)  # rank numbers can be large: bin by their index
-    late_by = np.bincount(ri[is_late], lateness[is_late], len(ids))
+    late_by = np.bincount(ri[blame], lateness[blame], len(ids))
+    imposed_by = np.bincount(ri[blame], (s - punctual[g])[blame], len(ids))
     wait_by = np.bincount(ri, np.maximum.reduceat(s, t.seg)[g] - s, len(ids))
     sk = spread
     transfer = np.minimum.reduceat(t.end - t.start, t.seg)
@@ -254,8 +263,10 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
             schedule_ordered=bool(ordered[k]),
             in_nelems={str(int(t.rank[i])): int(t.in_n[i]) for i in pos if t.in_n[i] >= 0},
             out_nelems={str(int(t.rank[i])): int(t.out_n[i]) for i in pos if t.out_n[i] >= 0}))
-    ms = {str(int(ids[i])): float(v) / NS_PER_MS for i, v in enumerate(late_by) if v > 0}
-    return out, ms, {str(int(ids[i])): float(v) / NS_PER_MS for i, v in enumerate(wait_by) if v > 0}
+    def per_rank(v):
+        return {str(int(ids[i])): float(x) / NS_PER_MS for i, x in enumerate(v) if x > 0}
+
+    return out, per_rank(late_by), per_rank(imposed_by), per_rank(wait_by)
 
 
 def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:

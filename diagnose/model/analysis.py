@@ -218,6 +218,8 @@ class SkewResult:
     stragglers: list[Straggler]
     late: list[LateArrival] = field(default_factory=list)  # the most skewed matched collectives, late ranks named
     late_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ its lateness where it was late
+    imposed_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (its start − last punctual
+    # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
     wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
     schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
     p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
