@@ -111,3 +111,13 @@ def test_generated_trace_without_steps_starts_at_first_device_activity(tmp_path)
     (s,) = m.steps
     assert s.time_ms == pytest.approx(0.6) and s.compute_ms == pytest.approx(0.5) and s.idle_ms == pytest.approx(0.1)
     assert any("no ProfilerStep" in w and "first to the last GPU activity" in w for w in m.warnings)
+
+
+def test_cross_check_names_communication_hta_cannot_see():
+    """B200 fixture: HTA's communication is nccl* kernels only; the multimem all-reduce is named."""
+    pytest.importorskip("hta")
+    from diagnose.cli.hta_check import cross_check_hta
+
+    a = analyze_path(f"{REAL}/tracelens/b200_vllm_tp8_rank0.json.gz", rules=False, jobs=1, exclude_last_step=True)
+    text = cross_check_hta(a, exclude_last_step=True)
+    assert "HTA counts only kernels named nccl*" in text and "multimem_all_reduce_kernel" in text

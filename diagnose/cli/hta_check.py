@@ -54,5 +54,11 @@ def cross_check_hta(analysis, exclude_last_step: bool) -> str:
         o_pct = None if o is None else 100 * o
         h = hta[r]
         diff = "" if o_pct is None or h != h else f"{o_pct - h:+6.2f}"
-        lines.append(f"{r:>4}  {h:7.2f}   {'n/a' if o_pct is None else f'{o_pct:7.2f}'}   {diff}")
+        hs = "    n/a" if h != h else f"{h:7.2f}"  # HTA divides by zero where no kernel is named nccl*
+        lines.append(f"{r:>4}  {hs}   {'n/a' if o_pct is None else f'{o_pct:7.2f}'}   {diff}")
+    non_nccl = sorted({k.name[:60] for m in same.ranks for k in m.top_kernels
+                       if k.kind == "comm" and "nccl" not in k.name.lower() and "rccl" not in k.name.lower()})
+    if non_nccl:  # HTA's communication is kernels named nccl* only (docs/metrics.md, "how it differs from HTA")
+        lines.append(f"note: HTA counts only kernels named nccl*; llmdiag also counts {len(non_nccl)} other "
+                     f"communication kernel(s) among the top kernels (e.g. {non_nccl[0]!r})")
     return "\n".join(lines)
