@@ -147,3 +147,18 @@ def test_launcher_signal_leaves_no_orphan(tmp_path, sig):
                             str(tmp_path / "s.json")], capture_output=True, text=True, env=env, timeout=300)
         assert "Traceback" not in a.stderr and (tmp_path / "s.json").exists(), a.stderr
         assert orjson.loads((tmp_path / "s.json").read_bytes())["manifest"]["status"] == "stale"
+
+
+def test_partial_files_of_stopped_ranks_are_removed(tmp_path):
+    from workloads.launch import _remove_partial_files
+
+    for sub in ("traces", "results"):
+        (tmp_path / sub).mkdir()
+    keep = [tmp_path / "traces" / "rank1.pt.trace.json.gz", tmp_path / "results" / "rank1.json",
+            tmp_path / "traces" / "rank9.pt.trace.json.gz.77.json.tmp"]  # rank 9: another node's, maybe still writing
+    gone = [tmp_path / "traces" / "rank1.pt.trace.json.gz.4242.json.tmp",
+            tmp_path / "traces" / "rank0.pt.trace.json.gz.4241.gz.tmp", tmp_path / "results" / ".rank1.json.ab12.tmp"]
+    for p in keep + gone:
+        p.write_bytes(b"x" * 100)
+    assert _remove_partial_files(str(tmp_path), range(0, 2)) == 3
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in gone)

@@ -310,6 +310,9 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
         echo(f"  note: {nproc_per_node} ranks on {cores} CPU cores: oversubscribed, step times are contaminated")
 
     rc, stopped = run.run()
+    left = _remove_partial_files(opts.out, run.local_ranks)
+    if left:
+        echo_err(f"  note: removed {left} partial file(s) of ranks stopped mid-write (traces/, results/)")
     results = man.read_results(opts.out, plan.layout.world_size)
     for r, rec in results.items():
         manifest["ranks"][str(r)]["host"] = rec.get("host")
@@ -323,6 +326,27 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
     if failure is None and rc != 0:  # every record says ok: a rank stumbled after finishing (teardown)
         echo_err(f"  note: torchrun exited {rc} after every rank reported ok (see logs/torchrun.log)")
     return 0 if failure is None else 1
+
+
+def _remove_partial_files(out: str, local_ranks) -> int:
+    """Temp files left by ranks killed while writing (a trace export cut by SIGKILL leaves its .tmp JSON, MBs
+    of it): torchrun has ended, so no rank of this node still writes them. Finished files are untouched."""
+    n = 0
+    for sub in ("traces", "results"):
+        d = os.path.join(out, sub)
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            mine = tuple(f"rank{r}." for r in local_ranks) + tuple(f".rank{r}." for r in local_ranks)
+            if name.endswith(".tmp") and name.startswith(mine):
+                try:
+                    os.unlink(os.path.join(d, name))
+                    n += 1
+                except OSError:
+                    pass
+    return n
 
 
 def _write_manifest(out: str, manifest: dict) -> None:
