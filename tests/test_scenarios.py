@@ -4,20 +4,37 @@ the scenario's tolerance of the planted size, and a scenario's must-not rules st
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
+import tempfile
 from functools import cache
+from pathlib import Path
 
 import pytest
 
+from diagnose.analyze import analyze_path
 from diagnose.rules import RULES, findings
+from tests.gen_scenario_traces import trace_scenarios
 from tests.gen_scenarios import Scenario, scenarios
 
 LOUD = ("high", "medium")
+TRACE_NAMES = ["trace_allocator_churn", "trace_sync_heavy_host", "trace_host_bound", "trace_dataloader", "trace_memcpy",
+               "trace_inference_host_bound", "trace_queued_gap_silent", "trace_healthy"]
 
 
 @cache
 def _results() -> list[tuple[Scenario, list]]:
-    return [(s, findings(s.a)) for s in scenarios()]
+    """Every scenario with its findings: the typed ones directly, the trace ones through analyze_path."""
+    out = [(s, findings(s.a)) for s in scenarios()]
+    folder = Path(tempfile.mkdtemp(prefix="llmdiag-scenarios-"))
+    atexit.register(shutil.rmtree, folder, True)
+    for s, path in trace_scenarios(folder):
+        s.a = analyze_path(path, jobs=1)
+        out.append((s, s.a.findings))
+    return out
+
+
 
 
 def _planted_gain(s: Scenario, f) -> float | None:
@@ -33,9 +50,10 @@ def _planted_gain(s: Scenario, f) -> float | None:
 def test_corpus_size():
     planted = [s for s, _ in _results() if s.expect]
     assert len(planted) >= 15 and len(_results()) - len(planted) >= 5
+    assert [s.name for s, _ in _results() if s.name.startswith("trace_")] == TRACE_NAMES
 
 
-@pytest.mark.parametrize("name", [s.name for s in scenarios()])
+@pytest.mark.parametrize("name", [s.name for s in scenarios()] + TRACE_NAMES)
 def test_scenario(name):
     s, fs = next(x for x in _results() if x[0].name == name)
     loud = [f for f in fs if f.severity in LOUD]
