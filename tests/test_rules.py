@@ -437,3 +437,12 @@ def test_fmt_gain_bound_and_estimate():
     assert fmt_gain(f) == "up to 7.50 ms per step (52.0% of the step)"
     assert fmt_gain(dataclasses.replace(f, gain_kind="estimate")).startswith("≈ 7.50 ms")
     assert fmt_gain(dataclasses.replace(f, gain_ms=None)) == "n/a"
+
+
+def test_op_names_from_traces_are_cut():
+    """Names are untrusted and unbounded: evidence quotes at most 80 characters of each."""
+    long = "hipFree" + "<script>" * 50
+    s = _all_ranks(summary(), blocking({long: 30.0}, {long: 3.0}))
+    f = next(f for f in run_rules(typed(s)) if f.id == "allocator_churn")
+    assert long not in f.evidence.text and "hipFree<script>" in f.evidence.text
+    assert all(len(e) <= 80 for e in f.evidence.events)

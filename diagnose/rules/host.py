@@ -74,9 +74,14 @@ def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
     return out
 
 
+def _short(name: str, n: int = 80) -> str:
+    """A name from a trace (untrusted, unbounded) cut for a one-line evidence text; outputs escape it."""
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
 def _ops_text(r, ops: dict) -> str:
     calls = r.idle.runtime_calls
-    return ", ".join(f"`{k}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
+    return ", ".join(f"`{_short(k)}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
                      for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
 
 
@@ -95,7 +100,7 @@ def allocator_churn(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the device idle inside allocator calls (a cached allocation costs microseconds)", True)
     return [c.finding("allocator_churn", severity_for(gain, c.step_ms), "GPU idle in memory allocation calls", ev,
                       [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=sorted(ops))]
+                      events=[_short(k) for k in sorted(ops)])]
 
 
 def host_sync(c: Ctx) -> list[Finding]:
@@ -113,7 +118,7 @@ def host_sync(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
     return [c.finding("host_sync", severity_for(gain, c.step_ms), "GPU idle behind host synchronisation", ev,
                       [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=sorted(ops))]
+                      events=[_short(k) for k in sorted(ops)])]
 
 
 def dataloader(c: Ctx) -> list[Finding]:
@@ -186,7 +191,7 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(r.other_ms for r in bad)
     w = max(bad, key=lambda r: r.other_ms)
     copies = [k for k in w.top_kernels if k.kind in ("memcpy", "memset")][:3]
-    names = ", ".join(f"`{k.name}` {fmt(k.total_ms / w.nsteps, 'ms')}" for k in copies)
+    names = ", ".join(f"`{_short(k.name)}` {fmt(k.total_ms / w.nsteps, 'ms')}" for k in copies)
     ev = (f"rank {w.rank}: {fmt(w.other_ms, 'ms')} per step ({fmt(w.other_ms / w.step_time_ms, 'pct')}) of memcpy/"
           f"memset with no kernel or collective running{': ' + names + ' per step' if names else ''} "
           f"({len(bad)} rank(s))")
@@ -196,4 +201,4 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the copy time no compute hides, mean over those ranks", True)
     return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), "GPU idle behind memory copies", ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].other_ms", gain_kind="bound",
-                      events=["gpu_memcpy / gpu_memset events"] + [k.name for k in copies])]
+                      events=["gpu_memcpy / gpu_memset events"] + [_short(k.name) for k in copies])]
