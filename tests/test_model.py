@@ -39,7 +39,8 @@ def test_schema_1_findings_are_upgraded():
         f.update(evidence=ev["text"], ranks=ev["ranks"], steps=ev["steps"], metric=ev["metric"])
         del f["gain_frac"]
     b = Analysis.from_dict(d)
-    old = [(f.id, dataclasses.replace(f.evidence, events=[]), f.gain_ms) for f in a.findings]  # schema 1: no events
+    # schema 1 recorded no provenance: its findings read back with the defaults (source "trace", no events)
+    old = [(f.id, dataclasses.replace(f.evidence, events=[], source="trace"), f.gain_ms) for f in a.findings]
     assert [(f.id, f.evidence, f.gain_ms) for f in b.findings] == old
     assert all(isinstance(f, Finding) and f.gain_frac is None for f in b.findings)
 
