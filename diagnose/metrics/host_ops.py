@@ -20,6 +20,7 @@ import re
 import numpy as np
 
 from diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
+from diagnose.metrics import intervals as iv
 from diagnose.metrics.comm_families import NAME_CAP
 
 # Host ops whose kernels are communication. Waits are excluded (they launch nothing that moves data).
@@ -81,9 +82,13 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
     ends = t.ts + t.dur
     for th in np.unique(t.thread[rt]).tolist():
         o = ops[t.thread[ops] == th]
-        o = o[np.lexsort((-t.dur[o], t.ts[o]))].tolist()
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
         r = rt[t.thread[rt] == th]
+        us, ue = iv.union(t.ts[o], ends[o])  # only calls inside some op go through the Python sweep
+        k = np.searchsorted(us, t.ts[r], side="right") - 1
+        r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
         r = r[np.argsort(t.ts[r], kind="stable")].tolist()
+        o = o.tolist()
         stack: list[int] = []
         j = 0
         for call in r:
