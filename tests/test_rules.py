@@ -446,3 +446,19 @@ def test_op_names_from_traces_are_cut():
     f = next(f for f in run_rules(typed(s)) if f.id == "allocator_churn")
     assert long not in f.evidence.text and "hipFree<script>" in f.evidence.text
     assert all(len(e) <= 80 for e in f.evidence.events)
+
+
+def test_pipeline_grad_norm_allreduce_gets_no_bucket_advice():
+    """A pipeline job (pp=2, dp=1) whose only all-reduce is a 1-element grad-norm on the default group: no DDP is
+    identified and no cap changes a 4-byte message, so no bucket_cap_mb, whatever its exposure."""
+    s = summary(2, pipeline=True)
+    s["layout"] = s["manifest"]["layout"] = {"dp": 1, "fsdp": 1, "tp": 1, "pp": 2, "cp": 1}
+
+    def grad_norm(r):
+        low_overlap("default_pg")(r)
+        for c in r["comm_by_kind"]:
+            c["bytes"], c["group_size"] = 4 * c["sized_count"], 2
+    _all_ranks(s, grad_norm)
+    got = findings(s)
+    assert "dp_overlap" not in [f["id"] for f in got]
+    assert not any("bucket_cap_mb" in f["action"] for f in got)
