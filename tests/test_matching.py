@@ -149,3 +149,24 @@ def test_send_without_its_receive_is_unmatched(tmp_path):
     assert (x.src, x.dst, x.matched, x.unmatched) == (0, 1, 2, 1)
     assert (x.sender_waits, x.receiver_waits) == (2, 0)  # each receive posted 0.1 ms after its send
     assert x.mean_wait_ms == pytest.approx(0.1) and x.mean_transfer_ms == pytest.approx(0.2)
+
+
+def test_pairs_of_different_sizes_are_reported(tmp_path):
+    """Without Seq, rank 1's trace starting one all-reduce later pairs different collectives; their element
+    counts (1024, 2048, 3072, 4096 on rank 0) disagree, which the analysis says."""
+    for r in range(2):
+        b = TraceBuilder(rank=r, world_size=2)
+        b.step(1, 0, 50_000)
+        for n in range(1 if r else 0, 4):
+            b.nccl("allreduce", 1000 + n * 10_000, 500, launch_at=10 + n, nelems=1024 * (n + 1), group_size=2,
+                   pg_ranks=[0, 1])
+        b.write(tmp_path / f"rank{r}.json")
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.skew.size_mismatches == 3
+    assert any("3 of 3 matched collectives disagree" in i.message for i in a.issues)
+
+
+def test_torchrec_sizes_are_consistent(tmp_path):
+    _torchrec(tmp_path, steps=1)
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.skew.size_mismatches == 0  # all_to_all: elements sent over all ranks = elements received

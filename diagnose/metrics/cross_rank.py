@@ -79,6 +79,11 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         records = {}
     sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}, _stages(good)) if len(good) > 1 else None
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
+    if sk and sk.size_mismatches:
+        issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
+                                    "on their message size: where no sequence number (Seq) pairs them, the traces "
+                                    "likely start at different collectives and matching by order pairs different ones",
+                            None, "warning"))
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p},
                       {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
     if pairs:

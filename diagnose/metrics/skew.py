@@ -199,6 +199,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         imposed_ms_by_rank=imposed_by,
         wait_ms_by_rank=wait_by,
         schedule_ordered=int(ordered.sum()) if matched else 0,
+        size_mismatches=_size_mismatches(t) if matched else 0,
     )
 
 
@@ -210,6 +211,27 @@ def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:
     hi = np.maximum.reduceat(st, t.seg)
     lo = np.minimum.reduceat(np.where(st < 0, np.iinfo(np.int64).max, st), t.seg)
     return (hi >= 0) & (hi > lo)
+
+
+SAME_SIZE = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
+
+
+def _size_mismatches(t: _Table) -> int:
+    """Matched collectives whose ranks disagree on the message (where the trace says): an all-reduce with
+    different element counts, or an all_to_all whose elements sent over all ranks differ from those received.
+    Matched by order, such a match most likely pairs different collectives."""
+    known_in = np.where(t.in_n >= 0, t.in_n, 0)
+    n_known = np.add.reduceat((t.in_n >= 0).astype(np.int64), t.seg)
+    hi = np.maximum.reduceat(t.in_n, t.seg)
+    lo = np.minimum.reduceat(np.where(t.in_n >= 0, t.in_n, np.iinfo(np.int64).max), t.seg)
+    same = np.array([t.keys[k][1] in SAME_SIZE for k in t.key[t.seg].tolist()], bool)
+    bad = same & (n_known >= 2) & (hi != lo)
+    a2a = np.array([t.keys[k][1] == "alltoall" for k in t.key[t.seg].tolist()], bool)
+    full = np.add.reduceat(((t.in_n >= 0) & (t.out_n >= 0)).astype(np.int64), t.seg) == t.size
+    sent = np.add.reduceat(known_in, t.seg)
+    got = np.add.reduceat(np.where(t.out_n >= 0, t.out_n, 0), t.seg)
+    bad |= a2a & full & (sent != got)
+    return int(bad.sum())
 
 
 TOP_LATE = 10

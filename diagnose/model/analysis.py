@@ -222,6 +222,7 @@ class SkewResult:
     # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
     wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
     schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
+    size_mismatches: int = 0  # matched collectives whose ranks disagree on the message size (likely mis-paired)
     p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
 
 
