@@ -63,7 +63,8 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
     scaling = [Case(f"scale:{r}x{scale_mb}", "scaling", r, scale_mb, False) for r in scale_ranks]
     n = 64 if mode == "quick" else 512
     render = [Case(f"render:{n}", "render", n, hta=False)]
-    return real + sets + scaling + render
+    cost = [Case("render_cost:1x35", "cost", 1, 35, hta=False)]  # benchmarks/render_cost.py: report vs no report
+    return real + sets + scaling + render + cost
 
 
 def measure(tool: str, spec: dict, repeats: int, timeout: float) -> dict:
@@ -89,7 +90,7 @@ def decompressed_sizes(files: list[str]) -> list[int]:
 
 
 def prepare(case: Case, data_dir: str) -> None:
-    if case.kind in ("set", "scaling"):
+    if case.kind in ("set", "scaling", "cost"):
         case.path = os.path.join(data_dir, case.name.replace(":", "_"))
         t = time.perf_counter()
         case.files = generate.write_set(case.path, case.ranks, case.mb)
@@ -113,6 +114,14 @@ def render_summary(case: Case, src: Case, out_dir: str) -> None:
 
 def run_case(case: Case, a, results_dir: str) -> dict:
     row: dict = {"case": case.name, "kind": case.kind, "ranks": case.ranks}
+    if case.kind == "cost":
+        from benchmarks import render_cost
+
+        try:
+            row["cost"] = render_cost.measure(case.path, max(3, a.repeats))
+        except RuntimeError as e:
+            row["cost"] = {"error": str(e)}
+        return row
     if case.kind == "render":
         try:
             import reports.render  # noqa: F401
@@ -182,6 +191,11 @@ def table(rows: list[dict], floors: dict) -> str:
                             f"HTML, peak {m['peak_pss'] / MB:.0f} MB PSS; summary read back (from_dict) "
                             f"{m['from_dict_vs_loads']:.1f}x orjson.loads, written (to_dict) "
                             f"{m['to_dict_vs_loads_dumps']:.1f}x orjson loads+dumps")))
+    for r in rows:
+        if r["kind"] == "cost":
+            from benchmarks import render_cost
+
+            out.append("\n" + render_cost.line(r["cost"], r.get("mb") or 35))
     if floors.get("inline"):
         out.append(f"\nidle tree (interpreter and analysis modules loaded): {floors['inline'] / MB:.0f} MB PSS in-process, "
                    f"{(floors.get('workers') or 0) / MB:.0f} MB PSS with the forked workers")

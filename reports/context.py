@@ -215,7 +215,7 @@ def pipeline_view(a: Analysis) -> dict | None:
     if not p:
         return None
     sb = p.stage_bubbles
-    view = {"rows": [], "t0": 0.0, "t1": 0.0, "replicas": 1}
+    view = {"rows": [], "t0": 0.0, "t1": 0.0, "replicas": 1, "peers": 1}
     with_acts = [r for r in a.ranks if r.pipeline_actions]
     if not with_acts:
         return view
@@ -229,7 +229,11 @@ def pipeline_view(a: Analysis) -> dict | None:
             seen.setdefault(_stage0(r.pipeline_actions), r)
         replica = list(seen.values())
     replica.sort(key=lambda r: (_stage0(r.pipeline_actions), r.rank))
-    view["replicas"] = max(1, len(with_acts) // max(1, len(replica)))
+    # replicas are data-parallel copies of the pipeline; TP / CP peers run the same actions and are not counted
+    dp_keys = {tuple(sorted((k, v) for k, v in r.coords.items() if k not in ("pp", "tp", "cp"))) for r in with_acts
+               if r.coords}
+    view["replicas"] = len(dp_keys) if dp_keys else max(1, len(with_acts) // max(1, len(replica)))
+    view["peers"] = max(1, len(with_acts) // max(1, len(replica)) // max(1, view["replicas"]))
     first = replica[0].pipeline_actions
     starts = sorted(x.start_ms for x in first if x.kind == "F" and x.microbatch == 0 and x.stage == _stage0(first))
     k = len(starts) // 2

@@ -15,13 +15,12 @@ import hashlib
 import os
 import tempfile
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from diagnose.model.analysis import SEVERITIES, Analysis
 from diagnose.model.format import fmt
 from reports import charts, evidence, figures
-from reports import moe as moe_section
 from reports.context import build
 from reports.glossary import GLOSSARY
 
@@ -55,8 +54,14 @@ def _anchor(metric) -> str:
 
 
 def _env() -> Environment:
+    # Compiling the template is most of a small report's cost (~0.1 s): jinja2's own bytecode cache keeps the
+    # compiled form in a per-user temp folder (keyed by the template's source checksum, so edits recompile).
+    try:
+        cache = FileSystemBytecodeCache()
+    except OSError:  # pragma: no cover - no usable temp folder: compile every time
+        cache = None
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, bytecode_cache=cache)
     env.filters["fmt"] = fmt
     env.filters["code"] = _code
     env.filters["anchor"] = _anchor
@@ -64,6 +69,15 @@ def _env() -> Environment:
 
 
 _ENV = _env()
+
+
+def _moe(a: Analysis) -> Markup:
+    """The MoE section, imported only for a run with expert parallelism (its heatmap imports matplotlib)."""
+    if a.moe is None:
+        return Markup("")
+    from reports import moe as moe_section
+
+    return moe_section.section(a.moe)
 
 
 def render_html(a: Analysis) -> str:
@@ -78,7 +92,7 @@ def render_html(a: Analysis) -> str:
         "breakdown": Markup(figures.step_breakdown([r for _, r, _ in ctx["shown"]])),
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
-        "moe": moe_section.section(a.moe),
+        "moe": _moe(a),
     }
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(

@@ -396,3 +396,29 @@ def test_cpp_names_are_demangled_in_the_tables_but_kept_in_the_json():
     assert "cutlass::Kernel&lt;cutlass::gemm::kernel::Gemm" in html or "cutlass::Kernel<cutlass::gemm::kernel::Gemm" in html
     assert "cutlass::Kernel<" in text and mangled not in text
     assert a.to_dict()["ranks"][0]["top_kernels"][0]["name"] == mangled
+
+
+def test_the_report_does_not_import_matplotlib():
+    """Importing matplotlib cost ~1 s, more than analysing a 35 MB trace (benchmarks/render_cost.py): the
+    report's figures are plain SVG, and matplotlib is loaded only for a figure that still needs it (MoE)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from reports.render import render_html; from tests.summaries import busy, typed; "
+            "from diagnose.rules import findings; a = typed(busy(8)); a.findings = findings(a); h = render_html(a); "
+            "assert 'id=\"fig-pipeline\"' in h and 'id=\"fig-memory\"' in h and 'id=\"fig-breakdown\"' in h; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+
+
+def test_gantt_legend_and_replicas_say_what_is_drawn():
+    """Under 1F1B the legend has no weight-grad (W) entry; TP peers of a stage are not called replicas."""
+    a = analysed(busy(8))
+    html = render_html(a)
+    svg = html[html.index('id="fig-pipeline"'):]
+    svg = svg[:svg.index("</svg>")]
+    assert "forward" in svg and "weight grad" not in svg and "idle = bubble" in svg
+    head = html[html.index("Timeline of one step"):][:400]
+    assert "one of 2 data-parallel replicas" in head and "2 tensor/context-parallel peers" in head
