@@ -47,14 +47,17 @@ class Case:
     pg_desc: str = "undefined"  # what older torch writes for a group created without a description
     base_rank: int = 0  # global rank of stage 0 (stages are base_rank + s * rank_stride)
     optimizer_us: int = 0  # an optimizer step after the all-reduce (main thread), outside the schedule
+    jitter_us: int = 0  # each action's cost varies by up to ± this (deterministic per stage, kind, microbatch)
+    split_kernels: int = 2  # kernels per action; from 3 on they leave 2 µs launch gaps between them
     rank_stride: int = 1
 
     def rank(self, s: int) -> int:
         return self.base_rank + s * self.rank_stride
 
-    def cost(self, s: int, kind: str) -> int:
+    def cost(self, s: int, kind: str, mb: int = 0) -> int:
         c = self.f_us if kind == "F" else self.b_us
-        return c * (self.slow_factor if s == self.slow_stage else 1)
+        j = (s * 7919 + mb * 104729 + (kind == "B") * 13) % (2 * self.jitter_us + 1) - self.jitter_us
+        return c * (self.slow_factor if s == self.slow_stage else 1) + j
 
 
 @dataclass
@@ -101,7 +104,7 @@ def simulate(c: Case) -> Answer:
                     start = max(free[s], end)
                 else:
                     start = free[s]
-                end = start + c.cost(s, kind)
+                end = start + c.cost(s, kind, i)
                 acts[s].append((kind, i, start, end))
                 done[(s, kind, i)] = end
                 free[s] = end
@@ -157,9 +160,15 @@ def build(c: Case, world_size: int | None = None) -> tuple[list[TraceBuilder], A
                     tid = MAIN if kind == "F" else AUTOGRAD
                     op = "aten::mm" if kind == "F" else "autograd::engine::evaluate_function: MmBackward0"
                     b.cpu_op(op, h, 10, tid=tid)
-                    g = (en - st) * 3 // 4
-                    b.kernel(GEMM, dev + st, g, stream=COMPUTE_STREAM, launch_at=h + 2, tid=tid)
-                    b.kernel(ELTWISE, dev + st + g, en - st - g, stream=COMPUTE_STREAM, launch_at=h + 3, tid=tid)
+                    n = max(2, c.split_kernels)
+                    gap = 2 if n > 2 else 0
+                    piece = (en - st - gap * (n - 1)) // n
+                    at = st
+                    for q in range(n):
+                        dur = piece if q < n - 1 else en - at  # the last kernel ends exactly at the action's end
+                        b.kernel(GEMM if q % 2 == 0 else ELTWISE, dev + at, dur, stream=COMPUTE_STREAM,
+                                 launch_at=h + 2 + q % 8, tid=tid)
+                        at += piece + gap
                     continue
                 peer, post, end = v
                 seq += 1

@@ -143,3 +143,15 @@ def test_two_pipeline_replicas(tmp_path):
     want = {s: a1.bubble[s] for s in range(4)} | {4 + s: a2.bubble[s] for s in range(4)}
     assert got == pytest.approx(want, abs=1e-9)
     assert a.pipeline.stages == 4
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_uneven_actions_and_launch_gaps(tmp_path, schedule):
+    """Costs that vary per microbatch, five kernels per action with launch gaps between them, slow transfers:
+    each stage's bubble is still the simulation's, and the gaps do not split an action."""
+    case = Case(4, 8, schedule, slow_stage=2, jitter_us=60, split_kernels=5, lat_us=15, optimizer_us=300)
+    a, ans = _run(tmp_path, case)
+    assert (a.pipeline.microbatches, a.pipeline.schedule) == (8, schedule)
+    for b in a.pipeline.stage_bubbles:
+        assert abs(b.measured - ans.bubble[b.stage]) < 0.01
+        assert b.busy_ms == pytest.approx(ans.busy_us[b.stage] / 1000)
