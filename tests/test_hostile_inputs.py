@@ -146,16 +146,21 @@ def test_bounded_reader_units(tmp_path):
 # ---- case 8: no temp-file symlink race ---------------------------------------------------------------------
 
 def test_predictable_temp_name_symlink_is_not_followed(tmp_path, good):
+    """The old writer opened <path>.tmp<pid> without O_EXCL/O_NOFOLLOW: plant that link for this process's
+    pid and run analyze in-process, so the old code would write through it into the victim."""
+    from click.testing import CliRunner
+
+    from diagnose.cli.main import main
+
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     out = tmp_path / "out"
     out.mkdir()
     target = out / "summary.json"
-    # the old writer used <path>.tmp<pid>: plant links for every plausible pid
-    for pid in range(os.getpid(), os.getpid() + 200):
-        os.symlink(victim, f"{target}.tmp{pid}")
-    p = llmdiag("analyze", good / "run", "--no-report", "-q", "--json", target, cwd=tmp_path)
-    assert p.returncode == 0 and victim.read_text() == "precious"
+    os.symlink(victim, f"{target}.tmp{os.getpid()}")
+    r = CliRunner().invoke(main, ["analyze", str(good / "run"), "--no-report", "-q", "--json", str(target)])
+    assert r.exit_code == 0, r.output
+    assert victim.read_text() == "precious" and not target.is_symlink()
     assert numbers(target) == numbers(good / "good.json")
 
 
