@@ -8,6 +8,7 @@ simulation's; the formula (p−1)/(m+p−1) is checked beside it.
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from diagnose.analyze import analyze_path
@@ -155,3 +156,19 @@ def test_uneven_actions_and_launch_gaps(tmp_path, schedule):
     for b in a.pipeline.stage_bubbles:
         assert abs(b.measured - ans.bubble[b.stage]) < 0.01
         assert b.busy_ms == pytest.approx(ans.busy_us[b.stage] / 1000)
+
+
+def test_cli_reports_the_inferred_pipeline(tmp_path):
+    """End to end through `llmdiag analyze`: exit 0, the summary carries the inferred pipeline, the terminal
+    says it was inferred."""
+    from click.testing import CliRunner
+
+    from diagnose.cli.main import main
+
+    write(Case(4, 8, "1f1b", slow_stage=3), tmp_path / "run")
+    js = tmp_path / "s.json"
+    r = CliRunner().invoke(main, ["analyze", str(tmp_path / "run"), "--json", str(js), "--no-report", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    assert "Inferred from send/recv" in r.output
+    d = orjson.loads(js.read_bytes())
+    assert d["pipeline"]["inferred"] is True and d["pipeline"]["stages"] == 4 and d["layout"]["pp"] == 4
