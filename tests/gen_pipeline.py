@@ -49,6 +49,7 @@ class Case:
     optimizer_us: int = 0  # an optimizer step after the all-reduce (main thread), outside the schedule
     jitter_us: int = 0  # each action's cost varies by up to ± this (deterministic per stage, kind, microbatch)
     split_kernels: int = 2  # kernels per action; from 3 on they leave 2 µs launch gaps between them
+    kernel_args: bool = True  # False: the NCCL kernels carry no args (older Kineto); only record_param_comms does
     rank_stride: int = 1
 
     def rank(self, s: int) -> int:
@@ -177,12 +178,14 @@ def build(c: Case, world_size: int | None = None) -> tuple[list[TraceBuilder], A
                 b.cpu_op("record_param_comms", h, 10, tid=MAIN, args=args)
                 b.cpu_op(f"nccl:{what}", h + 1, 8, tid=MAIN)
                 stream = 40 + 2 * peer + (what == "recv")  # torch: one NCCL communicator per peer pair
-                b.kernel(SENDRECV, dev + post, end - post, stream=stream, launch_at=h + 2, args=args)
+                b.kernel(SENDRECV, dev + post, end - post, stream=stream, launch_at=h + 2,
+                         args=args if c.kernel_args else None)
             h = k0 + 10 + 30 * len(work)
             st = dev + ans.allreduce_start[s]
             args = {**_pg_args(c, "allreduce", 1 << 10), "Seq": k + 1}  # torch numbers collectives apart from p2p
             b.cpu_op("record_param_comms", h, 10, tid=MAIN, args=args)
-            b.kernel(ALLREDUCE, st, dev + ar_end - st, stream=AR_STREAM, launch_at=h + 2, args=args)
+            b.kernel(ALLREDUCE, st, dev + ar_end - st, stream=AR_STREAM, launch_at=h + 2,
+                     args=args if c.kernel_args else None)
             if c.optimizer_us:
                 b.cpu_op("Optimizer.step#AdamW.step", h + 12, 10, tid=MAIN)
                 b.kernel(OPTIMIZER, dev + ar_end + 10, c.optimizer_us, stream=COMPUTE_STREAM, launch_at=h + 14)

@@ -172,3 +172,14 @@ def test_cli_reports_the_inferred_pipeline(tmp_path):
     assert "Inferred from send/recv" in r.output
     d = orjson.loads(js.read_bytes())
     assert d["pipeline"]["inferred"] is True and d["pipeline"]["stages"] == 4 and d["layout"]["pp"] == 4
+
+
+def test_peers_from_the_launching_host_op(tmp_path):
+    """Kernels without args: the peers, groups and sequence numbers come from the `record_param_comms` op the
+    kernel was launched under (classification links them), and the pipeline is read the same."""
+    case = Case(4, 8, "1f1b", slow_stage=3, kernel_args=False, steps=3)
+    a, ans = _run(tmp_path, case)
+    assert a.pipeline is not None and a.pipeline.inferred, [i.message for i in a.issues]
+    assert {b.stage: round(b.measured, 6) for b in a.pipeline.stage_bubbles} == \
+        {s: round(v, 6) for s, v in ans.bubble.items()}
+    assert a.skew.schedule_ordered == 3 and 0 not in {s.rank for s in a.skew.stragglers}
