@@ -50,7 +50,7 @@ def _legend(items: list[tuple[str, str, str]], y: float, x0: float) -> list[str]
     for label, fill, stroke in items:
         out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="11" height="11" fill="{fill}" stroke="{stroke}"/>'
                    f'<text x="{x + 15:.1f}" y="{y:.1f}">{escape(label)}</text>')
-        x += 24 + 7.0 * len(label)
+        x += 30 + 7.4 * len(label)
     return out
 
 

@@ -421,4 +421,4 @@ def test_gantt_legend_and_replicas_say_what_is_drawn():
     svg = svg[:svg.index("</svg>")]
     assert "forward" in svg and "weight grad" not in svg and "idle = bubble" in svg
     head = html[html.index("Timeline of one step"):][:400]
-    assert "one of 2 data-parallel replicas" in head and "2 tensor/context-parallel peers" in head
+    assert "one of 2 data-parallel replicas" in head and "runs on 2 tensor/context-parallel peers" in head
