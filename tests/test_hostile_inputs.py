@@ -330,3 +330,19 @@ def test_duplicate_trace_events_key_is_left_out_not_silently_replaced(tmp_path, 
     assert p.returncode == 1, p.stderr
     one_line(p, "rank1.json", "duplicate key")
     assert numbers(tmp_path / "s.json")[0] == numbers(good / "good.json")[0]
+
+
+def test_huge_step_and_pipeline_label_numbers_never_crash(tmp_path, good):
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=2).write(d / "rank0.json")
+    b = gpu_rank(1, world_size=2)
+    for e in b.events:
+        if e.get("name") == "ProfilerStep#1":
+            e["name"] = "ProfilerStep#1" + "0" * 30  # 1e30: beyond int64
+    b.pp(1, "F", 10**30, 100, 400)
+    b.pp(10**25, "B", 1, 450, 800)
+    b.write(d / "rank1.json")
+    p = llmdiag("analyze", d, "--no-report", "-q", "--json", tmp_path / "s.json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert numbers(tmp_path / "s.json")[0] == numbers(good / "good.json")[0]
+    no_temp(tmp_path)
