@@ -104,7 +104,8 @@ def test_findings_are_instants_and_the_size_is_capped(tmp_path):
     own = [e for e in tl["traceEvents"] if e.get("ph") == "X" and not e["cat"].startswith("llmdiag")]
     assert len(own) <= 8 and tl["llmdiag"]["events_dropped"] > 0
     full = build_timeline(a)
-    assert full["llmdiag"]["events_dropped"] == 0
+    assert full["llmdiag"]["events_dropped"] == 0 and full["llmdiag"]["track_intervals_dropped"] == 0
+    assert tl["llmdiag"]["track_cap_per_rank"] == 1000  # the floor: the tracks stay whole at this size
     # the cap keeps the longest events: the step annotations survive
     assert all(e["dur"] >= 1900 for e in own)
     sub = build_timeline(a, ranks=[1, 3])
@@ -126,3 +127,13 @@ def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
         res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--no-report", "--json", str(tmp_path / "s.json"),
                                         "--timeline", str(out), "--ranks", bad])
         assert res.exit_code == 2 and "Traceback" not in res.output, (bad, res.output)
+
+
+def test_a_track_past_its_cap_keeps_its_longest_intervals_in_time_order():
+    from diagnose.export.timeline import _track_events
+    from diagnose.export.tracks import RankTracks
+
+    tr = RankTracks(idle=[(0, 5, 1), (10, 40, 1), (50, 52, 1), (60, 100, 1), (200, 210, 2)])
+    ev, dropped = _track_events(3, tr, 1000, cap=3)
+    xs = [(e["ts"], e["dur"]) for e in ev if e["ph"] == "X"]
+    assert dropped == 2 and xs == [(1.01, 0.03), (1.06, 0.04), (1.2, 0.01)]

@@ -7,8 +7,9 @@ trace origin against the earliest rank's, then the per-host shift the skew analy
 from the earliest rank's origin, so Perfetto and chrome://tracing open it.
 
 Size is bounded: at most `max_events` of the traces' own events in all (default 300,000, about 40 MB);
-past the cap each rank keeps its longest events and the file says how many were dropped. The added tracks
-are never dropped. Trace strings are written as JSON strings (orjson escapes them); nothing is evaluated.
+past the cap each rank keeps its longest events and the file says how many were dropped. Each added track
+of a rank keeps at most a quarter of the rank's share of the cap (at least 1,000 intervals), its longest,
+and the file counts what was dropped: below the cap the tracks are exactly the metrics' intervals. Trace strings are written as JSON strings (orjson escapes them); nothing is evaluated.
 """
 
 from __future__ import annotations
@@ -110,28 +111,36 @@ def build_timeline(a: Analysis, ranks: list[int] | None = None, max_events: int 
             added[r].bubble = xs
     for r, xs in tk.wait_tracks(colls, shift).items():
         added[r].waits = xs
+    track_cap = max(1000, budget // 4)
+    track_dropped = 0
     for r in chosen:
-        ev += _track_events(r.rank, added[r.rank], shift[r.rank])
+        xs, n = _track_events(r.rank, added[r.rank], shift[r.rank], track_cap)
+        ev += xs
+        track_dropped += n
     ev += _finding_events(a, chosen, wins_of, shift)
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "llmdiag": {"version": a.llmdiag_version, "source": a.source, "ranks": [r.rank for r in chosen],
                         "max_events": max_events, "events_dropped": dropped,
+                        "track_cap_per_rank": track_cap, "track_intervals_dropped": track_dropped,
                         "clock": "µs from the earliest rank's trace origin; per-host skew shift applied"}}
 
 
-def _track_events(rank: int, tr: tk.RankTracks, sh: int) -> list[dict]:
-    out = []
+def _track_events(rank: int, tr: tk.RankTracks, sh: int, cap: int) -> tuple[list[dict], int]:
+    out, dropped = [], 0
     for key, (label, tid) in TRACK_TIDS.items():
         xs = getattr(tr, key)
         if not xs:
             continue
+        if len(xs) > cap:  # keep the longest intervals, in time order
+            dropped += len(xs) - cap
+            xs = sorted(sorted(xs, key=lambda x: x[0] - x[1])[:cap])
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": -10 + tid % 10}})
         for s, e, tag in xs:
             args = {"step": tag} if key != "waits" else {"collective": tag}
             out.append({"ph": "X", "name": label.removeprefix("llmdiag: "), "cat": "llmdiag", "pid": rank, "tid": tid,
                         "ts": (s + sh) / 1000.0, "dur": (e - s) / 1000.0, "args": args})
-    return out
+    return out, dropped
 
 
 def _finding_events(a: Analysis, chosen, wins_of, shift) -> list[dict]:
