@@ -346,3 +346,12 @@ def test_huge_step_and_pipeline_label_numbers_never_crash(tmp_path, good):
     assert p.returncode == 0, p.stderr
     assert numbers(tmp_path / "s.json")[0] == numbers(good / "good.json")[0]
     no_temp(tmp_path)
+
+
+def test_run_on_a_full_disk_is_one_line(tmp_path):
+    out = tmp_path / "run"
+    p = llmdiag("run", "--workload", "dp2", "--out", out, "--steps", "3", "--profile-steps", "0,1,1",
+                cwd=tmp_path, fsize=100, timeout=120)
+    assert p.returncode == 2
+    one_line(p, "manifest.json", "cannot write")
+    assert not (out / "manifest.json").exists() and not [n for n in os.listdir(out) if ".tmp" in n]

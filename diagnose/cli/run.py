@@ -47,6 +47,8 @@ def run(**kwargs):
         _run(pick(RunOptions, kwargs), pick(LaunchOptions, kwargs))
     except WorkloadError as e:
         raise LlmdiagError(e.what, hint=e.hint) from e
+    except OSError as e:  # the run folder cannot be written (disk full, read-only): one line, exit 2
+        raise LlmdiagError(f"cannot write the run folder: {e.strerror or e}", e.filename) from None
 
 
 def _run(opts: RunOptions, lo: LaunchOptions) -> None:
