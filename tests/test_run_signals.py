@@ -57,6 +57,7 @@ def test_worker_killed_costs_only_its_rank(tmp_path, sig):
     p = _analyze_with_a_killed_worker(d, tmp_path / "s.json", "rank1.json", sig)
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr and "BrokenProcessPool" not in p.stderr
+    assert _wait_for(lambda: not _procs_with(str(d)), 10), "a worker outlived analyze"
     (line,) = [x for x in p.stderr.splitlines() if x.strip()]
     assert line.startswith(f"llmdiag: {d / 'rank1.json'}: the worker analysing this trace died")
     assert signal.Signals(sig).name in line
