@@ -204,3 +204,16 @@ def test_mi300x_all_reduce_far_below_its_link():
     ar = next(c for c in m.comm_by_kind if c.kind == "allreduce")
     peak = link_busbw_gbps("AMD Instinct MI300X")
     assert ar.busbw_gbps is not None and ar.busbw_gbps < 0.02 * peak
+
+
+@pytest.mark.parametrize("name,want", [
+    ("record_param_comms", True), ("nccl:all_to_all", True), ("c10d::alltoall_base_", True),
+    ("_c10d_functional::all_gather_into_tensor", True), ("symm_mem::multimem_all_reduce_", True),
+    ("vllm::all_reduce", True), ("c10d::wait", False), ("_c10d_functional::wait_tensor", False),
+    ("aten::all_reduce_like_name", False), ("prims::broadcast_in_dim", False), ("aten::broadcast_tensors", False),
+    ("aten::mm", False), ("deep_ep::Buffer::dispatch", False),
+])
+def test_host_communication_ops(name, want):
+    from diagnose.metrics.host_ops import is_comm_op
+
+    assert is_comm_op(name) is want

@@ -24,8 +24,10 @@ from diagnose.metrics import intervals as iv
 from diagnose.metrics.comm_families import NAME_CAP
 
 # Host ops whose kernels are communication. Waits are excluded (they launch nothing that moves data).
+# (no `broadcast` here: prims::broadcast_in_dim, aten::broadcast_tensors are no communication; c10d's and
+# NCCL's broadcasts are covered by the prefixes)
 _NAMESPACED_COLL = re.compile(r"^\w{1,64}::\w{0,64}?(?:all_reduce|allreduce|all_gather|allgather|reduce_scatter|"
-                              r"reducescatter|all_to_all|alltoall|broadcast)")
+                              r"reducescatter|all_to_all|alltoall)")
 _PREFIXES = ("record_param_comms", "nccl:", "rccl:", "c10d::", "_c10d_functional::", "c10d_functional::",
              "_c10d_functional_autograd::", "symm_mem::")
 
