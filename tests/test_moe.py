@@ -33,6 +33,7 @@ PARITY = [  # (id, workload, extra args): every new code path once
     ("dp4ep2", "dp4ep2", MOE),  # two EP groups: expert gradients summed over the edp group
     ("fsdp2ep2", "fsdp2ep2", MOE),  # experts left out of FSDP (ignored_params)
     ("tp2ep2", "tp2ep2", MOE),  # experts replicated over tp, replicate() ignoring them
+    ("pp2ep2", "pp2ep2", MOE),  # MoE inside pipeline stages (1f1b, 4 microbatches): the aux gradient per microbatch
     ("dp2-accum4", "dp2", ["--grad-accum", "4"]),
     ("fsdp2-accum4", "fsdp2", ["--grad-accum", "4"]),
     ("dp2-zero1", "dp2", ["--zero", "1"]),

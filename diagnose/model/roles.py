@@ -29,6 +29,8 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
     for tok in re.split(r"[^a-z0-9]+", (pg or "").lower()):
         if tok in _ROLE_TOKENS:
             return _ROLE_TOKENS[tok]
+    if kind == "alltoall" and int((layout or {}).get("ep") or 1) > 1:
+        return "ep"  # with expert parallelism the all-to-alls are its dispatch/combine (gloo spans name no group)
     lay = {k: int((layout or {}).get(k) or 1) for k in DIMS}
     if kind in P2P_KINDS:
         return "pp" if lay["pp"] > 1 else "?"

@@ -49,7 +49,8 @@ def moe_imbalance(c: Ctx) -> list[Finding]:
     how = (f"the hottest rank's expert compute ({fmt(hot_r.expert_ms, 'ms')}) brought to the group mean, "
            "which the other ranks now wait for in combine") if gain else ""
     eg = c.gain_text(gain, how) if gain else "not quantified: no expert compute time in the trace"
-    sev = _at_least(severity_for(gain, c.step_ms), "medium")
+    # Token counts are exact, not timings: ≥ 1.5× means every MoE layer's expert phase runs at ≤ 2/3 efficiency.
+    sev = _at_least(severity_for(gain, c.step_ms), "high" if imb >= 1.5 and m.source == "split sizes" else "medium")
     action = ("balance the routing: a capacity factor (`--moe-capacity 1.25` drops the overflow), a larger "
               "balance-loss weight (`--moe-aux-weight`), or DeepSeek-V3's loss-free bias balancing; if the skew is "
               "in the data, replicate the hot experts (EPLB)")
