@@ -18,7 +18,7 @@ PLACES = [
     ("busbw", [("bandwidth table", "bandwidth")], "rank-"),
     ("comm", [("heatmap", "fig-heatmap"), ("communication table", "overlap")], "rank-"),
     ("overlap", [("heatmap", "fig-heatmap"), ("communication table", "overlap")], "rank-"),
-    ("", [("heatmap", "fig-heatmap")], "rank-"),
+    ("", [("heatmap", "fig-heatmap"), ("step breakdown", "breakdown")], "rank-"),
 ]
 MAX_LINKS = 12
 
@@ -26,7 +26,7 @@ MAX_LINKS = 12
 def anchors(ctx: dict) -> set[str]:
     """Ids of the rows and figures this report will hold."""
     a: Analysis = ctx["a"]
-    ids = {"fig-heatmap", "overlap", "bandwidth", "skew", "breakdown"}
+    ids = {"overlap", "bandwidth", "skew", "breakdown"} | ({"fig-heatmap"} if len(a.ranks) > 1 else set())
     ids |= {f"rank-{r.rank}" for _, r, _ in ctx["shown"]}
     ids |= {f"step-{st['row'].step}" for st in ctx["steps"]}
     if ctx["memory"]:

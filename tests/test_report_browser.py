@@ -122,3 +122,24 @@ def test_the_probe_sees_overflow_and_broken_anchors(tmp_path):
                     '<a class="ev" href="#nowhere">x</a></section></body></html>')
     p = probe(tmp_path, str(page), 800)
     assert p["page"] > p["view"] and p["broken"] == ["nowhere"] and p["wide"] == ["s"]
+
+
+def test_real_gpu_fixture_in_a_narrow_window(tmp_path):
+    """The same layout checks on a report of a real GPU trace (HTA's nccl_data: mangled cuDNN kernel names,
+    no memory events, one of two ranks)."""
+    import os
+
+    from diagnose.analyze import analyze_path
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta", "nccl_data.json.gz")
+    if not os.path.exists(src):
+        pytest.skip("shared real-trace fixtures not present")
+    a = analyze_path(src, jobs=1)
+    path = render_report(a, str(tmp_path / "real.html"))
+    p = probe(tmp_path, path, 800)
+    assert p["page"] <= p["view"] and p["wide"] == [] and p["broken"] == [] and p["nsmall"] == 0, p
+    assert p["evidence"] >= 1 and p["back"] >= 1, p
+    import re
+
+    kernels = open(path, encoding="utf-8").read().split('id="kernels"')[1].split("</section>")[0]
+    assert "_ZN19cutlass" not in re.sub(r'title="[^"]*"', "", kernels) and "cutlass_cudnn_train::Kernel" in kernels
