@@ -114,7 +114,8 @@ def dp_overlap(c: Ctx) -> list[Finding]:
 def exposed_comm(c: Ctx) -> list[Finding]:
     """Exposed communication no specific rule claims: groups of unknown role (foreign traces), context/expert
     groups, and data-parallel traffic whose wrapper is not identified. Says what it is and how much, no setting."""
-    roles = ("?", "cp") + (() if c.a.moe else ("ep",)) + (() if dp_overlap(c) else ("dp",))  # moe rules claim ep  # DP time no DP advice claims is reported here
+    # DP time no DP advice claims is reported here; EP time only where no moe rule reads it (Analysis.moe)
+    roles = ("?", "cp") + (() if c.a.moe else ("ep",)) + (() if dp_overlap(c) else ("dp",))
     roles += () if c.a.pipeline else ("pp",)  # send/recv outside an identified pipeline
     res = _exposed_comm_rule(c, roles)
     if not res:
