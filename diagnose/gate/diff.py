@@ -265,8 +265,8 @@ def differences(a: Analysis, b: Analysis) -> list[str]:
 
 def verdict_line(sections: list[Section]) -> str:
     """B against A in one line: the mean step time's change, then how many rows with a known direction got
-    better or worse (the largest of each named)."""
-    rows = [r for s in sections for r in s.rows]
+    better or worse (the largest of each named), over the cross-rank rows (per-rank rows left out)."""
+    rows = [r for s in sections if not s.title.startswith("Per rank") for r in s.rows]  # rank rows repeat these
     step = next((r for r in rows if r.name == "step time" and r.delta is not None), None)
     judged = [r for r in rows if r.effect and (r.rel is not None or r.unit == "pct")]
     size = lambda r: abs(r.delta) * 100 if r.unit == "pct" else abs(r.rel or 0)
