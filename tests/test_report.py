@@ -422,3 +422,38 @@ def test_gantt_legend_and_replicas_say_what_is_drawn():
     assert "forward" in svg and "weight grad" not in svg and "idle = bubble" in svg
     head = html[html.index("Timeline of one step"):][:400]
     assert "one of 2 data-parallel replicas" in head and "runs on 2 tensor/context-parallel peers" in head
+
+
+def test_many_steps_chart_and_heatmap_grouped_by_host():
+    """40 steps: one chart bar per step, its mean parts summing to the mean step time of the ranks, and the
+    40-row table folded; the heatmap orders ranks by host (then stage, rank) and its cells carry the values."""
+    import dataclasses as dc
+
+    from reports.charts import rank_order, step_series
+    from tests.summaries import _steps
+
+    a = analysis(8)
+    for r in a.ranks:
+        r.steps = _steps(40, 3.0, {"compute_only": 80.0, "overlapped": 12.0, "exposed": 2.0 + r.rank,
+                                   "other": 1.0, "idle": 5.0})
+        r.host = f"node{1 - r.rank % 2}"  # odd ranks on node0, even on node1
+    a.ranks[3].steps[7] = dc.replace(a.ranks[3].steps[7], time_ms=500.0)
+    series = step_series(a)
+    assert [s["step"] for s in series] == list(range(10, 50))
+    s17 = series[7]
+    assert s17["max"] == 500.0 and s17["min"] == pytest.approx(100.0)
+    assert sum(v for _, _, v in series[0]["parts"]) == pytest.approx(statistics_mean([r.steps[0].time_ms
+                                                                                      for r in a.ranks]))
+    html = render_html(a)
+    svg = html[html.index('id="fig-steps"'):].split("</svg>")[0]
+    assert svg.count('<g id="step-bar-') == 40 and "step 17: mean" in svg
+    assert "<details><summary>Per-step table (40 steps)</summary>" in html
+    ranks, groups = rank_order(a)
+    assert [r.rank for r in ranks] == [1, 3, 5, 7, 0, 2, 4, 6]
+    assert [g[0] for g in groups] == ["node0", "node1"]
+    heat = html[html.index('id="fig-heatmap"'):].split("</svg>")[0]
+    assert "exposed comm, rank 7: " in heat or "exposed comm, ranks" in heat
+
+
+def statistics_mean(xs):
+    return sum(xs) / len(xs)
