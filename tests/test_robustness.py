@@ -293,6 +293,28 @@ def test_two_jobs_in_one_folder_keep_their_rank_0(tmp_path):
     assert run.summary["ranks_missing"] == []
 
 
+def test_one_job_with_mixed_device_names_stays_one_job(tmp_path):
+    """Two GPU models in one job (no rank claimed twice, clocks together): nothing is left out."""
+    d = tmp_path / "mixed"
+    for r, name in ((0, "NVIDIA H100 80GB HBM3"), (1, "NVIDIA H100 PCIe")):
+        gpu_rank(r, world_size=2, device_properties=[{"id": 0, "name": name, "totalGlobalMem": 80 << 30}]).write(
+            d / f"rank{r}.json")
+    run = cli(tmp_path, d)
+    assert run.code == 0 and sorted(run.ranks()) == [0, 1], run.err
+
+
+def test_a_trace_from_years_earlier_is_another_job(tmp_path):
+    """Wall clocks from an epoch ts (older Kineto) or from baseTimeNanoseconds (newer: ts is monotonic)."""
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=3, base_us=1_750_000_000_000_000).write(d / "rank0.json")  # epoch µs, 2025
+    gpu_rank(1, world_size=3, extra={"baseTimeNanoseconds": 1_750_000_000_000_000_000 - 1_700_000_000_000_000}
+             ).write(d / "rank1.json")  # monotonic ts + base, 2025 too
+    gpu_rank(2, world_size=3, base_us=1_500_000_000_000_000).write(d / "rank2.json")  # 2017
+    run = cli(tmp_path, d)
+    left_out(run, "rank2.json", "trace of another job (rank 2, unknown device, started 2017-07-14")
+    assert sorted(run.ranks()) == [0, 1]
+
+
 def test_ranks_missing_from_the_world(tmp_path, baseline):
     """Ranks 0 and 1 of 3: both analysed (exit 0), rank 2 listed as missing with a warning, not invented."""
     run = cli(tmp_path, good_folder(tmp_path))

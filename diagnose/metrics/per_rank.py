@@ -59,6 +59,7 @@ class RankOutput:
     bytes_read: int = 0
     error: str | None = None  # one line: the rank could not be analysed
     moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
+    base_time_ns: int | None = None  # Kineto's baseTimeNanoseconds: wall clock of ts 0 (jobs told apart: ranks.py)
     forwards: list[int] = field(default_factory=list)  # llmdiag/forward spans per step (gradient accumulation)
 
 
@@ -134,6 +135,7 @@ def _run(job: RankJob) -> RankOutput:
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
         collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins),
     )
 
@@ -157,6 +159,11 @@ def _collectives(t, wins) -> Collectives:
         out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
                     _seq(args)))
     return collectives_from(out)
+
+
+def _base_time(meta: dict) -> int | None:
+    v = meta.get("baseTimeNanoseconds")
+    return v if type(v) is int and 0 < v < 2**63 else None
 
 
 def _seq(args: dict) -> int:

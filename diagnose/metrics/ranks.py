@@ -93,20 +93,36 @@ def _when(us: float) -> str:
 
 
 def _clock(o: RankOutput) -> float | None:
+    """The wall-clock time (epoch µs) of the rank's trace origin: ts itself where it is an epoch clock (older
+    Kineto), else ts plus baseTimeNanoseconds (newer Kineto writes a monotonic ts and that offset); None
+    where the trace does not say."""
     us = o.metrics.origin_us
-    return us if isinstance(us, float | int) and math.isfinite(us) and PLAUSIBLE_US[0] < us < PLAUSIBLE_US[1] else None
+    if not (isinstance(us, float | int) and math.isfinite(us)):
+        return None
+    base = getattr(o, "base_time_ns", None)
+    if not (PLAUSIBLE_US[0] < us < PLAUSIBLE_US[1]) and type(base) is int:
+        us = us + base / 1000.0
+    return us if PLAUSIBLE_US[0] < us < PLAUSIBLE_US[1] else None
 
 
 def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
-    """Traces grouped into jobs by device name and wall-clock origin; the largest job (the latest on a tie)
-    is kept, the others named with the reason. Traces that do not say (no device, no wall clock) join it."""
+    """Traces grouped into jobs by wall-clock origin (hours apart) and, where two device names both claim
+    the same rank numbers, by device; the largest job (the latest on a tie) is kept, the others named with
+    the reason. Traces that do not say (no device, no wall clock) join it. One job with mixed device names
+    and no rank claimed twice stays one job."""
     clocks = sorted(c for o in good if (c := _clock(o)) is not None)
     edges = [b for a, b in zip(clocks, clocks[1:]) if b - a > JOB_GAP_US]
+    by_device: dict[str, set] = {}
+    for o in good:
+        if o.device_name:
+            by_device.setdefault(o.device_name, set()).add(o.rank)
+    names = list(by_device)
+    clash = any(by_device[x] & by_device[y] for i, x in enumerate(names) for y in names[i + 1:])
 
     def key(o):
         c = _clock(o)
         era = None if c is None else sum(c >= e for e in edges)
-        return (o.device_name or None, era)
+        return ((o.device_name or None) if clash else None, era)
 
     keys = {id(o): key(o) for o in good}
     devices = {k[0] for k in keys.values() if k[0] is not None}
@@ -114,6 +130,8 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
     if len(devices) <= 1 and len(eras) <= 1:
         return good
     count = Counter(k for k in keys.values() if k != (None, None))
+    if not count:
+        return good
 
     def latest(k):
         return max((_clock(o) or 0.0) for o in good if keys[id(o)] == k)
@@ -125,7 +143,7 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
 
     kept = [o for o in good if fits(keys[id(o)])]
     ref = next(o for o in kept if keys[id(o)] == main)
-    here = f"{main[0] or 'unknown device'}, started {_when(c) if (c := _clock(ref)) else 'at an unknown time'}"
+    here = f"{ref.device_name or 'unknown device'}, started {_when(c) if (c := _clock(ref)) else 'at an unknown time'}"
     for o in good:
         if not fits(keys[id(o)]):
             c = _clock(o)
