@@ -63,7 +63,8 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
     scaling = [Case(f"scale:{r}x{scale_mb}", "scaling", r, scale_mb, False) for r in scale_ranks]
     n = 64 if mode == "quick" else 512
     render = [Case(f"render:{n}", "render", n, hta=False)]
-    cost = [Case("render_cost:1x35", "cost", 1, 35, hta=False)]  # benchmarks/render_cost.py: report vs no report
+    # benchmarks/render_cost.py: analyze with / without the report (not in --quick: it runs analyze 2x4 times)
+    cost = [] if mode == "quick" else [Case("render_cost:1x35", "cost", 1, 35, hta=False)]
     return real + sets + scaling + render + cost
 
 
