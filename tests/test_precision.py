@@ -123,3 +123,22 @@ def test_b200_fixture_mxfp4_and_nothing_fp32():
     p = m.hints.gemm_ms_by_precision
     assert p["mxfp4"] == pytest.approx(3.18 + 2.03, abs=0.02)  # the two bmm_*E2m1* GEMMs (ms, from the JSON)
     assert "fp32" not in p and m.hints.fp32_gemm_frac == 0.0
+
+
+@pytest.mark.parametrize("parser", ["msgspec", "orjson"])
+def test_gemm_input_type_kept_by_both_parsers(tmp_path, monkeypatch, parser):
+    from diagnose.io import fastjson
+    from diagnose.io.loader import load_trace
+
+    if parser == "orjson":
+        monkeypatch.setattr(fastjson, "_DECODER", None)
+    elif fastjson._DECODER is None:
+        pytest.skip("msgspec not installed")
+    b = TraceBuilder(rank=0, world_size=1)
+    b.step(1, 0, 1000)
+    for k in range(3):
+        b.cpu_op("aten::mm", 10 + 100 * k, 20, args={"Input type": ["c10::Half", "c10::Half"], "Input Dims": [[2, 2]]})
+    b.cpu_op("aten::add", 400, 20, args={"Input type": ["float"], "Input Dims": [[2]]})  # not a GEMM op: not kept
+    t = load_trace(b.write(tmp_path / "r.json"))
+    kept = [(t.names[t.name[i]], a) for i, a in sorted(t.comm_args.items())]
+    assert kept == [("aten::mm", {"Input type": ["c10::Half", "c10::Half"]})] * 3

@@ -83,10 +83,8 @@ GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "
 
 
 def _is_comm_name(name) -> bool:
-    """Names whose args are kept when they carry Input Dims: gloo/c10d spans (their message size) and GEMM
-    ops (their Input type, recorded beside Input Dims by record_shapes)."""
-    return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name
-                                      or name in GEMM_OPS)
+    """Names whose args are kept when they carry Input Dims: gloo/c10d spans (their message size)."""
+    return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name)
 
 
 class _DictView:
@@ -112,6 +110,11 @@ class _DictView:
         return {k: a[k] for k in _COMM_ARG_KEYS if k in a}
 
     @staticmethod
+    def gemm(a: dict) -> dict | None:
+        it = a.get("Input type")
+        return {"Input type": it} if isinstance(it, list) else None
+
+    @staticmethod
     def get(e: dict, key: str, default=None):
         return e.get(key, default)
 
@@ -124,6 +127,7 @@ class Columns:
         self.cats: dict = {}
         self.threads: dict = {}
         self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
+        self.gemm_name: list[bool] = []  # per name id: a GEMM op whose Input type gives its kernels' precision
         self.thread_names: dict = {}
         self.parts: list[dict] = []
         self.mem_parts: list[dict] = []
@@ -185,6 +189,12 @@ class Columns:
             comm.update(i for i, h in zip(gloo, v.has([args[i] for i in gloo], "Input Dims")) if h)
         for i in sorted(comm):
             self.comm_args[self.n + i] = v.comm(args[i])
+        if len(self.gemm_name) < len(self.names):
+            self.gemm_name += [n in GEMM_OPS for n in list(self.names)[len(self.gemm_name):]]
+        if any(self.gemm_name):  # GEMM ops: only their Input type, shared between equal ones
+            for i in np.flatnonzero(np.array(self.gemm_name, bool)[name_ids]).tolist():
+                if i not in comm and (g := v.gemm(args[i])) is not None:
+                    self.comm_args[self.n + i] = g
         self.n += len(X)
 
     def _thread_ids(self, rows: list, v) -> np.ndarray:

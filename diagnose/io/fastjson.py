@@ -45,6 +45,8 @@ _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
 assert COMM_FIELDS[-len(RAW_FIELDS):] == RAW_FIELDS  # StructView.comm decodes these last values on demand
 _COMM_GET = attrgetter(*(a for _, a in _COMM_ATTRS))
 _COMM_CACHE: dict = {}
+_GEMM_CACHE: dict = {}
+_INPUT_TYPE = dict(_COMM_ATTRS)["Input type"]
 
 if msgspec is not None:
     UNSET = msgspec.UNSET
@@ -122,6 +124,21 @@ class StructView:
             _COMM_CACHE.clear()
         d = _COMM_CACHE[values] = {k: v for (k, _), v in zip(_COMM_ATTRS, values) if v is not UNSET}
         return d
+
+    @staticmethod
+    def gemm(a) -> dict | None:
+        """{"Input type": [...]} of a GEMM op, decoded once per distinct raw value (a trace has few)."""
+        raw = getattr(a, _INPUT_TYPE)
+        if raw is UNSET:
+            return None
+        key = bytes(raw)
+        d = _GEMM_CACHE.get(key)
+        if d is None:
+            v = _raw_value(raw)
+            if len(_GEMM_CACHE) > 10_000:
+                _GEMM_CACHE.clear()
+            d = _GEMM_CACHE[key] = {"Input type": v} if isinstance(v, list) else {}
+        return d or None
 
     @staticmethod
     def get(e, key: str, default=None):

@@ -58,7 +58,7 @@ def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None
     rt = rt[np.isin(t.corr[rt], t.corr[dev]) & np.isin(t.thread[rt], np.unique(t.thread[ops]))]
     if not len(rt):
         return {}
-    best = _explaining_op(t, ops, rt, score or (lambda o: 0))  # runtime index -> op index
+    best = _explaining_op(t, ops, rt, score) if score else _innermost_op(t, ops, rt)  # runtime index -> op index
     corr_op = {int(t.corr[r]): o for r, o in best.items()}
     out = {}
     for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
@@ -74,6 +74,27 @@ def _score(t: RankTrace, o: int) -> int:
     if a and a.get("Collective name"):
         return 2
     return 0 if t.names[t.name[o]] == "record_param_comms" else 1
+
+
+def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+    """The innermost op of `ops` enclosing each runtime call, vectorised: the op starting last at or before the
+    call (the shortest of equal starts) is the innermost when it still runs; calls whose latest op has ended
+    (inside a parent, after a sibling) go through the sweep."""
+    out: dict[int, int] = {}
+    ends = t.ts + t.dur
+    rest = []
+    for th in np.unique(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
+        r = rt[t.thread[rt] == th]
+        j = np.searchsorted(t.ts[o], t.ts[r], side="right") - 1
+        cand = o[np.maximum(j, 0)]
+        hit = (j >= 0) & (ends[cand] >= t.ts[r])
+        out.update(zip(r[hit].tolist(), cand[hit].tolist()))
+        rest.append(r[(j >= 0) & ~hit])
+    if rest and (left := np.concatenate(rest)).size:
+        out.update(_explaining_op(t, ops, left, lambda o: 0))
+    return out
 
 
 def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:

@@ -163,34 +163,54 @@ def gemm_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
     idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
     if not len(idx):
         return {}
-    gemm_ids = set(t.name_ids(is_gemm_name, compute).tolist())
-    idx = idx[np.isin(t.name[idx], list(gemm_ids))] if gemm_ids else idx[:0]
+    gemm_ids = t.name_ids(is_gemm_name, compute)
+    idx = idx[np.isin(t.name[idx], gemm_ids)] if len(gemm_ids) else idx[:0]
     if not len(idx):
         return {}
-    by_name = {i: name_precision(t.names[i]) for i in gemm_ids}
-    host = _host_evidence(t)
-    out: dict[str, int] = {}
-    for i in idx.tolist():
-        p = by_name[int(t.name[i])]
-        h = host.get(i)
-        if h is not None:
-            p = "tf32" if h == "fp32" and p == "tf32" else h
-        key = p or "unknown"
-        out[key] = out.get(key, 0) + int(t.dur[i])
-    return out
-
-
-def _host_evidence(t: RankTrace) -> dict[int, str]:
-    """Kernel index -> precision from the `Input type` of the GEMM op that launched it."""
-    ops = [i for i, a in t.comm_args.items() if "Input type" in a and t.stream[i] < 0
-           and t.names[t.name[i]] in GEMM_OPS]
-    if not ops or t.kind is None:
-        return {}
-    ops_arr = np.array(sorted(ops), np.int64)
-    ops_arr = ops_arr[t.kind[ops_arr] == CPU_OP]
-    out = {}
-    for d, o in host_ops.launching_ops(t, ops_arr, t.kind).items():
-        p = host_precision(t.comm_args[o].get("Input type"))
+    labels = list(PRECISIONS) + ["unknown"]
+    code_of_name = np.full(len(t.names), labels.index("unknown"), np.int8)
+    for i in gemm_ids.tolist():
+        p = name_precision(t.names[i])
         if p is not None:
-            out[d] = p
-    return out
+            code_of_name[i] = labels.index(p)
+    code = code_of_name[t.name[idx]]
+    host_idx, host_code = _host_evidence(t, idx)
+    if len(host_idx):  # host evidence wins, but a float input run as tf32 (the name says so) is tf32
+        pos = np.searchsorted(idx, host_idx)
+        tf32 = (host_code == labels.index("fp32")) & (code[pos] == labels.index("tf32"))
+        code[pos] = np.where(tf32, code[pos], host_code)
+    tot = np.bincount(code, weights=t.dur[idx], minlength=len(labels))
+    return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+
+
+def _host_evidence(t: RankTrace, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel indices among `kernels`, precision codes) from the `Input type` of the GEMM op that launched
+    each (sorted by index)."""
+    empty = np.zeros(0, np.int64), np.zeros(0, np.int8)
+    gemm_name_ids = [i for i, n in enumerate(t.names) if n in GEMM_OPS]
+    if not gemm_name_ids or t.kind is None:
+        return empty
+    ops = np.flatnonzero(np.isin(t.name, gemm_name_ids) & (t.stream < 0) & (t.kind == CPU_OP))
+    ops = ops[[("Input type" in t.comm_args.get(int(o), ())) for o in ops.tolist()]] if len(ops) else ops
+    if not len(ops):
+        return empty
+    labels = list(PRECISIONS) + ["unknown"]
+    memo: dict[int, int] = {}  # id of the (shared) args dict -> code
+    out_i, out_c = [], []
+    wanted = set(kernels.tolist())
+    for d, o in host_ops.launching_ops(t, ops, t.kind).items():
+        if d not in wanted:
+            continue
+        a = t.comm_args[o]
+        c = memo.get(id(a))
+        if c is None:
+            p = host_precision(a.get("Input type"))
+            c = memo[id(a)] = -1 if p is None else labels.index(p)
+        if c >= 0:
+            out_i.append(d)
+            out_c.append(c)
+    if not out_i:
+        return empty
+    i, c = np.array(out_i, np.int64), np.array(out_c, np.int8)
+    o = np.argsort(i)
+    return i[o], c[o]
