@@ -159,3 +159,14 @@ def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
                 per_step[e["args"]["step"]] += e["dur"] / 1000
             for st in r.steps:
                 assert per_step.get(st.step, 0.0) == approx(getattr(st, attr), abs=1e-6), (r.rank, name, st.step)
+
+
+def test_a_lone_surrogate_in_a_trace_name_is_written_not_raised(tmp_path):
+    from diagnose.export.timeline import write_timeline
+
+    b = gpu_rank(0, world_size=1)
+    b.kernel("bad\ud800name", 950, 10, stream=7, launch_at=940)
+    a = _analyse(tmp_path, [b])
+    out = write_timeline(a, str(tmp_path / "t.json"))
+    names = {e.get("name") for e in json.loads(open(out, encoding="utf-8").read())["traceEvents"]}
+    assert any(n and n.startswith("bad") for n in names)

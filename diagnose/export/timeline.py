@@ -163,7 +163,13 @@ def _finding_events(a: Analysis, chosen, wins_of, shift) -> list[dict]:
 
 def write_timeline(a: Analysis, path: str, ranks: list[int] | None = None, max_events: int = MAX_EVENTS) -> str:
     """Write the annotated trace to `path` (atomically) and return the absolute path."""
-    data = orjson.dumps(build_timeline(a, ranks, max_events))
+    tl = build_timeline(a, ranks, max_events)
+    try:
+        data = orjson.dumps(tl)
+    except TypeError:  # a lone surrogate in a trace string (orjson refuses it): the stdlib writes it as \udXXX
+        import json
+
+        data = json.dumps(tl).encode("ascii")
     path = os.path.abspath(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
