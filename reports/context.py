@@ -28,6 +28,7 @@ MAX_RANKS = 32
 MAX_MEMORY_SERIES = 8
 TOP_KERNELS = 20
 MAX_LIST = 40
+KERNEL_NAME_WIDTH = 64  # cut in the middle and kept distinct (model/names.py); the full name on hover
 
 
 class Num:
@@ -168,7 +169,7 @@ def kernel_rows(a: Analysis, top: int = TOP_KERNELS) -> list[dict]:
     """`views.kernel_table`: per step, mean over the ranks whose top-K list holds the kernel (all derived)."""
     rows = views.kernel_table(a, top)
     full = {k.name: demangle(k.name) for k in rows}
-    short = short_names(list(dict.fromkeys(full.values())), 160)
+    short = short_names(list(dict.fromkeys(full.values())), KERNEL_NAME_WIDTH)
     return [{"k": k, "full": full[k.name], "short": short[full[k.name]], "ms": Num(k.ms_per_step, None, "ms"),
              "count": Num(k.count_per_step, None, "avg"), "mean": Num(k.mean_us, None, "us"),
              "max": Num(k.max_us, None, "us"), "share": Num(k.share, None, "pct")} for k in rows]
