@@ -75,7 +75,7 @@ def _read(f, path: str, n: int = -1) -> bytes:
         raise TraceError(f"cannot read: {e.strerror or e}", path) from None
 
 
-def read_bytes(path: str, budget: int | None = None) -> bytes:
+def read_bytes(path: str, budget: int | None = None) -> bytearray:
     """The decompressed JSON bytes of a trace file (gzip, gzip of gzip, or plain), inflated as a stream
     within `budget` bytes (WHOLE_BYTES): a small file that inflates to GBs (a bomb, or megabytes of leading
     whitespace) is refused instead of filling memory. Leading whitespace is dropped as it streams."""
@@ -86,15 +86,15 @@ def read_bytes(path: str, budget: int | None = None) -> bytes:
         for b in src:
             if not out:
                 b = b.lstrip()
-            out += b
-            if len(out) > budget:
+            if len(out) + len(b) > budget:
                 raise TraceError(f"too large to parse whole (over {budget >> 20} MB decompressed, and its layout "
                                  "cannot be streamed)", path, JSON_HINT)
+            out += b
     finally:
         src.close()
-    if not out.strip():
+    if not out:  # leading whitespace was dropped as it streamed: empty means blank
         raise TraceError("empty file", path, "the rank probably died before writing its trace")
-    return bytes(out)
+    return out  # a bytearray (bytes-like: orjson and re read it), not copied to bytes: half the peak
 
 
 def _gunzip(src, path: str):
