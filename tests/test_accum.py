@@ -57,6 +57,27 @@ def test_microsteps_and_traffic_per_optimizer_step(tmp_path, n):
     assert f.gain_kind == "bound"
 
 
+def test_parameters_kept_gathered_are_not_a_finding(tmp_path):
+    """Only the first microstep gathers (what --accum-keep-gathered does): nothing re-gathered, no finding."""
+    for r in range(2):
+        b = _fsdp_rank(r, 4)
+        b.events = [e for e in b.events if not (e.get("name", "").startswith("ncclKernel_AllGather")
+                                                 and _microstep_of(b, e) > 0)]
+        b.write(tmp_path / f"rank{r}.pt.trace.json")
+    a = analyze_path(str(tmp_path))
+    assert a.accum.microsteps == 4 and a.accum.regather_ms_per_step == 0
+    assert a.accum.allgather_ms_per_step == pytest.approx(LAYERS * AG_US / 1000)
+    assert "accum_fsdp_regather" not in [f.id for f in a.findings]
+
+
+def _microstep_of(b: TraceBuilder, event: dict) -> int:
+    """Index of the microstep a device event falls in (forward labels start 50 µs before their microstep)."""
+    starts = sorted(e["ts"] for e in b.events if e.get("name") == "llmdiag/forward")
+    step = [s for s in starts if s <= event["ts"]]
+    k = len(step) - 1
+    return k % 4
+
+
 def test_one_forward_per_step_is_not_accumulation(tmp_path):
     a = _analyse(tmp_path, 1)
     assert a.accum is None

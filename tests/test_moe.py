@@ -37,6 +37,7 @@ PARITY = [  # (id, workload, extra args): every new code path once
     ("dp2-accum4", "dp2", ["--grad-accum", "4"]),
     ("fsdp2-accum4", "fsdp2", ["--grad-accum", "4"]),
     ("dp2-zero1", "dp2", ["--zero", "1"]),
+    ("fsdp2-accum4-keep", "fsdp2", ["--grad-accum", "4", "--accum-keep-gathered"]),
 ]
 
 
@@ -137,6 +138,21 @@ def test_without_the_knob_the_imbalance_rule_is_silent(runs):
     a = analyze_path(runs("ep2", "ep2", MOE))
     assert a.moe is not None and a.moe.imbalance < 1.25
     assert "moe_imbalance" not in [f.id for f in a.findings]
+
+
+def test_fsdp_accumulation_regathers_and_the_fix_gathers_once(runs):
+    """fsdp2, tiny (4 blocks + root), 4 microsteps: FSDP2 gathers 5 groups in each forward and re-gathers the 4
+    blocks in each backward (36 per step) and reduce-scatters 5 once; with --accum-keep-gathered it gathers the
+    5 groups once. The rule fires on the first (its bound: the gathers of microsteps 2-4) and not the second."""
+    def kinds(a):
+        return {c.kind: c.count for c in a.ranks[0].comm_by_kind}
+
+    a = analyze_path(runs("fsdp2-accum4", "fsdp2", ["--grad-accum", "4"]))
+    assert a.accum.microsteps == 4 and kinds(a) == {"allgather": 4 * (5 + 4), "reducescatter": 5}
+    assert "accum_fsdp_regather" in [f.id for f in a.findings]
+    b = analyze_path(runs("fsdp2-accum4-keep", "fsdp2", ["--grad-accum", "4", "--accum-keep-gathered"]))
+    assert b.accum.microsteps == 4 and kinds(b) == {"allgather": 5, "reducescatter": 5}
+    assert b.accum.regather_ms_per_step == 0 and "accum_fsdp_regather" not in [f.id for f in b.findings]
 
 
 def test_dense_runs_have_no_moe_section(runs):

@@ -27,7 +27,7 @@ NON_DEFAULT = {
     "device": "cuda", "sp": True, "bucket_cap_mb": 12.5, "reshard_after_forward": False, "ac": True,
     "with_stack": True, "seed": 7, "lr": 3e-4,
     "moe_experts": 8, "moe_topk": 1, "moe_every": 2, "moe_capacity": 1.25, "moe_route_skew": 0.5,
-    "moe_aux_weight": 0.001, "grad_accum": 4, "zero": 1,
+    "moe_aux_weight": 0.001, "grad_accum": 4, "zero": 1, "accum_keep_gathered": True,
 }
 
 

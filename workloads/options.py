@@ -112,6 +112,8 @@ class RunOptions:
     moe_aux_weight: float = opt(0.01, "MoE: weight of the per-sequence load-balancing loss.")
     grad_accum: int = opt(1, "Gradient accumulation microsteps per optimizer step (DDP no_sync, FSDP2 "
                              "set_requires_gradient_sync).")
+    accum_keep_gathered: bool = opt(False, "FSDP with --grad-accum: keep parameters gathered across the "
+                                           "microsteps (gather once per optimizer step; more memory).")
     zero: int = opt(0, "ZeRO stage for dpN: 0, or 1 = DDP + ZeroRedundancyOptimizer (2/3: use fsdpN).")
     seed: int = opt(0, "Seed for weights and data.")
     lr: float = opt(1e-3, "AdamW learning rate.")

@@ -110,7 +110,11 @@ class Trainer:
         if self.schedule is None:
             model, n = self.modules[0], self.plan.grad_accum
             total = 0.0
+            keep = self.opts.accum_keep_gathered and hasattr(model, "set_reshard_after_backward")
             for i, (x, y) in enumerate(zip(inputs.chunk(n), targets.chunk(n))):
+                if keep:  # FSDP2: gather in the first microstep's forward, reshard after the last backward only
+                    model.set_reshard_after_forward(False)
+                    model.set_reshard_after_backward(i == n - 1)
                 with _grad_sync(model, i == n - 1), autocast:
                     with record_function("llmdiag/forward"):
                         loss = self.loss_fn(model(x), y) / n

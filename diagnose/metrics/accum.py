@@ -3,7 +3,8 @@
 A step (ProfilerStep) of an accumulating run holds N forward/backward microsteps and one optimizer step; the
 data-parallel gradient reduction runs once (DDP `no_sync`, FSDP2 `set_requires_gradient_sync(False)` on the
 others) while FSDP's all-gathers run every microstep. Microsteps are counted from the `llmdiag/forward`
-labels per step (the manifest's `grad_accum` where there are none); communication is already per step,
+labels per step (the manifest's `grad_accum` where there are none). `regather_ms` measures the all-gathers
+launched after a step's second forward began: parameters gathered again in a later microstep; communication is already per step,
 i.e. per optimizer step, and is split here by collective kind so the rules can tell per-microstep traffic
 (all-gathers) from per-optimizer-step traffic (all-reduce / reduce-scatter).
 """
@@ -14,7 +15,9 @@ import statistics
 
 import numpy as np
 
-from diagnose.io.trace import ANNOTATION, RankTrace
+from diagnose.io.trace import ANNOTATION, COMM, RankTrace
+from diagnose.metrics.classify import collective_kind
+from diagnose.metrics.overlap import gloo_collective_labels
 from diagnose.model.moe import AccumSummary
 from diagnose.model.roles import pg_role
 
@@ -23,15 +26,49 @@ FORWARD = "llmdiag/forward"
 
 def forward_counts(t: RankTrace, wins) -> list[int]:
     """`llmdiag/forward` host spans starting in each step window."""
+    ts = _forward_starts(t)
+    return [int(((ts >= w.host_start) & (ts < w.host_end)).sum()) for w in wins] if len(ts) else []
+
+
+def _forward_starts(t: RankTrace) -> np.ndarray:
     ids = t.name_ids(lambda n: n == FORWARD)
     if not len(ids):
-        return []
+        return np.zeros(0, np.int64)
     m = np.isin(t.name, ids) & (t.kind == ANNOTATION) & (t.stream < 0)
-    ts = t.ts[m]
-    return [int(((ts >= w.host_start) & (ts < w.host_end)).sum()) for w in wins]
+    return np.sort(t.ts[m])
 
 
-def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict | None) -> AccumSummary | None:
+def regather_ms(t: RankTrace, wins) -> float:
+    """All-gather time per step launched after the step's second forward began: parameters gathered again in a
+    later microstep (0 when they stay gathered, or without accumulation). Host launch time decides."""
+    starts = _forward_starts(t)
+    idx = np.flatnonzero(t.kind == COMM)
+    if len(starts) < 2 or not len(idx):
+        return 0.0
+    relabel = gloo_collective_labels(t, idx)
+    total = 0
+    for w in wins:
+        inside = starts[(starts >= w.host_start) & (starts < w.host_end)]
+        if len(inside) < 2:
+            continue
+        for i in idx.tolist():
+            kind = relabel.get(i) or collective_kind(t.names[t.name[i]], t.comm_args.get(i))
+            if kind == "allgather" and w.start <= t.ts[i] < w.end and _host_time(t, i) >= inside[1]:
+                total += int(t.dur[i])
+    return total / max(1, len(wins)) / 1e6
+
+
+def _host_time(t: RankTrace, i: int) -> int:
+    c = t.corr[i]
+    if t.stream[i] >= 0 and c >= 0:
+        hit = np.flatnonzero((t.corr == c) & (t.stream < 0))
+        if len(hit):
+            return int(t.ts[hit[0]])
+    return int(t.ts[i])
+
+
+def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict | None,
+                  regather: dict[int, float] | None = None) -> AccumSummary | None:
     """None unless a step holds more than one forward (labels) or the manifest says --grad-accum > 1."""
     counts = [c for cs in forwards.values() for c in cs if c > 0]
     option = manifest.option("grad_accum") if manifest else None
@@ -51,4 +88,5 @@ def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict 
     k = max(1, len(ranks))
     return AccumSummary(microsteps=n, source=source, dp_comm_ms_per_step=sum(dp_ms) / k,
                         dp_ops_per_step=sum(dp_ops) / k, allgather_ms_per_step=sum(gather_ms) / k,
-                        reduce_ms_per_step=sum(reduce_ms) / k)
+                        reduce_ms_per_step=sum(reduce_ms) / k,
+                        regather_ms_per_step=sum((regather or {}).values()) / max(1, len(regather or {})))

@@ -102,7 +102,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         llmdiag_version=version,
         ranks_duplicate=sorted(duplicates),
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
-        accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout),
+        accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
+                            {o.rank: o.regather_ms for o in good}),
     )
 
 

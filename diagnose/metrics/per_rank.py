@@ -20,7 +20,7 @@ from diagnose.metrics.layout import pg_sizes
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
-from diagnose.metrics.accum import forward_counts
+from diagnose.metrics.accum import forward_counts, regather_ms
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
 from diagnose.metrics.pipeline_actions import Action, extract_actions
 from diagnose.metrics.pipeline_infer import Links, infer_actions
@@ -61,6 +61,7 @@ class RankOutput:
     moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
     base_time_ns: int | None = None  # Kineto's baseTimeNanoseconds: wall clock of ts 0 (jobs told apart: ranks.py)
     forwards: list[int] = field(default_factory=list)  # llmdiag/forward spans per step (gradient accumulation)
+    regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -136,7 +137,7 @@ def _run(job: RankJob) -> RankOutput:
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
         collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
-        forwards=forward_counts(t, wins),
+        forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
     )
 
 

@@ -66,3 +66,4 @@ class AccumSummary:
     dp_ops_per_step: float  # data-parallel collectives per optimizer step
     allgather_ms_per_step: float = 0.0  # FSDP parameter gathers: these run every microstep
     reduce_ms_per_step: float = 0.0  # gradient all-reduce / reduce-scatter: once per optimizer step
+    regather_ms_per_step: float = 0.0  # all-gathers launched in microsteps after the first (parameters re-gathered)

@@ -16,19 +16,20 @@ GATHER_FLOOR = 0.03  # all-gather time per optimizer step, as a share of the ste
 
 def accum_fsdp_regather(c: Ctx) -> list[Finding]:
     acc = c.a.accum
-    if not acc or acc.microsteps < 2 or not c.step_ms or acc.allgather_ms_per_step < GATHER_FLOOR * c.step_ms:
+    if not acc or acc.microsteps < 2 or not c.step_ms or acc.regather_ms_per_step < GATHER_FLOOR * c.step_ms:
         return []
     n = acc.microsteps
-    gain = acc.allgather_ms_per_step * (n - 1) / n
+    gain = acc.regather_ms_per_step
     ev = (f"{n} microsteps per optimizer step ({'llmdiag/forward labels' if acc.source == 'labels' else 'manifest'}); "
-          f"data-parallel all-gathers {fmt(acc.allgather_ms_per_step, 'ms')} per optimizer step vs gradient "
-          f"reduction {fmt(acc.reduce_ms_per_step, 'ms')} (which already runs once)")
-    action = ("keep parameters gathered across the accumulation microsteps: FSDP2 `set_reshard_after_backward(False)` "
-              "(and `set_requires_gradient_sync(False)`) on all but the last microstep, `--no-reshard-after-forward`; "
-              "costs the unsharded parameters' memory")
+          f"data-parallel all-gathers {fmt(acc.allgather_ms_per_step, 'ms')} per optimizer step, of which "
+          f"{fmt(acc.regather_ms_per_step, 'ms')} re-gather parameters in microsteps 2..{n}; gradient reduction "
+          f"{fmt(acc.reduce_ms_per_step, 'ms')} (already once)")
+    action = ("keep parameters gathered across the accumulation microsteps (`--accum-keep-gathered`: FSDP2 "
+              "`set_reshard_after_forward(False)` and `set_reshard_after_backward(False)` on all but the last "
+              "microstep); costs the unsharded parameters' memory")
     return [c.finding("accum_fsdp_regather", severity_for(gain, c.step_ms),
                       "FSDP re-gathers parameters in every accumulation microstep", ev, [r.rank for r in c.ranks],
                       steps_where(c.ranks), action,
-                      c.gain_text(gain, f"{n - 1} of {n} microsteps' all-gathers skipped", bound=True), gain,
-                      "accum.allgather_ms_per_step", gain_kind="bound",
+                      c.gain_text(gain, f"the all-gathers of microsteps 2..{n} skipped", bound=True), gain,
+                      "accum.regather_ms_per_step", gain_kind="bound",
                       events=["llmdiag/forward", "all-gather collectives"])]
