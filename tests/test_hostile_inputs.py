@@ -355,3 +355,14 @@ def test_run_on_a_full_disk_is_one_line(tmp_path):
     assert p.returncode == 2
     one_line(p, "manifest.json", "cannot write")
     assert not (out / "manifest.json").exists() and not [n for n in os.listdir(out) if ".tmp" in n]
+
+
+def test_fifo_as_the_job_summary_does_not_hang_the_gate(tmp_path, good):
+    fifo = tmp_path / "step_summary"
+    os.mkfifo(fifo)
+    code = ("import sys; sys.argv = ['llmdiag', 'check', sys.argv[1], '--min-overlap', '0']; "
+            "from diagnose.cli.main import main; main()")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(fifo)}
+    p = subprocess.run([sys.executable, "-c", code, str(good / "good.json")], capture_output=True, text=True,
+                       timeout=30, env=env, cwd=tmp_path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr

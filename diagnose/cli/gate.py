@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import stat
 import sys
 import time
 
@@ -146,11 +147,16 @@ def _job_summary(text: str) -> None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if os.environ.get("GITHUB_ACTIONS") != "true" or not summary:
         return
-    try:
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(text)
+    try:  # non-blocking and regular files only: a FIFO planted there must not hang the gate
+        fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError:
-        pass
+        return
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                f.write(text)
+            except OSError:
+                pass
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
