@@ -217,6 +217,7 @@ def test_the_launch_path_does_not_import_torch():
     (["--workload", "ep2", "--moe-experts", "3"], "3 experts are not divisible by 2"),
     (["--workload", "ep2", "--moe-experts", "2", "--moe-topk", "3"], "--moe-topk 3 is more than --moe-experts 2"),
     (["--workload", "dp2", "--moe-route-skew", "0.5"], "need --moe-experts"),
+    (["--workload", "dp2", "--grad-accum", "2", "--accum-keep-gathered"], "needs fsdpN and --grad-accum >= 2"),
 ])
 def test_cli_rejects_bad_input_with_exit_2_before_any_process(tmp_path, args, needle):
     out = tmp_path / "run"

@@ -145,9 +145,13 @@ class RunOptions:
                            batch=self.batch, moe_experts=self.moe_experts, moe_topk=self.moe_topk,
                            moe_every=self.moe_every, moe_capacity=self.moe_capacity,
                            moe_route_skew=self.moe_route_skew, moe_aux_weight=self.moe_aux_weight)
-        return resolve(self.workload, cfg, schedule=self.schedule, microbatches=self.microbatches,
+        plan = resolve(self.workload, cfg, schedule=self.schedule, microbatches=self.microbatches,
                        batch_given=self.batch is not None, sp=self.sp, ranks_available=ranks_available,
                        ranks_reason=ranks_reason, grad_accum=self.grad_accum, zero=self.zero)
+        if self.accum_keep_gathered and (plan.grad_accum < 2 or plan.layout.fsdp < 2):
+            raise WorkloadError("--accum-keep-gathered needs fsdpN and --grad-accum >= 2",
+                                hint="e.g. fsdp2 --grad-accum 4 --accum-keep-gathered")
+        return plan
 
     def reshard(self, plan: Plan) -> bool:
         """FSDP reshard_after_forward: torchtitan's default, off under PP (it would re-gather per microbatch)."""
