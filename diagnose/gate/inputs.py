@@ -81,10 +81,10 @@ def side_checks(a: Analysis, side: str) -> list[InputCheck]:
                                                      f"analysed trace (ranks {ranks_text(a.ranks_missing)})"))
     left = [i for i in a.issues if i.severity == "error"]
     if left:
-        first = printable(i.message.removeprefix("llmdiag: ")) if (i := left[0]) else ""
+        first = printable(left[0].message.removeprefix("llmdiag: "))
         out.append(InputCheck("ranks_left_out", side, f"{side}: {plural(len(left), 'input')} left out; first: "
                                                       f"{first[:300]}"))
-    dup = sorted(getattr(a, "ranks_duplicate", None) or [])
+    dup = sorted(a.ranks_duplicate)
     if dup:
         out.append(InputCheck("ranks_duplicate", side, f"{side}: ranks {ranks_text(dup)} had more than one trace "
                                                        "file and one was chosen (see the warnings)"))
