@@ -228,6 +228,26 @@ def test_foreign_trace_without_labels_pairs_dispatch_and_combine_by_their_splits
     assert len(m.layers) == 2 * 2 * 4  # 2 steps x (4 forward + 4 backward) dispatches
 
 
+def test_gloo_split_sizes_are_untrusted_text(tmp_path):
+    """gloo all-to-alls carry their splits only in Concrete Inputs: well-formed lists are read, anything else
+    (not a list, negative, bool, mismatched lengths, missing) is skipped without an error."""
+    from diagnose.io.a2a_splits import gloo_a2a_splits
+    from tests.builder import TraceBuilder
+
+    b = TraceBuilder(rank=0, world_size=2, backend="gloo")
+    b.step(1, 0, 1000)
+    bad = [["", "", "", "[1, x]", "[2, 3]", "False", "-1"], ["", "", "", "[-1, 2]", "[2, 3]"],
+           ["", "", "", "[true, 2]", "[2, 3]"], ["", "", "", "[1, 2, 3]", "[2, 3]"], ["", ""], "[1, 2]",
+           ["", "", "", "[]", "[]"], ["", "", "", "[[1], 2]", "[2, 3]"]]
+    for k, ci in enumerate(bad):
+        b.cpu_op("c10d::alltoall_base_", 10 + 10 * k, 5, args={"Concrete Inputs": ci})
+    b.cpu_op("c10d::alltoall_base_", 200, 5, args={"Concrete Inputs": ["", "", "", "[7, 1]", "[4, 4]", "False", "-1"]})
+    path = b.write(tmp_path / "rank0.pt.trace.json")
+    assert [(s, r) for _, s, r in gloo_a2a_splits(path)] == [([4, 4], [7, 1])]
+    a = analyze_path(str(tmp_path))
+    assert a.moe is not None and a.moe.ranks[0].sent == 0  # unpaired, unlabelled: not a dispatch
+
+
 def test_reports_without_moe_have_no_section(tmp_path):
     from tests.builder import gpu_rank
 
