@@ -137,7 +137,7 @@ def test_bounded_reader_units(tmp_path):
     big = tmp_path / "big.gz"
     big.write_bytes(gzip.compress(b"x" * 5000) + gzip.compress(b"y" * 10))  # two members: both read
     assert read_bounded(str(big), 6000) == b"x" * 5000 + b"y" * 10
-    with pytest.raises(LlmdiagError, match="budget"):
+    with pytest.raises(LlmdiagError, match="more than its 4000 bytes budget"):
         read_bounded(str(big), 4000)
     with pytest.raises(LlmdiagError, match="budget"):
         gunzip_bounded(gzip.compress(b"z" * 10_000), 100, "p", "summary")

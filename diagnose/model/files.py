@@ -75,11 +75,14 @@ def read_bounded(path: str, budget: int, what: str = "file", gunzip: bool = True
         os.close(fd)
     raw = b"".join(chunks)
     if len(raw) > budget:
-        raise LlmdiagError(f"{what} is larger than its {budget // MiB or budget} {'MiB' if budget >= MiB else 'bytes'} "
-                           "budget; left unread", path)
+        raise LlmdiagError(f"{what} is larger than its {_size(budget)} budget; left unread", path)
     if gunzip and raw[:2] == b"\x1f\x8b":
         raw = gunzip_bounded(raw, budget, path, what)
     return raw
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n} byte" + ("s" if n != 1 else "")
 
 
 def gunzip_bounded(raw: bytes, budget: int, path: str, what: str) -> bytes:
@@ -94,7 +97,7 @@ def gunzip_bounded(raw: bytes, budget: int, path: str, what: str) -> bytes:
                 out += d.decompress(data, 1 << 20)
                 data = d.unconsumed_tail
                 if len(out) > budget:
-                    raise LlmdiagError(f"{what} decompresses to more than its {budget // MiB} MiB budget; left unread",
+                    raise LlmdiagError(f"{what} decompresses to more than its {_size(budget)} budget; left unread",
                                        path)
         except zlib.error as e:
             raise LlmdiagError(f"{what} is not valid gzip ({e})", path) from None
