@@ -94,6 +94,10 @@ def test_trace_diff_test_memcpy_dtod():
     rel = "hta/trace_diff/test.json.gz"
     f = _a(rel).findings[0]
     assert f.id == "exposed_memcpy" and "Memcpy DtoD" in f.evidence.text
+    # Device-to-device copies dominate: their advice (remove them at the source) comes first, and the pinned
+    # H2D copies are not told to use pinned memory.
+    assert f.action.startswith("find the ops that launch the device-to-device copies")
+    assert "already from pinned memory" in f.action and "`pin_memory=True`" not in f.action
 
 
 def test_vllm_inference_gets_no_training_advice():

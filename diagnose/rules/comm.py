@@ -7,7 +7,7 @@ import statistics
 
 from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, plural
 from diagnose.rules.base import Ctx, severity_for, steps_where
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
@@ -40,7 +40,7 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
             kinds[(cc.kind, cc.pg)] = kinds.get((cc.kind, cc.pg), 0) + cc.count
     what = ", ".join(f"{k} on pg '{pg}'" if pg else k for (k, pg) in sorted(kinds, key=lambda kp: -kinds[kp])[:3])
     ev = (f"{what}: overlap ratio {fmt(ratio, 'pct')}, exposed {fmt(exp_mean, 'ms')} per step = "
-          f"{fmt(exp_mean / step, 'pct')} of the {fmt(step, 'ms')} step (mean over {len(rows)} ranks; worst rank "
+          f"{fmt(exp_mean / step, 'pct')} of the {fmt(step, 'ms')} step (mean over {plural(len(rows), 'rank')}; worst rank "
           f"{worst[0].rank}: {fmt(worst[2], 'ms')})")
     ranks = [x[0].rank for x in bad] or [worst[0].rank]
     steps = steps_where([x[0] for x in bad] or [worst[0]], lambda st: st.exposed_comm_ms >= 0.05 * st.time_ms)
@@ -217,11 +217,11 @@ def stragglers(c: Ctx) -> list[Finding]:
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "
                     "sets the pipeline's pace)")
-    acts.append(f"look for uneven work (data, sequence lengths, layer split) on rank(s) "
+    acts.append(f"look for uneven work (data, sequence lengths, layer split) on {'ranks' if len(found) > 1 else 'rank'} "
                 f"{', '.join(map(str, sorted(found)[:5]))}")
     eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
                      "or its extra compute over the median)", bound=True)
-    return [c.finding("stragglers", severity_for(gain, step), "Straggler rank(s)", ev, list(found), [],
+    return [c.finding("stragglers", severity_for(gain, step), "Straggler ranks" if len(found) > 1 else "Straggler rank", ev, list(found), [],
                       "; ".join(acts), eg, gain, "skew.last_arrivals", gain_kind="bound",
                       events=["collective kernels matched across ranks", "compute kernels"])]
 
@@ -259,7 +259,7 @@ def low_busbw(c: Ctx) -> list[Finding]:
         where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
                  f"{fmt(ref, 'gbps')}: the traces do not say whether the group spans nodes, so it is judged "
                  f"against the lower of {c.device}'s {fmt(lp.busbw_gbps, 'gbps')} ({lp.link}) and one 200 Gb/s NIC")
-        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {len(xs)} ranks, messages "
+        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {plural(len(xs), 'rank')}, messages "
               f"≥ 4 MiB) vs {where} ({fmt(bw / ref, 'pct')})")
         act = ("check the topology (`nvidia-smi topo -m` / `rocm-smi --showtopo`: the fabric, not PCIe/SYS, between "
                "the group's GPUs), `NCCL_DEBUG=INFO` for the transport (and the NIC for groups across nodes), unset "

@@ -6,7 +6,7 @@ import re
 import statistics
 
 from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt
+from diagnose.model.format import fmt, plural
 from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_where
 
 
@@ -46,7 +46,7 @@ def host_bound(c: Ctx) -> list[Finding]:
              f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls" if r.idle else "")
     ev = (f"rank {r.rank}: GPU idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
-          f"10 µs{split} ({len(bad)} rank(s) alike)")
+          f"10 µs{split} ({plural(len(bad), 'rank')} alike)")
     short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5
     act = ("`torch.compile(model)` to fuse the short kernels, or CUDA graphs "
            "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead"
@@ -94,7 +94,7 @@ def allocator_churn(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(x[1] for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle inside "
-          f"{_ops_text(r, ops)} per step ({len(bad)} rank(s))")
+          f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
     act = ("keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
            "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop")
     eg = c.gain_text(gain, "the device idle inside allocator calls (a cached allocation costs microseconds)", True)
@@ -112,7 +112,7 @@ def host_sync(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(x[1] for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle while the host "
-          f"blocks in {_ops_text(r, ops)} per step ({len(bad)} rank(s))")
+          f"blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
     act = ("remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
            "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
     eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
@@ -132,7 +132,7 @@ def dataloader(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(g for _, g in gains)
     w = max(bad, key=lambda r: r.hints.dataloader_frac)
     ev = (f"rank {w.rank}: {fmt(w.hints.dataloader_frac, 'pct')} of the {fmt(w.step_time_ms, 'ms')} step inside "
-          f"DataLoader `__next__` ({len(bad)} rank(s) above 10 %)")
+          f"DataLoader `__next__` ({plural(len(bad), 'rank')} above 10 %)")
     cores, per_host = (c.man.cpu_cores if c.man else None), c.gpus_per_host()
     nw = max(2, int(cores) // int(per_host) - 1) if cores and per_host else 4
     act = (f"`DataLoader(num_workers={nw}, pin_memory=True, persistent_workers=True, prefetch_factor=2)`; "
@@ -153,7 +153,7 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms for r in bad) * (1 - 1 / FP32_TO_BF16_SPEEDUP)
     w = max(bad, key=lambda r: r.hints.fp32_gemm_frac)
     ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
-          f"fp32 GEMMs on compute capability {fmt(w.hints.compute_capability, 'num')} ({len(bad)} rank(s))")
+          f"fp32 GEMMs on compute capability {fmt(w.hints.compute_capability, 'num')} ({plural(len(bad), 'rank')})")
     act = ("`torch.autocast(\"cuda\", dtype=torch.bfloat16)` around forward and loss (or at least "
            "`torch.set_float32_matmul_precision(\"high\")` for TF32)")
     eg = c.gain_text(gain, f"fp32 GEMM time × (1 − 1/{FP32_TO_BF16_SPEEDUP:g}), a conservative bf16 speed-up")
@@ -182,8 +182,10 @@ def contaminated_timings(c: Ctx) -> list[Finding]:
 
 
 def exposed_memcpy(c: Ctx) -> list[Finding]:
-    """Device time in memcpy/memset that no kernel or collective overlaps (CPU offload, pageable H2D/D2H copies):
-    the GPU computes nothing while the copy engine works."""
+    """Device time in memcpy/memset that no kernel or collective overlaps (CPU offload, pageable H2D/D2H copies,
+    device-to-device copies on the compute stream): the SMs compute nothing while the copies run. The advice
+    follows the copies' direction (read from their names): host<->device copies are hidden by pinned memory and
+    a side stream; device-to-device copies are removed at their source (`.contiguous()`, `torch.cat`, clones)."""
     bad = [r for r in c.ranks if r.trace_kind == "gpu" and r.step_time_ms > 0 and r.other_ms > 0
            and r.other_ms >= IDLE_FLOOR * r.step_time_ms]
     if not bad:
@@ -193,12 +195,41 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
     copies = [k for k in w.top_kernels if k.kind in ("memcpy", "memset")][:3]
     names = ", ".join(f"`{_short(k.name)}` {fmt(k.total_ms / w.nsteps, 'ms')}" for k in copies)
     ev = (f"rank {w.rank}: {fmt(w.other_ms, 'ms')} per step ({fmt(w.other_ms / w.step_time_ms, 'pct')}) of memcpy/"
-          f"memset with no kernel or collective running{': ' + names + ' per step' if names else ''} "
-          f"({len(bad)} rank(s))")
-    act = ("overlap the copies with compute: pinned host memory (`pin_memory=True`) and `non_blocking=True` "
-           "copies on a side stream; with CPU offload (FSDP `CPUOffload`, optimizer offload) prefetch the next "
-           "layer's parameters, or keep them on the GPU if memory allows")
+          f"memset with no kernel or collective running{' (all copies, per step: ' + names + ')' if names else ''} "
+          f"({plural(len(bad), 'rank')})")
+    by_dir = _copy_directions(copies)
+    acts = []
+    if by_dir.get("host", 0) > 0:
+        pinned = all("Pinned" in k.name for k in copies if _copy_directions([k]).get("host"))
+        acts.append("overlap the host<->device copies with compute: "
+                    + ("they are already from pinned memory, so issue them `non_blocking=True` on a side stream"
+                       if pinned else "pinned host memory (`pin_memory=True`) and `non_blocking=True` copies on a "
+                       "side stream")
+                    + "; with CPU offload (FSDP `CPUOffload`, optimizer offload) prefetch the next layer's "
+                    "parameters, or keep them on the GPU if memory allows")
+    if by_dir.get("device", 0) > 0:
+        acts.append("find the ops that launch the device-to-device copies (`torch.profiler` with `with_stack=True`, "
+                    "or `llmdiag analyze --timeline`): `.contiguous()` after a transpose, `torch.cat`/`clone`, dtype "
+                    "casts; use views, preallocated buffers or in-place ops so the copy is not needed")
+    if not acts:
+        acts.append("find the ops that launch the copies and overlap them with compute (a side stream) or remove them")
+    if by_dir.get("device", 0) > by_dir.get("host", 0):
+        acts.reverse()
     eg = c.gain_text(gain, "the copy time no compute hides, mean over those ranks", True)
-    return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), "GPU idle behind memory copies", ev,
-                      [r.rank for r in bad], [], act, eg, gain, "ranks[].other_ms", gain_kind="bound",
+    return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), "GPU busy only with memory copies", ev,
+                      [r.rank for r in bad], [], "; ".join(acts), eg, gain, "ranks[].other_ms", gain_kind="bound",
                       events=["gpu_memcpy / gpu_memset events"] + [_short(k.name) for k in copies])]
+
+
+def _copy_directions(copies) -> dict[str, float]:
+    """ms of copies host<->device vs device-to-device, from Kineto's names (`Memcpy HtoD (Pinned -> Device)`,
+    `Memcpy DtoD (Device -> Device)`, `hipMemcpyDtoDAsync`, `CopyDeviceToHost`); memsets and unknown names count
+    for neither."""
+    out: dict[str, float] = {}
+    for k in copies:
+        n = k.name
+        if "DtoD" in n or "Device -> Device" in n or "DeviceToDevice" in n:
+            out["device"] = out.get("device", 0.0) + k.total_ms
+        elif any(x in n for x in ("HtoD", "DtoH", "Host", "Pinned", "Pageable")):
+            out["host"] = out.get("host", 0.0) + k.total_ms
+    return out
