@@ -24,6 +24,9 @@ def _fsdp_rank(rank: int, microsteps: int, steps: int = 2) -> TraceBuilder:
         for _ in range(microsteps):
             b.annotation("llmdiag/forward", t - 50, 20)
             for _ in range(LAYERS):
+                # FSDP2's own record_function span around the gather: how a real trace shows the wrapper
+                # (without it the group's role is unknown and nothing is counted as data parallel).
+                b.annotation("FSDP::all_gather", t - 45, 10)
                 b.nccl("allgather", t, AG_US, stream=20, launch_at=t - 40, nelems=1 << 16, group_size=2,
                        pg_ranks=[0, 1])
                 b.kernel("void gemm_kernel<float>()", t + AG_US, FWD_US, stream=7, launch_at=t - 39)

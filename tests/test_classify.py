@@ -212,8 +212,26 @@ def test_mi300x_all_reduce_far_below_its_link():
     ("vllm::all_reduce", True), ("c10d::wait", False), ("_c10d_functional::wait_tensor", False),
     ("aten::all_reduce_like_name", False), ("prims::broadcast_in_dim", False), ("aten::broadcast_tensors", False),
     ("aten::mm", False), ("deep_ep::Buffer::dispatch", False),
+    ("FSDP::all_gather_copy_in", False), ("FSDP::all_gather_copy_out", False),
 ])
 def test_host_communication_ops(name, want):
     from diagnose.metrics.host_ops import is_comm_op
 
     assert is_comm_op(name) is want
+
+
+def test_a_span_named_for_a_collective_does_not_make_its_kernels_communication(tmp_path):
+    """FSDP2 wraps its all-gather in a `FSDP::all_gather` record_function span that also encloses the copy-in
+    kernels (and, in a trace, whatever the caller launched there): only the NCCL kernel, launched under
+    `record_param_comms`, is communication; the copy kernel under the span alone stays compute."""
+    from tests.builder import TraceBuilder
+
+    b = TraceBuilder(rank=0, world_size=2)
+    b.step(1, 0, 1000)
+    b.annotation("FSDP::all_gather", 10, 200)
+    b.kernel("void at::native::elementwise_kernel<128, 4>(copy)", 300, 50, stream=7, launch_at=20)
+    b.nccl("allgather", 400, 100, stream=20, launch_at=30, nelems=1 << 16, group_size=2, pg_ranks=[0, 1])
+    a = analyze_path(b.write(tmp_path / "rank0.pt.trace.json"), rules=False, jobs=1)
+    (m,) = a.ranks
+    assert [c.kind for c in m.comm_by_kind] == ["allgather"]
+    assert m.comm_ms == pytest.approx(0.1) and m.compute_ms == pytest.approx(0.05)

@@ -141,3 +141,17 @@ def test_mi300_low_busbw_judged_against_a_nic_when_topology_unknown():
     f = _f(rel, "low_busbw")
     assert f.evidence.source == "assumed" and "MI300X" in f.evidence.text and "spans nodes" in f.evidence.text
     assert f.gain_ms <= a.ranks[0].exposed_comm_ms
+
+
+def test_roles_come_from_evidence_not_defaults():
+    """A whole-world all-reduce is data parallel only where the trace shows the wrapper: nccl_data runs DDP (its
+    `DistributedDataParallel.forward` ops give the layout dp=2); the vLLM B200 trace's all-reduce is tensor
+    parallel inference with no group description, so its role stays unknown rather than a guessed dp."""
+    from diagnose.model.views import comm_by_group
+
+    ddp = _a("hta/nccl_data.json.gz")
+    assert ddp.layout and ddp.layout["dp"] == 2
+    assert {g.role for g in comm_by_group(ddp) if g.kind == "allreduce"} == {"dp"}
+    vllm = _a("tracelens/b200_vllm_tp8_rank0.json.gz")
+    assert not vllm.layout
+    assert {g.role for g in comm_by_group(vllm)} == {"?"}

@@ -319,7 +319,11 @@ def test_json_roundtrip_same_findings():
 @pytest.mark.parametrize("pg,kind,size,layout,role", [
     ("mesh_tp", "allreduce", 2, {}, "tp"), ("mesh_dp_shard", "reducescatter", 4, {}, "dp"),
     ("mesh_pp", "send", 2, {}, "pp"), ("default_pg", "allreduce", 8, {"dp": 8}, "dp"),
-    ("0", "allgather", 4, {"tp": 4, "dp": 2}, "tp"), ("", "allreduce", 8, {}, "dp"),
+    ("0", "allgather", 4, {"tp": 4, "dp": 2}, "tp"),
+    # No name and no layout: unknown (an all-reduce of the whole world may be TP inference or a grad-norm sum);
+    # the assembly writes a dp layout only from DDP/FSDP ops seen in the trace.
+    ("", "allreduce", 8, {}, "?"), ("default_pg", "allreduce", 8, {}, "?"),
+    ("", "alltoall", 8, {"dp": 8}, "?"), ("", "alltoall", 8, {"dp": 4, "ep": 2}, "ep"),
     ("1", "allreduce", 2, {"tp": 2, "dp": 2}, "?"), ("", "allreduce", 2, {"tp": 2, "pp": 2}, "tp"),
     ("", "allreduce", 4, {"dp": 4, "tp": 2, "pp": 2}, "dp"),
 ])

@@ -67,7 +67,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                     "contaminated by ranks competing for cores", None, "warning"))
     _mark_failed_ranks(man, issues)
 
-    layout = (man.layout if man else None) or layout_from_pg(good[0].distributed, world)
+    layout = (man.layout if man else None) or layout_from_pg(good[0].distributed, world) or _wrapper_layout(good, world)
     hosts = {o.rank: o.host or (man.host_of(o.rank) if man else None) or "" for o in good}
     offset = _clock_offsets(good, issues)
     if man:
@@ -105,6 +105,16 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
     )
+
+
+def _wrapper_layout(good: list[RankOutput], world: int | None) -> dict | None:
+    """Data parallel over the whole world, read from the trace's DDP / FSDP ops where nothing else names a layout
+    (a foreign trace without a manifest or mesh group names): evidence, not a default. None otherwise."""
+    if not world or world < 2:
+        return None
+    ev = [o.metrics.training for o in good if o.metrics.training is not None]
+    dim = "fsdp" if any(e.fsdp_ops > 0 for e in ev) else "dp" if any(e.ddp_ops > 0 for e in ev) else None
+    return {**{d: 1 for d in DIMS}, dim: world} if dim else None
 
 
 MAX_CLOCK_US = 2.0**52  # µs (~142 years): beyond it a float clock has lost its µs and the trace is not a real clock

@@ -36,15 +36,32 @@ def is_comm_op(name: str) -> bool:
     head = name[:NAME_CAP]
     if "wait" in head[:80]:
         return False
-    return head.startswith(_PREFIXES) or (not head.startswith("aten::") and _NAMESPACED_COLL.match(head) is not None)
+    return head.startswith(_PREFIXES) or is_custom_comm_op(head)
+
+
+def is_custom_comm_op(name: str) -> bool:
+    """A dispatched custom op naming a collective (`vllm::all_reduce`, `trtllm::allreduce`): its kernels are the
+    collective. Copies around a collective (`*copy_in`, `*copy_out`) are not communication."""
+    head = name[:NAME_CAP]
+    return (not head.startswith("aten::") and "copy" not in head[:120]
+            and _NAMESPACED_COLL.match(head) is not None)
+
+
+def is_prefixed_comm_op(name: str) -> bool:
+    head = name[:NAME_CAP]
+    return "wait" not in head[:80] and head.startswith(_PREFIXES)
 
 
 def comm_launches(t: RankTrace, op_kind: np.ndarray) -> dict[int, int]:
     """Device event index -> index of the host communication op that explains it (see module doc).
 
     `op_kind` is classify's kind array so far (host ops and runtime calls already sorted)."""
-    host = (t.stream < 0) & ((op_kind == CPU_OP) | (op_kind == ANNOTATION))
-    return launching_ops(t, np.flatnonzero(t.name_mask(is_comm_op, host)), op_kind, lambda o: _score(t, o))
+    # Annotations (record_function spans: `nccl:all_reduce`, FSDP2's `FSDP::all_gather`, a user's own) count only
+    # under the communication prefixes: a span named for a collective also encloses its copy-in/out kernels and
+    # whatever else the caller launches there. Dispatched custom ops (cpu_op) naming a collective count too.
+    ops = (t.name_mask(is_comm_op, (t.stream < 0) & (op_kind == CPU_OP))
+           | t.name_mask(is_prefixed_comm_op, (t.stream < 0) & (op_kind == ANNOTATION)))
+    return launching_ops(t, np.flatnonzero(ops), op_kind, lambda o: _score(t, o))
 
 
 def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None) -> dict[int, int]:

@@ -22,7 +22,8 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
 
     DeviceMesh names groups `mesh_tp`, `mesh_dp_shard`, ...; otherwise (gloo spans carry no group) a
     collective of a layout with one non-pipeline dimension belongs to it, else the group size is matched
-    against the layout. send/recv are pipeline traffic only where the layout has a pipeline (known or
+    against the layout. With neither a name nor a layout the role is unknown: the assembly writes a layout
+    only from evidence (manifest, DeviceMesh/Megatron group names, DDP/FSDP ops seen in the trace). send/recv are pipeline traffic only where the layout has a pipeline (known or
     inferred from the send/recv chain): all_to_all on old NCCL, ring attention and MoE also send point to
     point.
     """
@@ -31,6 +32,8 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
             return _ROLE_TOKENS[tok]
     if kind == "alltoall" and int((layout or {}).get("ep") or 1) > 1:
         return "ep"  # with expert parallelism the all-to-alls are its dispatch/combine (gloo spans name no group)
+    if kind == "alltoall":
+        return "?"  # unnamed all-to-alls: embedding sharding (TorchRec), Ulysses CP or MoE, never data parallel
     lay = {k: int((layout or {}).get(k) or 1) for k in DIMS}
     if kind in P2P_KINDS:
         return "pp" if lay["pp"] > 1 else "?"
@@ -45,4 +48,4 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
             return hits.pop()
     if lay["pp"] > 1 and group_size == lay["pp"]:  # a group across the pipeline's stages (grad norm, embeddings)
         return "pp"
-    return "dp" if kind in DP_KINDS and not active else "?"
+    return "?"  # no name, no layout: an all-reduce on the default group may be DP, TP or a grad-norm sum
