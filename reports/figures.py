@@ -157,10 +157,12 @@ def memory_timeline(series: list[tuple[str, MemoryStat]]) -> str:
         out.append(f'<line x1="{left}" x2="{W - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e6ec"/>'
                    f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_tick(t)}</text>')
     out.append(f'<text x="16" y="{top + plot_h / 2:.1f}" text-anchor="middle" transform="rotate(-90 16 '
-               f'{top + plot_h / 2:.1f})">{header_unit(unit)} (solid allocated, dashed reserved)</text>')
+               f'{top + plot_h / 2:.1f})">{header_unit(unit)} (solid allocated'
+               f'{", dashed reserved" if any(m.peak_reserved is not None for _, m in series) else ""})</text>')
     for i, (label, m) in enumerate(series):
         colour = SERIES[i % len(SERIES)]
-        for col, dash in ((1, ""), (2, ' stroke-dasharray="5 3"')):
+        cols = ((1, ""), (2, ' stroke-dasharray="5 3"')) if m.peak_reserved is not None else ((1, ""),)
+        for col, dash in cols:  # no reserved line where nothing reserves (CPU): n/a, not a line at zero
             pts = " ".join(f"{sx(p[0]):.1f},{sy(p[col]):.1f}" for p in m.timeline)
             out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.4"{dash}/>')
         out.append(f'<line x1="{W - right + 10}" x2="{W - right + 30}" y1="{top + 8 + 18 * i}" y2="{top + 8 + 18 * i}" '

@@ -683,3 +683,21 @@ def test_interval_algebra_exact():
     assert list(zip(d[0].tolist(), d[1].tolist())) == [(0, 10), (22, 28)]
     assert iv.union([0, 10], [10, 20])[0].tolist() == [0]  # touching intervals merge
     assert iv.overlap_each([0, 12], [12, 40], u).tolist() == [12 + 0, 3 + 10]
+
+
+def test_cpu_memory_has_no_reserved_figure(tmp_path):
+    """CPU memory events carry `Total Reserved` 0 (no caching allocator): the reserved peak is unknown (None, printed
+    n/a), not 0 B, and the device's use is its allocated peak."""
+    from diagnose.analyze import analyze_path
+    from diagnose.cli.terminal import render
+
+    b = TraceBuilder(rank=0, world_size=1)
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::mm", 100, 300)
+    for ts, alloc in ((110, 1 << 20), (200, 3 << 20), (390, 1 << 20)):
+        b.memory(ts, alloc, 0, device_type=0)
+    a = analyze_path(b.write(tmp_path / "rank0.pt.trace.json"), jobs=1)
+    (m,) = a.ranks[0].memory
+    assert m.device == "cpu" and m.peak_allocated == 3 << 20 and m.peak_reserved is None and m.used == 3 << 20
+    line = next(x for x in render(a).splitlines() if x.startswith("0 ") and "cpu" in x)
+    assert "n/a" in line and "3.00" in line

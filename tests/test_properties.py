@@ -143,7 +143,7 @@ def _check_bounds(m):
     for v in (h.short_kernel_frac, h.device_idle_frac, h.dataloader_frac, h.fp32_gemm_frac):
         assert v is None or (0 <= v <= 1 + 1e-12)
     for mem in m.memory:
-        assert mem.peak_allocated >= 0 and mem.peak_reserved >= 0
+        assert mem.peak_allocated >= 0 and (mem.peak_reserved is None or mem.peak_reserved > 0)
 
 
 def _analyse(b: TraceBuilder, name: str):

@@ -276,10 +276,11 @@ def test_low_busbw_silent_for_small_messages_and_cross_node_groups():
     assert "low_busbw" not in ids(s)
 
 
-def test_memory_uses_allocated_when_reserved_is_missing():
+@pytest.mark.parametrize("missing", [0, None])  # 0: summaries of earlier versions; None: nothing reserved
+def test_memory_uses_allocated_when_reserved_is_missing(missing):
     s = summary()
     for r in s["ranks"]:
-        r["memory"][0]["peak_reserved"] = 0  # old traces: Total Reserved not recorded
+        r["memory"][0]["peak_reserved"] = missing  # old traces, CPU: Total Reserved not recorded
     assert "memory_unused" not in ids(s)  # 40 GiB allocated of 80 is not "unused"
     s["ranks"][0]["memory"][0]["peak_allocated"] = int(0.95 * 80 * GIB)
     assert "memory_near_capacity" in ids(s)

@@ -189,7 +189,7 @@ def _throughput(a: Analysis, b: Analysis) -> Section:
 
 
 def _reserved(a: Analysis) -> int | None:
-    return max((m.stat.peak_reserved for m in views.memory_use(a)), default=None)
+    return max((m.stat.peak_reserved for m in views.memory_use(a) if m.stat.peak_reserved is not None), default=None)
 
 
 def _memory(a: Analysis, b: Analysis) -> Section:

@@ -32,7 +32,7 @@ def memory_stats(t: RankTrace, capacity_cpu: int | None = None) -> list[MemorySt
             MemoryStat(
                 device=device,
                 peak_allocated=int(alloc[j]),
-                peak_reserved=int(res.max()),
+                peak_reserved=int(res.max()) if (res > 0).any() else None,  # CPU, 2021 schema: no reserve
                 peak_ms=float(ts[j]) / NS_PER_MS,
                 peak_op=_op_at(t, int(ts[j]), int(m.thread[sel][j])),
                 capacity=_capacity(t, dtype, did, capacity_cpu),

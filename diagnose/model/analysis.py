@@ -70,7 +70,7 @@ class KernelStat:
 class MemoryStat:
     device: str  # "cuda:0", "cpu"
     peak_allocated: int
-    peak_reserved: int
+    peak_reserved: int | None  # None where nothing is reserved or recorded (CPU, the 2021 schema)
     peak_ms: float  # time of the allocated peak, relative to the trace origin
     peak_op: str  # innermost op running at the peak, "" if none
     capacity: int | None  # device memory, where known
@@ -78,9 +78,8 @@ class MemoryStat:
 
     @property
     def used(self) -> int:
-        """Bytes the device holds for the process: reserved, or allocated where older traces record no
-        reserved (0)."""
-        return max(self.peak_reserved, self.peak_allocated)
+        """Bytes the device holds for the process: reserved, or allocated where nothing records a reserve."""
+        return max(self.peak_reserved or 0, self.peak_allocated)
 
     @property
     def used_frac(self) -> float | None:
