@@ -158,8 +158,35 @@ def test_partial_files_of_stopped_ranks_are_removed(tmp_path):
     keep = [tmp_path / "traces" / "rank1.pt.trace.json.gz", tmp_path / "results" / "rank1.json",
             tmp_path / "traces" / "rank9.pt.trace.json.gz.77.json.tmp"]  # rank 9: another node's, maybe still writing
     gone = [tmp_path / "traces" / "rank1.pt.trace.json.gz.4242.json.tmp",
-            tmp_path / "traces" / "rank0.pt.trace.json.gz.4241.gz.tmp", tmp_path / "results" / ".rank1.json.ab12.tmp"]
+            tmp_path / "traces" / "rank0.pt.trace.json.gz.4241.gz.tmp", tmp_path / "results" / ".rank1.json.ab12.tmp",
+            tmp_path / "traces" / ".rank0.pt.trace.json.gz.k3j2x9.json.tmp"]  # profiling.export_trace's mkstemp names
     for p in keep + gone:
         p.write_bytes(b"x" * 100)
-    assert _remove_partial_files(str(tmp_path), range(0, 2)) == 3
+    assert _remove_partial_files(str(tmp_path), range(0, 2)) == 4
     assert all(p.exists() for p in keep) and not any(p.exists() for p in gone)
+
+
+def test_trace_export_uses_unpredictable_temp_files(tmp_path):
+    """The export writes through mkstemp names in the trace folder: a link planted at the old predictable
+    `<path>.<pid>.json.tmp` is never followed, and nothing temporary is left beside the finished trace."""
+    pytest.importorskip("torch")
+    import gzip
+
+    from workloads.profiling import export_trace
+
+    class Prof:
+        def export_chrome_trace(self, name):
+            with open(name, "w") as f:
+                f.write('{"traceEvents": [], "traceName": "%s"}' % name)
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    path = tmp_path / "traces" / "rank0.pt.trace.json.gz"
+    path.parent.mkdir()
+    for suffix in (".json.tmp", ".gz.tmp"):
+        os.symlink(victim, f"{path}.{os.getpid()}{suffix}")
+    export_trace(Prof(), str(path))
+    assert victim.read_text() == "keep"
+    assert gzip.decompress(path.read_bytes()).decode().endswith(f'"traceName": "{path}"}}')
+    left = sorted(p.name for p in path.parent.iterdir() if not p.is_symlink())
+    assert left == ["rank0.pt.trace.json.gz"]
