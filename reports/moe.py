@@ -9,6 +9,7 @@ from __future__ import annotations
 from markupsafe import Markup, escape
 
 from diagnose.model.format import fmt
+from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, moe_cards, moe_rank_rows
 from diagnose.model.moe import MoeSummary
 
 MAX_ANNOTATED = 16  # ranks up to which every cell prints its value
@@ -56,31 +57,31 @@ def section(m: MoeSummary | None) -> Markup:
     if m is None:
         return Markup("")
     e = escape
-    cards = [("imbalance (max/mean tokens)", fmt(m.imbalance, "x"),
-              f"rank {m.hot_rank} receives most" if m.hot_rank is not None else "no split sizes in the trace"),
-             ("worst layer", fmt(m.worst_layer_imbalance, "x"), "max over MoE layers and steps"),
-             ("expert time imbalance", fmt(m.expert_imbalance, "x"),
-              f"slowest: rank {m.slow_expert_rank}" if m.slow_expert_rank is not None else ""),
-             ("dispatch + combine", fmt(m.dispatch_combine_frac, "pct"), "of the step, mean over ranks"),
-             ("exposed all-to-all", fmt(m.a2a_exposed_frac, "pct"), "of the step, mean over ranks")]
+    cards = moe_cards(m)
     html = ['<section id="moe"><h2>Expert parallelism (MoE)</h2>',
             f'<p class="note">Token counts from the all-to-all split sizes ({e(m.source)}; roles from '
             f'{e(m.role_source)}); EP groups: {e("; ".join(str(g) for g in m.groups))}. Per step: mean over the '
             'analysed steps.</p><div class="cards">']
     html += [f'<div class="card"><div class="l">{e(a)}</div><div class="v">{e(b)}</div><div class="l">{e(c)}</div>'
              '</div>' for a, b, c in cards]
-    html.append('</div><div class="tw"><table class="sort"><thead><tr><th>rank</th><th class="r">sent</th>'
-                '<th class="r">received</th><th class="r">dispatch ms</th><th class="r">combine ms</th>'
-                '<th class="r">experts ms</th><th class="r">all-to-all ms</th><th class="r">exposed ms</th>'
-                '<th class="r">step ms</th></tr></thead><tbody>')
-    for r in m.ranks:
-        cells = [fmt(r.sent, "int"), fmt(r.received, "int"), fmt(r.dispatch_ms, "ms", False),
-                 fmt(r.combine_ms, "ms", False), fmt(r.expert_ms, "ms", False), fmt(r.a2a_ms, "ms", False),
-                 fmt(r.a2a_exposed_ms, "ms", False), fmt(r.step_ms, "ms", False)]
-        html.append(f"<tr><td>{int(r.rank)}</td>" + "".join(f'<td class="r">{e(c)}</td>' for c in cells) + "</tr>")
+    html.append('</div><div class="tw"><table class="sort"><thead><tr><th>rank</th>'
+                + "".join(f'<th class="r">{e(h)}</th>' for h in MOE_RANK_HEADER[1:]) + '</tr></thead><tbody>')
+    for row in moe_rank_rows(m):
+        html.append(f"<tr><td>{e(row[0])}</td>" + "".join(f'<td class="r">{e(c)}</td>' for c in row[1:]) + "</tr>")
     html.append("</tbody></table></div>")
     if m.send_matrix:
         html.append('<h3>Token copies sent per step, rank × rank (dispatch; combine sends them back)</h3>'
                     f'<div class="figwrap">{send_heatmap(m)}</div>')
     html.append("</section>")
+    return Markup("".join(html))
+
+
+def accum_section(acc) -> Markup:
+    """Gradient accumulation: microsteps and data-parallel traffic per optimizer step."""
+    if acc is None:
+        return Markup("")
+    html = ['<section id="accum"><h2>Gradient accumulation</h2><div class="cards">']
+    html += [f'<div class="card"><div class="l">{escape(a)}</div><div class="v">{escape(b)}</div>'
+             f'<div class="l">{escape(c)}</div></div>' for a, b, c in accum_cards(acc)]
+    html.append("</div></section>")
     return Markup("".join(html))

@@ -80,6 +80,14 @@ def _moe(a: Analysis) -> Markup:
     return moe_section.section(a.moe)
 
 
+def _accum(a: Analysis) -> Markup:
+    if a.accum is None:
+        return Markup("")
+    from reports import moe as moe_section
+
+    return moe_section.accum_section(a.accum)
+
+
 def render_html(a: Analysis) -> str:
     """The report as a string. Findings are shown as given (`a.findings`, already in the one order); the
     headline's top recommendations are the first three."""
@@ -93,6 +101,7 @@ def render_html(a: Analysis) -> str:
         "pipeline": Markup(figures.pipeline_timeline(pipe["rows"], pipe["t0"], pipe["t1"]) if pipe else ""),
         "memory": Markup(figures.memory_timeline(ctx["memory_series"])),
         "moe": _moe(a),
+        "accum": _accum(a),
     }
     csp = "sha256-" + base64.b64encode(hashlib.sha256(SORT_JS.encode()).digest()).decode()
     return _ENV.get_template("report.html.j2").render(

@@ -58,6 +58,15 @@ def test_microsteps_and_traffic_per_optimizer_step(tmp_path, n):
     f = next(f for f in a.findings if f.id == "accum_fsdp_regather")
     assert f.gain_ms == pytest.approx(n * LAYERS * AG_US / 1000 * (n - 1) / n)
     assert f.gain_kind == "bound"
+    # Terminal and report print the same accumulation figures.
+    from diagnose.cli.terminal import render
+    from diagnose.model.moe_view import accum_cards
+    from reports.render import render_html
+
+    text, html = render(a, width=200), render_html(a)
+    assert 'id="accum"' in html
+    for label, value, _ in accum_cards(acc):
+        assert f"  {label}: {value}" in text and f">{value}<" in html
 
 
 def test_parameters_kept_gathered_are_not_a_finding(tmp_path):

@@ -193,6 +193,16 @@ def test_generated_gpu_moe_trace_gives_the_cpu_runs_figures(tmp_path, mode):
     assert 'id="moe"' in html and ('fig-moe-send' in html) == (mode == "nccl")
     if mode == "nccl":  # the heatmap prints the send matrix: 384 x 4 layers to rank 0, 128 x 4 to rank 1
         assert m.send_matrix == [[4 * row[0], 4 * row[1]]] * 2 and ">1,536<" in html and ">512<" in html
+    # The terminal prints the same MoE figures as the report, cell for cell.
+    from diagnose.cli.terminal import render
+    from diagnose.model.moe_view import moe_cards, moe_rank_rows
+
+    text = render(a, width=200)
+    for label, value, _ in moe_cards(m):
+        assert f"  {label}: {value}" in text and f">{value}<" in html
+    for cells in moe_rank_rows(m):
+        assert any(line.split() == cells for line in text.splitlines())
+        assert "".join(f'<td class="r">{c}</td>' for c in cells[1:]) in html
 
 
 def test_exposed_dispatch_combine_and_ep_across_nodes(tmp_path):

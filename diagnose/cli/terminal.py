@@ -18,6 +18,7 @@ from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
+from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, moe_cards, moe_rank_rows
 from diagnose.model.names import demangle, middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -242,14 +243,33 @@ def _issues(a: Analysis) -> str:
     return "\n".join(out)
 
 
+def _cards(title: str, cards: list[tuple[str, str, str]]) -> str:
+    return "\n" + _wrap(title) + "\n" + "\n".join(_wrap(f"{v}  {note}".rstrip(), "    ", f"  {label}: ")
+                                                 for label, v, note in cards)
+
+
+def _moe(a: Analysis) -> str:
+    m = a.moe
+    if m is None:
+        return ""
+    head = _cards(f"Expert parallelism (MoE; token counts from {m.source}, roles from {m.role_source}; EP groups "
+                  f"{'; '.join(str(g) for g in m.groups)})", moe_cards(m))
+    return head + "\n" + _table("MoE per rank (tokens and ms per step, mean over the analysed steps)",
+                                MOE_RANK_HEADER, moe_rank_rows(m), cut=set())
+
+
+def _accum(a: Analysis) -> str:
+    return _cards("Gradient accumulation (per optimizer step)", accum_cards(a.accum)) if a.accum else ""
+
+
 def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
     """The analysis as text, in the report's order of sections, fitted to `width` columns (tables cut their
     name columns in the middle, prose wraps); severities coloured when `colour` (a tty; click.style, so no
     extra dependency, and click.echo drops the codes where the output is piped)."""
     tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
     try:
-        parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _kernels(a), _memory(a), _skew(a), _findings(a),
-                 _issues(a)]
+        parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _memory(a),
+                 _skew(a), _findings(a), _issues(a)]
     finally:
         WIDTH.reset(tw)
         COLOUR.reset(tc)
