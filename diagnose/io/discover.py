@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.model.files import MANIFEST_BUDGET, read_bounded
+from diagnose.model.files import MANIFEST_BUDGET, read_bounded, special
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
 NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}
@@ -51,7 +50,7 @@ def discover(paths: list[str] | str) -> Source:
                 manifest = read_manifest(m)
                 run_folder = True
             files += _walk(p, skipped)
-        elif (why := _special(p)) is not None:
+        elif (why := special(p)) is not None:
             raise LlmdiagError(f"not a regular file ({why})", p, "give a trace file or a folder of traces")
         else:
             files.append(p)
@@ -65,25 +64,6 @@ def discover(paths: list[str] | str) -> Source:
     for suffix in (".gz", ".json", ".pt.trace"):
         name = name[: -len(suffix)] if name.endswith(suffix) else name
     return Source(paths[0], name or "traces", sorted(dict.fromkeys(files)), manifest, run_folder, skipped)
-
-
-def _special(path: str) -> str | None:
-    """Why `path` (following links) cannot be read as a file: a FIFO would block the reader forever."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None  # broken link or loop: the loader names the error
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a named pipe"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return "not a regular file"
 
 
 def _walk(root: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
@@ -105,7 +85,7 @@ def _walk(root: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
             if n in NOT_TRACES or not n.endswith(TRACE_SUFFIXES):
                 continue
             path = os.path.join(d, n)
-            why = _special(path)
+            why = special(path)
             if why is None:
                 out.append(path)
             elif why != "a directory" and skipped is not None:  # symlinked folders are not followed, silently
