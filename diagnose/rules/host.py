@@ -88,37 +88,36 @@ def _ops_text(r, ops: dict) -> str:
 def allocator_churn(c: Ctx) -> list[Finding]:
     """Device idle inside malloc/free runtime calls: the caching allocator is off or `empty_cache()` runs in the
     loop, so every tensor pays a synchronising cudaMalloc/cudaFree (hipMalloc/hipFree)."""
-    bad = _blocking(c, alloc=True)
-    if not bad:
-        return []
-    gain = statistics.fmean(x[1] for x in bad)
-    r, tot, ops = max(bad, key=lambda x: x[1])
-    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle inside "
-          f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
-    act = ("keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
-           "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop")
-    eg = c.gain_text(gain, "the device idle inside allocator calls (a cached allocation costs microseconds)", True)
-    return [c.finding("allocator_churn", severity_for(gain, c.step_ms), "GPU idle in memory allocation calls", ev,
-                      [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=[_short(k) for k in sorted(ops)])]
+    return _blocking_finding(
+        c, True, "allocator_churn", "GPU idle in memory allocation calls", "inside",
+        "keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
+        "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop",
+        "the device idle inside allocator calls (a cached allocation costs microseconds)")
 
 
 def host_sync(c: Ctx) -> list[Finding]:
     """Device idle while the host blocks on the device (`.item()`, `.cpu()`, synchronize): the host cannot queue
     the next kernels until the copy returns, so the GPU drains and waits."""
-    bad = _blocking(c, alloc=False)
+    return _blocking_finding(
+        c, False, "host_sync", "GPU idle behind host synchronisation", "while the host blocks in",
+        "remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
+        "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`",
+        "the device idle while the host blocks on those calls")
+
+
+def _blocking_finding(c: Ctx, alloc: bool, rule: str, title: str, where: str, act: str, gain_why: str) -> list[Finding]:
+    """One finding for device idle in the chosen blocking runtime calls (allocator or host sync), naming the
+    calls of the worst rank; the gain is a bound: that idle, mean over the ranks above the floor."""
+    bad = _blocking(c, alloc=alloc)
     if not bad:
         return []
     gain = statistics.fmean(x[1] for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
-    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle while the host "
-          f"blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
-    act = ("remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
-           "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
-    eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
-    return [c.finding("host_sync", severity_for(gain, c.step_ms), "GPU idle behind host synchronisation", ev,
-                      [x[0].rank for x in bad], [], act, eg, gain, "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=[_short(k) for k in sorted(ops)])]
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle {where} "
+          f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
+    eg = c.gain_text(gain, gain_why, True)
+    return [c.finding(rule, severity_for(gain, c.step_ms), title, ev, [x[0].rank for x in bad], [], act, eg, gain,
+                      "ranks[].idle.runtime_ops", gain_kind="bound", events=[_short(k) for k in sorted(ops)])]
 
 
 def dataloader(c: Ctx) -> list[Finding]:
