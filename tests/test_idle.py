@@ -49,6 +49,31 @@ def test_idle_split_by_host_activity(tmp_path):
     assert parts == pytest.approx(i.idle_ms)
 
 
+def test_idle_intervals_are_the_hand_placed_gaps(tmp_path):
+    """The attribution's intervals (what the timeline's idle track draws and the breakdown sums), in ns on the
+    trace's own clock: each hand-placed gap under its own cause, and nothing else."""
+    from diagnose.io.loader import load_trace
+    from diagnose.metrics.classify import classify
+    from diagnose.metrics.idle import idle_intervals
+    from diagnose.metrics.steps import windows
+
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        _gpu_step(b, k, (k - 1) * 1000)
+    t = load_trace(b.write(tmp_path / "rank0.json"))
+    classify(t)
+    wins, _ = windows(t)
+    steps = idle_intervals(t, wins)
+    assert [s.step for s in steps] == [1, 2]
+    for s in steps:
+        k0 = next(w.host_start for w in wins if w.step == s.step)  # the ProfilerStep's start: k0
+        got = [(c, op, [(int(a) - k0, int(e) - k0) for a, e in zip(*u)]) for c, op, u in s.parts]
+        assert got == [("queued", "", [(650_000, 700_000)]), ("runtime", "aten::item", [(200_000, 300_000)]),
+                       ("runtime", "hipFree", [(300_000, 450_000)]), ("host_bound", "", [(500_000, 600_000)])]
+        assert [(int(a) - k0, int(e) - k0) for a, e in zip(*s.idle)] == [(200_000, 450_000), (500_000, 600_000),
+                                                                          (650_000, 700_000)]
+
+
 def test_capture_edge_is_not_host_bound(tmp_path):
     """No ProfilerStep: a 493 µs host-only lead-in before the first kernel is the capture's edge, never idle,
     host-bound time or a finding's gain."""

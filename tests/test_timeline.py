@@ -1,6 +1,7 @@
 """`analyze --timeline`: the merged, annotated Chrome trace is valid trace JSON, its added intervals are the
 metrics' own (they sum to each step's exposed communication and idle, to each stage's window − busy, and the
-earliest rank's wait at a collective is its arrival skew), clocks are aligned as the skew analysis aligns
+earliest rank's wait at a collective is its arrival skew; the idle intervals of each cause sum to the idle
+attribution's own total for it, to the ns), clocks are aligned as the skew analysis aligns
 them, and its size is bounded by the stated cap."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from diagnose.analyze import analyze_path
 from diagnose.cli.main import main
 from diagnose.export.timeline import build_timeline
+from diagnose.metrics.idle import CAUSES
 from tests.builder import TraceBuilder, gpu_rank
 from tests.test_metrics_exact import ONE_F_ONE_B_P2, _one_f_one_b_ranks
 
@@ -28,8 +30,9 @@ def _analyse(tmp_path, builders, **kw):
 
 
 def _track(tl, rank, name):
+    """A track's intervals; "idle" takes the idle track whole, whatever the cause in each interval's name."""
     return [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["cat"] == "llmdiag" and e["pid"] == rank
-            and e["name"] == name]
+            and (e["name"] == name or e["name"].startswith(f"{name}: "))]
 
 
 def _uneven(rank: int, world: int = 4, **kw) -> TraceBuilder:
@@ -159,6 +162,12 @@ def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
                 per_step[e["args"]["step"]] += e["dur"] / 1000
             for st in r.steps:
                 assert per_step.get(st.step, 0.0) == approx(getattr(st, attr), abs=1e-6), (r.rank, name, st.step)
+        per_cause = defaultdict(float)
+        for e in _track(tl, r.rank, "idle"):
+            per_cause[e["args"]["cause"]] += e["dur"] / 1000 / len(r.steps)
+        assert per_cause and set(per_cause) <= set(CAUSES)
+        for cause in CAUSES:
+            assert per_cause[cause] == approx(getattr(r.idle, f"{cause}_ms"), abs=1e-6), (r.rank, cause)
 
 
 def test_a_lone_surrogate_in_a_trace_name_is_written_not_raised(tmp_path):
@@ -170,3 +179,76 @@ def test_a_lone_surrogate_in_a_trace_name_is_written_not_raised(tmp_path):
     out = write_timeline(a, str(tmp_path / "t.json"))
     names = {e.get("name") for e in json.loads(open(out, encoding="utf-8").read())["traceEvents"]}
     assert any(n and n.startswith("bad") for n in names)
+
+
+def _idle_causes_rank() -> TraceBuilder:
+    """Every cause placed by hand. Steps 1 and 2 (k0 = 0, 1500; span [k0, k0+1500]): test_idle's gaps (aten::item
+    [200, 300] and hipFree [300, 450] runtime, [500, 600] host-bound, [650, 700] queued), then gaps [1000, 1100]
+    (DataLoader 80, a launch 1, unattributed 19), [1150, 1250] (barrier 60, a launch 1, unattributed 39) and
+    [1300, 1400] (a launch 1, unattributed 99). Step 3 [3000, 3400]: host work only, so all capture edge."""
+    from tests.test_idle import _gpu_step
+
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        k0 = (k - 1) * 1500
+        _gpu_step(b, k, k0)  # its ProfilerStep span [k0, k0+1000] merges with the longer one here
+        b.step(k, k0, k0 + 1500)
+        b.cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", k0 + 1000, 80)
+        b.kernel("gemm_e", k0 + 1100, 50, launch_at=k0 + 1090)
+        b.cpu_op("c10d::barrier", k0 + 1150, 60)
+        b.kernel("gemm_f", k0 + 1250, 50, launch_at=k0 + 1240)
+        b.kernel("gemm_g", k0 + 1400, 50, launch_at=k0 + 1300)
+    b.step(3, 3000, 3400)
+    b.cpu_op("aten::add", 3050, 100)
+    return b
+
+
+def test_idle_track_is_split_by_cause_and_sums_to_the_idle_attribution(tmp_path):
+    """Per cause (and per op of a blocking runtime call) the exported idle intervals sum, to the ns, to the
+    idle attribution's own total; their union is each step's window − busy (the idle track before the split)."""
+    import numpy as np
+
+    from diagnose.export.tracks import step_tracks
+    from diagnose.io.loader import load_trace
+    from diagnose.metrics import intervals as iv
+    from diagnose.metrics.classify import classify
+    from diagnose.metrics.overlap import timeline
+    from diagnose.metrics.steps import windows
+    from diagnose.model.format import NS_PER_MS
+
+    a = _analyse(tmp_path, [_idle_causes_rank()])
+    (r,) = a.ranks
+    i = r.idle
+    tl = json.loads(json.dumps(build_timeline(a)))
+    ev = _track(tl, r.rank, "idle")
+    by_cause, by_op = defaultdict(int), defaultdict(int)
+    for e in ev:
+        cause, op = e["args"]["cause"], e["args"].get("op")
+        assert e["name"] == (f"idle: {cause} {op}" if op else f"idle: {cause}")
+        assert (op is not None) == (cause == "runtime")
+        ns = round(e["dur"] * 1000)
+        by_cause[cause] += ns
+        by_op[op] += ns if op else 0
+    n = len(r.steps) * NS_PER_MS
+    assert set(by_cause) == set(CAUSES)  # the trace plants every cause
+    for cause in CAUSES:
+        assert by_cause[cause] / n == getattr(i, f"{cause}_ms"), cause  # exactly: one computation
+    assert {k: v / n for k, v in by_op.items() if k} == i.runtime_ops
+    assert sum(by_cause.values()) / n == i.idle_ms
+    # by hand, ns over the 3 steps
+    assert dict(by_cause) == {"runtime": 500_000, "host_bound": 206_000, "queued": 100_000, "dataloader": 160_000,
+                              "comm_wait": 120_000, "unattributed": 314_000, "edge": 400_000}
+    assert {k: v for k, v in by_op.items() if k} == {"aten::item": 200_000, "hipFree": 300_000}
+    # their union is the idle track as it was: each window minus every device event (overlap.timeline)
+    t = load_trace(r.file)
+    classify(t)
+    wins, _ = windows(t)
+    tl_dev = timeline(t)
+    split = step_tracks(t, wins).idle
+    for w in wins:
+        whole = (np.array([w.start], np.int64), np.array([w.end], np.int64))
+        want = iv.difference(whole, iv.union_of(tl_dev.compute, tl_dev.comm, tl_dev.other))
+        mine = [x for x in split if x[2] == w.step]
+        got = iv.union(np.array([x[0] for x in mine], np.int64), np.array([x[1] for x in mine], np.int64))
+        assert sum(x[1] - x[0] for x in mine) == iv.total(got)  # the causes never overlap
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), w.step

@@ -2,9 +2,11 @@
 
 Each rank is a process (`pid` = rank) holding its own trace events, re-read from its file, and tracks added
 by llmdiag: exposed communication, idle, the pipeline bubble of its stage, straggler waits; the findings are
-instant events on an `llmdiag findings` process. Clocks are aligned as `analyze` aligns them: each rank's
-trace origin against the earliest rank's, then the per-host shift the skew analysis applied. Times are µs
-from the earliest rank's origin, so Perfetto and chrome://tracing open it.
+instant events on an `llmdiag findings` process. On a GPU rank the idle track is split by cause as the idle
+attribution splits it (`idle: host_bound`, `idle: runtime hipFree`, ...; `cause` and `op` in the args).
+Clocks are aligned as `analyze` aligns them: each rank's trace origin against the earliest rank's, then the
+per-host shift the skew analysis applied. Times are µs from the earliest rank's origin, so Perfetto and
+chrome://tracing open it.
 
 Size is bounded: at most `max_events` of the traces' own events in all (default 300,000, about 40 MB);
 past the cap each rank keeps its longest events and the file says how many were dropped. Each added track
@@ -136,9 +138,14 @@ def _track_events(rank: int, tr: tk.RankTracks, sh: int, cap: int) -> tuple[list
             xs = sorted(sorted(xs, key=lambda x: x[0] - x[1])[:cap])
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": -10 + tid % 10}})
-        for s, e, tag in xs:
+        for s, e, tag, *why in xs:
+            name = label.removeprefix("llmdiag: ")
             args = {"step": tag} if key != "waits" else {"collective": tag}
-            out.append({"ph": "X", "name": label.removeprefix("llmdiag: "), "cat": "llmdiag", "pid": rank, "tid": tid,
+            if why:  # an idle interval's cause, and the op of a blocking runtime call: "idle: runtime hipFree"
+                cause, op = why
+                name = f"{name}: {cause} {op}" if op else f"{name}: {cause}"
+                args = {**args, "cause": cause, **({"op": op} if op else {})}
+            out.append({"ph": "X", "name": name, "cat": "llmdiag", "pid": rank, "tid": tid,
                         "ts": (s + sh) / 1000.0, "dur": (e - s) / 1000.0, "args": args})
     return out, dropped
 

@@ -3,7 +3,9 @@
 Each track is computed by the same functions the metrics use (`overlap.timeline`, `steps.windows`,
 `pipeline_actions.extract_actions`, the skew's matching key), on the rank's own clock (int ns); the caller
 shifts them onto the aligned clock. So the exposed-communication intervals of a step sum to the step's
-`exposed_comm_ms`, its idle intervals to `idle_ms`, and a stage's bubble intervals to window − busy.
+`exposed_comm_ms`, its idle intervals to `idle_ms`, and a stage's bubble intervals to window − busy. On a GPU
+trace the idle intervals are those of the idle attribution (`idle.idle_intervals`), one per cause (and op, for
+blocking runtime calls): per cause they sum to the rank's `IdleBreakdown`, and together they are window − busy.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import numpy as np
 from diagnose.io.trace import COMM, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import collective_kind
+from diagnose.metrics.idle import idle_intervals
 from diagnose.metrics.overlap import gloo_collective_labels, in_windows, pg_label, timeline
 from diagnose.metrics.pipeline_actions import Action
 from diagnose.metrics.steps import Window
 from diagnose.model.roles import P2P_KINDS
-
 
 
 @dataclass
@@ -28,7 +30,7 @@ class RankTracks:
     """Intervals (start ns, end ns, step) on the rank's own clock, by track name."""
 
     exposed: list[tuple[int, int, int]] = field(default_factory=list)
-    idle: list[tuple[int, int, int]] = field(default_factory=list)
+    idle: list[tuple] = field(default_factory=list)  # (start, end, step, cause, op) on GPU, (start, end, step) on CPU
     bubble: list[tuple[int, int, int]] = field(default_factory=list)
     waits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, "kind pg")
 
@@ -45,14 +47,20 @@ def _pairs(u: iv.Union, step: int) -> list[tuple[int, int, int]]:
 
 
 def step_tracks(t: RankTrace, wins: list[Window]) -> RankTracks:
-    """Exposed communication (comm − compute) and idle (the window − everything) per analysis window."""
+    """Exposed communication (comm − compute) and idle (the window − everything) per analysis window; on a GPU
+    trace the idle comes split by cause, as the idle attribution splits it."""
     tl = timeline(t)
+    split = idle_intervals(t, wins)
     out = RankTracks()
-    for w in wins:
+    for j, w in enumerate(wins):
         comp, comm, other = (_clip(u, w.start, w.end) for u in (tl.compute, tl.comm, tl.other))
         out.exposed += _pairs(iv.difference(comm, comp), w.step)
-        whole = (np.array([w.start], np.int64), np.array([w.end], np.int64))
-        out.idle += _pairs(iv.difference(whole, iv.union_of(comp, comm, other)), w.step)
+        if split is None:
+            whole = (np.array([w.start], np.int64), np.array([w.end], np.int64))
+            out.idle += _pairs(iv.difference(whole, iv.union_of(comp, comm, other)), w.step)
+        else:
+            out.idle += sorted((s, e, w.step, cause, op) for cause, op, u in split[j].parts
+                               for s, e, _ in _pairs(u, w.step))
     return out
 
 

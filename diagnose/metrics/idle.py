@@ -7,11 +7,14 @@ not on the host, so no host-side change removes it), a blocking runtime call or 
 `cudaStreamSynchronize`, `hipFree`, ..., by name),
 the DataLoader, a host-side communication wait, any other host op (host-bound: launches cannot keep up),
 and what is left (no host event seen). Attributing each piece once keeps the parts summing to the idle time.
+`idle_intervals` gives the attributed intervals of each step (the timeline's idle track); `idle_breakdown`
+is their totals, so the numbers and the track cannot disagree.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,11 +57,69 @@ def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
     return iv.union(np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi))
 
 
+# The causes in order of precedence; each names its IdleBreakdown field (`<cause>_ms`).
+CAUSES = ("edge", "queued", "runtime", "dataloader", "comm_wait", "host_bound", "unattributed")
+
+
+@dataclass
+class StepIdle:
+    """One window's device idle (int ns, the rank's own clock) and where it went: `parts` are (cause, op name
+    for `runtime` else "", intervals) in precedence order, disjoint, and together exactly `idle`."""
+
+    step: int
+    idle: iv.Union
+    parts: list[tuple[str, str, iv.Union]]
+
+
+def idle_intervals(t: RankTrace, wins: list[Window]) -> list[StepIdle] | None:
+    """The attributed idle intervals of each window (None on CPU-only traces): what `idle_breakdown` sums."""
+    got = _attribute(t, wins)
+    return got[0] if got else None
+
+
 def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
-    """Mean per-step device idle of a GPU trace, split by cause (None on CPU-only traces)."""
+    """Mean per-step device idle of a GPU trace, split by cause (None on CPU-only traces): the totals of
+    `idle_intervals`, so the timeline's idle track and these numbers are one computation."""
+    got = _attribute(t, wins)
+    if got is None:
+        return None
+    steps, named = got
+    parts = dict.fromkeys(CAUSES, 0)
+    idle = 0
+    ops: dict[str, int] = {}
+    for st in steps:
+        idle += iv.total(st.idle)
+        for cause, op, u in st.parts:
+            ns = iv.total(u)
+            parts[cause] += ns
+            if op:
+                ops[op] = ops.get(op, 0) + ns
+    n = len(wins) * NS_PER_MS
+    calls: dict[str, float] = {}
+    for i in t.name[in_windows(t, named, wins)].tolist():
+        calls[t.names[i]] = calls.get(t.names[i], 0) + 1
+    top = sorted(ops, key=lambda k: -ops[k])[:RUNTIME_OPS_KEPT]
+    return IdleBreakdown(
+        idle_ms=idle / n, **{f"{c}_ms": parts[c] / n for c in CAUSES}, runtime_ops={k: ops[k] / n for k in top},
+        runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
+    )
+
+
+def _split(a: iv.Union, b: iv.Union) -> tuple[iv.Union, iv.Union]:
+    """(A ∩ B, A − B) in one pass over the elementary pieces between all boundaries (as iv.difference)."""
+    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    lo, hi = pts[:-1], pts[1:]
+    in_a = iv.overlap_each(lo, hi, a) == (hi - lo)
+    in_b = iv.overlap_each(lo, hi, b) > 0
+    return iv.union(lo[in_a & in_b], hi[in_a & in_b]), iv.union(lo[in_a & ~in_b], hi[in_a & ~in_b])
+
+
+def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.ndarray] | None:
+    """Each window's idle split by cause, and the mask of the named blocking ops (their calls are counted)."""
     if not t.is_gpu or not wins:
         return None
-    device = (t.stream >= 0) & np.isin(t.kind, (COMPUTE, COMM, MEMCPY, MEMSET))
+    # Device work as the step breakdown counts it (overlap.timeline): its idle is this idle, to the ns.
+    device = np.isin(t.kind, (COMPUTE, COMM, MEMCPY, MEMSET))
     host = (t.stream < 0) & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC, ANNOTATION))
     busy = _u(t, device)
     syncs = t.name_mask(is_host_sync_op, host & (t.kind == CPU_OP))
@@ -67,49 +128,30 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
     by_dur = np.unique(t.name[blocking]).tolist()
     by_dur.sort(key=lambda i: -int(t.dur[blocking & (t.name == i)].sum()))
     named += [(t.names[i], _u(t, blocking & (t.name == i))) for i in by_dur]
-    loader = _u(t, t.name_mask(is_dataloader, host))
-    waits = _u(t, (host & (t.kind == SYNC)) | t.name_mask(WAIT_RE.search, host & (t.kind == CPU_OP)))
-    other_host = _u(t, host & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC)))
+    causes = [("runtime", name, u) for name, u in named]
+    waits = (host & (t.kind == SYNC)) | t.name_mask(WAIT_RE.search, host & (t.kind == CPU_OP))
+    causes += [("dataloader", "", _u(t, t.name_mask(is_dataloader, host))), ("comm_wait", "", _u(t, waits)),
+               ("host_bound", "", _u(t, host & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC))))]
     queued_gap = _queued(t, device)
-    parts = dict.fromkeys(("idle", "edge", "queued", "runtime", "loader", "wait", "host", "rest"), 0)
-    ops: dict[str, int] = {}
+    out = []
     for w in wins:
         dev = _clip(busy, w.start, w.end)
         idle = iv.difference((np.array([w.start]), np.array([w.end])), dev)
-        parts["idle"] += iv.total(idle)
         if len(dev[0]):  # capture edges: no device work at all before / after
             edges = iv.union(np.array([w.start, dev[1][-1]]), np.array([dev[0][0], w.end]))
         else:
             edges = (np.array([w.start]), np.array([w.end]))
-        left = idle
-        queued = queued_gap(iv.difference(idle, edges))
-        runtime = [(("runtime", name), u) for name, u in named]
-        for key, u in (("edge", edges), ("queued", queued), *runtime, ("loader", loader), ("wait", waits),
-                       ("host", other_host)):
+        left, parts = idle, []
+        for cause, op, u in (("edge", "", edges), ("queued", "", queued_gap(iv.difference(idle, edges))), *causes):
             u = _clip(u, w.start, w.end)
-            got = iv.intersect_total(left, u)
-            if not got:
+            if not iv.intersect_total(left, u):
                 continue
-            left = iv.difference(left, u)
-            if isinstance(key, tuple):
-                parts["runtime"] += got
-                ops[key[1]] = ops.get(key[1], 0) + got
-            else:
-                parts[key] += got
-        parts["rest"] += iv.total(left)
-    n = len(wins) * NS_PER_MS
-    in_win = in_windows(t, syncs | blocking, wins)
-    calls: dict[str, float] = {}
-    for i in t.name[in_win].tolist():
-        calls[t.names[i]] = calls.get(t.names[i], 0) + 1
-    top = sorted(ops, key=lambda k: -ops[k])[:RUNTIME_OPS_KEPT]
-    return IdleBreakdown(
-        idle_ms=parts["idle"] / n, edge_ms=parts["edge"] / n, queued_ms=parts["queued"] / n,
-        runtime_ms=parts["runtime"] / n,
-        dataloader_ms=parts["loader"] / n, comm_wait_ms=parts["wait"] / n, host_bound_ms=parts["host"] / n,
-        unattributed_ms=parts["rest"] / n, runtime_ops={k: ops[k] / n for k in top},
-        runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
-    )
+            got, left = _split(left, u)
+            parts.append((cause, op, got))
+        if len(left[0]):
+            parts.append(("unattributed", "", left))
+        out.append(StepIdle(w.step, idle, parts))
+    return out, syncs | blocking
 
 
 def _queued(t: RankTrace, device: np.ndarray):
