@@ -336,3 +336,18 @@ def test_trace_and_its_summary_are_the_same_side(tmp_path):
     assert fresh == stored
     gs = gates(("overlap_ratio", "min", 0.1), ("step_time", "max", 1e6), ("memory_peak", "max", "1GiB"))
     assert evaluate(fresh, None, gs) == evaluate(stored, None, gs)
+
+
+def test_check_notes_runs_made_with_other_options():
+    """A baseline run with other run options (the committed dp2 baseline used --bucket-cap-mb 0.25) is named in a
+    note, option by option; options only one side records (a newer llmdiag) and analyze options are not."""
+    from tests.summaries import summary
+
+    base, cur = summary(n=2), summary(n=2)
+    cur["manifest"]["options"]["bucket_cap_mb"] = 0.25
+    cur["manifest"]["options"]["moe_experts"] = 0  # recorded by one side only
+    gs = gates(("overlap_ratio", "max_drop", 0.05))
+    notes = evaluate(typed(cur), typed(base), gs).notes
+    (note,) = [n for n in notes if n.startswith("the runs were made differently")]
+    assert "bucket_cap_mb: A 25.0, B 0.25" in note and "moe_experts" not in note
+    assert not any(n.startswith("the runs were made differently") for n in evaluate(typed(base), typed(base), gs).notes)

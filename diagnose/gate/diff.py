@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from diagnose.errors import printable
 from diagnose.gate.format import ranks_text, table
+from diagnose.gate.settings import differences
 from diagnose.gate.verdict import METRICS, Side, describe, units
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
@@ -235,32 +236,6 @@ def _kernels(a: Analysis, b: Analysis, top: int) -> Kernels:
                    key=lambda r: (-r.b, r.name))[:top],
         vanished=sorted((row(n, "part", v, None, kind) for (n, kind), v in ka.items() if (n, kind) not in kb),
                         key=lambda r: (-r.a, r.name))[:top])
-
-
-def _settings(a: Analysis) -> dict[str, str]:
-    """What was chosen when the side was made or analysed, as text: analysis options, the run's options,
-    workload, schedule, versions."""
-    out = {"exclude last step": "on" if a.options.exclude_last_step else "off",
-           "extra comm regex": a.options.comm_regex or "none"}
-    pv = a.provenance
-    if pv is not None:
-        out.update({f"analyze {k}": str(v) for k, v in pv.options.items() if k not in ("exclude_last_step",
-                                                                                       "comm_regex")})
-    m = a.manifest
-    if m is not None:
-        out["workload"] = str(m.workload)
-        out.update({f"run option {k}": str(v) for k, v in (m.options or {}).items()})
-    if a.pipeline:
-        out["pipeline schedule"] = f"{a.pipeline.schedule}, m={a.pipeline.microbatches}"
-    out["llmdiag"] = a.llmdiag_version or "?"
-    return out
-
-
-def differences(a: Analysis, b: Analysis) -> list[str]:
-    """'name: A x, B y' for every setting that differs, or is known on one side only."""
-    x, y = _settings(a), _settings(b)
-    return [f"{k}: A {x.get(k, 'not recorded')}, B {y.get(k, 'not recorded')}" for k in [*x, *(k for k in y if k
-            not in x)] if x.get(k) != y.get(k)]
 
 
 def verdict_line(sections: list[Section]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.gate.settings import run_differences
 from diagnose.gate.inputs import InputCheck, apply_allow, side_checks, undefined_check
 from diagnose.model.analysis import Analysis, RankMetrics
 from diagnose.model.format import fmt, ranges
@@ -359,6 +360,11 @@ def _side_notes(current: Analysis, baseline: Analysis) -> tuple[bool, list[str]]
     kb, kc = baseline.trace_kind, current.trace_kind
     if kb and kc and kb != kc:
         notes.append(f"trace kinds differ (baseline {kb}, current {kc}): numbers may not be comparable")
+    runs = run_differences(baseline, current)
+    if runs:
+        notes.append("the runs were made differently (A baseline, B current): " + "; ".join(runs[:6])
+                     + (f"; {len(runs) - 6} more" if len(runs) > 6 else "") + " (a difference may be the change "
+                     "itself, or make the comparison meaningless)")
     return matched, notes
 
 
