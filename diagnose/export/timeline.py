@@ -27,6 +27,7 @@ from diagnose.io.loader import load_trace
 from diagnose.metrics.classify import classify
 from diagnose.metrics.cross_rank import stage_hint
 from diagnose.metrics.layout import pipeline_groups
+from diagnose.metrics.per_rank import collective_records
 from diagnose.metrics.pipeline_actions import extract_actions
 from diagnose.metrics.steps import windows
 from diagnose.model.analysis import Analysis
@@ -85,7 +86,7 @@ def build_timeline(a: Analysis, ranks: list[int] | None = None, max_events: int 
         wins, _ = windows(t, a.options.exclude_last_step)
         loaded[r.rank], wins_of[r.rank] = t, wins
         acts[r.rank] = extract_actions(t, wins, stage_hint(man, r.file))
-        colls[r.rank] = tk.collectives(t, wins)
+        colls[r.rank] = collective_records(t, wins)
         dists[r.rank] = t.distributed
     budget = max(0, max_events // max(1, len(chosen)))
     dropped = 0

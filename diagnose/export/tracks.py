@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.io.trace import COMM, RankTrace
+from diagnose.io.trace import RankTrace
 from diagnose.metrics import intervals as iv
-from diagnose.metrics.classify import collective_kind
 from diagnose.metrics.idle import idle_intervals
-from diagnose.metrics.overlap import gloo_collective_labels, in_windows, pg_label, timeline
+from diagnose.metrics.overlap import timeline
 from diagnose.metrics.pipeline_actions import Action
+from diagnose.metrics.skew import Collectives, arrival_waits
 from diagnose.metrics.steps import Window
-from diagnose.model.roles import P2P_KINDS
 
 
 @dataclass
@@ -85,40 +84,10 @@ def bubble_tracks(group: list[int], actions: dict[int, list[Action]], shift: dic
     return out
 
 
-def collectives(t: RankTrace, wins: list[Window]) -> list[tuple[tuple[str, str], int, int, int]]:
-    """((pg, kind), ordinal, start, end) of the rank's collectives, matched across ranks by (key, ordinal)
-    as the skew analysis matches them (point-to-point left out)."""
-    idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
-    relabel = gloo_collective_labels(t, idx)
-    seen: dict[tuple, int] = defaultdict(int)
-    out = []
-    for i in idx.tolist():
-        args = t.comm_args.get(i, {})
-        kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
-        if kind in P2P_KINDS:
-            continue
-        pg = pg_label(args)
-        if args.get("Process Group Ranks"):
-            pg = f"{pg}{args['Process Group Ranks']}"
-        key = (pg, kind)
-        out.append((key, seen[key], int(t.ts[i]), int(t.ts[i] + t.dur[i])))
-        seen[key] += 1
-    return out
-
-
-def wait_tracks(colls: dict[int, list], shift: dict[int, int]) -> dict[int, list]:
-    """Straggler waits: at each collective matched on ≥ 2 of these ranks, every rank waits from its own
-    arrival to the last arrival (aligned clock); the earliest rank's wait is that collective's skew."""
-    by: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-    for r, cs in colls.items():
-        for key, n, s, _ in cs:
-            by[(key, n)].append((r, s + shift[r]))
-    out: dict[int, list] = defaultdict(list)
-    for ((pg, kind), _), arr in by.items():
-        if len(arr) < 2:
-            continue
-        last = max(s for _, s in arr)
-        for r, s in arr:
-            if last > s:
-                out[r].append((s - shift[r], last - shift[r], f"{kind} {pg}".strip()))
-    return out
+def wait_tracks(colls: dict[int, Collectives], shift: dict[int, int]) -> dict[int, list]:
+    """Straggler waits: at each collective matched on >= 2 of these ranks (the skew analysis's own matching,
+    on the aligned clock), every rank waits from its own arrival to the last arrival; the earliest rank's wait
+    is that collective's skew. Times come back on each rank's own clock."""
+    waits = arrival_waits({r: c.shifted(shift[r]) for r, c in colls.items()})
+    return {r: [(s - shift[r], e - shift[r], f"{kind} {pg}".strip()) for s, e, (pg, kind) in xs]
+            for r, xs in waits.items()}

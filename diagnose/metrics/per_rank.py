@@ -135,7 +135,7 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=_collectives(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        collectives=collective_records(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
     )
@@ -145,7 +145,8 @@ def _run(job: RankJob) -> RankOutput:
 # and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
 
 
-def _collectives(t, wins) -> Collectives:
+def collective_records(t, wins) -> Collectives:
+    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
     out = []

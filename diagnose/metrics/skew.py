@@ -116,6 +116,21 @@ def _table(records: dict[int, Collectives]) -> _Table:
                   np.repeat(np.arange(len(size)), size))
 
 
+def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, int, tuple[str, str]]]]:
+    """Per rank, at every collective matched on >= 2 ranks (the matching skew() uses: sequence numbers where
+    complete, else ordinals): (its own start, the last rank's start, (process group, kind)) where it waited."""
+    t = _table(records)
+    out: dict[int, list] = {}
+    for s, n in zip(t.seg.tolist(), t.size.tolist()):
+        starts = t.start[s:s + n]
+        last = int(starts.max())
+        key = t.keys[int(t.key[s])]
+        for r, st in zip(t.rank[s:s + n].tolist(), starts.tolist()):
+            if st < last:
+                out.setdefault(r, []).append((st, last, key))
+    return out
+
+
 def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
     """Clock shift (ns) per host so matched collectives complete together; the first host is the reference.
 
