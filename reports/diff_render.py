@@ -21,12 +21,13 @@ CHART_ROWS = 12
 
 def chart_rows(comparison, n: int = CHART_ROWS) -> list[dict]:
     """The rows with a known good direction and a relative change, largest change first (per-rank rows
-    left out): name, change in % (clamped to ±100 for the bar), effect."""
+    left out): name, change in % (clamped to ±100 for the bar), effect, and the change as the tables print it
+    (percentage points for shares, so a 4.4 % → 2.8 % overlap reads −1.6 pt, not −36 %)."""
     rows = [r for s in comparison.sections if not s.title.startswith("Per rank") for r in s.rows
             if r.effect and r.rel is not None]
     rows.sort(key=lambda r: -abs(r.rel))
     return [{"name": r.name.strip(), "pct": r.rel * 100, "w": min(abs(r.rel), 1.0) * 180, "neg": r.rel < 0,
-             "effect": r.effect} for r in rows[:n]]
+             "effect": r.effect, "label": fmt_delta(r.delta, r.unit, r.a)} for r in rows[:n]]
 
 
 def render_diff_html(comparison) -> str:

@@ -150,3 +150,24 @@ def test_diff_names_what_differs_ends_in_a_verdict_and_draws_the_changes():
     assert len(bars) == min(12, len(judged)) and "#0a7a32" in bars and "#b3261e" in bars
     same = compare(a, analysis(8))
     assert same.differs == [] and same.verdict.startswith("B runs at the same speed as A")
+
+
+def test_diff_chart_labels_print_the_tables_change():
+    """A share's bar is labelled in percentage points like its table row (an overlap 40 % → 20 % is −20.0 pt,
+    never the relative −50 %); a time's label is its table change."""
+    from diagnose.gate.diff import change_text
+    from reports.diff_render import chart_rows
+    from tests.summaries import analysis
+
+    a, b = analysis(8), analysis(8)
+    for r in b.ranks:
+        r.step_time_ms *= 0.9
+    b.aggregate.overlap_ratio_mean, a.aggregate.overlap_ratio_mean = 0.2, 0.4
+    c = compare(a, b)
+    rows = {r.name.strip(): r for s in c.sections if not s.title.startswith("Per rank") for r in s.rows}
+    chart = chart_rows(c, n=100)
+    assert chart and all(x["label"] == change_text(rows[x["name"]]) for x in chart)
+    ov = next(x for x in chart if x["name"] == "overlap ratio, mean")
+    assert ov["label"] == "-20.0 pt" and ov["pct"] == -50.0
+    html = render_diff_html(c)
+    assert all(f">{x['label']}</text>" in html for x in chart_rows(c))
