@@ -191,10 +191,25 @@ def stragglers(c: Ctx) -> list[Finding]:
         found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({share}"
                                    f"; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), imposing "
                                    f"{fmt(imposed, 'ms')} of waiting per step")
-    comp = {r.rank: r.compute_ms for r in c.ranks}
-    med = statistics.median(comp.values())
+    # Compute is compared among peers doing the same work: ranks of one pipeline stage (stages differ by design:
+    # pipeline_imbalance), and without the expert compute an MoE router hands out (moe_imbalance).
+    # With a pipeline, a rank whose stage is not known has no known peers and is not compared.
+    stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
+    if c.a.pipeline and c.man:
+        stage_of.update({r.rank: min(c.man.stages_of(r.rank)) for r in c.ranks if c.man.stages_of(r.rank)})
+    moe = c.a.moe
+    comp = {r.rank: r.compute_ms - ((moe.rank(r.rank).expert_ms if moe and moe.rank(r.rank) else 0.0))
+            for r in c.ranks}
+    peers: dict = {}
+    for r in c.ranks:
+        peers.setdefault(stage_of.get(r.rank, -1 if c.a.pipeline else 0), []).append(r.rank)
     noise = statistics.median(_spread(r) for r in c.ranks)
     for r in c.ranks:
+        key = stage_of.get(r.rank, -1 if c.a.pipeline else 0)
+        group = peers[key]
+        if key == -1 or len(group) < 3:  # unknown stage, or a median of one or two ranks: no outlier to name
+            continue
+        med = statistics.median(comp[x] for x in group)
         excess = comp[r.rank] - med
         if med > 0 and excess > max(2 * noise, 0.05 * med) and r.rank not in found:
             found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
@@ -212,7 +227,6 @@ def stragglers(c: Ctx) -> list[Finding]:
     if len(set(known.values())) > 1:
         check = "clocks/throttling (`nvidia-smi -q -d PERFORMANCE`), NIC errors" if c.gpu else "CPU frequency"
         acts.append(f"inspect host(s) {', '.join(hosts[:5])}: {check}, other processes; replace or exclude the node")
-    stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
     staged = sorted({stage_of[r] for r in found if r in stage_of})
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "

@@ -9,6 +9,8 @@ from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where
 
+IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
+
 
 def pipeline_bubble(c: Ctx) -> list[Finding]:
     """Bubble above the schedule formula or large -> more microbatches or a schedule with a smaller bubble."""
@@ -16,7 +18,13 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     if not p or p.stages < 2 or not p.window_ms:
         return []
     meas, theory, win, m = p.measured, p.theory, p.window_ms, p.microbatches
-    if not (meas > theory + 0.05 or meas > 0.20):
+    # Unbalanced stages (pipeline_imbalance's finding) idle the lighter stages while they wait for the busiest
+    # one: that idle is the imbalance, not the schedule's. Judge the bubble then on the busiest stage, the one
+    # that sets the pace (with equal stages, the mean bubble).
+    pace = meas
+    if p.imbalance is not None and p.imbalance > IMBALANCE_FLOOR and p.stage_bubbles:
+        pace = min(meas, 1 - max(b.busy_ms for b in p.stage_bubbles) / win)
+    if not (pace > theory + 0.05 or pace > 0.20):
         return []
     ref = p.replay if p.replay is not None else theory
     cands = [x for x in _candidates(p, ref, c.local_batch()) if x[0] < win]
@@ -95,7 +103,7 @@ def _setting(p: PipelineResult, q: PipelinePrediction) -> str:
 def pipeline_imbalance(c: Ctx) -> list[Finding]:
     """One stage much busier than the mean stage: the slowest stage sets the pace of the whole pipeline."""
     p = c.a.pipeline
-    if not p or p.imbalance is None or p.imbalance <= 0.10 or not p.stage_bubbles:
+    if not p or p.imbalance is None or p.imbalance <= IMBALANCE_FLOOR or not p.stage_bubbles:
         return []
     sb = p.stage_bubbles
     hi, lo = max(sb, key=lambda b: b.busy_ms), min(sb, key=lambda b: b.busy_ms)
