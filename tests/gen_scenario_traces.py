@@ -57,6 +57,15 @@ def _trace(folder: Path, name: str, **kw) -> str:
     return b.write(folder / name / "rank0.pt.trace.json.gz")
 
 
+XFAIL = {  # scenario -> why it fails today (a known rule limitation, reported, not a weakened assertion)
+    "trace_visible_straggler": "exposed_comm also fires (high, unplanted): the punctual ranks' wait for the late rank "
+                               "inside each all-reduce counts as exposed communication; rules/comm.py "
+                               "_exposed_comm_rule does not subtract the arrival wait (skew.wait_ms_by_rank), and "
+                               "doing so per process group needs the per-collective waits in the Analysis and moves "
+                               "the exposed_comm gains test_findings_real pins: not a small fix",
+}
+
+
 def multi_rank_scenarios(folder: Path) -> list[tuple[Scenario, str]]:
     """The communication, pipeline, straggler and MoE scenarios, each with its silent twin (the same trace with
     the problem removed); sizes from the generators above."""
@@ -75,6 +84,7 @@ def multi_rank_scenarios(folder: Path) -> list[tuple[Scenario, str]]:
     add("trace_tp_across_nodes", lambda p: tp_allreduce(p, across_nodes=True), {"tp_exposed"})
     add("trace_tp_in_node_silent", lambda p: tp_allreduce(p, across_nodes=False), must_not={"tp_exposed"})
     add("trace_throttled_host_straggler", lambda p: straggler(p, slow_us=70), {"stragglers"})
+    add("trace_visible_straggler", lambda p: straggler(p, slow_us=300), {"stragglers"})
     add("trace_no_straggler_silent", lambda p: straggler(p, slow_us=0), must_not={"stragglers"})
     add("trace_low_busbw", lambda p: low_busbw(p, busbw_gbps=56.0), {"low_busbw"})
     add("trace_nvlink_busbw_silent", lambda p: low_busbw(p, busbw_gbps=300.0), must_not={"low_busbw"})

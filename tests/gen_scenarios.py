@@ -157,6 +157,8 @@ def scenarios() -> list[Scenario]:
 
 
 if __name__ == "__main__":
-    from tests.test_scenarios import confusion_markdown
+    from tests.test_scenarios import confusion_markdown, scenario_markdown
 
+    print(scenario_markdown())
+    print()
     print(confusion_markdown())
