@@ -5,6 +5,10 @@ to the microsecond.
 Every step is 3 steps of one GPU rank: a healthy step keeps the device busy with kernels launched ahead
 (queued), with backward and optimizer ops on the host. A planted problem opens a 2-3 ms gap in the middle of
 the step under a known host activity, ended by a kernel launched at the gap's end (the host caused it).
+
+`multi_rank_scenarios` adds the communication, pipeline, straggler and MoE problems as multi-rank GPU traces
+(FSDP, TP, straggler, busbw written here; pipelines by tests/gen_pipeline.py, MoE by tests/gen_moe.py), each
+with a silent twin, and each planted size computed by its generator from what it placed.
 """
 
 from __future__ import annotations
@@ -286,10 +290,11 @@ def low_busbw(folder: Path, busbw_gbps: float, steps: int = 3, gemm: int = 2000,
 
 
 def moe_imbalance(folder: Path, hot: bool, n: int = 4, rows: int = 2500) -> float:
-    """An EP group of n ranks (tests/gen_moe.py, pg `mesh_ep`, split sizes on the all-to-alls). Hot: the router
-    sends rank 0 twice its share (2·rows/n from every rank, the rest spread over
-    the others: 5000 vs 1875 rows per layer with the defaults, max/mean 2.0); balanced twin: every rank sends rows/n to every rank. Dispatch/combine are short (30 + 25 µs per layer)
-    against the expert GEMMs, so only the imbalance is a problem. Planted size: the hot rank's expert time
+    """An EP group of n ranks (tests/gen_moe.py, pg `mesh_ep`, split sizes on the all-to-alls). Hot: every rank's
+    router sends rank 0 twice its share (2·rows/n rows, the rest spread over the others: rank 0 receives 5000
+    rows per layer, the others 1664, max/mean 2.0); balanced twin: every rank sends rows/n to every rank.
+    Dispatch/combine are short (30 + 25 µs per layer) against the expert GEMMs, so only the imbalance is a
+    problem. Planted size: the hot rank's expert time
     brought to the mean, expert_ms[hot] × (1 − mean/max) from the rows placed."""
     if hot:
         send = [[2 * rows // n if d == 0 else (rows - 2 * rows // n) // (n - 1) for d in range(n)] for _ in range(n)]
