@@ -457,3 +457,23 @@ def test_many_steps_chart_and_heatmap_grouped_by_host():
 
 def statistics_mean(xs):
     return sum(xs) / len(xs)
+
+
+def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
+    """No manifest: the device is the trace's own deviceProperties name, so the bandwidth table's '% of link peak'
+    and its note use the A100's table entry (busbw 6.6 GB/s of 240 GB/s), as the low_busbw finding does."""
+    from pathlib import Path
+
+    from diagnose.analyze import analyze_path
+    from diagnose.model import views
+    from reports.render import render_html
+
+    real = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/hta/nccl_data.json.gz"
+    if not real.exists():
+        pytest.skip("shared fixtures not beside the checkout")
+    a = analyze_path(str(real), jobs=1)
+    assert "A100" in views.device_name(a)
+    ar = next(g for g in views.comm_by_group(a) if g.kind == "allreduce")
+    assert ar.of_link_peak == pytest.approx(ar.busbw_gbps / 240.0)
+    html = render_html(a)
+    assert "Link peak: 240.0 GB/s achievable bus bandwidth of NVIDIA A100" in html

@@ -14,7 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
-from diagnose.model.devices import link_busbw_gbps
+from diagnose.model.devices import link_busbw_gbps, link_peak
+from diagnose.model.format import fmt
 from diagnose.model.roles import pg_role
 
 
@@ -79,7 +80,21 @@ def comm_by_group(a: Analysis) -> list[CommGroupRow]:
 
 
 def device_name(a: Analysis) -> str:
-    return (a.manifest.device.name if a.manifest and a.manifest.device else "") or ""
+    """The device the run used: the manifest's, else the first trace's `deviceProperties` name ("" unknown). The
+    link peak of every output (bandwidth table, low_busbw, the report's note) is looked up from this one name."""
+    return ((a.manifest.device.name if a.manifest and a.manifest.device else "")
+            or next((r.device for r in a.ranks if r.device), ""))
+
+
+def link_note(a: Analysis) -> str:
+    """What the '% of link peak' column compares against, in words."""
+    name = device_name(a)
+    lp = link_peak(name)
+    if lp is None:
+        return (f"Link peak: n/a, the device ({name or 'not recorded'}) is not in llmdiag's link table "
+                "(docs/metrics.md).")
+    return (f"Link peak: {fmt(lp.busbw_gbps, 'gbps')} achievable bus bandwidth of {name} over {lp.link} (source: "
+            f"{lp.source}), i.e. within one node; a group that spans nodes runs at its NICs' speed instead.")
 
 
 # ---- per step over ranks --------------------------------------------------------------------------------

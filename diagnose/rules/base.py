@@ -36,7 +36,7 @@ class Ctx:
         self.man = a.manifest
         self.layout = a.layout or {}  # the assembly already took the manifest's layout where there is one
         self.step_ms = a.step_ms
-        self.device = device_name(a) or next((r.device for r in a.ranks if r.device), "")  # manifest, else trace
+        self.device = device_name(a)  # the manifest's, else the trace's
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)
 
