@@ -62,11 +62,6 @@ def _trace(folder: Path, name: str, **kw) -> str:
 
 
 XFAIL = {  # scenario -> why it fails today (a known rule limitation, reported, not a weakened assertion)
-    "trace_visible_straggler": "exposed_comm also fires (high, unplanted): the punctual ranks' wait for the late rank "
-                               "inside each all-reduce counts as exposed communication; rules/comm.py "
-                               "_exposed_comm_rule does not subtract the arrival wait (skew.wait_ms_by_rank), and "
-                               "doing so per process group needs the per-collective waits in the Analysis and moves "
-                               "the exposed_comm gains test_findings_real pins: not a small fix",
 }
 
 

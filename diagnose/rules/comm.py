@@ -14,12 +14,17 @@ TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's ow
 
 
 def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
-    """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %."""
+    """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %.
+
+    Where a straggler finding fires, each rank's measured wait for late peers at matched collectives
+    (skew.wait_ms_by_rank) is taken out first: that time is the straggler's, credited there, and no overlap
+    would hide it. Without a straggler finding the waits stay in (two ranks, or waits within chance)."""
+    waits = _peer_waits(c)
     rows = []
     for r in c.ranks:
         tot, exp, cs = c.comm_of(r, roles)
         if cs and r.step_time_ms:
-            rows.append((r, tot, exp, cs))
+            rows.append((r, tot, max(0.0, exp - min(exp, waits.get(r.rank, 0.0))), cs))
     if not rows:
         return None
     tot = sum(x[1] for x in rows)
@@ -45,6 +50,14 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     ranks = [x[0].rank for x in bad] or [worst[0].rank]
     steps = steps_where([x[0] for x in bad] or [worst[0]], lambda st: st.exposed_comm_ms >= 0.05 * st.time_ms)
     return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows
+
+
+def _peer_waits(c: Ctx) -> dict[int, float]:
+    """rank -> ms per step it waited for late peers at matched collectives, only where a straggler finding fires."""
+    sk = c.a.skew
+    if not sk or not sk.wait_ms_by_rank or not stragglers(c):
+        return {}
+    return {r.rank: sk.wait_ms_by_rank.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
 
 
 def dp_wrapper(c: Ctx, kinds: set | None = None) -> str | None:
