@@ -61,10 +61,6 @@ def _trace(folder: Path, name: str, **kw) -> str:
     return b.write(folder / name / "rank0.pt.trace.json.gz")
 
 
-XFAIL = {  # scenario -> why it fails today (a known rule limitation, reported, not a weakened assertion)
-}
-
-
 def multi_rank_scenarios(folder: Path) -> list[tuple[Scenario, str]]:
     """The communication, pipeline, straggler and MoE scenarios, each with its silent twin (the same trace with
     the problem removed); sizes from the generators above."""

@@ -469,8 +469,6 @@ def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
     from reports.render import render_html
 
     real = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/hta/nccl_data.json.gz"
-    if not real.exists():
-        pytest.skip("shared fixtures not beside the checkout")
     a = analyze_path(str(real), jobs=1)
     assert "A100" in views.device_name(a)
     ar = next(g for g in views.comm_by_group(a) if g.kind == "allreduce")

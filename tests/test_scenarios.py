@@ -14,7 +14,7 @@ import pytest
 
 from diagnose.analyze import analyze_path
 from diagnose.rules import RULES, findings
-from tests.gen_scenario_traces import XFAIL, trace_scenarios
+from tests.gen_scenario_traces import trace_scenarios
 from tests.gen_scenarios import Scenario, base, scenarios
 
 LOUD = ("high", "medium")
@@ -53,8 +53,7 @@ def test_corpus_size():
     assert [s.name for s, _ in _results() if s.name.startswith("trace_")] == TRACE_NAMES
 
 
-@pytest.mark.parametrize("name", [s.name for s in scenarios()] + [
-    pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True)) if n in XFAIL else n for n in TRACE_NAMES])
+@pytest.mark.parametrize("name", [s.name for s in scenarios()] + TRACE_NAMES)
 def test_scenario(name):
     s, fs = next(x for x in _results() if x[0].name == name)
     loud = [f for f in fs if f.severity in LOUD]
@@ -70,16 +69,13 @@ def test_scenario(name):
         assert top.gain_ms <= want * (1 + s.tol)
 
 
-def _scored() -> list[tuple[Scenario, list]]:
-    """The scenarios the confusion table scores: all but the known failures (XFAIL), which it lists apart."""
-    return [x for x in _results() if x[0].name not in XFAIL]
 
 
 def confusion() -> dict[str, dict[str, int]]:
     """Per rule: TP (planted and top), FN (planted, not top), FP (high/medium where not planted), TN."""
     ids = sorted({rid for rid, _ in RULES} | {i for s, _ in _results() for i in s.expect})
     table = {i: {"TP": 0, "FN": 0, "FP": 0, "TN": 0} for i in ids}
-    for s, fs in _scored():
+    for s, fs in _results():
         top = fs[0].id if fs else None
         loud = {f.id for f in fs if f.severity in LOUD}
         for i in ids:
@@ -104,8 +100,7 @@ def confusion_markdown() -> str:
     lines = ["| rule | TP | FN | FP | TN |", "|---|---|---|---|---|"]
     lines += [f"| {i} | {r['TP']} | {r['FN']} | {r['FP']} | {r['TN']} |" for i, r in t.items()]
     tp, fn, fp = (sum(r[k] for r in t.values()) for k in ("TP", "FN", "FP"))
-    lines.append(f"\nrecall {tp}/{tp + fn}, high/medium false positives {fp}, {len(_scored())} scenarios scored")
-    lines += [f"\nknown failure (xfail, not scored): {n}: {why}" for n, why in XFAIL.items()]
+    lines.append(f"\nrecall {tp}/{tp + fn}, high/medium false positives {fp}, {len(_results())} scenarios scored")
     return "\n".join(lines)
 
 
@@ -117,9 +112,8 @@ def scenario_markdown() -> str:
         top = loud[0] if loud else (fs[0] if fs and s.expect else None)
         size = ("—" if s.gain_ms is None else f"{round(s.gain_ms, 3)}") if not s.gain_of else (
             f"{round(s.gain_of(top), 3)} (formula at the advised m)" if top else "formula")
-        name = s.name + (" (xfail)" if s.name in XFAIL else "")
         planted = ", ".join(sorted(s.expect)) or "(silent)"
-        lines.append(f"| {name} | {planted} | {size} | {f'{top.id} {top.severity}' if top else 'none'} | "
+        lines.append(f"| {s.name} | {planted} | {size} | {f'{top.id} {top.severity}' if top else 'none'} | "
                      f"{round(top.gain_ms, 3) if top and top.gain_ms is not None else '—'} |")
     return "\n".join(lines)
 

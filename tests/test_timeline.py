@@ -148,8 +148,6 @@ def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
     import os
 
     src = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta", "sampled_pair")
-    if not os.path.isdir(src):
-        pytest.skip("shared real-trace fixtures not present")
     a = analyze_path(src, jobs=1)
     tl = json.loads(json.dumps(build_timeline(a)))
     for r in a.ranks:
