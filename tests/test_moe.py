@@ -239,9 +239,11 @@ def test_foreign_trace_without_labels_pairs_dispatch_and_combine_by_their_splits
 
 
 def test_gloo_split_sizes_are_untrusted_text(tmp_path):
-    """gloo all-to-alls carry their splits only in Concrete Inputs: well-formed lists are read, anything else
-    (not a list, negative, bool, mismatched lengths, missing) is skipped without an error."""
-    from diagnose.io.a2a_splits import gloo_a2a_splits
+    """gloo all-to-alls carry their splits only in Concrete Inputs: the loader files them under NCCL's split keys
+    in the same one parse; well-formed lists are read, anything else (not a list, negative, bool, mismatched
+    lengths, missing) is skipped without an error."""
+    from diagnose.io.loader import load_trace
+    from diagnose.metrics.moe import _ints
     from tests.builder import TraceBuilder
 
     b = TraceBuilder(rank=0, world_size=2, backend="gloo")
@@ -253,7 +255,10 @@ def test_gloo_split_sizes_are_untrusted_text(tmp_path):
         b.cpu_op("c10d::alltoall_base_", 10 + 10 * k, 5, args={"Concrete Inputs": ci})
     b.cpu_op("c10d::alltoall_base_", 200, 5, args={"Concrete Inputs": ["", "", "", "[7, 1]", "[4, 4]", "False", "-1"]})
     path = b.write(tmp_path / "rank0.pt.trace.json")
-    assert [(s, r) for _, s, r in gloo_a2a_splits(path)] == [([4, 4], [7, 1])]
+    t = load_trace(path)
+    splits = [(_ints(a.get("In split size")), _ints(a.get("Out split size"))) for a in t.comm_args.values()]
+    assert [(s, r) for s, r in splits if s and r and len(s) == len(r)] == [([4, 4], [7, 1])]
+    assert not any("Concrete Inputs" in a for a in t.comm_args.values())
     a = analyze_path(str(tmp_path))
     assert a.moe is not None and a.moe.ranks[0].sent == 0  # unpaired, unlabelled: not a dispatch
 

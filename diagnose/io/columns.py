@@ -82,6 +82,21 @@ GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "
                       "aten::_scaled_grouped_mm", "aten::_int_mm"))
 
 
+# gloo's all-to-all records its split sizes only in its Concrete Inputs (4th: output splits, 5th: input splits);
+# NCCL's record_param_comms has them as `In split size` / `Out split size`. The loader files them under the NCCL
+# keys, still as the trace's text, so one reader (metrics/moe.py, which validates them) serves both backends.
+GLOO_A2A = "c10d::alltoall_base_"
+
+
+def _gloo_splits(args: dict) -> dict:
+    """A gloo all-to-all's kept args with its splits under the NCCL keys; Concrete Inputs dropped."""
+    ci = args.get("Concrete Inputs")
+    out = {k: v for k, v in args.items() if k != "Concrete Inputs"}
+    if isinstance(ci, list) and len(ci) >= 5:
+        out["In split size"], out["Out split size"] = ci[4], ci[3]
+    return out
+
+
 def _is_comm_name(name) -> bool:
     """Names whose args are kept when they carry Input Dims: gloo/c10d spans (their message size)."""
     return isinstance(name, str) and (name.startswith("gloo:") or name.startswith("c10d::") or "nccl" in name)
@@ -184,11 +199,18 @@ class Columns:
         if len(self.comm_name) < len(self.names):
             self.comm_name += [_is_comm_name(n) for n in list(self.names)[len(self.comm_name):]]
         comm = set(compress(range(len(X)), v.has(args, "Collective name")))
+        a2a: set[int] = set()
         if any(self.comm_name):  # gloo / c10d spans: their Input Dims size the message
             gloo = np.flatnonzero(np.array(self.comm_name, bool)[name_ids]).tolist()
             comm.update(i for i, h in zip(gloo, v.has([args[i] for i in gloo], "Input Dims")) if h)
+            a2a_id = self.names.get(GLOO_A2A)
+            a2a = {i for i in gloo if name_ids[i] == a2a_id} if a2a_id is not None else set()
+            comm |= a2a
         for i in sorted(comm):
-            self.comm_args[self.n + i] = v.comm(args[i])
+            d = v.comm(args[i])
+            if "Concrete Inputs" in d:  # kept for gloo all-to-alls' splits only
+                d = _gloo_splits(d) if i in a2a else {k: x for k, x in d.items() if k != "Concrete Inputs"}
+            self.comm_args[self.n + i] = d
         if len(self.gemm_name) < len(self.names):
             self.gemm_name += [n in GEMM_OPS for n in list(self.names)[len(self.gemm_name):]]
         if any(self.gemm_name):  # GEMM ops: only their Input type, shared between equal ones

@@ -36,10 +36,11 @@ ARG_FIELDS = {
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",
-               "Src Rank", "Dst Rank", "Input type", "Input Dims")
-# Lists on every shape-recording cpu_op, needed only for the few ops kept (gloo/c10d spans: Input Dims; GEMM
-# ops: Input type, their precision): kept as raw byte slices and decoded on demand.
-RAW_FIELDS = ("Input type", "Input Dims")
+               "Src Rank", "Dst Rank", "Concrete Inputs", "Input type", "Input Dims")
+# Lists on every shape-recording cpu_op, needed only for the few ops kept (gloo/c10d spans: Input Dims; gloo
+# all-to-alls: Concrete Inputs, their split sizes; GEMM ops: Input type, their precision): kept as raw byte
+# slices and decoded on demand.
+RAW_FIELDS = ("Concrete Inputs", "Input type", "Input Dims")
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
 assert COMM_FIELDS[-len(RAW_FIELDS):] == RAW_FIELDS  # StructView.comm decodes these last values on demand

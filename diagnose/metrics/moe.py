@@ -1,7 +1,8 @@
 """Expert parallelism from the trace: token traffic from all-to-all split sizes, imbalance, dispatch/combine time.
 
 Per rank (`rank_moe`, in the rank's worker): every all-to-all with split sizes (NCCL `record_param_comms`
-`In/Out split size`; gloo `c10d::alltoall_base_` concrete inputs, io.a2a_splits), its step and its role:
+`In/Out split size`; gloo `c10d::alltoall_base_` concrete inputs, filed under the same keys by the loader),
+its step and its role:
 `dispatch` / `combine` from the enclosing `llmdiag/moe/*` label, else from the splits (a foreign trace: an
 all-to-all that returns exactly what an earlier one received is its combine; see `_pair_by_transpose`). Times per step: dispatch and combine (labels, or DeepEP-style kernels named
 `...dispatch` / `...combine`), expert compute (`llmdiag/moe/experts` spans, or compute between a dispatch
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.io.a2a_splits import gloo_a2a_splits
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import collective_kind
@@ -118,9 +118,6 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
             (host if t.stream[i] < 0 else device).append((ts, sent, recv, _group_from_args(args, dist, t.rank,
                                                                                           len(sent))))
     raw = sorted(host or device, key=lambda x: x[0])
-    if not raw and t.name_ids(lambda n: n == "c10d::alltoall_base_").size:
-        for ts_us, sent, recv in gloo_a2a_splits(t.path):
-            raw.append((int(round((ts_us - t.origin_us) * 1000)), sent, recv, _ep_group_of(dist, t.rank, len(sent))))
 
     role_u = {role: _spans(t, name, False) for name, role in LABELS.items()}
     out.labelled = any(len(u[0]) for u in role_u.values())
