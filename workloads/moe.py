@@ -25,6 +25,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from workloads.config import ModelConfig
+from workloads.model import FeedForward  # an expert is the dense SwiGLU FFN
 
 
 def planted_experts(tokens: int, experts: int, topk: int, skew: float) -> torch.Tensor:
@@ -50,17 +51,6 @@ class _AuxGrad(torch.autograd.Function):
         return grad, torch.full_like(aux, ctx.scale), None
 
 
-class Expert(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.w1 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-        self.w2 = nn.Linear(cfg.ffn, cfg.hidden, bias=False)
-        self.w3 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
     """Differentiable all_to_all_single with uneven splits (backward sends the gradients back the same way)."""
     from torch.distributed.nn.functional import all_to_all_single
@@ -77,7 +67,7 @@ class MoE(nn.Module):
         self.cfg = cfg
         self.router = nn.Linear(cfg.hidden, cfg.moe_experts, bias=False)
         ids = range(cfg.moe_experts) if expert_ids is None else expert_ids
-        self.experts = nn.ModuleDict({str(e): Expert(cfg) for e in ids})
+        self.experts = nn.ModuleDict({str(e): FeedForward(cfg) for e in ids})
         self.ep_group = None
         self.ep_size = 1
         self.aux_scale = 1.0  # 1/grad_accum under gradient accumulation, set by the trainer
