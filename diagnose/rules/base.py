@@ -39,6 +39,7 @@ class Ctx:
         self.device = device_name(a)  # the manifest's, else the trace's
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)
+        self.peer_waits: dict[int, float] | None = None  # set once by rules/comm.py (needs the straggler rule)
 
     def role(self, c: CommGroupStats) -> str:
         return pg_role(c.kind, c.pg, c.group_size, self.layout)

@@ -53,11 +53,13 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
 
 
 def _peer_waits(c: Ctx) -> dict[int, float]:
-    """rank -> ms per step it waited for late peers at matched collectives, only where a straggler finding fires."""
-    sk = c.a.skew
-    if not sk or not sk.wait_ms_by_rank or not stragglers(c):
-        return {}
-    return {r.rank: sk.wait_ms_by_rank.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
+    """rank -> ms per step it waited for late peers at matched collectives, only where a straggler finding fires;
+    computed once per analysis (three exposed-communication rules ask)."""
+    if c.peer_waits is None:
+        sk = c.a.skew
+        c.peer_waits = {} if not sk or not sk.wait_ms_by_rank or not stragglers(c) else {
+            r.rank: sk.wait_ms_by_rank.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
+    return c.peer_waits
 
 
 def dp_wrapper(c: Ctx, kinds: set | None = None) -> str | None:
