@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads.config import ModelConfig
+from workloads.ffn import FeedForward
 
 
 class RMSNorm(nn.Module):
@@ -80,17 +81,6 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.w1 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-        self.w2 = nn.Linear(cfg.ffn, cfg.hidden, bias=False)
-        self.w3 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 class Block(nn.Module):

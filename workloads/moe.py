@@ -25,7 +25,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from workloads.config import ModelConfig
-from workloads.model import FeedForward  # an expert is the dense SwiGLU FFN
+from workloads.ffn import FeedForward  # an expert is the dense SwiGLU FFN
 
 
 def planted_experts(tokens: int, experts: int, topk: int, skew: float) -> torch.Tensor:
