@@ -44,7 +44,7 @@ def pp_runs(tmp_path_factory):
         for m in (2, 4, 8):
             out = str(base / f"{schedule}-m{m}")
             runs[(schedule, m)] = analyze_path(
-                run_workload(out, "pp2", "--schedule", schedule, "--microbatches", str(m), "--profile-steps", "1,1,3",
+                run_workload(out, "pp2", "--schedule", schedule, "--microbatches", str(m), "--profile-steps", "1,1,5",
                              *PP_MODEL),
                 rules=False, jobs=1)
     return runs
