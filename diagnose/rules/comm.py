@@ -171,8 +171,39 @@ def tp_exposed(c: Ctx) -> list[Finding]:
 
 
 def binom_tail(k: int, n: int, p: float) -> float:
-    """P(X ≥ k) for X ~ Binomial(n, p): how likely a rank arrives last this often by chance."""
-    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    """P(X ≥ k) for X ~ Binomial(n, p): how likely a rank arrives last this often by chance.
+
+    In log space (math.lgamma), so no term overflows at any n (math.comb(n, i) * p**i did past n ≈ 1,000), and
+    summed only while terms still count: away from the mode each term is the previous one times
+    (n - i) / (i + 1) · p / (1 - p), so the sum stops after O(√(np) + log) terms, not n."""
+    if k <= 0 or p >= 1:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    odds = p / (1 - p)
+
+    def log_pmf(i: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+
+    if k > (n + 1) * p:  # k above the mode: terms fall from k upward
+        s, t, i = 1.0, 1.0, k
+        while i < n:
+            t *= (n - i) / (i + 1) * odds
+            s += t
+            i += 1
+            if t < s * 1e-17:
+                break
+        return min(1.0, math.exp(log_pmf(k)) * s)
+    # k at or below the mode: 1 - P(X ≤ k - 1), whose terms fall from k - 1 downward
+    s, t, i = 1.0, 1.0, k - 1
+    while i > 0:
+        t *= i / (n - i + 1) / odds
+        s += t
+        i -= 1
+        if t < s * 1e-17:
+            break
+    return max(0.0, 1.0 - math.exp(log_pmf(k - 1)) * s)
 
 
 STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
@@ -198,10 +229,12 @@ def stragglers(c: Ctx) -> list[Finding]:
     late_by = sk.late_ms_by_rank or {}  # Σ a rank's lateness where it was late: the start it delayed for the others
     found: dict[int, tuple[float, str]] = {}
     for rk, k in sk.last_arrivals.items():
-        if sk.matched < 3 or binom_tail(int(k), sk.matched, 1 / n) >= STRAGGLER_ALPHA or k / sk.matched < 0.5:
+        if sk.matched < 3 or k / sk.matched < 0.5:
+            continue
+        p = binom_tail(int(k), sk.matched, 1 / n)
+        if p >= STRAGGLER_ALPHA:
             continue
         imposed = late_by[str(rk)] / nsteps if str(rk) in late_by else total_wait * k / sk.matched
-        p = binom_tail(int(k), sk.matched, 1 / n)
         share = fmt(k / sk.matched, 'pct')
         found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({share}"
                                    f"; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), imposing "
