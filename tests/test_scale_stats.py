@@ -34,7 +34,7 @@ def test_binom_tail_known_values():
     assert binom_tail(3, 3, 1 / 3) == pytest.approx(1 / 27, rel=1e-12)
 
 
-@pytest.mark.parametrize("n,ranks", [(5_000, 256), (80_000, 2048), (10**6, 16384), (10**6, 1024), (20_000, 2)])
+@pytest.mark.parametrize("n,ranks", [(5_000, 256), (80_000, 2048), (10**6, 16384), (10**6, 1024)])
 def test_binom_tail_large_n_against_incomplete_beta(n, ranks):
     """P(X ≥ k) = I_p(k, n − k + 1), computed by mpmath at 50 digits: an independent route."""
     mpmath = pytest.importorskip("mpmath")
