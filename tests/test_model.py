@@ -70,7 +70,7 @@ def test_a_wrong_type_is_one_line_naming_the_field(path, value, what):
     assert e.value.line() == f"llmdiag: s.json: invalid summary: {what}"
 
 
-@pytest.mark.parametrize("v,word", [(3, r"newer than this llmdiag reads \(2\)"), (0, "is not a version"),
+@pytest.mark.parametrize("v,word", [(4, r"newer than this llmdiag reads \(3\)"), (3, "without its encoding"), (0, "is not a version"),
                                     ("1", "is not a version"), (True, "is not a version")])
 def test_schema_version(v, word):
     d = busy()

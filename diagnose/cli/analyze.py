@@ -39,8 +39,9 @@ def json_safe(analysis: Analysis) -> tuple[dict, Analysis]:
 def write_json(summary: dict, path: str) -> None:
     """Atomically through a mkstemp file in the target folder (diagnose/model/files.py); an output error is one
     line (exit 2) and leaves nothing half-written."""
-    write_atomic(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                                    | orjson.OPT_NON_STR_KEYS))
+    from diagnose.model.summary import summary_bytes  # packed above 256 ranks (diagnose/model/pack.py)
+
+    write_atomic(path, summary_bytes(summary))
 
 
 def provenance(ctx: click.Context, analysis: Analysis) -> Provenance:

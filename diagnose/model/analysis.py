@@ -17,6 +17,7 @@ from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
+from diagnose.model.pack import PACKED_SCHEMA, unpack
 
 SCHEMA_VERSION = 2
 
@@ -327,19 +328,22 @@ class Analysis:
 
     @classmethod
     def from_dict(cls, data, where: str = "summary") -> Analysis:
-        """An Analysis from a summary of schema 1 or 2; LlmdiagError naming the first field that does not fit."""
+        """An Analysis from a summary of schema 1, 2 or 3 (2, packed: model/pack.py); LlmdiagError naming the first field that does not fit."""
         if not isinstance(data, dict) or "ranks" not in data or "schema_version" not in data:
             raise LlmdiagError("not an llmdiag summary (no 'schema_version' and 'ranks')", where,
                                "write one with `llmdiag analyze RUN --json FILE`")
         v = data["schema_version"]
-        if isinstance(v, int) and not isinstance(v, bool) and v > SCHEMA_VERSION:
-            raise LlmdiagError(f"summary schema_version {v} is newer than this llmdiag reads ({SCHEMA_VERSION})",
+        if isinstance(v, int) and not isinstance(v, bool) and v > PACKED_SCHEMA:
+            raise LlmdiagError(f"summary schema_version {v} is newer than this llmdiag reads ({PACKED_SCHEMA})",
                                where, "upgrade llmdiag, or re-record the summary")
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise LlmdiagError(f"summary schema_version {v!r} is not a version (1 to {SCHEMA_VERSION})", where,
+            raise LlmdiagError(f"summary schema_version {v!r} is not a version (1 to {PACKED_SCHEMA})", where,
+                               "re-record the summary with `llmdiag analyze RUN --json FILE`")
+        if v == PACKED_SCHEMA and data.get("encoding") != "columnar":
+            raise LlmdiagError(f"summary schema_version {v} without its encoding ('columnar')", where,
                                "re-record the summary with `llmdiag analyze RUN --json FILE`")
         try:
-            return build(cls, _upgrade_v1(data) if v == 1 else data)
+            return build(cls, _upgrade_v1(data) if v == 1 else unpack(data))
         except Invalid as e:
             raise LlmdiagError(f"invalid summary: {e}", where) from None
 

@@ -7,6 +7,7 @@ know are kept in `extra` so a summary round-trips the manifest it was given.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 DIMS = ("dp", "fsdp", "tp", "pp", "cp")
@@ -95,7 +96,7 @@ class Manifest:
 
     def ranks_per_host(self) -> int | None:
         hosts = [str(e["host"]) for e in self.ranks.values() if isinstance(e, dict) and e.get("host")]
-        return max(hosts.count(h) for h in set(hosts)) if hosts else None
+        return max(Counter(hosts).values()) if hosts else None
 
     def option(self, name: str):
         """A run option as `llmdiag run` recorded it, or None when the manifest does not say."""

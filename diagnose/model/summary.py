@@ -12,6 +12,7 @@ from diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from diagnose.model.analysis import Analysis
 from diagnose.model.codec import Invalid, build
 from diagnose.model.manifest import Manifest
+from diagnose.model.pack import pack, should_pack
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -31,6 +32,16 @@ def slim(a: Analysis) -> dict:
             m["timeline"] = []
         r["pipeline_actions"] = []
     return d
+
+
+def summary_bytes(summary: dict) -> bytes:
+    """The summary file's bytes: indented schema 2 for a job people read by eye, packed schema 3 (no
+    indentation, columns, kernel names once: model/pack.py) above PACK_ABOVE_RANKS ranks, so that a
+    16,384-rank summary stays well under 64 MB."""
+    opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    if should_pack(summary):
+        return orjson.dumps(pack(summary), option=opt)
+    return orjson.dumps(summary, option=opt | orjson.OPT_INDENT_2)
 
 
 def read_summary(path: str) -> Analysis:

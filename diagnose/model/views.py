@@ -10,7 +10,7 @@ Conventions, stated in every output's table title:
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
@@ -216,6 +216,6 @@ def ranks_per_host(a: Analysis) -> int | None:
         return per
     hs = [r.host for r in a.ranks if r.host]
     if hs:
-        return max(hs.count(h) for h in set(hs))
+        return max(Counter(hs).values())
     dev = a.manifest.device if a.manifest else None
     return dev.count if dev and dev.count else None

@@ -252,12 +252,13 @@ def stragglers(c: Ctx) -> list[Finding]:
     for r in c.ranks:
         peers.setdefault(stage_of.get(r.rank, -1 if c.a.pipeline else 0), []).append(r.rank)
     noise = statistics.median(_spread(r) for r in c.ranks)
+    medians = {key: statistics.median(comp[x] for x in group) for key, group in peers.items()}  # once per group
     for r in c.ranks:
         key = stage_of.get(r.rank, -1 if c.a.pipeline else 0)
         group = peers[key]
         if key == -1 or len(group) < 3:  # unknown stage, or a median of one or two ranks: no outlier to name
             continue
-        med = statistics.median(comp[x] for x in group)
+        med = medians[key]
         excess = comp[r.rank] - med
         if med > 0 and excess > max(2 * noise, 0.05 * med) and r.rank not in found:
             found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
