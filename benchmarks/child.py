@@ -1,6 +1,6 @@
 """One measured workload, run in its own process by benchmarks.run (so its process tree can be sampled).
 
-    python -m benchmarks.child llmdiag|hta|orjson|render|idle SPEC_JSON
+    python -m benchmarks.child llmdiag|hta|orjson|render|idle|ladder SPEC_JSON
 
 Prints one JSON line: wall (s, the work only: imports and interpreter start are excluded), cpu (user +
 sys of this process and its reaped workers), the getrusage maxima, and a few numbers to cross-check the
@@ -130,9 +130,19 @@ def _render(spec: dict) -> dict:
             "to_dict_vs_loads_dumps": write / (parse + dump)}
 
 
+def _ladder(spec: dict) -> dict:
+    """One rung of the scale ladder: the whole analyze command, phase by phase (benchmarks/ladder.py)."""
+    from benchmarks.ladder import run_whole
+
+    t0, c0 = time.perf_counter(), _cpu()
+    res = run_whole(spec["path"], spec["out"], spec.get("jobs"))
+    return {**res, "wall": time.perf_counter() - t0, "cpu": _cpu() - c0}
+
+
 def main() -> None:
     tool, spec = sys.argv[1], json.loads(sys.argv[2])
-    res = {"llmdiag": _llmdiag, "hta": _hta, "orjson": _orjson, "render": _render, "idle": _idle}[tool](spec)
+    res = {"llmdiag": _llmdiag, "hta": _hta, "orjson": _orjson, "render": _render, "idle": _idle,
+           "ladder": _ladder}[tool](spec)
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     res.update(maxrss_self=s.ru_maxrss * 1024, maxrss_children=c.ru_maxrss * 1024)
     print("RESULT " + json.dumps(res))

@@ -4,6 +4,7 @@
     python -m benchmarks.run --quick         # smoke run, about a minute
     python -m benchmarks.run --full          # the same sizes, baselines repeated too (median of 3)
     python -m benchmarks.run --cases real,r8 --repeats 5 --no-hta
+    python -m benchmarks.run --cases ladder      # the scale ladder, 64..16,384 ranks, whole command (ladder.py)
 
 Every measurement is a fresh `python -m benchmarks.child` process whose whole tree (workers included) is
 sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). Times exclude interpreter start and
@@ -35,7 +36,7 @@ MB = 1e6
 @dataclass
 class Case:
     name: str
-    kind: str  # real | set | scaling | render
+    kind: str  # real | set | scaling | render | cost | ladder
     ranks: int = 0
     mb: float = 0.0
     hta: bool = True
@@ -68,6 +69,14 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
     return real + sets + scaling + render + cost
 
 
+def ladder_cases(rungs: str | None) -> list[Case]:
+    """Only on request (`--cases ladder`): its top rung generates and analyses 16,384 files."""
+    from benchmarks import ladder
+
+    ranks = [int(x) for x in rungs.split(",")] if rungs else list(ladder.RUNGS)
+    return [Case(f"ladder:{r}", "ladder", r, ladder.MB_PER_RANK, hta=False) for r in ranks]
+
+
 def measure(tool: str, spec: dict, repeats: int, timeout: float) -> dict:
     runs = []
     for _ in range(max(1, repeats)):
@@ -91,7 +100,7 @@ def decompressed_sizes(files: list[str]) -> list[int]:
 
 
 def prepare(case: Case, data_dir: str) -> None:
-    if case.kind in ("set", "scaling", "cost"):
+    if case.kind in ("set", "scaling", "cost", "ladder"):
         case.path = os.path.join(data_dir, case.name.replace(":", "_"))
         t = time.perf_counter()
         case.files = generate.write_set(case.path, case.ranks, case.mb)
@@ -133,6 +142,13 @@ def run_case(case: Case, a, results_dir: str) -> dict:
         return row
     sizes = decompressed_sizes(case.files)
     row.update(bytes=sum(sizes), largest=max(sizes), files=len(case.files))
+    if case.kind == "ladder":
+        from benchmarks import ladder
+
+        spec = {"path": case.path, "out": case.path + "-out", "jobs": a.jobs}  # summary + report, kept to look at
+        row["ladder"] = measure("ladder", spec, 1, a.timeout)
+        ladder.clean(case.path)
+        return row
     row["llmdiag"] = measure("llmdiag", {"path": case.path, "jobs": a.jobs}, a.repeats, a.timeout)
     if case.kind == "scaling":
         return row
@@ -184,6 +200,10 @@ def table(rows: list[dict], floors: dict) -> str:
             l = r["llmdiag"]
             out.append(f"| {r['case']} | {r['ranks']} | {r['bytes'] / MB:.0f} | {l['wall']:.2f} "
                        f"| {l['wall'] / (r['bytes'] / 1e9):.1f} | {l['peak_pss'] / MB:.0f} |")
+    if any(r["kind"] == "ladder" for r in rows):
+        from benchmarks import ladder
+
+        out += ["", ladder.table([r for r in rows if r["kind"] == "ladder"])]
     for r in rows:
         if r["kind"] == "render":
             m = r.get("render") or {}
@@ -209,6 +229,7 @@ def main(argv=None) -> None:
     g.add_argument("--quick", action="store_true", help="smoke sizes (about a minute)")
     g.add_argument("--full", action="store_true", help="default sizes, baselines repeated 3 times (~20 minutes)")
     ap.add_argument("--cases", help="comma-separated case names or prefixes (real, r8, scale, render, ...)")
+    ap.add_argument("--ladder", metavar="RANKS", help="ladder rungs, e.g. 64,1024 (default 64..16384)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per llmdiag measurement (median)")
     ap.add_argument("--baseline-repeats", type=int, help="runs per orjson and HTA measurement (median; "
                     "default 1, 3 with --full)")
@@ -237,6 +258,7 @@ def main(argv=None) -> None:
     if a.cases:
         want = a.cases.split(",")
         cases = [c for c in cases if any(c.name.startswith(w) for w in want)]
+        cases += ladder_cases(a.ladder) if "ladder" in want else []
     os.makedirs(a.out, exist_ok=True)
     if a.parser == "orjson":
         os.environ["LLMDIAG_PARSER"] = "orjson"  # inherited by every child

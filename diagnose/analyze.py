@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -25,22 +26,34 @@ from diagnose.model.summary import manifest_from_dict
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
-                 progress: bool = False, top_k: int = 20, rules: bool = True) -> Analysis:
+                 progress: bool = False, top_k: int = 20, rules: bool = True,
+                 timings: dict | None = None) -> Analysis:
+    """`timings`, when given, gets seconds per phase: map (per-rank parse), reduce (assemble), rules."""
+    clock = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        if timings is not None:
+            timings[name] = time.perf_counter() - clock[0]
+        clock[0] = time.perf_counter()
+
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k) for f in src.files]
     outputs = _run_all(job_list, jobs or default_jobs(), progress)
+    lap("map")
     opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(src.files),
                            run_folder=bool(src.run_folder))
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))
+    lap("reduce")
     if rules:
         from diagnose.rules import findings
 
         analysis.findings = findings(analysis)
+        lap("rules")
     return analysis
 
 
