@@ -46,6 +46,9 @@ def _f(x: float) -> str:
     return f"{x:.3f}"
 
 
+KINETO_LIST_MAX = 30  # Kineto's kTruncatLength: "Process Group Ranks" of a larger group is its first 30, then "..."
+
+
 class _Rank:
     """Writes one rank's events into `out` (a list of str), simulating host and GPU clocks."""
 
@@ -142,7 +145,9 @@ class _Rank:
         return kend
 
     def collective(self, kind, kernel, stream, pg, ranks, nelems, tid, after=0.0):
-        size = len(ranks)
+        size = self.world if ranks == "[...]" else len(ranks)
+        if not isinstance(ranks, str) and size > KINETO_LIST_MAX:  # as Kineto writes a long list (format_list)
+            ranks = "[" + ", ".join(map(str, ranks[:KINETO_LIST_MAX])) + ", ...]"
         out_n = nelems * size if kind == "allgather" else nelems
         in_n = nelems * size if kind == "reducescatter" else nelems
         args = (f'"Collective name": "{kind}", "In msg nelems": {in_n}, "Out msg nelems": {out_n}, "Group size": {size}, '
@@ -209,7 +214,7 @@ class _Rank:
                     self._memory(t, self.t, -acts.pop() * unit)
                 if mb == mbs - 1:
                     self.collective("reducescatter", RS, DP, dp_pg, self.dp_ranks, 25_165_824, t, after=last)
-        self.collective("allreduce", AR_OLD, DP, ("0", "default_pg"), list(range(self.world)) if self.world <= 16 else "[...]",
+        self.collective("allreduce", AR_OLD, DP, ("0", "default_pg"), list(range(self.world)),
                         1, self.main)
         self.ext += 1
         opt_t0 = self.t

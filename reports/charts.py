@@ -71,59 +71,92 @@ def rank_order(a: Analysis) -> tuple[list[RankMetrics], list[tuple[str, int, int
     return ranks, [tuple(g) for g in groups]
 
 
+HEAT_MAX_COLUMNS = 512  # more ranks than this are binned: a column narrower than ~1.3 px shows no outlier
+HEAT_MAX_BANDS = 256  # host/stage bands drawn above the cells; past this the caption counts them
+
+
+def _bins(n: int) -> list[tuple[int, int]]:
+    """(first, last) index of each column: one rank per column up to HEAT_MAX_COLUMNS, else equal runs."""
+    if n <= HEAT_MAX_COLUMNS:
+        return [(i, i) for i in range(n)]
+    size = math.ceil(n / HEAT_MAX_COLUMNS)
+    return [(i, min(n, i + size) - 1) for i in range(0, n, size)]
+
+
 def heatmap(a: Analysis) -> str:
-    """The rank × metric heatmap as an SVG string (empty without ranks)."""
+    """The rank × metric heatmap as an SVG string (empty without ranks). Above HEAT_MAX_COLUMNS ranks, runs
+    of consecutive ranks (in the figure's order) share a column coloured by their worst (highest) value,
+    and the caption and each tooltip say so: an outlier among 16,384 ranks still shows."""
     ranks, groups = rank_order(a)
     if not ranks:
         return ""
     extra = {"bubble": {b.rank: b.measured for b in (a.pipeline.stage_bubbles if a.pipeline else [])}}
+    bins = _bins(len(ranks))
     rows = []
     for label, unit, get in HEAT_ROWS:
         vals = [get(r, extra) for r in ranks]
         if all(v is None for v in vals):
             continue
-        rows.append((label, unit, vals))
-    n = len(ranks)
+        cells = []
+        for i0, i1 in bins:
+            xs = [(v, ranks[i].rank) for i, v in enumerate(vals[i0:i1 + 1], i0) if v is not None]
+            cells.append(None if not xs else (max(xs), statistics.fmean(v for v, _ in xs), len(xs)))
+        rows.append((label, unit, cells))
+    n, nb = len(ranks), len(bins)
+    per = bins[0][1] - bins[0][0] + 1
     left, right, cell_h, width = 120, 190, 22, 1000
     plot_w = width - left - right
-    cw = plot_w / n
-    top = 34
+    cw = plot_w / nb
+    top = 34 if nb == n else 48  # a binned map has a second caption line
     h = top + cell_h * len(rows) + 8
     out = [f'<svg class="fig heat" id="fig-heatmap" viewBox="0 0 {width} {h}" role="img" '
            f'aria-label="rank by metric heatmap" xmlns="http://www.w3.org/2000/svg">']
-    for g, (label, i0, i1) in enumerate(groups):  # group bands and labels above the cells
-        x0, x1 = left + i0 * cw, left + (i1 + 1) * cw
+    col = lambda i: i // per  # noqa: E731 - the column a rank index falls in
+    for g, (label, i0, i1) in enumerate(groups if len(groups) <= HEAT_MAX_BANDS else []):
+        x0, x1 = left + col(i0) * cw, left + (col(i1) + 1) * cw
         out.append(f'<rect x="{x0:.2f}" y="{top - 16}" width="{x1 - x0:.2f}" height="12" '
                    f'fill="{"#dde3ee" if g % 2 == 0 else "#c5cfdf"}"><title>{escape(label)}: ranks '
                    f'{ranks[i0].rank}…{ranks[i1].rank}</title></rect>')
         if x1 - x0 > 60:
             text = str(escape(label if len(label) <= (x1 - x0) / 6.5 else label[:max(3, int((x1 - x0) / 6.5) - 1)] + "…"))
             out.append(f'<text x="{x0 + 3:.2f}" y="{top - 6}" class="hl">{text}</text>')
-        if g:
-            if len(groups) <= 64:  # a thin gap between groups; past 64 the band above says it
-                out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top}" y2="{h - 8}" stroke="#fff" '
-                           'stroke-width="1.5"/>')
-    out.append(f'<text x="{left}" y="{top - 22}" class="hl">{n} ranks in {len(groups)} group'
-               f'{"s" if len(groups) != 1 else ""} by host{" and pipeline stage" if a.pipeline else ""} '
-               '(the band above; hover a cell or band for its ranks)</text>')
-    for j, (label, unit, vals) in enumerate(rows):
+        if g and len(groups) <= 64:  # a thin gap between groups; past 64 the band above says it
+            out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top}" y2="{h - 8}" stroke="#fff" '
+                       'stroke-width="1.5"/>')
+    what = (f"{n} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''} by host"
+            f"{' and pipeline stage' if a.pipeline else ''}")
+    how = ("(the band above; hover a cell or band for its ranks)" if len(groups) <= HEAT_MAX_BANDS else
+           "(too many groups for bands: ranks in host order)")
+    out.append(f'<text x="{left}" y="{top - 22}" class="hl">{escape(what)} {escape(how)}</text>')
+    if nb < n:
+        out.append(f'<text x="{left}" y="{top - 36}" class="hl">Binned: each column is {per} consecutive ranks in '
+                   'this order, coloured by their worst (highest) value; hover for its ranks, max and mean</text>')
+    for j, (label, unit, cells) in enumerate(rows):
         y = top + j * cell_h
-        defined = [v for v in vals if v is not None]
+        defined = [c[0][0] for c in cells if c is not None]
         lo, hi = min(defined), max(defined)
         u = column_unit([hi], unit) if unit == "gib" else unit
         out.append(f'<text x="{left - 6}" y="{y + cell_h * 0.68:.1f}" text-anchor="end">{label}</text>')
         rng = f"all {fmt(lo, u)}" if fmt(lo, u) == fmt(hi, u) else f"{fmt(lo, u)} … {fmt(hi, u)}"
         out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">{rng}</text>')
-        levels = [None if v is None else (0 if hi == lo else round((v - lo) / (hi - lo) * (LEVELS - 1))) for v in vals]
+        levels = [None if c is None else (0 if hi == lo else round((c[0][0] - lo) / (hi - lo) * (LEVELS - 1)))
+                  for c in cells]
         i = 0
-        while i < n:  # merge runs of one colour
+        while i < nb:  # merge runs of one colour
             k = i
-            while k + 1 < n and levels[k + 1] == levels[i]:
+            while k + 1 < nb and levels[k + 1] == levels[i]:
                 k += 1
             fill = "#f2f2f2" if levels[i] is None else _colour(levels[i])
-            tip = (f"rank {ranks[i].rank}: {fmt(vals[i], u)}" if k == i else
-                   f"ranks {ranks[i].rank}…{ranks[k].rank} (in this order): {fmt(vals[i], u)}"
-                   + ("" if levels[i] is None else " and similar"))
+            r0, r1 = ranks[bins[i][0]].rank, ranks[bins[k][1]].rank
+            c = cells[i]
+            if nb < n and c is not None:
+                b0, b1 = ranks[bins[i][0]].rank, ranks[bins[i][1]].rank
+                tip = (f"ranks {b0}…{b1} (in this order): max {fmt(c[0][0], u)} (rank {c[0][1]}), mean "
+                       f"{fmt(c[1], u)}" + (f"; through rank {r1}: similar" if k > i else ""))
+            else:
+                tip = (f"rank {r0}: {fmt(c[0][0] if c else None, u)}" if k == i else
+                       f"ranks {r0}…{r1} (in this order): {fmt(c[0][0] if c else None, u)}"
+                       + ("" if levels[i] is None else " and similar"))
             out.append(f'<rect x="{left + i * cw:.2f}" y="{y + 1}" width="{(k - i + 1) * cw:.2f}" height="{cell_h - 2}" '
                        f'fill="{fill}"><title>{label}, {tip}</title></rect>')
             i = k + 1

@@ -114,13 +114,14 @@ def pick_ranks(ranks: list[RankMetrics], k: int = MAX_RANKS) -> tuple[list[int],
 
 
 def distributions(a: Analysis, paths: Paths) -> list[tuple]:
-    """(label, glossary key, {min|median|max: (Num, rank)}) from `views.spread`: each an exact rank value."""
+    """(label, glossary key, {min|median|p90|max: (Num, rank)}) from `views.spread`: each an exact rank value."""
     out = []
     for label, key, unit, g in DISTRIBUTIONS:
         sp = views.spread(a, key)
         if sp:
             out.append((label, g, {w: (Num(v, paths.rank(rank, key), unit), rank)
-                                   for w, (v, rank) in (("min", sp.min), ("median", sp.median), ("max", sp.max))}))
+                                   for w, (v, rank) in (("min", sp.min), ("median", sp.median), ("p90", sp.p90),
+                                                         ("max", sp.max))}))
     return out
 
 
@@ -338,6 +339,7 @@ def build(a: Analysis) -> dict:
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
+        "stragglers": sorted(enumerate(skew.stragglers), key=lambda x: (-x[1].value, x[1].rank))[:MAX_RANKS] if skew else [],
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
         "Num": Num, "step_series": charts.step_series(a),

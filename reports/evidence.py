@@ -38,7 +38,7 @@ def anchors(ctx: dict) -> set[str]:
         if ctx["pipe"] and ctx["pipe"]["rows"]:
             ids.add("fig-pipeline")
     if a.skew:
-        ids |= {f"straggler-{x.rank}" for x in a.skew.stragglers}
+        ids |= {f"straggler-{x.rank}" for _, x in ctx["stragglers"]}  # the rows the report shows
     if len(ctx["step_series"]) >= 2:
         ids.add("fig-steps")
     return ids
@@ -55,7 +55,8 @@ def links(ctx: dict) -> tuple[list[list[tuple[str, str]]], dict[str, list[int]]]
         ranks = list(f.evidence.ranks or [])
         listed = [r for r in ranks if f"{prefix}{r}" in have]
         ls += [(f"rank {r}", f"{prefix}{r}") for r in listed[:MAX_LINKS]]
-        unlisted = [r for r in ranks if r not in listed]
+        shown = set(listed)
+        unlisted = sorted(r for r in ranks if r not in shown)
         if unlisted and "fig-heatmap" in have:
             ls.append((f"rank{'s' if len(unlisted) > 1 else ''} {ranges(unlisted)} in the heatmap", "fig-heatmap"))
         ls += [(f"step {s}", f"step-{s}") for s in (f.evidence.steps or [])[:MAX_LINKS] if f"step-{s}" in have]

@@ -131,9 +131,9 @@ def _ranks(a: Analysis) -> str:
         for label, key, unit, _ in DISTRIBUTIONS:
             sp = views.spread(a, key)
             if sp:
-                rows.append([label] + [f"{fmt(v, unit)} (rank {r})" for v, r in (sp.min, sp.median, sp.max)])
+                rows.append([label] + [f"{fmt(v, unit)} (rank {r})" for v, r in (sp.min, sp.median, sp.p90, sp.max)])
         out.append(_table(f"Across all {len(ranks)} ranks (per rank: its mean per step)",
-                          ["metric", "min", "median", "max"], rows))
+                          ["metric", "min", "median", "p90", "max"], rows))
     steps = views.per_step(a)
     rows = [[str(st.step), str(st.ranks), _ms(st.mean_ms), _ms(st.max_ms), str(st.max_rank)] for st in steps[:MAX_ROWS]]
     out.append(_table("Per step (step time: mean over the ranks that have the step, and the slowest rank)",
@@ -202,13 +202,17 @@ def _skew(a: Analysis) -> str:
     if sk.matched:
         rows = [[c.kind, c.pg or "-", str(c.matched), _ms(c.mean_skew_ms), _ms(c.max_skew_ms), _ms(c.mean_transfer_ms)]
                 for c in sk.by_collective[:MAX_ROWS]]
-        out.append(_table("Arrival skew of matched collectives (per collective, over the ranks it matched on)",
-                          ["kind", "group", "matched", "mean skew ms", "max skew ms", "transfer ms"], rows))
+        out.append(_table("Arrival skew of matched collectives (per collective, over the ranks it matched on; "
+                          "most skewed first)", ["kind", "group", "matched", "mean skew ms", "max skew ms",
+                                                 "transfer ms"], rows,
+                          _more(len(sk.by_collective) - MAX_ROWS, "collective groups")))
     if sk.stragglers:
         hosts = views.hosts(a)
-        out.append("\nStragglers\n" + "\n".join(
+        worst = sorted(sk.stragglers, key=lambda x: (-x.value, x.rank))[:MAX_ROWS]
+        out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
             f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)} ({_pct(x.value)})"
-            for x in sk.stragglers))
+            for x in worst) + ("\n" + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
+                               if len(sk.stragglers) > MAX_ROWS else ""))
     return "\n".join(x for x in out if x)
 
 

@@ -23,6 +23,19 @@ def pg_config(dist: dict) -> list[dict]:
     return [g for g in raw if isinstance(g, dict)]
 
 
+def _pipeline_desc(desc: str) -> bool:
+    return "pp" in desc or desc == "PIPELINE_MODEL_PARALLEL_GROUP"
+
+
+def slim_pg_config(dist: dict) -> list[dict]:
+    """The `pg_config` a rank sends to the coordinator: every group's name, description and size, and the rank
+    list of pipeline groups only (pipeline_groups reads them). PyTorch writes every group's full rank list in
+    every trace: at 16,384 ranks that is ~18,000 numbers per rank, 300 million held by the coordinator."""
+    return [{**{k: g[k] for k in ("pg_name", "pg_desc", "pg_size", "backend_config") if k in g},
+             **({"ranks": g["ranks"]} if _pipeline_desc(str(g.get("pg_desc", ""))) and "ranks" in g else {})}
+            for g in pg_config(dist)]
+
+
 def pg_sizes(dist: dict) -> dict[str, int]:
     """Group name and description -> size, for groups whose size the kernels do not record."""
     out = {}
@@ -80,7 +93,7 @@ def pipeline_groups(manifest: Manifest | None, dists: dict[int, dict], ranks_wit
     for d in dists.values():
         for g in pg_config(d):
             desc = str(g.get("pg_desc", ""))
-            if ("pp" in desc or desc == "PIPELINE_MODEL_PARALLEL_GROUP") and isinstance(g.get("ranks"), list):
+            if _pipeline_desc(desc) and isinstance(g.get("ranks"), list):
                 key = tuple(g["ranks"])
                 if key not in seen:
                     seen.add(key)

@@ -16,7 +16,7 @@ from diagnose.model.roles import P2P_KINDS
 from diagnose.errors import TraceError
 from diagnose.metrics.kernels import hints, top_kernels
 from diagnose.metrics.idle import idle_breakdown, training_evidence
-from diagnose.metrics.layout import pg_sizes
+from diagnose.metrics.layout import pg_sizes, slim_pg_config
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
@@ -186,7 +186,8 @@ def _nelems(args: dict, side: str) -> int:
 
 
 def _small(dist: dict) -> dict:
-    return {k: dist[k] for k in ("rank", "world_size", "backend", "pg_config", "nccl_version") if k in dist}
+    out = {k: dist[k] for k in ("rank", "world_size", "backend", "nccl_version") if k in dist}
+    return {**out, "pg_config": slim_pg_config(dist)} if "pg_config" in dist else out  # no O(world) lists
 
 
 def default_jobs() -> int:

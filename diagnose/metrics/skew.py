@@ -8,6 +8,7 @@ median difference of matched completion times against the first host, before ske
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import median
@@ -16,7 +17,7 @@ import numpy as np
 
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
 from diagnose.model.matching import LateArrival
-from diagnose.model.format import NS_PER_MS
+from diagnose.model.format import NS_PER_MS, ranges
 
 
 @dataclass
@@ -195,7 +196,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         sum_tr = np.bincount(key, transfer, len(t.keys))
         present = [k for k in range(len(t.keys)) if n[k]]
         present.sort(key=lambda k: (-sum_sk[k] / n[k], t.keys[k]))
-        by_collective = [CollectiveSkew(pg=t.keys[k][0], kind=t.keys[k][1], matched=int(n[k]),
+        by_collective = [CollectiveSkew(pg=group_label(t.keys[k][0]), kind=t.keys[k][1], matched=int(n[k]),
                                         mean_skew_ms=float(sum_sk[k] / n[k]) / NS_PER_MS,
                                         max_skew_ms=float(max_sk[k]) / NS_PER_MS,
                                         mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS) for k in present]
@@ -226,6 +227,19 @@ def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:
     hi = np.maximum.reduceat(st, t.seg)
     lo = np.minimum.reduceat(np.where(st < 0, np.iinfo(np.int64).max, st), t.seg)
     return (hi >= 0) & (hi > lo)
+
+
+_LIST = re.compile(r"\[(\d+(?:,\s*\d+)*)(,\s*\.\.\.)?\]$")  # Kineto cuts lists over 30 ranks with ", ..."
+
+
+def group_label(pg: str) -> str:
+    """A matched group's name as outputs print it: the trace's rank list ('mesh_dp[0, 8, 16, …]', 2,048 numbers
+    in a 16k-rank job) written as ranges ('mesh_dp[0-16376 step 8]'); matching keys keep the full text."""
+    m = _LIST.search(pg)
+    if not m:
+        return pg
+    cut = ", …" if m.group(2) else ""
+    return f"{pg[:m.start()]}[{ranges(sorted(int(x) for x in m.group(1).split(',')))}{cut}]"
 
 
 SAME_SIZE = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
@@ -294,7 +308,7 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
         pos = o[rows]  # the same rows in the table's own order, for the sizes
         key = t.keys[int(t.key[t.seg[k]])]
         out.append(LateArrival(
-            pg=key[0], kind=key[1], ordinal=int(t.ordinal[t.seg[k]]), ranks=int(t.size[k]),
+            pg=group_label(key[0]), kind=key[1], ordinal=int(t.ordinal[t.seg[k]]), ranks=int(t.size[k]),
             skew_ms=float(sk[k]) / NS_PER_MS, transfer_ms=float(transfer[k]) / NS_PER_MS,
             late_ranks=[int(x) for x in r[lr]], late_ms=[float(x) / NS_PER_MS for x in lateness[lr]],
             schedule_ordered=bool(ordered[k]),

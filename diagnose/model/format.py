@@ -93,19 +93,30 @@ def plural(n: int, word: str) -> str:
 
 
 def ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8' (at most 20 pieces): how every output lists ranks."""
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'; an evenly strided run of three or more -> '0-2040 step 8' (at most
+    20 pieces, then the count left out): how every output lists ranks, in text that stays short at 16k ranks."""
     if not ranks:
         return ""
     parts: list[str] = []
-    start = prev = ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-        if r is not None:
-            start = prev = r
-    return ", ".join(parts[:20]) + (", ..." if len(parts) > 20 else "")
+    i, n = 0, len(ranks)
+    while i < n:
+        j = i
+        if i + 1 < n:
+            step = ranks[i + 1] - ranks[i]
+            while j + 1 < n and ranks[j + 1] - ranks[j] == step:
+                j += 1
+            if step != 1 and j - i < 2:  # two ranks with a gap: not a run
+                j = i
+        if j == i:
+            parts.append(str(ranks[i]))
+        elif ranks[j] - ranks[i] == j - i:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.append(f"{ranks[i]}-{ranks[j]} step {ranks[i + 1] - ranks[i]}")
+        i = j + 1
+        if len(parts) == 20 and i < n:
+            return ", ".join(parts) + f", ... ({n - i} more)"
+    return ", ".join(parts)
 
 
 def fmt_gain(finding) -> str:

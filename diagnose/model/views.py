@@ -9,6 +9,7 @@ Conventions, stated in every output's table title:
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -180,12 +181,13 @@ def kernel_table(a: Analysis, top: int | None = 20) -> list[KernelRow]:
 # ---- ranks at a glance ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Spread:
-    """min / median (lower) / max of one per-rank value, each an exact value of one rank."""
+    """min / median (lower) / p90 (nearest rank) / max of one per-rank value, each an exact value of one rank."""
 
     key: str
     min: tuple[float, int]  # (value, rank)
     median: tuple[float, int]
     max: tuple[float, int]
+    p90: tuple[float, int] | None = None
 
 
 DISTRIBUTIONS = [  # per-rank values shown as min / median / max: (label, RankMetrics attribute, unit, glossary entry)
@@ -200,7 +202,7 @@ def spread(a: Analysis, key: str) -> Spread | None:
     vals = sorted((getattr(r, key), r.rank) for r in a.ranks if getattr(r, key) is not None)
     if not vals:
         return None
-    return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1])
+    return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1], vals[max(0, math.ceil(0.9 * len(vals)) - 1)])
 
 
 def hosts(a: Analysis) -> dict[int, str]:

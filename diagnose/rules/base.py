@@ -39,10 +39,15 @@ class Ctx:
         self.device = device_name(a)  # the manifest's, else the trace's
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)
+        self._roles: dict[tuple, str] = {}
         self.peer_waits: dict[int, float] | None = None  # set once by rules/comm.py (needs the straggler rule)
 
     def role(self, c: CommGroupStats) -> str:
-        return pg_role(c.kind, c.pg, c.group_size, self.layout)
+        """Memoised per (kind, group, size): every rank asks the same few questions (16k ranks × 4 groups)."""
+        key = (c.kind, c.pg, c.group_size)
+        if key not in self._roles:
+            self._roles[key] = pg_role(c.kind, c.pg, c.group_size, self.layout)
+        return self._roles[key]
 
     def comm_of(self, r: RankMetrics, roles: tuple) -> tuple[float, float, list[CommGroupStats]]:
         """(per-step op time, per-step exposed op time, the stats) of one rank's comm in these roles."""
