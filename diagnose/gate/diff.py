@@ -214,13 +214,25 @@ def _pipeline(a: Analysis, b: Analysis) -> Section | None:
     return Section(f"Pipeline ({_attr(pa, 'schedule') or '-'} vs {_attr(pb, 'schedule') or '-'})", _defined(rows))
 
 
+MAX_RANK_ROWS = 16  # per metric: a 16k-rank diff lists the ranks that moved most, not 65k rows
+
+
 def _per_rank(a: Analysis, b: Analysis) -> Section:
-    rows = []
+    """Per metric, the ranks whose value changed (direction not "same"), largest relative change first, at
+    most MAX_RANK_ROWS of them; the title says how many changed and how many ranks were compared."""
+    rows, hidden = [], 0
     for name, measure in (("step_time", "time"), ("overlap_ratio", "overlap"), ("exposed_comm", "waste_frac"),
                           ("memory_peak", "memory")):
         ua, ub = units(a, METRICS[name]), units(b, METRICS[name])
-        rows += [row(f"{ua[k][0]} {name}", measure, ua[k][1], ub[k][1]) for k in sorted(ua)]
-    return Section("Per rank (matched by rank number)", _defined(rows))
+        moved = [x for x in _defined([row(f"{ua[k][0]} {name}", measure, ua[k][1], ub[k][1]) for k in sorted(ua)])
+                 if x.change not in ("same", "")]
+        moved.sort(key=lambda x: -(abs(x.delta) * 100 if x.unit == "pct" else abs(x.rel or 0)))
+        rows += moved[:MAX_RANK_ROWS]
+        hidden += max(0, len(moved) - MAX_RANK_ROWS)
+    n = len(a.ranks)
+    title = (f"Per rank (matched by rank number; of {n} ranks, those that changed, largest change first"
+             + (f"; {hidden} more changed rows not listed" if hidden else "") + ")")
+    return Section(title, rows)
 
 
 def _kernels(a: Analysis, b: Analysis, top: int) -> Kernels:

@@ -39,8 +39,9 @@ def summary_bytes(summary: dict) -> bytes:
     indentation, columns, kernel names once: model/pack.py) above PACK_ABOVE_RANKS ranks, so that a
     16,384-rank summary stays well under 64 MB."""
     opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    if should_pack(summary):
-        return orjson.dumps(pack(summary), option=opt)
+    packed = pack(summary) if should_pack(summary) else None
+    if packed is not None:
+        return orjson.dumps(packed, option=opt)
     return orjson.dumps(summary, option=opt | orjson.OPT_INDENT_2)
 
 
