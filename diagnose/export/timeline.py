@@ -26,7 +26,7 @@ from diagnose.export import tracks as tk
 from diagnose.io.loader import load_trace
 from diagnose.metrics.classify import classify
 from diagnose.metrics.cross_rank import stage_hint
-from diagnose.metrics.layout import pipeline_groups
+from diagnose.metrics.layout import pipeline_groups, slim_pg_config
 from diagnose.metrics.per_rank import collective_records
 from diagnose.metrics.pipeline_actions import extract_actions
 from diagnose.metrics.steps import windows
@@ -59,7 +59,8 @@ def _select(a: Analysis, ranks: list[int] | None) -> list:
     unknown = sorted(set(ranks) - have)
     if unknown:
         raise LlmdiagError(f"--ranks names ranks the analysis does not hold: {unknown[:10]}", a.source)
-    return [r for r in a.ranks if r.rank in set(ranks)]
+    want = set(ranks)
+    return [r for r in a.ranks if r.rank in want]
 
 
 def _keep(t, budget: int) -> np.ndarray:
@@ -76,23 +77,22 @@ def build_timeline(a: Analysis, ranks: list[int] | None = None, max_events: int 
     shift = aligned_shift_ns(a)
     man = a.manifest
     ev: list[dict] = []
-    loaded, wins_of, acts, colls, dists = {}, {}, {}, {}, {}
-    for r in chosen:
+    wins_of, acts, colls, dists = {}, {}, {}, {}
+    budget = max(0, max_events // max(1, len(chosen)))
+    dropped = 0
+    added: dict[int, tk.RankTracks] = {}
+    for r in chosen:  # one trace held at a time: 16k ranks' traces at once would not fit
         try:
             t = load_trace(r.file)
         except Exception as e:  # noqa: BLE001 - one clear line, not a traceback
             raise LlmdiagError(f"cannot re-read the trace for the timeline ({type(e).__name__}: {e})", r.file)
         classify(t, a.options.comm_regex)
         wins, _ = windows(t, a.options.exclude_last_step)
-        loaded[r.rank], wins_of[r.rank] = t, wins
+        wins_of[r.rank] = wins
         acts[r.rank] = extract_actions(t, wins, stage_hint(man, r.file))
         colls[r.rank] = collective_records(t, wins)
-        dists[r.rank] = t.distributed
-    budget = max(0, max_events // max(1, len(chosen)))
-    dropped = 0
-    added: dict[int, tk.RankTracks] = {}
-    for r in chosen:
-        t, sh = loaded[r.rank], shift[r.rank]
+        dists[r.rank] = {"pg_config": slim_pg_config(t.distributed)}  # no O(world) rank lists per rank
+        sh = shift[r.rank]
         keep = _keep(t, budget)
         dropped += len(t) - len(keep)
         ev.append({"ph": "M", "name": "process_name", "pid": r.rank, "tid": 0,
@@ -159,7 +159,8 @@ def _finding_events(a: Analysis, chosen, wins_of, shift) -> list[dict]:
            {"ph": "M", "name": "process_sort_index", "pid": FINDINGS_PID, "tid": 0, "args": {"sort_index": -1}}]
     first = min(chosen, key=lambda r: r.rank)
     for i, f in enumerate(a.findings):
-        r = next((x for x in chosen if x.rank in (f.evidence.ranks or [])), first)
+        named = set(f.evidence.ranks or [])
+        r = next((x for x in chosen if x.rank in named), first)
         wins = wins_of[r.rank]
         at = ((wins[0].start if wins else 0) + shift[r.rank]) / 1000.0
         out.append({"ph": "i", "s": "g", "name": f"[{f.severity}] {f.title}", "cat": "llmdiag.finding",

@@ -20,7 +20,7 @@ from diagnose.metrics import intervals as iv
 from diagnose.metrics.idle import idle_intervals
 from diagnose.metrics.overlap import timeline
 from diagnose.metrics.pipeline_actions import Action
-from diagnose.metrics.skew import Collectives, arrival_waits
+from diagnose.metrics.skew import Collectives, arrival_waits, group_label
 from diagnose.metrics.steps import Window
 
 
@@ -89,5 +89,5 @@ def wait_tracks(colls: dict[int, Collectives], shift: dict[int, int]) -> dict[in
     on the aligned clock), every rank waits from its own arrival to the last arrival; the earliest rank's wait
     is that collective's skew. Times come back on each rank's own clock."""
     waits = arrival_waits({r: c.shifted(shift[r]) for r, c in colls.items()})
-    return {r: [(s - shift[r], e - shift[r], f"{kind} {pg}".strip()) for s, e, (pg, kind) in xs]
+    return {r: [(s - shift[r], e - shift[r], f"{kind} {group_label(pg)}".strip()) for s, e, (pg, kind) in xs]
             for r, xs in waits.items()}
