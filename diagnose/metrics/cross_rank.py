@@ -26,9 +26,11 @@ from diagnose.metrics.pipeline_bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline_infer import chains, schedule_of
 from diagnose.metrics.skew import skew
-from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, SkewResult
+from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
+                                     SkewResult)
 from diagnose.model.format import NS_PER_MS, ranges
 from diagnose.model.manifest import Manifest, PipelineConfig
+from diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
 
 
 def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
@@ -94,6 +96,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     if pipeline and pipeline.inferred and int((layout or {}).get("pp") or 1) <= 1:
         layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
+    _drop_timelines(metrics)
     return Analysis(
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
         layout=layout, manifest=man, ranks=metrics, ranks_missing=missing,
@@ -105,6 +108,19 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
     )
+
+
+def _drop_timelines(metrics: list[RankMetrics]) -> None:
+    """Above PACK_ABOVE_RANKS ranks, memory timelines are kept for the MEMORY_TIMELINES devices closest to
+    capacity (those the report draws and the memory rules read; the summary keeps the same ones): 16,384
+    ranks' curves were ~400 MB of Python lists in the coordinator. Peaks stay on every device."""
+    if len(metrics) <= PACK_ABOVE_RANKS:
+        return
+    mem = [(m, r.rank) for r in metrics for m in r.memory if m.timeline]
+    mem.sort(key=lambda x: (x[0].used_frac is None, -(x[0].used_frac if x[0].used_frac is not None else x[0].used),
+                            x[1]))
+    for m, _ in mem[MEMORY_TIMELINES:]:
+        m.timeline = []
 
 
 def _wrapper_layout(good: list[RankOutput], world: int | None) -> dict | None:

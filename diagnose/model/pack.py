@@ -90,9 +90,11 @@ def _rows(v):
     return v
 
 
-def _used(m: dict) -> float:
-    cap, peak = m.get("capacity"), m.get("peak_reserved") or m.get("peak_allocated") or 0
-    return peak / cap if cap else -1.0
+def _order(m: dict, rank) -> tuple:
+    """Closest to capacity first, as metrics/cross_rank.py keeps them (views.memory_use's order)."""
+    used = max(m.get("peak_reserved") or 0, m.get("peak_allocated") or 0)
+    cap = m.get("capacity")
+    return (not cap, -(used / cap if cap else used), rank)
 
 
 def pack(d: dict) -> dict | None:
@@ -100,7 +102,7 @@ def pack(d: dict) -> dict | None:
     collide with the packed form's keys (that summary is written plain)."""
     names: dict[str, int] = {}
     mem = [(m, r["rank"]) for r in d["ranks"] for m in r.get("memory") or []]
-    keep = {id(m) for m, _ in sorted(mem, key=lambda x: (-_used(x[0]), x[1]))[:MEMORY_TIMELINES]}
+    keep = {id(m) for m, _ in sorted((x for x in mem if x[0].get("timeline")), key=lambda x: _order(*x))[:MEMORY_TIMELINES]}
     ranks = []
     for r in d["ranks"]:
         r = dict(r)
