@@ -42,29 +42,47 @@ def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     render_report(shown, hpath)
     phases["render"] = time.perf_counter() - t
     wall = time.perf_counter() - t0
+    gate = _gate_times(jpath)
     return {"wall": wall, "ranks": len(a.ranks), "phases": phases, "findings": len(a.findings),
             "coordinator_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "summary_bytes": os.path.getsize(jpath), "report_bytes": os.path.getsize(hpath),
-            "terminal_lines": text.count("\n") + 1,
+            "terminal_lines": text.count("\n") + 1, **gate,
             "errors": [i.message for i in a.issues if i.severity == "error"][:3]}
+
+
+def _gate_times(summary: str) -> dict:
+    """`llmdiag check S --baseline S` and `llmdiag diff S S` on the rung's summary: seconds and lines printed
+    (not part of the analyze command's wall time)."""
+    from click.testing import CliRunner
+
+    from diagnose.cli.main import main
+
+    out = {}
+    for name, args in (("check", ["check", summary, "--baseline", summary]), ("diff", ["diff", summary, summary])):
+        t = time.perf_counter()
+        res = CliRunner().invoke(main, args, env={"GITHUB_ACTIONS": ""})
+        out[f"{name}_s"] = time.perf_counter() - t
+        out[f"{name}_lines"] = res.output.count("\n") if res.exit_code == 0 else f"exit {res.exit_code}"
+    return out
 
 
 def table(rows: list[dict]) -> str:
     """The ladder as a Markdown table, with the issue's four targets judged from it."""
     head = ("| ranks | MB | whole s | map s | reduce s | rules s | render s | ms per rank | coordinator peak RSS MB "
-            "| summary MB | report MB | terminal lines |")
+            "| summary MB | report MB | terminal lines | check s (lines) | diff s (lines) |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ok = {r["ranks"]: r["ladder"] for r in rows if "wall" in r.get("ladder", {})}
     for r in rows:
         m = r.get("ladder", {})
         if "wall" not in m:
-            out.append(f"| {r['ranks']} | failed: {m.get('error', '?')[:200]} |" + " |" * 10)
+            out.append(f"| {r['ranks']} | failed: {m.get('error', '?')[:200]} |" + " |" * 12)
             continue
         p = m["phases"]
         out.append(f"| {r['ranks']:,} | {r.get('bytes', 0) / 1e6:.0f} | {m['wall']:.1f} | {p.get('map', 0):.1f} "
                    f"| {p.get('reduce', 0):.2f} | {p.get('rules', 0):.2f} | {p.get('render', 0):.2f} "
                    f"| {1e3 * m['wall'] / m['ranks']:.2f} | {m['coordinator_peak_rss'] / 1e6:.0f} "
-                   f"| {m['summary_bytes'] / 1e6:.1f} | {m['report_bytes'] / 1e6:.2f} | {m['terminal_lines']} |")
+                   f"| {m['summary_bytes'] / 1e6:.1f} | {m['report_bytes'] / 1e6:.2f} | {m['terminal_lines']} "
+                   f"| {m.get('check_s', 0):.1f} ({m.get('check_lines')}) | {m.get('diff_s', 0):.1f} ({m.get('diff_lines')}) |")
     if 1024 in ok and 16384 in ok:
         a, b = ok[1024], ok[16384]
         lin = (b["wall"] / b["ranks"]) / (a["wall"] / a["ranks"])
