@@ -113,8 +113,16 @@ def assert_consistent(a: Analysis) -> None:
             assert shown[str(r.rank)][2] == want
         if f'data-k="ranks.{i}.step_time_ms"' in html:
             assert _tagged(html, f"ranks.{i}.step_time_ms") in (want, fmt(r.step_time_ms, "ms"))
-        assert rows[f"rank {r.rank} step_time"].a == r.step_time_ms
-        assert fmt(r.step_time_ms, "ms") in _diff_line(dtext, f"rank {r.rank} step_time")
+    # diff's per-rank rows list the ranks that changed (largest change first, at most 16 per metric)
+    moved = Analysis.from_dict(a.to_dict())
+    for i, r in enumerate(moved.ranks[:3]):
+        r.step_time_ms *= 1.1 + 0.1 * i
+    mc = compare(a, moved)
+    mrows, mtext = {x.name: x for s in mc.sections for x in s.rows}, render_text(mc)
+    for r in a.ranks[:3]:
+        assert mrows[f"rank {r.rank} step_time"].a == r.step_time_ms
+        assert fmt(r.step_time_ms, "ms") in _diff_line(mtext, f"rank {r.rank} step_time")
+    assert not any(n.endswith(" step_time") and n.startswith("rank ") for n in rows)  # unchanged: not listed
 
     # pipeline bubble per stage
     if a.pipeline:
