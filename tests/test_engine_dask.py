@@ -81,7 +81,9 @@ def test_worker_killed_mid_trace_is_retried_then_named(tmp_path):
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr and "KilledWorker" not in p.stderr
     assert (tmp_path / "died-once").exists()  # rank2's first worker did die
-    (line,) = [x for x in p.stderr.splitlines() if x.strip()]
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, p.stderr
+    line = lines[0]
     assert line.startswith(f"llmdiag: {d / 'rank1.json'}: the Dask workers analysing this trace died (2 tries")
     assert line.endswith("left out (the other ranks are analysed)")
     s = orjson.loads((tmp_path / "s.json").read_bytes())
@@ -152,6 +154,23 @@ def test_external_scheduler_file_names_unshared_traces_and_shows_progress(tmp_pa
     assert res[1].error.startswith("llmdiag: /nonexistent/on/the/workers/rank2.json: a Dask worker on ")
     assert "the traces must be on a filesystem the workers share, at the same path" in res[1].error
     assert "3/3 files" in out.getvalue()
+
+
+def test_no_result_within_the_bound_is_one_line(tmp_path, cluster, monkeypatch):
+    """A worker that never finishes (here: a trace that takes a second, against a bound lowered to 0.3 s) stops
+    the analysis with one line saying what was done and what the bound was, instead of waiting forever."""
+    import diagnose.engine.dask_engine as de
+
+    monkeypatch.setattr(de, "WAIT_FLOOR_S", 0.3)
+    d = tmp_path / "run"
+    gpu_rank(0, world_size=1).write(d / "rank0.json")
+    t0 = time.monotonic()
+    with pytest.raises(LlmdiagError) as e:
+        run_jobs([RankJob(str(d / "rank0.json"))], EngineSpec(scheduler_file=str(cluster[2])), fn=slow_job)
+    assert time.monotonic() - t0 < 30
+    assert re.fullmatch(r"llmdiag: no trace finished on the Dask scheduler at tcp://127\.0\.0\.1:\d+ for 0\.3\d* s, "
+                        r"after 0 of 1 traces \(.*; the bound is 0\.3 s plus 1 s per MB of the largest trace left\)",
+                        e.value.line()), e.value.line()
 
 
 def test_scheduler_going_away_is_one_line_not_a_hang(tmp_path, cluster):

@@ -103,11 +103,14 @@ def _client(spec):
 
 def _local_cluster(n: int):
     """N worker processes of one thread each (the pool's shape), no dashboard, no memory limit of Dask's own (as
-    the pool: the OS decides), each trace retried once when its worker dies."""
+    the pool: the OS decides), each trace retried once when its worker dies. Its scheduler runs in this process
+    and reads the config when it starts."""
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+    # worker-saturation 1: a worker holds only the trace it runs (the others wait on the scheduler), so a worker's
+    # death counts against that trace alone (Dask counts it against every task the worker held)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
         try:
             return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                 silence_logs=logging.CRITICAL, memory_limit=0)
@@ -149,21 +152,25 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
     ac = as_completed(futures)
     del futures  # as_completed holds each future until it is taken: then it is released below
     done, biggest, last = 0, 0, time.monotonic()
+
+    def bound() -> float:  # for the next result: the floor, plus the largest trace still pending
+        nonlocal biggest
+        while out[order[biggest]] is not None:
+            biggest += 1
+        return WAIT_FLOOR_S + sizes[order[biggest]] / 1e6 / MB_PER_S
+
     while not ac.is_empty():
         batch = ac.next_batch(block=False)
         if not batch:
-            while out[order[biggest]] is not None:
-                biggest += 1
-            bound = WAIT_FLOOR_S + sizes[order[biggest]] / 1e6 / MB_PER_S
-            if time.monotonic() - last > bound:
-                raise LlmdiagError(_stalled(client, where, done, n, bound))
+            if time.monotonic() - last > (b := bound()):
+                raise LlmdiagError(_stalled(client, where, done, n, b))
             if client.status not in ("running", "connecting"):
                 raise LlmdiagError(f"{where} went away after {done} of {n} traces (the client is {client.status})")
             time.sleep(POLL_S)
             continue
         for fut in batch:
             k = slot.pop(fut.key)
-            out[k] = _result(fut, jobs[k], where, done, n)
+            out[k] = _result(fut, jobs[k], where, done, n, bound(), client)
             fut.release()
             done += 1
             bar.advance(sizes[k])
@@ -172,21 +179,26 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
     return out
 
 
-def _result(fut, job: RankJob, where: str, done: int, n: int) -> RankOutput:
-    if fut.status == "finished":
-        res = fut.result()
-        if isinstance(res, RankOutput):
-            return res
-        return failed(job, f"the Dask worker returned {type(res).__name__}, not a rank's output")
-    if fut.status == "cancelled":  # nobody here cancels: the scheduler is gone (or restarted), and its work with it
-        raise LlmdiagError(f"{where} went away after {done} of {n} traces")
-    e = fut.exception()
-    if type(e).__name__ == "KilledWorker":
-        tries = e.allowed_failures + 1
-        return failed(job, f"the Dask workers analysing this trace died ({tries} tries, the last on "
-                           f"{e.last_worker.address}; killed by a signal or the out-of-memory killer?)")
-    return failed(job, f"the Dask worker could not run this job ({type(e).__name__}: {e}); is llmdiag "
-                       "installed on the workers, in the same version?")
+def _result(fut, job: RankJob, where: str, done: int, n: int, bound: float, client) -> RankOutput:
+    """The trace's output, or its failure as one line. A future as_completed gave may have lost its result since
+    (held by a worker that died after): `result` then waits for Dask to compute it again, within the bound."""
+    from distributed.utils import CancelledError
+
+    try:
+        res = fut.result(timeout=bound)
+    except CancelledError:  # nobody here cancels: the scheduler is gone (or restarted), and its work with it
+        raise LlmdiagError(f"{where} went away after {done} of {n} traces") from None
+    except TimeoutError:
+        raise LlmdiagError(_stalled(client, where, done, n, bound)) from None
+    except Exception as e:
+        if type(e).__name__ == "KilledWorker":
+            return failed(job, f"the Dask workers analysing this trace died ({e.allowed_failures + 1} tries, the "
+                               f"last on {e.last_worker.address}; killed by a signal or the out-of-memory killer?)")
+        return failed(job, f"the Dask worker could not run this job ({type(e).__name__}: {e}); is llmdiag "
+                           "installed on the workers, in the same version?")
+    if isinstance(res, RankOutput):
+        return res
+    return failed(job, f"the Dask worker returned {type(res).__name__}, not a rank's output")
 
 
 def _stalled(client, where: str, done: int, n: int, bound: float) -> str:
@@ -195,8 +207,8 @@ def _stalled(client, where: str, done: int, n: int, bound: float) -> str:
     except Exception:
         workers = None
     why = "it has no workers" if workers == 0 else "a hung worker or a hung filesystem?"
-    return (f"no trace finished on {where} for {bound:.0f} s, after {done} of {n} traces ({why}; the bound is "
-            f"{WAIT_FLOOR_S:.0f} s plus a second per MB of the largest trace left)")
+    return (f"no trace finished on {where} for {bound:.3g} s, after {done} of {n} traces ({why}; the bound is "
+            f"{WAIT_FLOOR_S:g} s plus {1 / MB_PER_S:g} s per MB of the largest trace left)")
 
 
 def _remote(fn, job: RankJob) -> RankOutput:
