@@ -89,7 +89,7 @@ def test_two_engines_are_one_usage_line(tmp_path, args, env, words):
     assert line.startswith("llmdiag: ") and words in line
 
 
-def test_scheduler_from_the_environment_yields_to_an_explicit_engine(tmp_path, monkeypatch):
+def test_scheduler_from_the_environment_yields_to_an_explicit_engine():
     from click.core import ParameterSource
 
     from diagnose.cli.analyze import engine_spec

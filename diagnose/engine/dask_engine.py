@@ -8,13 +8,14 @@ them all.
 
 Faults fail closed, with the local pool's contract, and every wait is bounded:
 - a worker killed mid-trace: Dask runs the trace again on another worker (once on the LocalCluster started
-  here: `allowed-failures` 1; an external scheduler's own setting, 3 by default); when that worker dies too,
-  the trace is named as failed in one line and the other ranks are kept (exit 1);
+  here: `allowed-failures` 1, and `worker-saturation` 1 so only the trace a worker ran is blamed for its death;
+  an external scheduler's own settings, 3 by default); when that worker dies too, the trace is named as failed
+  in one line and the other ranks are kept (exit 1);
 - connecting waits `distributed.comm.timeouts.connect` (30 s; DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT),
   then one line `cannot reach the Dask scheduler at ADDRESS (...)`;
 - a scheduler that goes away cancels the futures: one line `the Dask scheduler went away after N of M traces`;
-- no result at all for WAIT_FLOOR_S plus one second per MB_PER_S of the largest trace still pending: one
-  line naming what was done and what the bound was (a hung worker, a cluster without workers).
+- no result at all for WAIT_FLOOR_S, plus 1/MB_PER_S seconds per MB on disk of the largest trace still
+  pending: one line naming what was done and what the bound was (a hung worker, a cluster without workers).
 Dask is imported only here, and this module only when a Dask option is given.
 """
 
@@ -36,8 +37,9 @@ from diagnose.metrics.per_rank import RankJob, RankOutput
 
 EXTRA = "pip install 'llmdiag[cluster]'"
 WAIT_FLOOR_S = 600.0  # the longest wait for the next result, whatever the sizes: covers queueing and slow disks
-MB_PER_S = 1.0  # plus a second per MB of the largest pending trace (on disk): ~20x slower than a parse
+MB_PER_S = 1.0  # plus a second per MB (on disk) of the largest pending trace: over 10x a parse's time
 POLL_S = 0.05
+SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one it runs; see _local_cluster)
 
 
 def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
@@ -110,7 +112,8 @@ def _local_cluster(n: int):
 
     # worker-saturation 1: a worker holds only the trace it runs (the others wait on the scheduler), so a worker's
     # death counts against that trace alone (Dask counts it against every task the worker held)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1,
+                          "distributed.scheduler.worker-saturation": SATURATION}):
         try:
             return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                 silence_logs=logging.CRITICAL, memory_limit=0)
