@@ -22,6 +22,7 @@ Dask is imported only here, and this module only when a Dask option is given.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -146,11 +147,9 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
     n = len(jobs)
     order = sorted(range(n), key=lambda k: -sizes[k])  # largest first: no big rank left to finish alone
     run = uuid.uuid4().hex[:8]
-    slot = {}
-    futures = []
-    for k in order:
-        futures.append(client.submit(_remote, fn, jobs[k], key=f"llmdiag-{run}-rank-file-{k}", pure=False))
-        slot[futures[-1].key] = k
+    keys = [f"llmdiag-{run}-rank-file-{k}" for k in order]
+    slot = dict(zip(keys, order))
+    futures = client.map(functools.partial(_remote, fn), [jobs[k] for k in order], key=keys, pure=False)  # one message
     out: list = [None] * n
     ac = as_completed(futures)
     del futures  # as_completed holds each future until it is taken: then it is released below
