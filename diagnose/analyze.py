@@ -1,59 +1,54 @@
 """`analyze`: a run folder or trace folder in, the typed Analysis (with its findings) out.
 
-The stages in order: discover the files (io), parse each rank in a worker process (metrics.per_rank; only
-summaries come back), assemble the ranks (metrics.cross_rank), then run the rules.
+The stages in order: discover the files (io), parse each rank on the engine (diagnose.engine: the local
+process pool, or Dask; only summaries come back), assemble the ranks (metrics.cross_rank), then run the rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
-import signal
 import socket
-import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 from diagnose import __version__
+from diagnose.engine import EngineSpec, run_jobs
 from diagnose.io.discover import discover
-from diagnose.io.loader import file_size
 from diagnose.metrics.cross_rank import assemble, stage_hint
-from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
+from diagnose.metrics.per_rank import RankJob, run_job
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
-                 progress: bool = False, top_k: int = 20, rules: bool = True,
+                 progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
                  timings: dict | None = None) -> Analysis:
-    """`timings`, when given, gets seconds per phase: map (per-rank parse), reduce (assemble), rules."""
-    clock = [time.perf_counter()]
-
-    def lap(name: str) -> None:
-        if timings is not None:
-            timings[name] = time.perf_counter() - clock[0]
-        clock[0] = time.perf_counter()
-
+    """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
+    files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
+    per-rank jobs on the engine), reduce (assemble) and rules."""
+    engine = engine or EngineSpec()
+    if jobs is not None:
+        engine = dataclasses.replace(engine, jobs=jobs)
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k) for f in src.files]
-    outputs = _run_all(job_list, jobs or default_jobs(), progress)
-    lap("map")
+    t0 = time.perf_counter()
+    outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
+    t1 = time.perf_counter()
     opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(src.files),
                            run_folder=bool(src.run_folder))
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))
-    lap("reduce")
+    t2 = time.perf_counter()
     if rules:
         from diagnose.rules import findings
 
         analysis.findings = findings(analysis)
-        lap("rules")
+    if timings is not None:
+        timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
     return analysis
 
 
@@ -77,80 +72,3 @@ def _stale(man) -> str | None:
     man.status = "stale"
     man.failure = {"reason": f"the launcher (pid {pid}) is gone and never finalised the manifest (killed?)"}
     return f"stale run: {man.failure['reason']}"
-
-
-MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
-
-
-def _run_all(jobs: list[RankJob], n_workers: int, progress: bool) -> list[RankOutput]:
-    """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
-    end; small inputs run in this process (forking workers would cost more than the parse)."""
-    n = len(jobs)
-    show = progress and sys.stderr.isatty()
-    sizes = [file_size(j.path) for j in jobs]
-    if n == 1 and n_workers > 1:  # one rank: its parse is split across the cores instead (split_parse.py)
-        jobs = [dataclasses.replace(jobs[0], helpers=n_workers)]
-    n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
-    order = sorted(range(n), key=lambda k: -sizes[k])
-
-    def tick(k):
-        if show:
-            sys.stderr.write(f"\ranalysing traces {k}/{n}")
-            sys.stderr.flush()
-
-    out: list = [None] * n
-    if n_workers <= 1:
-        results = map(run_job, (jobs[k] for k in order))
-        for done, (k, res) in enumerate(zip(order, results), 1):
-            out[k] = res
-            tick(done)
-    else:
-        done = 0
-        try:
-            with ProcessPoolExecutor(max_workers=n_workers) as ex:
-                for k, res in zip(order, ex.map(run_job, (jobs[k] for k in order), chunksize=1)):
-                    out[k] = res
-                    done += 1
-                    tick(done)
-        except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
-            left = [k for k in order if out[k] is None]
-            with ThreadPoolExecutor(max_workers=n_workers) as tp:
-                for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k]), left)):
-                    out[k] = res
-                    done += 1
-                    tick(done)
-    if show:
-        sys.stderr.write("\n")
-    return out
-
-
-def _isolated(job: RankJob) -> RankOutput:
-    """`run_job` in a process of its own, so a worker killed by the OOM killer or a signal costs only the
-    trace it was analysing: that rank comes back as an error naming the signal, the others as usual."""
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(job, send), daemon=True)
-    p.start()
-    send.close()
-    try:
-        res = recv.recv()
-    except (EOFError, OSError):
-        res = None
-    finally:
-        recv.close()
-        p.join()
-    if isinstance(res, RankOutput):
-        return res
-    code = p.exitcode
-    how = (f"killed by signal {-code} ({signal.Signals(-code).name}{'; the out-of-memory killer?' if -code == 9 else ''})"
-           if code is not None and code < 0 and -code in signal.valid_signals() else f"exit status {code}")
-    return RankOutput(job.path, None, None, {}, "", "", None,
-                      error=f"llmdiag: {job.path}: the worker analysing this trace died ({how}); left out "
-                            "(the other ranks are analysed)")
-
-
-def _child(job: RankJob, conn) -> None:
-    try:
-        conn.send(run_job(job))
-    finally:
-        conn.close()

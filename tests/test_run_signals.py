@@ -38,7 +38,8 @@ def job(j):
         os.kill(os.getpid(), {int(sig)})  # what the OOM killer does to the worker parsing this rank
     return real(j)
 an.run_job = job
-an.MIN_BYTES_PER_WORKER = 1  # small test traces: use worker processes anyway
+import diagnose.engine.pool as pool
+pool.MIN_BYTES_PER_WORKER = 1  # small test traces: use worker processes anyway
 sys.argv = ["llmdiag", "analyze", {str(d)!r}, "--no-report", "-q", "--json", {str(out)!r}, "-j", "2"]
 from diagnose.cli.main import main
 main()

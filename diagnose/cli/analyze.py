@@ -63,6 +63,18 @@ def provenance(ctx: click.Context, analysis: Analysis) -> Provenance:
     return Provenance.now(cmd, opts, files, analysis.llmdiag_version)
 
 
+def engine_spec(ctx: click.Context, jobs, scheduler, scheduler_file, dask_local):
+    """The engine the options choose. DASK_SCHEDULER_ADDRESS is a default only: any engine option given on the
+    command line (--dask-local, --scheduler-file, --jobs) wins over it. Two explicit choices: one line, exit 2."""
+    from click.core import ParameterSource
+
+    from diagnose.engine import EngineSpec
+
+    if ctx.get_parameter_source("scheduler") == ParameterSource.ENVIRONMENT and (dask_local or scheduler_file or jobs):
+        scheduler = None
+    return EngineSpec(jobs=jobs, dask_local=dask_local, scheduler=scheduler or None, scheduler_file=scheduler_file)
+
+
 def parse_ranks(text: str | None) -> list[int] | None:
     """'0-3,8' -> [0, 1, 2, 3, 8]; a bad list is a usage error (exit 2)."""
     if not text:
@@ -85,6 +97,13 @@ def parse_ranks(text: str | None) -> list[int] | None:
 @click.option("--exclude-last-step", "--hta-compat", "exclude_last_step", is_flag=True,
               help="Drop the last ProfilerStep, as HTA does (its numbers become comparable).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 1024), help="Worker processes (default: all cores).")
+# -- the engine: the local pool by default, or Dask (docs/cluster.md); one of these at most -------------------
+@click.option("--scheduler", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS", show_envvar=True,
+              help="Run the per-rank jobs on this Dask scheduler (tcp://host:8786); needs llmdiag[cluster].")
+@click.option("--scheduler-file", metavar="FILE", help="The Dask scheduler named in this file "
+              "(`dask scheduler --scheduler-file FILE`).")
+@click.option("--dask-local", type=click.IntRange(1, 4096), metavar="N",
+              help="Start a Dask LocalCluster of N worker processes for this analysis.")
 @click.option("--top", "top_k", type=click.IntRange(1, 1000), default=20, show_default=True, help="Top kernels kept per rank.")
 @click.option("--cross-check", type=click.Choice(["hta"]), help="Also run HTA on the same traces and print both overlaps.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
@@ -95,8 +114,8 @@ def parse_ranks(text: str | None) -> list[int] | None:
               help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
 @click.option("--timeline-max-events", type=click.IntRange(1000, 10_000_000), default=300_000, show_default=True,
               help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
-def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, top_k, cross_check,
-            open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events):
+def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
+            dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
@@ -112,7 +131,8 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         except re.error as e:
             raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
     target = list(paths) if len(paths) > 1 else paths[0]
-    analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs,
+    engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
+    analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
                             progress=not quiet, top_k=top_k)
     analysis.provenance = provenance(click.get_current_context(), analysis)
     summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names

@@ -1,0 +1,226 @@
+"""The Dask engine: the per-rank jobs as dask.distributed futures, on a LocalCluster started and closed here
+(`--dask-local N`) or on a running scheduler (`--scheduler`, DASK_SCHEDULER_ADDRESS, `--scheduler-file`).
+
+Each result is taken as it completes (`as_completed`), put in its job's slot (job order, so the summary is the
+local pool's byte for byte) and its future released at once, so neither the workers nor the scheduler hold
+results; the coordinator keeps the RankOutputs only, as the pool does, because the cross-rank stage reads
+them all.
+
+Faults fail closed, with the local pool's contract, and every wait is bounded:
+- a worker killed mid-trace: Dask runs the trace again on another worker (once on the LocalCluster started
+  here: `allowed-failures` 1, and `worker-saturation` 1 so only the trace a worker ran is blamed for its death;
+  an external scheduler's own settings, 3 by default); when that worker dies too, the trace is named as failed
+  in one line and the other ranks are kept (exit 1);
+- connecting waits `distributed.comm.timeouts.connect` (30 s; DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT),
+  then one line `cannot reach the Dask scheduler at ADDRESS (...)`;
+- a scheduler that goes away cancels the futures: one line `the Dask scheduler went away after N of M traces`;
+- no result at all for WAIT_FLOOR_S, plus 1/MB_PER_S seconds per MB on disk of the largest trace still
+  pending: one line naming what was done and what the bound was (a hung worker, a cluster without workers).
+Dask is imported only here, and this module only when a Dask option is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from diagnose.engine.pool import failed
+from diagnose.engine.progress import Progress
+from diagnose.errors import LlmdiagError
+from diagnose.metrics.per_rank import RankJob, RankOutput
+
+EXTRA = "pip install 'llmdiag[cluster]'"
+WAIT_FLOOR_S = 600.0  # the longest wait for the next result, whatever the sizes: covers queueing and slow disks
+MB_PER_S = 1.0  # plus a second per MB (on disk) of the largest pending trace: over 10x a parse's time
+POLL_S = 0.05
+SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one it runs; see _local_cluster)
+
+
+def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
+             bar: Progress) -> list[RankOutput]:
+    """Outputs in the order of `jobs`, computed on the cluster `spec` names (diagnose.engine.EngineSpec)."""
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as e:
+        raise LlmdiagError(f"the Dask engine needs dask and distributed, which are not installed ({e.name}): "
+                           f"{EXTRA}") from None
+    with _quiet(), _client(spec) as (client, where):
+        return _collect(client, where, jobs, sizes, fn, bar)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Dask logs a worker's death, a lost scheduler and its reconnection attempts with tracebacks; the user gets
+    our one line instead (the scheduler's and workers' own logs keep them)."""
+    log = logging.getLogger("distributed")
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def connect_timeout() -> float:
+    import dask
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="s"))
+
+
+@contextlib.contextmanager
+def _client(spec):
+    from distributed import Client
+
+    timeout = connect_timeout()
+    cluster = None
+    if spec.dask_local:
+        cluster, address = _local_cluster(spec.dask_local), None
+        where = f"the Dask LocalCluster of {spec.dask_local} workers"
+    else:
+        address = spec.scheduler or _address_from_file(spec.scheduler_file, timeout)
+        where = f"the Dask scheduler at {address}"
+    try:
+        try:
+            client = Client(cluster or address, timeout=timeout)
+        except (OSError, TimeoutError, ValueError, TypeError) as e:
+            raise LlmdiagError(f"cannot reach {where} ({e}); is it running, and is the address right?") from None
+        try:
+            yield client, where
+        finally:
+            with contextlib.suppress(Exception):
+                client.close(timeout=10)
+    finally:
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=30)
+
+
+def _local_cluster(n: int):
+    """N worker processes of one thread each (the pool's shape), no dashboard, no memory limit of Dask's own (as
+    the pool: the OS decides), each trace retried once when its worker dies. Its scheduler runs in this process
+    and reads the config when it starts."""
+    import dask
+    from distributed import LocalCluster
+
+    # worker-saturation 1: a worker holds only the trace it runs (the others wait on the scheduler), so a worker's
+    # death counts against that trace alone (Dask counts it against every task the worker held)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1,
+                          "distributed.scheduler.worker-saturation": SATURATION}):
+        try:
+            return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                silence_logs=logging.CRITICAL, memory_limit=0)
+        except Exception as e:  # the workers could not start (spawn, ports, resources): one line, not Dask's
+            raise LlmdiagError(f"cannot start a Dask LocalCluster of {n} workers ({type(e).__name__}: {e})") from None
+
+
+def _address_from_file(path: str, timeout: float) -> str:
+    """The address in a scheduler file (`dask scheduler --scheduler-file`), waiting up to `timeout` for the file
+    to appear (a batch job starts the scheduler beside us). Dask's own wait for the file has no bound."""
+    end = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.2)
+    try:
+        with open(path, encoding="utf-8") as f:
+            address = json.load(f)["address"]
+    except FileNotFoundError:
+        raise LlmdiagError(f"no Dask scheduler file here after waiting {timeout:g} s",
+                           path, "start one with `dask scheduler --scheduler-file FILE`") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise LlmdiagError(f"not a Dask scheduler file ({type(e).__name__}: {e})", path) from None
+    if not isinstance(address, str):
+        raise LlmdiagError("not a Dask scheduler file (its address is not a string)", path)
+    return address
+
+
+def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar: Progress) -> list[RankOutput]:
+    from distributed import as_completed
+
+    n = len(jobs)
+    order = sorted(range(n), key=lambda k: -sizes[k])  # largest first: no big rank left to finish alone
+    run = uuid.uuid4().hex[:8]
+    keys = [f"llmdiag-{run}-rank-file-{k}" for k in order]
+    slot = dict(zip(keys, order))
+    futures = client.map(functools.partial(_remote, fn), [jobs[k] for k in order], key=keys, pure=False)  # one message
+    out: list = [None] * n
+    ac = as_completed(futures)
+    del futures  # as_completed holds each future until it is taken: then it is released below
+    done, biggest, last = 0, 0, time.monotonic()
+
+    def bound() -> float:  # for the next result: the floor, plus the largest trace still pending
+        nonlocal biggest
+        while out[order[biggest]] is not None:
+            biggest += 1
+        return WAIT_FLOOR_S + sizes[order[biggest]] / 1e6 / MB_PER_S
+
+    while not ac.is_empty():
+        batch = ac.next_batch(block=False)
+        if not batch:
+            if time.monotonic() - last > (b := bound()):
+                raise LlmdiagError(_stalled(client, where, done, n, b))
+            if client.status not in ("running", "connecting"):
+                raise LlmdiagError(f"{where} went away after {done} of {n} traces (the client is {client.status})")
+            time.sleep(POLL_S)
+            continue
+        for fut in batch:
+            k = slot.pop(fut.key)
+            out[k] = _result(fut, jobs[k], where, done, n, bound(), client)
+            fut.release()
+            done += 1
+            bar.advance(sizes[k])
+        del batch, fut  # no reference left: the released result can go
+        last = time.monotonic()
+    return out
+
+
+def _result(fut, job: RankJob, where: str, done: int, n: int, bound: float, client) -> RankOutput:
+    """The trace's output, or its failure as one line. A future as_completed gave may have lost its result since
+    (held by a worker that died after): `result` then waits for Dask to compute it again, within the bound."""
+    from distributed.utils import CancelledError
+
+    try:
+        res = fut.result(timeout=bound)
+    except CancelledError:  # nobody here cancels: the scheduler is gone (or restarted), and its work with it
+        raise LlmdiagError(f"{where} went away after {done} of {n} traces") from None
+    except TimeoutError:
+        raise LlmdiagError(_stalled(client, where, done, n, bound)) from None
+    except Exception as e:
+        if type(e).__name__ == "KilledWorker":
+            return failed(job, f"the Dask workers analysing this trace died ({e.allowed_failures + 1} tries, the "
+                               f"last on {e.last_worker.address}; killed by a signal or the out-of-memory killer?)")
+        return failed(job, f"the Dask worker could not run this job ({type(e).__name__}: {e}); is llmdiag "
+                           "installed on the workers, in the same version?")
+    if isinstance(res, RankOutput):
+        return res
+    return failed(job, f"the Dask worker returned {type(res).__name__}, not a rank's output")
+
+
+def _stalled(client, where: str, done: int, n: int, bound: float) -> str:
+    try:
+        workers = len(client.scheduler_info().get("workers", {}))
+    except Exception:
+        workers = None
+    why = "it has no workers" if workers == 0 else "a hung worker or a hung filesystem?"
+    return (f"no trace finished on {where} for {bound:.3g} s, after {done} of {n} traces ({why}; the bound is "
+            f"{WAIT_FLOOR_S:g} s plus {1 / MB_PER_S:g} s per MB of the largest trace left)")
+
+
+def _remote(fn, job: RankJob) -> RankOutput:
+    """Runs on the worker: a trace it cannot open is named, with the likely reason (found on the coordinator,
+    missing here: not on a filesystem the workers share)."""
+    try:
+        with open(job.path, "rb"):
+            pass
+    except OSError as e:
+        return failed(job, f"a Dask worker on {socket.gethostname()} cannot open this trace "
+                           f"({e.strerror or type(e).__name__}): the traces must be on a filesystem the workers "
+                           "share, at the same path")
+    return fn(job)

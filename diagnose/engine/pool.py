@@ -1,0 +1,87 @@
+"""The local engine, the default on one machine: the per-rank jobs in a process pool on this host.
+
+A worker killed mid-trace (the OOM killer, a signal) breaks the whole pool; the traces not yet done are then
+each run in a process of their own, so the kill costs only the trace that caused it: named as failed, the
+others kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import signal
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from diagnose.engine.progress import Progress
+from diagnose.metrics.per_rank import RankJob, RankOutput
+
+MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
+
+
+def run_pool(jobs: list[RankJob], sizes: list[int], n_workers: int, fn: Callable[[RankJob], RankOutput],
+             bar: Progress) -> list[RankOutput]:
+    """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
+    end; small inputs run in this process (forking workers would cost more than the parse)."""
+    n = len(jobs)
+    if n == 1 and n_workers > 1:  # one rank: its parse is split across the cores instead (split_parse.py)
+        jobs = [dataclasses.replace(jobs[0], helpers=n_workers)]
+    n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
+    order = sorted(range(n), key=lambda k: -sizes[k])
+    out: list = [None] * n
+
+    def keep(k: int, res: RankOutput) -> None:
+        out[k] = res
+        bar.advance(sizes[k])
+
+    if n_workers <= 1:
+        for k in order:
+            keep(k, fn(jobs[k]))
+        return out
+    try:
+        with ProcessPoolExecutor(max_workers=n_workers) as ex:
+            for k, res in zip(order, ex.map(fn, (jobs[k] for k in order), chunksize=1)):
+                keep(k, res)
+    except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
+        left = [k for k in order if out[k] is None]
+        with ThreadPoolExecutor(max_workers=n_workers) as tp:
+            for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k], fn), left)):
+                keep(k, res)
+    return out
+
+
+def _isolated(job: RankJob, fn: Callable[[RankJob], RankOutput]) -> RankOutput:
+    """`fn(job)` in a process of its own, so a worker killed by the OOM killer or a signal costs only the
+    trace it was analysing: that rank comes back as an error naming the signal, the others as usual."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(job, fn, send), daemon=True)
+    p.start()
+    send.close()
+    try:
+        res = recv.recv()
+    except (EOFError, OSError):
+        res = None
+    finally:
+        recv.close()
+        p.join()
+    if isinstance(res, RankOutput):
+        return res
+    code = p.exitcode
+    how = (f"killed by signal {-code} ({signal.Signals(-code).name}{'; the out-of-memory killer?' if -code == 9 else ''})"
+           if code is not None and code < 0 and -code in signal.valid_signals() else f"exit status {code}")
+    return failed(job, f"the worker analysing this trace died ({how})")
+
+
+def failed(job: RankJob, why: str) -> RankOutput:
+    """The RankOutput of a trace the engine could not analyse: one line naming the file, the others carry on."""
+    return RankOutput(job.path, None, None, {}, "", "", None,
+                      error=f"llmdiag: {job.path}: {why}; left out (the other ranks are analysed)")
+
+
+def _child(job: RankJob, fn, conn) -> None:
+    try:
+        conn.send(fn(job))
+    finally:
+        conn.close()
