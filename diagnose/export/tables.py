@@ -118,6 +118,17 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
 OPTIONAL = ("p2p", "pipeline_stages", "pipeline_actions", "moe_ranks", "moe_layers")  # written only when present
 
 
+def schema_markdown() -> str:
+    """The tables' reference as docs/python.md prints it (a test keeps the two equal)."""
+    types = {"i64": "int64", "f64": "float64", "str": "string", "bool": "bool"}
+    out = []
+    for name, (row, spec) in TABLES.items():
+        out += [f"#### `{name}`" + (" (only when present)" if name in OPTIONAL else ""), "", f"One row: {row}.", "",
+                "| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c}` | {types[t]} | {d.replace('|', chr(92) + '|')} |" for c, t, d in spec] + [""]
+    return "\n".join(out)
+
+
 def require_pyarrow() -> None:
     """LlmdiagError (one line, exit 2) when pyarrow is missing, before any analysis runs."""
     try:
