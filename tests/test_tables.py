@@ -262,3 +262,17 @@ def test_columns_are_documented():
         assert f"`{name}`" in doc, name
         for col, _, _ in spec:
             assert f"`{col}`" in doc, (name, col)
+
+
+def test_2048_ranks_rows_grow_linearly(tmp_path):
+    """A cluster-sized Analysis (no traces: tests/gen_scenarios.py): one row per rank per item, nothing per
+    pair of ranks, and every rank present."""
+    from tests.gen_scenarios import base
+
+    a = base(2048)
+    tb.write_tables(a, str(tmp_path / "t"))
+    t = _read(tmp_path / "t")
+    assert t["ranks"].num_rows == 2048 and t["ranks"].column("rank").to_pylist() == list(range(2048))
+    assert t["steps"].num_rows == sum(len(r.steps) for r in a.ranks)
+    assert t["kernels"].num_rows == sum(len(r.top_kernels) for r in a.ranks)
+    assert t["memory_timeline"].num_rows == sum(len(m.timeline) for r in a.ranks for m in r.memory)
