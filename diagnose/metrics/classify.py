@@ -14,6 +14,7 @@ the short `c10d::*` enqueue ops and the blocking waits, which are classed as syn
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -192,6 +193,12 @@ def collective_kind(name: str, args: dict | None = None) -> str:
     raw = ""
     if args:
         raw = str(args.get("Collective name", "") or "")
+    name = "" if raw else name
+    return (_kind if len(name) + len(raw) <= 4096 else _kind.__wrapped__)(raw, name)  # hostile names: not kept
+
+
+@functools.lru_cache(maxsize=8192)  # a trace has few distinct (op, kernel) names and thousands of collectives
+def _kind(raw: str, name: str) -> str:
     if not raw:
         n = name
         for prefix in ("gloo:", "c10d::", "_c10d_functional::", "nccl:"):
