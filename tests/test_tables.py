@@ -165,7 +165,7 @@ def test_schema_and_metadata_round_trip(skewed, tmp_path):
         assert int(meta[b"llmdiag.tables_schema"]) == tb.TABLES_SCHEMA_VERSION
         for f, (_, typ, doc) in zip(table.schema, spec):
             assert f.metadata[b"doc"] == doc.encode()
-            assert str(f.type) == {"i64": "int64", "f64": "double", "str": "string", "bool": "bool"}[typ]
+            assert str(f.type) == {"i64": "int64", "f64": "double", "str": "large_string", "bool": "bool"}[typ]
         for col, typ, _ in spec:  # a number's unit is in its name, or it is a ratio
             assert typ != "f64" or col.endswith(("_ms", "_us", "_gbps", "_frac", "_ratio")) or col in RATIOS, col
 
@@ -205,8 +205,8 @@ def test_hostile_strings_survive(tmp_path):
 
 
 def test_int_beyond_int64_is_null_not_wrapped():
-    arr = tb._array(pa, [1, 2**70, -(2**70), None], pa.int64(), "i64")
-    assert arr.to_pylist() == [1, None, None, None]
+    arr = tb._array(pa, [1, 2**70, -(2**70), None, 2**63 - 1], pa.int64(), "i64")
+    assert arr.to_pylist() == [1, None, None, None, 2**63 - 1]
 
 
 def test_pipeline_and_moe_tables(tmp_path):
@@ -276,3 +276,22 @@ def test_2048_ranks_rows_grow_linearly(tmp_path):
     assert t["steps"].num_rows == sum(len(r.steps) for r in a.ranks)
     assert t["kernels"].num_rows == sum(len(r.top_kernels) for r in a.ranks)
     assert t["memory_timeline"].num_rows == sum(len(m.timeline) for r in a.ranks for m in r.memory)
+
+
+def test_arrays_keep_nulls_and_values_exactly():
+    for typ, t, vals in [(pa.float64(), "f64", [1.5, None, 0.0, -2e300, float("inf")]),
+                         (pa.bool_(), "bool", [True, False, True, True, False, False, False, False, True]),
+                         (pa.large_string(), "str", ["", None, "a\nb", "é" * 3]), (pa.int64(), "i64", [])]:
+        arr = tb._array(pa, vals, typ, t)
+        arr.validate(full=True)
+        assert arr.to_pylist() == vals and arr.type == typ
+
+
+def test_writing_tables_imports_no_pandas(tmp_path):
+    """pa.array() over Python values imports pandas whenever it is installed: the tables are built without it."""
+    import subprocess
+
+    code = ("import sys; from tests.gen_scenarios import base; from diagnose.export.tables import write_tables; "
+            f"write_tables(base(8), {str(tmp_path / 't')!r}); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from itertools import repeat
+from operator import is_not
+
+import numpy as np
 
 from diagnose.errors import LlmdiagError
 from diagnose.model.analysis import Analysis
@@ -225,10 +229,14 @@ def _stages(a: Analysis) -> dict[str, list]:
 
 # ---- arrow and parquet ----------------------------------------------------------------------------------
 def arrow_tables(a: Analysis) -> dict:
-    """Every table as a pyarrow.Table with its schema metadata (pyarrow must be installed)."""
+    """Every table as a pyarrow.Table with its schema metadata (pyarrow must be installed).
+
+    Arrays are assembled from numpy buffers (`Array.from_buffers`): pa.array() over Python values imports
+    pandas whenever it is installed (its pandas checks), half a second llmdiag never needs. Strings are
+    large_string (64-bit offsets: 16,384 ranks of hostile 20 kB kernel names pass 2 GB)."""
     import pyarrow as pa
 
-    types = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+    types = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.large_string(), "bool": pa.bool_()}
     out = {}
     for name, cols in columns(a).items():
         spec = TABLES[name][1]
@@ -241,12 +249,24 @@ def arrow_tables(a: Analysis) -> dict:
 
 
 def _array(pa, values: list, typ, t: str):
+    """One column from Python values; None is null. An int beyond int64 (a hostile trace) is null, not wrapped."""
+    n = len(values)
+    if t == "i64":
+        values = [v if v is None or -(2**63) <= v < 2**63 else None for v in values]
+    valid = np.fromiter(map(is_not, values, repeat(None)), bool, n)
+    nulls = n - int(valid.sum())
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     if t == "str":
-        return pa.array(_text(values), typ)
-    try:
-        return pa.array(values, typ)
-    except (OverflowError, pa.ArrowInvalid):  # an int beyond int64 (a hostile trace): unknown, not wrapped
-        return pa.array([v if not isinstance(v, int) or -(2**63) <= v < 2**63 else None for v in values], typ)
+        data = [v.encode("utf-8") for v in _text([v or "" for v in values])]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, data), np.int64, n), out=offsets[1:])
+        return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))], nulls)
+    fill = [v if v is not None else 0 for v in values]
+    if t == "bool":
+        body = np.packbits(np.array(fill, bool).reshape(n), bitorder="little")
+    else:
+        body = np.array(fill, np.int64 if t == "i64" else np.float64).reshape(n)
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(body)], nulls)
 
 
 def _text(values: list) -> list:
@@ -256,7 +276,7 @@ def _text(values: list) -> list:
         try:
             v.encode("utf-8")
         except UnicodeEncodeError:
-            v = v.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if v else v
+            v = v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             v = v.encode("utf-8", "replace").decode("utf-8")
         out.append(v)
     return out
