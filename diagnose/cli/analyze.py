@@ -114,8 +114,11 @@ def parse_ranks(text: str | None) -> list[int] | None:
               help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
 @click.option("--timeline-max-events", type=click.IntRange(1000, 10_000_000), default=300_000, show_default=True,
               help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
+@click.option("--tables", "tables_dir", metavar="DIR",
+              help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
-            dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events):
+            dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events,
+            tables_dir):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
@@ -130,6 +133,10 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
             re.compile(comm_regex)
         except re.error as e:
             raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
+    if tables_dir:  # before the analysis: a missing extra is one line, not minutes of work thrown away
+        from diagnose.export.tables import require_pyarrow
+
+        require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
@@ -166,6 +173,10 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         from diagnose.export.timeline import write_timeline
 
         click.echo(f"timeline: {write_timeline(analysis, timeline_path, timeline_ranks, timeline_max_events)}")
+    if tables_dir:
+        from diagnose.export.tables import write_tables
+
+        click.echo(f"tables:  {printable(os.path.abspath(tables_dir))} ({len(write_tables(shown, tables_dir))} Parquet files)")
     errors = [i for i in analysis.issues if i.severity == "error"]
     for i in errors:
         msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"

@@ -14,10 +14,12 @@ the short `c10d::*` enqueue ops and the blocking waits, which are classed as syn
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
 
+from diagnose.metrics.sets import distinct
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import host_ops
 from diagnose.metrics.comm_families import NAME_CAP, family_of, looks_like_comm
@@ -137,8 +139,8 @@ def gloo_threads(t: RankTrace) -> set[int]:
     named = {i for i, nm in t.thread_names.items() if "gloo" in nm}
     gloo = t.name_mask(GLOO_RE.search)
     if gloo.any():
-        ops_threads = set(np.unique(t.thread[t.cat_mask(*HOST_CATS_OP)]).tolist())
-        named |= set(np.unique(t.thread[gloo]).tolist()) - ops_threads
+        ops_threads = set(distinct(t.thread[t.cat_mask(*HOST_CATS_OP)]).tolist())
+        named |= set(distinct(t.thread[gloo]).tolist()) - ops_threads
     return named
 
 
@@ -173,7 +175,7 @@ def top_level(t: RankTrace, mask: np.ndarray) -> np.ndarray:
     # Running max of ends, restarted per thread: offset each thread's times so maxima never leak across.
     # Times are first replaced by their rank among all starts and ends (order-preserving, < 2n), so the
     # offsets cannot overflow int64 however far apart the timestamps are.
-    vals = np.unique(np.concatenate([s, e]))
+    vals = distinct(np.concatenate([s, e]))
     s = np.searchsorted(vals, s).astype(np.int64)
     e = np.searchsorted(vals, e).astype(np.int64)
     grp = np.cumsum(first) - 1
@@ -192,6 +194,12 @@ def collective_kind(name: str, args: dict | None = None) -> str:
     raw = ""
     if args:
         raw = str(args.get("Collective name", "") or "")
+    name = "" if raw else name
+    return (_kind if len(name) + len(raw) <= 4096 else _kind.__wrapped__)(raw, name)  # hostile names: not kept
+
+
+@functools.lru_cache(maxsize=8192)  # a trace has few distinct (op, kernel) names and thousands of collectives
+def _kind(raw: str, name: str) -> str:
     if not raw:
         n = name
         for prefix in ("gloo:", "c10d::", "_c10d_functional::", "nccl:"):

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from diagnose.metrics.sets import distinct, member
 from diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.comm_families import NAME_CAP
@@ -72,7 +73,7 @@ def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None
     if not len(dev):
         return {}
     rt = np.flatnonzero((op_kind == RUNTIME) & (t.corr >= 0))
-    rt = rt[np.isin(t.corr[rt], t.corr[dev]) & np.isin(t.thread[rt], np.unique(t.thread[ops]))]
+    rt = rt[member(t.corr[rt], t.corr[dev]) & member(t.thread[rt], t.thread[ops])]
     if not len(rt):
         return {}
     best = _explaining_op(t, ops, rt, score) if score else _innermost_op(t, ops, rt)  # runtime index -> op index
@@ -100,7 +101,7 @@ def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, in
     out: dict[int, int] = {}
     ends = t.ts + t.dur
     rest = []
-    for th in np.unique(t.thread[rt]).tolist():
+    for th in distinct(t.thread[rt]).tolist():
         o = ops[t.thread[ops] == th]
         o = o[np.lexsort((-t.dur[o], t.ts[o]))]
         r = rt[t.thread[rt] == th]
@@ -120,7 +121,7 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
     of open ops: linear after the sort."""
     out: dict[int, int] = {}
     ends = t.ts + t.dur
-    for th in np.unique(t.thread[rt]).tolist():
+    for th in distinct(t.thread[rt]).tolist():
         o = ops[t.thread[ops] == th]
         o = o[np.lexsort((-t.dur[o], t.ts[o]))]
         r = rt[t.thread[rt] == th]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from diagnose.metrics.sets import distinct
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import prefiltered
@@ -107,7 +108,7 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
 
 def _split(a: iv.Union, b: iv.Union) -> tuple[iv.Union, iv.Union]:
     """(A ∩ B, A − B) in one pass over the elementary pieces between all boundaries (as iv.difference)."""
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = distinct(np.concatenate([a[0], a[1], b[0], b[1]]))
     lo, hi = pts[:-1], pts[1:]
     in_a = iv.overlap_each(lo, hi, a) == (hi - lo)
     in_b = iv.overlap_each(lo, hi, b) > 0
@@ -124,8 +125,8 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     busy = _u(t, device)
     syncs = t.name_mask(is_host_sync_op, host & (t.kind == CPU_OP))
     blocking = t.name_mask(is_blocking_runtime, host & (t.kind == RUNTIME))
-    named = [(t.names[i], _u(t, syncs & (t.name == i))) for i in np.unique(t.name[syncs]).tolist()]
-    by_dur = np.unique(t.name[blocking]).tolist()
+    named = [(t.names[i], _u(t, syncs & (t.name == i))) for i in distinct(t.name[syncs]).tolist()]
+    by_dur = distinct(t.name[blocking]).tolist()
     by_dur.sort(key=lambda i: -int(t.dur[blocking & (t.name == i)].sum()))
     named += [(t.names[i], _u(t, blocking & (t.name == i))) for i in by_dur]
     causes = [("runtime", name, u) for name, u in named]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnose.metrics.sets import distinct
 Union = tuple[np.ndarray, np.ndarray]
 
 
@@ -71,7 +72,7 @@ def difference(a: Union, b: Union) -> Union:
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
     # Boundaries of A and B together; keep the elementary pieces inside A and outside B.
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = distinct(np.concatenate([a[0], a[1], b[0], b[1]]))
     lo, hi = pts[:-1], pts[1:]
     mid_in_a = overlap_each(lo, hi, a) == (hi - lo)
     mid_in_b = overlap_each(lo, hi, b) > 0

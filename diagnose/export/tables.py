@@ -1,0 +1,336 @@
+"""`analyze --tables DIR`: the per-rank tables of an Analysis as Parquet files, for pandas, polars or duckdb.
+
+HTA's users work in notebooks; these tables give them DataFrames of every rank without a pandas dependency
+in llmdiag: each table is built column-wise from the typed Analysis with pyarrow (imported only here, only
+when tables are asked for; `pip install 'llmdiag[tables]'`). Rows are long format (one per rank per step,
+per rank per kernel, ...), so every table grows linearly with ranks. Units are in the column names (`_ms`,
+`_us`, `_bytes`, `_gbps`); ratios are in [0, 1]; null means undefined or unknown, never 0.
+
+Each column is declared once in TABLES with its meaning (docs/python.md lists them); the file's schema
+metadata holds `llmdiag.version`, `llmdiag.tables_schema` (TABLES_SCHEMA_VERSION, raised when a column
+changes meaning or goes) and the table's name. The numbers are the Analysis' own: nothing is recomputed.
+
+What the Analysis does not carry is not invented: matched collectives are the skew analysis' records (per
+(group, kind) aggregates, and the most skewed collectives with their late ranks), not every collective.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from itertools import repeat
+from operator import is_not
+
+import numpy as np
+
+from diagnose.errors import LlmdiagError
+from diagnose.model.analysis import Analysis
+
+TABLES_SCHEMA_VERSION = 1
+EXTRA = "pip install 'llmdiag[tables]'"
+
+# name -> (what one row is, [(column, type, meaning)]); types: i64, f64, str, bool
+_STEP_PARTS = [("compute_ms", "f64", "|U(compute)| in the step"), ("comm_ms", "f64", "|U(comm)| in the step"),
+               ("overlapped_comm_ms", "f64", "|U(comm) ∩ U(compute)|"), ("exposed_comm_ms", "f64", "|U(comm) − U(compute)|"),
+               ("compute_only_ms", "f64", "|U(compute) − U(comm)|"),
+               ("other_ms", "f64", "memcpy/memset time under neither compute nor comm"),
+               ("idle_ms", "f64", "nothing running"), ("overlap_ratio", "f64", "overlapped / comm; null without comm")]
+TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "ranks": ("one analysed rank: per-step means of its breakdown, and its arrival waits at matched collectives", [
+        ("rank", "i64", "global rank"), ("file", "str", "its trace file"), ("host", "str", "host name, '' unknown"),
+        ("device", "str", "deviceProperties name, '' unknown"), ("trace_kind", "str", "gpu or cpu"),
+        ("steps", "i64", "analysed steps"), ("step_ms", "f64", "mean step time"),
+        *[(c, t, f"mean per step: {d}") for c, t, d in _STEP_PARTS[:-1]],
+        ("overlap_ratio", "f64", "Σ overlapped / Σ comm over the steps; null without comm"),
+        ("exposed_comm_frac", "f64", "exposed comm / step time"), ("idle_frac", "f64", "idle / step time"),
+        ("kernel_time_ms", "f64", "summed time of all kernels (or top-level CPU ops) in the steps"),
+        ("memory_peak_bytes", "i64", "peak allocated over its devices"),
+        ("last_arrivals", "i64", "matched collectives it arrived last at"),
+        ("late_ms", "f64", "Σ its lateness where it was late (start − earliest start), whole trace"),
+        ("imposed_ms", "f64", "Σ (its start − last punctual start) where late: the wait it alone imposed"),
+        ("wait_ms", "f64", "Σ (latest start − its start): its own wait for late peers")]),
+    "steps": ("one step (ProfilerStep window) on one rank; the parts sum to step_ms", [
+        ("rank", "i64", "global rank"), ("step", "i64", "ProfilerStep number"),
+        ("start_ms", "f64", "window start, relative to the rank's trace origin"), ("step_ms", "f64", "window length"),
+        *_STEP_PARTS]),
+    "comm": ("one collective kind in one process group on one rank, summed over its steps", [
+        ("rank", "i64", "global rank"), ("kind", "str", "allreduce, allgather, reducescatter, alltoall, sendrecv, ..."),
+        ("pg", "str", "process group, '' when the trace does not say"), ("group_size", "i64", "ranks in the group"),
+        ("count", "i64", "ops"), ("total_ms", "f64", "summed op durations (not a union)"),
+        ("overlapped_ms", "f64", "Σ over ops of |op ∩ U(compute)|"),
+        ("overlap_ratio", "f64", "overlapped_ms / total_ms (duration-weighted); null when total is 0"),
+        ("bytes", "i64", "summed message sizes of the sized ops"), ("sized_count", "i64", "ops of known size"),
+        ("algbw_gbps", "f64", "bytes / time over the sized ops"), ("busbw_gbps", "f64", "algbw × nccl-tests factor")]),
+    "kernels": ("one of a rank's top kernels (top-level CPU ops on CPU traces), summed over its steps", [
+        ("rank", "i64", "global rank"), ("name", "str", "kernel name as the trace writes it (demangled)"),
+        ("kind", "str", "compute, comm, memcpy or memset"), ("count", "i64", "launches"),
+        ("total_ms", "f64", "summed duration"), ("mean_us", "f64", "mean duration"), ("max_us", "f64", "longest"),
+        ("share", "f64", "of the rank's summed kernel time")]),
+    "memory": ("one device of one rank", [
+        ("rank", "i64", "global rank"), ("device", "str", "cuda:0, cpu, ..."),
+        ("peak_allocated_bytes", "i64", "peak Total Allocated"),
+        ("peak_reserved_bytes", "i64", "peak Total Reserved; null where not recorded"),
+        ("peak_ms", "f64", "time of the allocated peak, relative to the trace origin"),
+        ("peak_op", "str", "innermost op at the peak, '' none"), ("capacity_bytes", "i64", "device memory, null unknown"),
+        ("used_bytes", "i64", "reserved, or allocated where nothing reserves"),
+        ("used_frac", "f64", "used / capacity; null when capacity is unknown")]),
+    "memory_timeline": ("one point of a device's downsampled memory timeline (peaks kept)", [
+        ("rank", "i64", "global rank"), ("device", "str", "cuda:0, cpu, ..."),
+        ("time_ms", "f64", "relative to the rank's trace origin"), ("allocated_bytes", "i64", "Total Allocated"),
+        ("reserved_bytes", "i64", "Total Reserved (0 where not recorded)")]),
+    "collectives": ("one (process group, kind) of collectives matched across ranks (skew analysis)", [
+        ("pg", "str", "process group"), ("kind", "str", "collective kind"),
+        ("matched", "i64", "collectives seen on ≥ 2 ranks"), ("mean_skew_ms", "f64", "latest − earliest start, mean"),
+        ("max_skew_ms", "f64", "largest arrival skew"), ("mean_transfer_ms", "f64", "shortest duration among ranks, mean")]),
+    "late_arrivals": ("one rank at one of the most skewed matched collectives (the skew analysis keeps the top 10)", [
+        ("pg", "str", "process group"), ("kind", "str", "collective kind"),
+        ("ordinal", "i64", "n-th (pg, kind) collective of the trace (its sequence number where complete)"),
+        ("ranks", "i64", "ranks matched"), ("skew_ms", "f64", "latest − earliest start"),
+        ("transfer_ms", "f64", "shortest duration among ranks"),
+        ("schedule_ordered", "bool", "its ranks sit on different pipeline stages (no one blamed)"),
+        ("rank", "i64", "a rank of the collective: a late one, or one whose message size is known"),
+        ("late", "bool", "the rank arrived after the largest gap between arrivals"),
+        ("late_ms", "f64", "its start − the earliest start; null for punctual ranks (not kept)"),
+        ("in_nelems", "i64", "elements it sent, null unknown"), ("out_nelems", "i64", "elements it received, null unknown")]),
+    "p2p": ("send/recv between one ordered pair of ranks in one group", [
+        ("pg", "str", "process group"), ("src", "i64", "sending rank"), ("dst", "i64", "receiving rank"),
+        ("matched", "i64", "pairs matched"), ("unmatched", "i64", "sends or receives without a partner"),
+        ("mean_transfer_ms", "f64", "later post to end"), ("mean_wait_ms", "f64", "earlier post to later post"),
+        ("sender_waits", "i64", "pairs where the send was posted first"),
+        ("receiver_waits", "i64", "pairs where the receive was posted first")]),
+    "pipeline_stages": ("one pipeline stage (written only when the run is pipelined)", [
+        ("schedule", "str", "gpipe, 1f1b, interleaved1f1b, zbv, ..."), ("stage", "i64", "stage index"),
+        ("rank", "i64", "its rank"), ("busy_ms", "f64", "|U(F/B/I/W spans)| per step"),
+        ("window_ms", "f64", "measured pipeline window per step"), ("bubble", "f64", "1 − busy / window"),
+        ("bubble_replay", "f64", "same in the zero-communication replay; null without one"),
+        ("bubble_theory", "f64", "closed formula for the schedule"), ("bubble_gap", "f64", "bubble − bubble_theory")]),
+    "pipeline_actions": ("one forward/backward action of a pipelined rank (written only when present)", [
+        ("rank", "i64", "global rank"), ("stage", "i64", "stage"), ("kind", "str", "F, B, I or W"),
+        ("microbatch", "i64", "microbatch"), ("start_ms", "f64", "clock-aligned, from the analysis' origin"),
+        ("end_ms", "f64", "clock-aligned, from the analysis' origin")]),
+    "moe_ranks": ("one rank of expert parallelism (written only when present), per step", [
+        ("rank", "i64", "global rank"), ("sent_rows", "i64", "rows its dispatches sent"),
+        ("received_rows", "i64", "rows received"), ("dispatch_ms", "f64", "time in dispatch"),
+        ("combine_ms", "f64", "time in combine"), ("a2a_ms", "f64", "all-to-all(v) communication"),
+        ("a2a_exposed_ms", "f64", "of which not overlapped with compute"), ("expert_ms", "f64", "expert compute"),
+        ("step_ms", "f64", "step time")]),
+    "moe_layers": ("one rank of one MoE layer's dispatch in one step (written only when token counts are known)", [
+        ("step", "i64", "index among the analysed steps"), ("layer", "i64", "dispatch ordinal within the step"),
+        ("rank", "i64", "a rank of the EP group"), ("received_rows", "i64", "rows it received"),
+        ("imbalance", "f64", "the layer's max / mean of received")]),
+}
+OPTIONAL = ("p2p", "pipeline_stages", "pipeline_actions", "moe_ranks", "moe_layers")  # written only when present
+
+
+def schema_markdown() -> str:
+    """The tables' reference as docs/python.md prints it (a test keeps the two equal)."""
+    types = {"i64": "int64", "f64": "float64", "str": "string", "bool": "bool"}
+    out = []
+    for name, (row, spec) in TABLES.items():
+        out += [f"#### `{name}`" + (" (only when present)" if name in OPTIONAL else ""), "", f"One row: {row}.", "",
+                "| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c}` | {types[t]} | {d.replace('|', chr(92) + '|')} |" for c, t, d in spec] + [""]
+    return "\n".join(out)
+
+
+def require_pyarrow() -> None:
+    """LlmdiagError (one line, exit 2) when pyarrow is missing, before any analysis runs."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise LlmdiagError("--tables needs pyarrow, which is not installed", hint=EXTRA) from None
+
+
+def columns(a: Analysis) -> dict[str, dict[str, list]]:
+    """Every table as {column: values}, rows in rank order; optional tables only where the analysis has them."""
+    sk = a.skew
+    out = {"ranks": _ranks(a), "steps": _rows(a, "steps"), "comm": _rows(a, "comm_by_kind"),
+           "kernels": _rows(a, "top_kernels"), "memory": _rows(a, "memory"), "memory_timeline": _timeline(a),
+           "collectives": _records(sk.by_collective if sk else [], ["pg", "kind", "matched", "mean_skew_ms",
+                                                                   "max_skew_ms", "mean_transfer_ms"]),
+           "late_arrivals": _late(a)}
+    if sk and sk.p2p:
+        out["p2p"] = _records(sk.p2p, [c for c, _, _ in TABLES["p2p"][1]])
+    if a.pipeline:
+        out["pipeline_stages"] = _stages(a)
+    if any(r.pipeline_actions for r in a.ranks):
+        out["pipeline_actions"] = _flat([(r.rank, x.stage, x.kind, x.microbatch, x.start_ms, x.end_ms)
+                                         for r in a.ranks for x in r.pipeline_actions], "pipeline_actions")
+    if a.moe:
+        out["moe_ranks"] = _flat([(m.rank, m.sent, m.received, m.dispatch_ms, m.combine_ms, m.a2a_ms, m.a2a_exposed_ms,
+                                   m.expert_ms, m.step_ms) for m in a.moe.ranks], "moe_ranks")
+        if a.moe.layers:
+            out["moe_layers"] = _flat([(lay.step, lay.layer, r, n, lay.imbalance) for lay in a.moe.layers
+                                       for r, n in zip(lay.group, lay.received)], "moe_layers")
+    return out
+
+
+def _flat(rows: list[tuple], table: str) -> dict[str, list]:
+    names = [c for c, _, _ in TABLES[table][1]]
+    cols = list(zip(*rows)) if rows else [()] * len(names)
+    return {n: list(v) for n, v in zip(names, cols)}
+
+
+def _records(items, names: list[str]) -> dict[str, list]:
+    return {n: [getattr(x, n) for x in items] for n in names}
+
+
+def _ranks(a: Analysis) -> dict[str, list]:
+    sk = a.skew
+    last, late, imposed, wait = ((getattr(sk, f) if sk else {}) for f in
+                                 ("last_arrivals", "late_ms_by_rank", "imposed_ms_by_rank", "wait_ms_by_rank"))
+    rows = [(r.rank, r.file, r.host, r.device, r.trace_kind, len(r.steps), r.step_time_ms, r.compute_ms, r.comm_ms,
+             r.overlapped_comm_ms, r.exposed_comm_ms, r.compute_only_ms, r.other_ms, r.idle_ms, r.overlap_ratio,
+             r.exposed_comm_frac, r.idle_frac, r.kernel_time_ms, r.memory_peak, last.get(str(r.rank), 0),
+             late.get(str(r.rank), 0.0), imposed.get(str(r.rank), 0.0), wait.get(str(r.rank), 0.0)) for r in a.ranks]
+    return _flat(rows, "ranks")
+
+
+def _rows(a: Analysis, attr: str) -> dict[str, list]:
+    """A per-rank list of records, one row per record, the rank first."""
+    if attr == "steps":
+        rows = [(r.rank, s.step, s.start_ms, s.time_ms, s.compute_ms, s.comm_ms, s.overlapped_comm_ms, s.exposed_comm_ms,
+                 s.compute_only_ms, s.other_ms, s.idle_ms, s.overlap_ratio) for r in a.ranks for s in r.steps]
+        return _flat(rows, "steps")
+    if attr == "comm_by_kind":
+        return _flat([(r.rank, c.kind, c.pg, c.group_size, c.count, c.total_ms, c.overlapped_ms, c.overlap_ratio,
+                       c.bytes, c.sized_count, c.algbw_gbps, c.busbw_gbps) for r in a.ranks for c in r.comm_by_kind],
+                     "comm")
+    if attr == "top_kernels":
+        return _flat([(r.rank, k.name, k.kind, k.count, k.total_ms, k.mean_us, k.max_us, k.share)
+                      for r in a.ranks for k in r.top_kernels], "kernels")
+    return _flat([(r.rank, m.device, m.peak_allocated, m.peak_reserved, m.peak_ms, m.peak_op, m.capacity, m.used,
+                   m.used_frac) for r in a.ranks for m in r.memory], "memory")
+
+
+def _timeline(a: Analysis) -> dict[str, list]:
+    rows = [(r.rank, m.device, p[0], p[1], p[2] if len(p) > 2 else 0) for r in a.ranks for m in r.memory
+            for p in m.timeline]
+    return _flat(rows, "memory_timeline")
+
+
+def _late(a: Analysis) -> dict[str, list]:
+    rows = []
+    for x in a.skew.late if a.skew else []:
+        lateness = dict(zip(x.late_ranks, x.late_ms))
+        named = set(lateness) | {int(k) for k in x.in_nelems} | {int(k) for k in x.out_nelems}
+        for rank in sorted(named):
+            rows.append((x.pg, x.kind, x.ordinal, x.ranks, x.skew_ms, x.transfer_ms, x.schedule_ordered, rank,
+                         rank in lateness, lateness.get(rank), x.in_nelems.get(str(rank)), x.out_nelems.get(str(rank))))
+    return _flat(rows, "late_arrivals")
+
+
+def _stages(a: Analysis) -> dict[str, list]:
+    p = a.pipeline
+    return _flat([(p.schedule, s.stage, s.rank, s.busy_ms, p.window_ms, s.measured, s.replay, s.theory, s.gap)
+                  for s in p.stage_bubbles], "pipeline_stages")
+
+
+# ---- arrow and parquet ----------------------------------------------------------------------------------
+def arrow_tables(a: Analysis) -> dict:
+    """Every table as a pyarrow.Table with its schema metadata (pyarrow must be installed).
+
+    Arrays are assembled from numpy buffers (`Array.from_buffers`): pa.array() over Python values imports
+    pandas whenever it is installed (its pandas checks), half a second llmdiag never needs. Strings are
+    large_string (64-bit offsets: 16,384 ranks of hostile 20 kB kernel names pass 2 GB)."""
+    import pyarrow as pa
+
+    types = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.large_string(), "bool": pa.bool_()}
+    out = {}
+    for name, cols in columns(a).items():
+        spec = TABLES[name][1]
+        fields = [pa.field(c, types[t], metadata={"doc": d}) for c, t, d in spec]
+        meta = {"llmdiag.version": a.llmdiag_version, "llmdiag.tables_schema": str(TABLES_SCHEMA_VERSION),
+                "llmdiag.table": name, "llmdiag.row": TABLES[name][0], "llmdiag.source": _text([a.name])[0]}
+        arrays = [_array(pa, cols[c], types[t], t) for c, t, _ in spec]
+        out[name] = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+    return out
+
+
+def _array(pa, values: list, typ, t: str):
+    """One column from Python values; None is null. An int beyond int64 (a hostile trace) is null, not wrapped."""
+    n = len(values)
+    if t == "i64":
+        values = [v if v is None or -(2**63) <= v < 2**63 else None for v in values]
+    valid = np.fromiter(map(is_not, values, repeat(None)), bool, n)
+    nulls = n - int(valid.sum())
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    if t == "str":
+        data = [v.encode("utf-8") for v in _text([v or "" for v in values])]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, data), np.int64, n), out=offsets[1:])
+        return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))], nulls)
+    fill = [v if v is not None else 0 for v in values]
+    if t == "bool":
+        body = np.packbits(np.array(fill, bool).reshape(n), bitorder="little")
+    else:
+        body = np.array(fill, np.int64 if t == "i64" else np.float64).reshape(n)
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(body)], nulls)
+
+
+def _text(values: list) -> list:
+    """Strings Parquet (UTF-8) can hold: lone surrogates from non-UTF-8 file names become U+FFFD."""
+    out = []
+    for v in values:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            v = v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            v = v.encode("utf-8", "replace").decode("utf-8")
+        out.append(v)
+    return out
+
+
+def write_tables(a: Analysis, folder: str) -> list[str]:
+    """Write every table as `<folder>/<name>.parquet` (each atomically); an optional table this analysis lacks
+    is removed where an earlier llmdiag run left one, so the folder never mixes two analyses. Returns the paths."""
+    import pyarrow.parquet as pq
+
+    tables = arrow_tables(a)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise LlmdiagError(f"cannot create the tables folder: {e.strerror or e}", folder) from None
+    paths = []
+    for name, t in tables.items():
+        path = os.path.join(folder, f"{name}.parquet")
+        _write_atomic(pq, t, path)
+        paths.append(path)
+    for name in OPTIONAL:
+        stale = os.path.join(folder, f"{name}.parquet")
+        if name not in tables and os.path.isfile(stale) and _ours(pq, stale):
+            os.unlink(stale)
+    return paths
+
+
+def _write_atomic(pq, table, path: str) -> None:
+    fd, tmp = None, None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide the tables from the team
+            pq.write_table(table, f)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise LlmdiagError(f"cannot write: {e.strerror or e}", path) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _umask() -> int:
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
+
+
+def _ours(pq, path: str) -> bool:
+    try:
+        return b"llmdiag.tables_schema" in (pq.read_schema(path).metadata or {})
+    except Exception:  # not a Parquet file we can read: not ours to remove
+        return False
