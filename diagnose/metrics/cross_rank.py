@@ -21,10 +21,10 @@ from diagnose.metrics.moe import moe_summary
 from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
-from diagnose.metrics.p2p import match_p2p
-from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.pipeline.p2p import match_p2p
+from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
-from diagnose.metrics.pipeline_infer import chains, schedule_of
+from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, SkewResult
 from diagnose.model.format import NS_PER_MS, ranges

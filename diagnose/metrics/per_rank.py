@@ -22,9 +22,9 @@ from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.accum import forward_counts, regather_ms
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
-from diagnose.metrics.pipeline_actions import Action, extract_actions
-from diagnose.metrics.pipeline_infer import Links, infer_actions
-from diagnose.metrics.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.actions import Action, extract_actions
+from diagnose.metrics.pipeline.infer import Links, infer_actions
+from diagnose.metrics.pipeline.p2p import Record, p2p_records
 from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from

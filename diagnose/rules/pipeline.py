@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.metrics.pipeline_actions import theory_bubble
+from diagnose.metrics.pipeline.actions import theory_bubble
 from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnose.io.trace import COMPUTE, RUNTIME, RankTrace
-from diagnose.metrics.p2p import Record, p2p_records
-from diagnose.metrics.pipeline_actions import Action
+from diagnose.metrics.pipeline.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.steps import Window
 
 
