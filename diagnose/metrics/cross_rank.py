@@ -77,7 +77,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
-    sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}, _stages(good)) if len(good) > 1 else None
+    sk = skew(records, hosts, *_skew_peers(good, man, layout)) if len(good) > 1 else None
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
@@ -204,6 +204,20 @@ def _stages(good) -> dict[int, int]:
     for g in groups if not why else []:
         out.update({r: pos for pos, r in enumerate(g)})
     return {r: s for r, s in out.items() if s >= 0}
+
+
+def _skew_peers(good, man, layout) -> tuple[dict[int, float], dict[int, int]]:
+    """(compute per rank to compare, rank -> pipeline stage) for skew(). With pp > 1 stages differ by design:
+    no compute is compared across ranks there (rules/comm.py compares ranks of one stage), and where no stage
+    is known each rank's place in its pipeline group's rank list stands for it: a collective over two places
+    is schedule-ordered."""
+    stage_of = _stages(good)
+    if int((layout or {}).get("pp") or 1) <= 1:
+        return {o.rank: o.metrics.compute_ms for o in good}, stage_of
+    if not stage_of:
+        groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, [])
+        stage_of = {r: pos for g in groups if len(g) > 1 for pos, r in enumerate(g)}
+    return {}, stage_of
 
 
 def _infer_schedule(acts, ranks) -> str:
