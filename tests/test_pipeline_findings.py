@@ -3,24 +3,35 @@ traces whose answers are set by construction."""
 
 from __future__ import annotations
 
+import pytest
+
 from diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
-from tests.gen_pipeline import Case, write
+from tests.gen_pipeline_p2p import P2PCase
+from tests.gen_pipeline_p2p import write as write_p2p
 
 A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 
 
-def test_stage_load_without_known_stages_is_no_straggler(tmp_path):
-    """4 stages named by a `mesh_pp` group, send/recv without peer ranks: stages unknown, the last one computes
-    twice as much (LM head and loss). No rank is called a straggler for computing more, and the all-reduce over
-    the pipeline group (reached in the schedule's order) blames no one."""
-    write(Case(p=4, m=8, pg_desc="mesh_pp", peer_ranks=False, slow_stage=3, slow_factor=2, steps=3, jitter_us=5),
-          tmp_path)
+@pytest.mark.parametrize("batched", [True, False])
+def test_stage_load_without_known_stages_is_no_straggler(tmp_path, batched):
+    """4 stages named by a `mesh_pp` group, send/recv without peer ranks; the last stage carries the LM head and
+    loss (+60 % compute). Batched, the stages stay unknown (an issue line says why) and no rank is called a
+    straggler for computing more, nor for arriving last at the all-reduce over the pipeline group (reached in the
+    schedule's order). Single ops: the stages are inferred, and the load is stage imbalance, no straggler."""
+    write_p2p(P2PCase(p=4, m=8, batched=batched, peer_ranks=False, last_extra_us=480, steps=3), tmp_path)
     a = analyze_path(str(tmp_path), jobs=1)
     assert a.layout["pp"] == 4
     assert not [f for f in a.findings if f.id == "stragglers"], [f.evidence.text for f in a.findings]
     assert not a.skew.stragglers  # neither "compute above the median" nor "arrives last" across stages
     assert a.skew.schedule_ordered == a.skew.matched == 3
+    if batched:
+        assert a.pipeline is None
+        (line,) = [i.message for i in a.issues if "pipeline layout unknown" in i.message]
+        assert "no `Src Rank`/`Dst Rank`" in line and "nccl:coalesced" in line
+    else:
+        assert a.pipeline is not None and a.pipeline.inferred
+        assert any(f.id == "pipeline_imbalance" for f in a.findings)
 
 
 def _dlrm(tmp_path, late: dict[int, dict[int, int]], steps: int = 8, ranks: int = 8):

@@ -3,10 +3,13 @@
 Evidence, in order: the peers of the rank's send/recv kernels (Kineto's `Src Rank` / `Dst Rank`) give its
 neighbours: a stage's first transfer of a step is the receive of microbatch 0's activation from the previous
 stage, except stage 0, whose first is a send. Compute kernels between transfers form actions: a new action
-starts where a receive completed or a send was posted between two kernels, or where the launching host
-thread changes (torch runs backward on the autograd engine's device thread). An action fed by a receive from
+starts where a receive completed or a send was posted between two kernels, or where the launch context
+changes: the host thread (torch runs backward on the autograd engine's device thread) or, on one thread, from
+forward ops to autograd nodes (`autograd::engine::evaluate_function: …`). Batched transfers (one coalesced
+kernel for several ops) count as their kernel's span (batch.py); peers no op names come from the group's rank
+list (peers.py). An action fed by a receive from
 the previous stage or followed by a send to the next is a forward; from/to the next stage a backward; an
-action with no transfer on either side takes the kind its launching thread had elsewhere. The n-th forward
+action with no transfer on either side takes the kind its launch context had elsewhere. The n-th forward
 (backward) of a step is microbatch n, as in GPipe and 1F1B. Stage numbers come later, from the chain of
 neighbours across ranks (`chains`). Where any of this does not hold, no actions and a reason: unknown, not
 a guess.
@@ -20,10 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.io.trace import COMPUTE, RUNTIME, RankTrace
+from diagnose.io.trace import COMPUTE, CPU_OP, RUNTIME, RankTrace
 from diagnose.metrics.pipeline.p2p import Record, p2p_records
 from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.steps import Window
+
+
+BACKWARD_OPS = ("autograd::engine::evaluate_function", "CompiledFunctionBackward", "torch::autograd::")
 
 
 @dataclass
@@ -43,11 +49,13 @@ class _P2P:
     end: int
 
 
-def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None
+def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None, why: str = ""
                   ) -> tuple[list[Action], Links | None]:
-    """([], None) when the rank has no send/recv with peers; ([], Links(reason=...)) when it cannot be told.
-    `records`: this rank's p2p_records, when the caller has them already."""
-    recs = p2p_records(t, wins) if records is None else records
+    """([], None) when the rank has no send/recv; ([], Links(reason=...)) when it cannot be told.
+    `records`, `why`: this rank's p2p_records, when the caller has them already."""
+    recs, why = p2p_records(t, wins) if records is None else (records, why)
+    if why:
+        return [], Links(reason=why)
     p2p = [_P2P(kind, peer, s, e) for _, kind, peer, s, e in recs]
     if not p2p:
         return [], None
@@ -95,9 +103,22 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
 
 
 def _launch_threads(t: RankTrace) -> dict[int, int]:
-    """correlation id -> host thread of the launch."""
+    """correlation id -> launch context: the host thread, doubled, plus 1 when the launch sits under an autograd
+    node (`autograd::engine::evaluate_function: …Backward0`). Backward is told from forward by that op even
+    where one thread launches both (CPU-side autograd, compiled autograd, wrappers)."""
     host = np.flatnonzero((t.kind == RUNTIME) & (t.corr >= 0))
-    return dict(zip(t.corr[host].tolist(), t.thread[host].tolist()))
+    ctx = 2 * t.thread[host].astype(np.int64)
+    bwd = np.flatnonzero(t.name_mask(lambda n: n.startswith(BACKWARD_OPS), (t.kind == CPU_OP) & (t.stream < 0)))
+    if len(bwd):
+        for th in np.unique(t.thread[bwd]).tolist():
+            b = bwd[t.thread[bwd] == th]
+            b = b[np.argsort(t.ts[b], kind="stable")]
+            ends = np.maximum.accumulate(t.ts[b] + t.dur[b])  # nested nodes: the outermost end so far
+            mine = t.thread[host] == th
+            j = np.searchsorted(t.ts[b], t.ts[host[mine]], "right") - 1
+            inside = (j >= 0) & (t.ts[host[mine]] <= ends[np.maximum(j, 0)])
+            ctx[np.flatnonzero(mine)[inside]] += 1
+    return dict(zip(t.corr[host].tolist(), ctx.tolist()))
 
 
 def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int, int]) -> list[tuple[int, int, int]]:
