@@ -50,8 +50,12 @@ class P2PCase:
     steps: int = 2
     pg_desc: str = "mesh_pp"
 
-    def cost(self, s: int, kind: str) -> int:
-        return (self.f_us if kind == "F" else self.b_us) + (self.last_extra_us if s == self.p - 1 else 0)
+    def cost(self, a: tuple) -> int:
+        """F f_us; a full backward b_us; its input and weight halves b_us / 2 each; the last stage adds the head."""
+        s, kind, _ = a
+        base = {"F": self.f_us, "B": self.b_us, "I": self.b_us // 2, "W": self.b_us - self.b_us // 2}[kind]
+        last = self.p * (1 if self.schedule in ("1f1b", "gpipe") else 2) - 1
+        return base + (self.last_extra_us if s == last else 0)
 
     @property
     def label(self) -> str:
@@ -62,108 +66,153 @@ class P2PCase:
 @dataclass
 class P2PAnswer:
     window_us: int
-    bubble: dict[int, float]  # stage -> 1 − busy / window
+    bubble: dict[int, float]  # rank -> 1 − busy / window
     formula: float
-    actions: dict[int, list[tuple[str, int, int, int]]]  # stage -> (kind, mb, start, end)
-    batches: dict[int, list[dict]] = field(default_factory=dict)  # stage -> [{post, end, ops: [(kind, peer, key)]}]
+    actions: dict[int, list[tuple[tuple, int, int]]]  # rank -> ((stage, kind, mb), start, end)
+    batches: dict[int, list[dict]] = field(default_factory=dict)  # rank -> [{post, end, ops: [(kind, peer, key)]}]
 
 
-def _inputs(kind: str, s: int, p: int) -> int | None:
-    """The neighbour whose output the action consumes, if any."""
-    src = s - 1 if kind == "F" else s + 1
-    return src if 0 <= src < p else None
+SCHEDULES = {  # our name -> (torch.distributed.pipelining class, stages per rank, V-shaped placement)
+    "interleaved1f1b": ("ScheduleInterleaved1F1B", 2, False),
+    "zb": ("ScheduleInterleavedZeroBubble", 2, False),
+    "zbv": ("ScheduleZBVZeroBubble", 2, True),
+    "dualpipev": ("ScheduleDualPipeV", 2, True),
+}
+Act = tuple[int, str, int]  # (stage, kind F/I/W/B, microbatch)
 
 
-def _outputs(kind: str, s: int, p: int) -> int | None:
-    dst = s + 1 if kind == "F" else s - 1
-    return dst if 0 <= dst < p else None
+def orders(c: P2PCase) -> tuple[dict[int, list[Act]], int]:
+    """Each rank's action order and the number of stages. 1F1B from tests/gen_pipeline.order; the others are
+    torch.distributed.pipelining's own `pipeline_order` for the schedule (OVERLAP_F_B pairs run as their F then
+    their B, as the runtime does without an overlap hook)."""
+    if c.schedule in ("1f1b", "gpipe"):
+        return {s: [(s, k, i) for k, i in order(c.schedule, s, c.p, c.m)] for s in range(c.p)}, c.p
+    import torch
+    from torch.distributed.pipelining import schedules
+
+    cls_name, v, vee = SCHEDULES[c.schedule]
+    n = c.p * v
+
+    class _Stage:  # what the schedules read of a stage to plan their order
+        def __init__(self, idx: int, r: int):
+            self.stage_index, self.num_stages, self.group_size, self.group_rank = idx, n, c.p, r
+            self.is_first, self.is_last = idx == 0, idx == n - 1
+            self.submod, self.has_backward, self.device = torch.nn.Linear(1, 1), True, torch.device("cpu")
+
+    stages = [_Stage(0, 0), _Stage(n - 1, 0)] if vee else [_Stage(ch * c.p, 0) for ch in range(v)]
+    plan = getattr(schedules, cls_name)(stages, c.m, loss_fn=lambda a, b: a).pipeline_order
+    out: dict[int, list[Act]] = {}
+    for r in range(c.p):
+        seq: list[Act] = []
+        for a in plan[r]:
+            if a is None:
+                continue
+            for x in (a.sub_actions or ()) if str(a.computation_type).endswith("OVERLAP_F_B") else (a,):
+                kind = {"FORWARD": "F", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W",
+                        "FULL_BACKWARD": "B"}[str(x.computation_type).rsplit(".", 1)[-1]]
+                seq.append((x.stage_index, kind, x.microbatch_index))
+        out[r] = seq
+    return out, n
+
+
+def _deps(a: Act, last: int, has: set) -> list[Act]:
+    """What an action consumes: F the previous stage's F; I/B its own F and the next stage's I or B; W its I."""
+    s, k, i = a
+    if k == "F":
+        return [(s - 1, "F", i)] if s > 0 else []
+    if k in ("I", "B"):
+        nxt = [(s + 1, x, i) for x in ("I", "B") if (s + 1, x, i) in has] if s < last else []
+        return [(s, "F", i)] + nxt
+    return [(s, "I", i)]
 
 
 def simulate(c: P2PCase) -> P2PAnswer:
-    """Batched: rank s runs [batch_0, a_0, batch_1, a_1, …, batch_n]; batch_k holds the send of a_{k−1}'s output
-    and the receive of a_k's input, is posted when a_{k−1} ends and completes when every op in it has completed;
-    an op completes `lat_us` after both of its sides are posted. Single ops: a send is posted when its action ends
-    and blocks nothing; a receive is posted when the consumer is reached and blocks it."""
-    orders = {s: order(c.schedule, s, c.p, c.m) for s in range(c.p)}
-    acts: dict[int, list] = {s: [] for s in range(c.p)}
-    batches: dict[int, list] = {s: [] for s in range(c.p)}
-    if c.batched:
-        items = {}
-        for s in range(c.p):
-            seq, prev = [], None
-            for kind, i in orders[s] + [(None, None)]:
-                ops = []
-                if prev is not None and (d := _outputs(prev[0], s, c.p)) is not None:
-                    ops.append(("send", d, (prev[0], prev[1], s, d)))
-                if kind is not None and (src := _inputs(kind, s, c.p)) is not None:
-                    ops.append(("recv", src, (kind, i, src, s)))
-                if ops:
-                    seq.append(("batch", ops))
-                if kind is not None:
-                    seq.append(("act", (kind, i)))
-                prev = (kind, i)
-            items[s] = seq
-        post: dict[tuple, dict[str, int]] = {}  # transfer key -> {"send": t, "recv": t}
-        pos, free = {s: 0 for s in range(c.p)}, {s: 0 for s in range(c.p)}
-        posted = {s: None for s in range(c.p)}
-        left = sum(len(v) for v in items.values())
-        while left:
-            moved = False
-            for s in range(c.p):
-                while pos[s] < len(items[s]):
-                    what, v = items[s][pos[s]]
-                    if what == "act":
-                        kind, i = v
-                        st, en = free[s], free[s] + c.cost(s, kind)
-                        acts[s].append((kind, i, st, en))
-                        free[s] = en
-                    else:
-                        if posted[s] is None:
-                            posted[s] = free[s]
-                            for kind_, _, key in v:
-                                post.setdefault(key, {})[kind_] = free[s]
-                                moved = True
-                        if not all(len(post.get(key, {})) == 2 for _, _, key in v):
-                            break
-                        end = max(max(post[key].values()) + c.lat_us for _, _, key in v)
-                        batches[s].append({"post": posted[s], "end": end, "ops": v})
-                        free[s], posted[s] = end, None
-                    pos[s] += 1
-                    left -= 1
-                    moved = True
-            assert moved, "batched schedule deadlocked"
-    else:
-        done: dict[tuple, int] = {}
-        pos, free = {s: 0 for s in range(c.p)}, {s: 0 for s in range(c.p)}
-        left = sum(len(o) for o in orders.values())
-        while left:
-            moved = False
-            for s in range(c.p):
-                while pos[s] < len(orders[s]):
-                    kind, i = orders[s][pos[s]]
-                    src = _inputs(kind, s, c.p)
-                    start = free[s]
-                    if src is not None:
-                        if (src, kind, i) not in done:
-                            break
-                        send_post, recv_post = done[(src, kind, i)], free[s]
-                        end = max(send_post, recv_post) + c.lat_us
-                        batches[s].append({"post": recv_post, "end": end, "ops": [("recv", src, (kind, i, src, s))]})
-                        batches[src].append({"post": send_post, "end": end, "ops": [("send", s, (kind, i, src, s))]})
-                        start = end
-                    en = start + c.cost(s, kind)
-                    acts[s].append((kind, i, start, en))
-                    done[(s, kind, i)] = en
-                    free[s] = en
-                    pos[s] += 1
-                    left -= 1
-                    moved = True
-            assert moved, "schedule deadlocked"
-    lo = min(a[2] for v in acts.values() for a in v)
-    hi = max(a[3] for v in acts.values() for a in v)
-    busy = {s: sum(a[3] - a[2] for a in v) for s, v in acts.items()}
-    return P2PAnswer(hi - lo, {s: 1 - b / (hi - lo) for s, b in busy.items()}, (c.p - 1) / (c.m + c.p - 1), acts,
-                     {s: sorted(v, key=lambda b: b["post"]) for s, v in batches.items()})
+    """Batched: between two actions a rank posts one batch holding the sends of what the action before produced
+    for other ranks and the receives the next action needs, and waits for all of them; each op completes
+    `lat_us` after both of its sides are posted. Single ops: a send is posted when its producer ends and blocks
+    nothing; a receive is posted when the consumer is reached and blocks it. An input made on the same rank
+    (DualPipeV's turn) moves nothing."""
+    order_of, n = orders(c)
+    rank_of = {a[0]: r for r, seq in order_of.items() for a in seq}
+    has = {a for seq in order_of.values() for a in seq}
+    ins = {a: [d for d in _deps(a, n - 1, has) if rank_of[d[0]] != rank_of[a[0]]] for a in has}
+    outs: dict[Act, list[Act]] = {}
+    for a, ds in ins.items():
+        for d in ds:
+            outs.setdefault(d, []).append(a)
+    local = {a: [d for d in _deps(a, n - 1, has) if rank_of[d[0]] == rank_of[a[0]]] for a in has}
+    acts: dict[int, list] = {r: [] for r in order_of}
+    batches: dict[int, list] = {r: [] for r in order_of}
+    done: dict[Act, int] = {}
+    items = {}
+    for r, seq in order_of.items():
+        out, prev = [], None
+        for a in seq + [None]:
+            sends = [("send", rank_of[b[0]], (prev, b)) for b in outs.get(prev, [])] if prev else []
+            recvs = [("recv", rank_of[d[0]], (d, a)) for d in ins[a]] if a else []
+            if c.batched and c.schedule in ("1f1b", "gpipe") and sends + recvs:  # Megatron: one batch, waited on
+                out.append(("batch", sends + recvs))
+            elif c.batched:  # torch.distributed.pipelining: the sends as one batch, the receives as another
+                out += ([("sends", sends)] if sends else []) + ([("batch", recvs)] if recvs else [])
+            else:
+                out += [("sends", [o]) for o in sends] + [("batch", [o]) for o in recvs]
+            if a:
+                out.append(("act", a))
+            prev = a
+        items[r] = out
+    post: dict[tuple, dict[str, int]] = {}
+    pos, free = {r: 0 for r in items}, {r: 0 for r in items}
+    posted: dict[int, int | None] = {r: None for r in items}
+    left = sum(len(v) for v in items.values())
+    while left:
+        moved = False
+        for r in items:
+            while pos[r] < len(items[r]):
+                what, v = items[r][pos[r]]
+                if what == "act":
+                    if any(d not in done for d in local[v]):
+                        break
+                    st = max([free[r]] + [done[d] for d in local[v]])
+                    en = st + c.cost(v)
+                    acts[r].append((v, st, en))
+                    done[v] = free[r] = en
+                elif what == "sends":  # posted now, never waited for
+                    for _, _, key in v:
+                        post.setdefault(key, {})["send"] = free[r]
+                    batches[r].append({"post": free[r], "ops": v})
+                else:  # receives (with Megatron's sends): posted now, waited for
+                    if posted[r] is None:
+                        posted[r] = free[r]
+                        for kind, _, key in v:
+                            post.setdefault(key, {})[kind] = free[r]
+                        moved = True
+                    if not all(len(post.get(key, {})) == 2 for _, _, key in v):
+                        break
+                    end = max(max(post[key].values()) + c.lat_us for _, _, key in v)
+                    batches[r].append({"post": posted[r], "end": end, "ops": v})
+                    free[r], posted[r] = end, None
+                pos[r] += 1
+                left -= 1
+                moved = True
+        assert moved, f"{c.label}: deadlocked"
+    for r, bs in batches.items():  # a send batch ends when its last transfer does
+        for b in bs:
+            if "end" not in b:
+                b["end"] = max(max(post[key].values()) + c.lat_us for _, _, key in b["ops"])
+    lo = min(x[1] for v in acts.values() for x in v)
+    hi = max(x[2] for v in acts.values() for x in v)
+    busy = {r: sum(x[2] - x[1] for x in v) for r, v in acts.items()}
+    return P2PAnswer(hi - lo, {r: 1 - b / (hi - lo) for r, b in busy.items()}, _formula(c), acts,
+                     {r: sorted(v, key=lambda b: b["post"]) for r, v in batches.items()})
+
+
+def _formula(c: P2PCase) -> float:
+    """The schedule's own bubble: (p−1)/(m+p−1) for 1F1B, (p−1)/(v·m+p−1) interleaved, 0 for zero-bubble ones."""
+    if c.schedule in ("1f1b", "gpipe"):
+        return (c.p - 1) / (c.m + c.p - 1)
+    if c.schedule == "interleaved1f1b":
+        return (c.p - 1) / (2 * c.m + c.p - 1)
+    return 0.0
 
 
 def _pg(c: P2PCase, name: str, extra: dict | None = None) -> dict:
@@ -173,7 +222,7 @@ def _pg(c: P2PCase, name: str, extra: dict | None = None) -> dict:
 
 
 def build(c: P2PCase) -> tuple[list[TraceBuilder], P2PAnswer]:
-    """One TraceBuilder per stage (rank = stage); every step repeats the simulated one."""
+    """One TraceBuilder per rank; every step repeats the simulated one."""
     ans = simulate(c)
     period = ans.window_us + STEP_GAP_US
     out = []
@@ -186,7 +235,7 @@ def build(c: P2PCase) -> tuple[list[TraceBuilder], P2PAnswer]:
             k0 = k * period
             dev = k0 + 100
             b.step(k + 1, k0, k0 + ans.window_us + 1000)
-            work = [(st, 1, "act", a) for a in ans.actions[s] for st in [a[2]]]
+            work = [(a[1], 1, "act", a) for a in ans.actions[s]]
             work += [(bt["post"], 0, "batch", bt) for bt in ans.batches[s]]
             work.sort(key=lambda w: (w[0], w[1]))
             for j, (_, _, what, v) in enumerate(work):
@@ -205,7 +254,7 @@ def build(c: P2PCase) -> tuple[list[TraceBuilder], P2PAnswer]:
 
 
 def _action(b: TraceBuilder, c: P2PCase, a: tuple, h: int, dev: int) -> None:
-    kind, _, st, en = a
+    (_, kind, _), st, en = a
     tid = MAIN if kind == "F" or c.threads == 1 else AUTOGRAD
     op = "aten::mm" if kind == "F" else "autograd::engine::evaluate_function: MmBackward0"
     b.cpu_op(op, h, 20, tid=tid)

@@ -71,7 +71,9 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
     elif first_send is not None:
         prev, nxt = None, first_send.peer
         if len(peers) > 1:
-            return [], Links(reason="a rank whose first transfer is a send (stage 0) talks to two peers")
+            return [], Links(reason="the rank whose first transfer is a send (stage 0) talks to two peers: its stages "
+                                    "wrap from the last rank back to it (interleaved, looped zero-bubble), and "
+                                    "virtual stages are not inferred without PP: labels")
     else:
         return [], Links(reason="no send/recv with a peer")
     links = Links(prev, nxt)
@@ -85,9 +87,9 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
             continue
         mine = [p for p in p2p if w.start <= p.start <= w.end]
         blocks = _blocks(t, idx, mine, thread_of)
-        kinds = _label(blocks, mine, links)
+        kinds, why = _label(blocks, mine, links)
         if kinds is None:
-            return [], Links(prev, nxt, f"step {w.step}: a group of kernels is neither clearly forward nor backward")
+            return [], Links(prev, nxt, f"step {w.step}: {why}")
         n = Counter()
         step_acts = []
         for (s, e, _), k in zip(blocks, kinds):
@@ -140,27 +142,39 @@ def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int,
     return list(zip(s[first].tolist(), ends.tolist(), th[first].tolist()))
 
 
-def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
-    """F or B per block from the transfers around it, then from its launching thread; None if unresolved.
+NEITHER = "a group of kernels is neither clearly forward nor backward"
+
+
+def _label(blocks, p2p: list[_P2P], links: Links) -> tuple[list[str | None] | None, str]:
+    """F or B per block from the transfers around it, then from its launch context; (None, why) if unresolved
+    or if the directions contradict the autograd nodes the kernels were launched under.
     Blocks before the first and after the last with transfer evidence (data loading, the optimizer step) are
     outside the schedule: labelled None."""
     recvs = sorted((p.end, "F" if p.peer == links.prev else "B") for p in p2p if p.kind == "recv")
     sends = sorted((p.start, "F" if p.peer == links.next else "B") for p in p2p if p.kind == "send")
     r_at, s_at = [x[0] for x in recvs], [x[0] for x in sends]
     kinds: list[str | None] = []
+    voted: list[set] = []
     for j, (s, e, _) in enumerate(blocks):
         before = blocks[j - 1][1] if j else -(1 << 62)
         after = blocks[j + 1][0] if j + 1 < len(blocks) else 1 << 62
         votes = {k for _, k in recvs[bisect_left(r_at, before):bisect_right(r_at, s)]}  # its input arrived
         votes |= {k for _, k in sends[bisect_left(s_at, e):bisect_right(s_at, after)]}  # its output left
-        kinds.append(votes.pop() if len(votes) == 1 else None)
+        voted.append(votes)
+        kinds.append(next(iter(votes)) if len(votes) == 1 else None)
+    if any(ctx % 2 for _, _, ctx in blocks):  # autograd nodes mark backward: the directions must agree with them
+        wrong = [j for j, ((_, _, ctx), v) in enumerate(zip(blocks, voted)) if ("F" if ctx % 2 else "B") in v]
+        if wrong:
+            return None, (f"{len(wrong)} group(s) of kernels move data against their direction (a forward fed "
+                          "from the next stage or a backward from the previous): virtual stages (interleaved, "
+                          "V-shaped: zero-bubble V, DualPipeV) or W actions, which are not inferred without PP: labels")
     by_thread: dict[int, Counter] = {}
     for (_, _, th), k in zip(blocks, kinds):
         if k:
             by_thread.setdefault(th, Counter())[k] += 1
     known = [j for j, k in enumerate(kinds) if k]
     if not known:
-        return None
+        return None, NEITHER
     out: list[str | None] = []
     for j, ((_, _, th), k) in enumerate(zip(blocks, kinds)):
         if k is None and not known[0] < j < known[-1]:
@@ -169,10 +183,10 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
         if k is None:
             c = by_thread.get(th)
             if not c or len(c) != 1:
-                return None
+                return None, NEITHER
             k = next(iter(c))
         out.append(k)
-    return out
+    return out, ""
 
 
 def chains(links: dict[int, Links]) -> tuple[list[list[int]], str]:

@@ -36,13 +36,17 @@ def resolve_peers(ops: list[P2POp], rank: int | None, dist: dict) -> tuple[list[
             return ops, f"{NO_PEERS}, and their group '{pg}' lists no ranks to take neighbours from"
         i = ranks.index(rank)
         near = [ranks[j] for j in (i - 1, i + 1) if 0 <= j < len(ranks)]
+        streams = sorted({o.stream for o in mine})
         if len(near) == 1:
+            if len(streams) > 1 and not any(o.batched for o in mine):
+                return ops, (f"{NO_PEERS}; rank {rank} ends group '{pg}' (one neighbour) but its send/recv use "
+                             f"{len(streams)} streams (one per peer): more peers than a linear pipeline gives it "
+                             "(stages that wrap from the last rank to the first: interleaved)")
             fixed.update((id(o), near[0]) for o in mine)
             continue
         if any(o.batched for o in mine):
             return ops, (f"{NO_PEERS}; batched (nccl:coalesced) on a middle stage of group '{pg}', each batch "
                          "carrying ops to both neighbours on one stream: which op goes where cannot be told")
-        streams = sorted({o.stream for o in mine})
         first = min(mine, key=lambda o: (o.start, o.end))
         if len(streams) != 2 or first.kind != "recv":
             why = (f"{len(streams)} stream(s)" if len(streams) != 2 else "its first transfer is a send")
