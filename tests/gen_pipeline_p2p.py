@@ -127,11 +127,13 @@ def _deps(a: Act, last: int, has: set) -> list[Act]:
 
 
 def simulate(c: P2PCase) -> P2PAnswer:
-    """Batched: between two actions a rank posts one batch holding the sends of what the action before produced
-    for other ranks and the receives the next action needs, and waits for all of them; each op completes
-    `lat_us` after both of its sides are posted. Single ops: a send is posted when its producer ends and blocks
-    nothing; a receive is posted when the consumer is reached and blocks it. An input made on the same rank
-    (DualPipeV's turn) moves nothing."""
+    """Megatron (1F1B, batched): between two actions a rank posts one batch holding the sends of what the action
+    before produced and the receives the next action needs, and waits for all of them. torch-style (the others,
+    batched): the sends as one batch, never waited for; the receives as another, waited for. Single ops: a send
+    is posted when its producer ends and blocks nothing; a receive when the consumer is reached, and the
+    consumer waits for it. A receive goes out early where its sender sends something before what is needed
+    (NCCL pairs a pair's ops in posting order). Each op completes `lat_us` after both sides are posted. An input
+    made on the same rank (the V's turn) moves nothing."""
     order_of, n = orders(c)
     rank_of = {a[0]: r for r, seq in order_of.items() for a in seq}
     has = {a for seq in order_of.values() for a in seq}
@@ -144,18 +146,34 @@ def simulate(c: P2PCase) -> P2PAnswer:
     acts: dict[int, list] = {r: [] for r in order_of}
     batches: dict[int, list] = {r: [] for r in order_of}
     done: dict[Act, int] = {}
+    # NCCL matches a pair's sends and receives in posting order: a receive is posted (early if need be) after every
+    # receive its sender sends before it, so each pair's two sides post the same keys in the same order.
+    pair_order: dict[tuple, list] = {}
+    for r, seq in order_of.items():
+        for a in seq:
+            for b in outs.get(a, []):
+                pair_order.setdefault((r, rank_of[b[0]]), []).append((a, b))
     items = {}
     for r, seq in order_of.items():
-        out, prev = [], None
+        out, prev, taken = [], None, {}
         for a in seq + [None]:
             sends = [("send", rank_of[b[0]], (prev, b)) for b in outs.get(prev, [])] if prev else []
-            recvs = [("recv", rank_of[d[0]], (d, a)) for d in ins[a]] if a else []
+            need = [(rank_of[d[0]], (d, a)) for d in ins[a]] if a else []
+            recvs = []
+            for src, key in need:
+                keys = pair_order[(src, r)]
+                upto = keys.index(key) + 1
+                recvs += [("recv", src, k) for k in keys[taken.get(src, 0):upto]]
+                taken[src] = max(taken.get(src, 0), upto)
+            wait = [key for _, key in need]
             if c.batched and c.schedule in ("1f1b", "gpipe") and sends + recvs:  # Megatron: one batch, waited on
                 out.append(("batch", sends + recvs))
             elif c.batched:  # torch.distributed.pipelining: the sends as one batch, the receives as another
                 out += ([("sends", sends)] if sends else []) + ([("batch", recvs)] if recvs else [])
+                out += [("wait", wait)] if wait else []
             else:
-                out += [("sends", [o]) for o in sends] + [("batch", [o]) for o in recvs]
+                out += [("sends", [o]) for o in sends] + [("sends", [o]) for o in recvs]
+                out += [("wait", wait)] if wait else []
             if a:
                 out.append(("act", a))
             prev = a
@@ -176,11 +194,15 @@ def simulate(c: P2PCase) -> P2PAnswer:
                     en = st + c.cost(v)
                     acts[r].append((v, st, en))
                     done[v] = free[r] = en
-                elif what == "sends":  # posted now, never waited for
-                    for _, _, key in v:
-                        post.setdefault(key, {})["send"] = free[r]
+                elif what == "sends":  # posted now (a send, or a receive posted ahead), waited for later if at all
+                    for kind, _, key in v:
+                        post.setdefault(key, {})[kind] = free[r]
                     batches[r].append({"post": free[r], "ops": v})
-                else:  # receives (with Megatron's sends): posted now, waited for
+                elif what == "wait":  # the inputs of the next action, posted before
+                    if not all(len(post.get(key, {})) == 2 for key in v):
+                        break
+                    free[r] = max([free[r]] + [max(post[key].values()) + c.lat_us for key in v])
+                else:  # a batch (receives, with Megatron's sends): posted now, waited for as a whole
                     if posted[r] is None:
                         posted[r] = free[r]
                         for kind, _, key in v:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class Links:
     prev: int | None = None
     next: int | None = None
     reason: str = ""  # empty when actions were inferred
+    blocks: list = field(default_factory=list)  # compute blocks labelled by launch context alone (virtual.py)
 
 
 @dataclass
@@ -51,14 +52,39 @@ class _P2P:
 
 def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None, why: str = ""
                   ) -> tuple[list[Action], Links | None]:
-    """([], None) when the rank has no send/recv; ([], Links(reason=...)) when it cannot be told.
-    `records`, `why`: this rank's p2p_records, when the caller has them already."""
+    """([], None) when the rank has no send/recv; ([], Links(reason=...)) when it cannot be told as one stage.
+    Where autograd nodes tell forward from backward, Links.blocks also holds the rank's compute blocks labelled
+    by that alone (no stage or microbatch): virtual.py places them across ranks when the ranks do not chain one
+    stage each. `records`, `why`: this rank's p2p_records, when the caller has them already."""
     recs, why = p2p_records(t, wins) if records is None else (records, why)
     if why:
         return [], Links(reason=why)
     p2p = [_P2P(kind, peer, s, e) for _, kind, peer, s, e in recs]
     if not p2p:
         return [], None
+    acts, links = _one_stage_per_rank(t, wins, p2p)
+    links.blocks = _context_blocks(t, wins, p2p)  # for virtual.py, should the ranks not chain one stage each
+    return acts, links
+
+
+def _context_blocks(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> list[Action]:
+    """Compute blocks labelled by launch context alone (F outside autograd nodes, B inside); [] where the trace
+    has no autograd node to tell them by."""
+    thread_of = _launch_threads(t)
+    if not any(v % 2 for v in thread_of.values()):
+        return []
+    dev = (t.kind == COMPUTE) & (t.stream >= 0)
+    out = []
+    for w in wins:
+        idx = np.flatnonzero(dev & (t.ts >= w.start) & (t.ts <= w.end))
+        idx = idx[np.lexsort((t.dur[idx], t.ts[idx]))]
+        mine = [p for p in p2p if w.start <= p.start <= w.end]
+        for s, e, ctx in _blocks(t, idx, mine, thread_of) if len(idx) else []:
+            out.append(Action(w.step, -1, "B" if ctx % 2 else "F", -1, s, e))
+    return out
+
+
+def _one_stage_per_rank(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> tuple[list[Action], Links]:
     peers = {p.peer for p in p2p}
     if len(peers) > 2:
         return [], Links(reason=f"send/recv with {len(peers)} peers (a pipeline stage has at most 2)")
@@ -71,9 +97,8 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
     elif first_send is not None:
         prev, nxt = None, first_send.peer
         if len(peers) > 1:
-            return [], Links(reason="the rank whose first transfer is a send (stage 0) talks to two peers: its stages "
-                                    "wrap from the last rank back to it (interleaved, looped zero-bubble), and "
-                                    "virtual stages are not inferred without PP: labels")
+            return [], Links(reason="the rank whose first transfer is a send (stage 0) talks to two peers: not one "
+                                    "stage per rank")
     else:
         return [], Links(reason="no send/recv with a peer")
     links = Links(prev, nxt)
@@ -100,7 +125,7 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
             return [], Links(prev, nxt, f"step {w.step}: {n['F']} forward and {n['B']} backward actions")
         out += step_acts
     if not out:
-        return [], Links(prev, nxt, "no compute kernels inside the steps")
+        return [], Links(prev, nxt, NO_COMPUTE)
     return out, links
 
 
@@ -142,6 +167,7 @@ def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int,
     return list(zip(s[first].tolist(), ends.tolist(), th[first].tolist()))
 
 
+NO_COMPUTE = "no compute kernels inside the steps"
 NEITHER = "a group of kernels is neither clearly forward nor backward"
 
 
@@ -166,8 +192,7 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> tuple[list[str | None] | No
         wrong = [j for j, ((_, _, ctx), v) in enumerate(zip(blocks, voted)) if ("F" if ctx % 2 else "B") in v]
         if wrong:
             return None, (f"{len(wrong)} group(s) of kernels move data against their direction (a forward fed "
-                          "from the next stage or a backward from the previous): virtual stages (interleaved, "
-                          "V-shaped: zero-bubble V, DualPipeV) or W actions, which are not inferred without PP: labels")
+                          "from the next stage or a backward from the previous): not one stage per rank")
     by_thread: dict[int, Counter] = {}
     for (_, _, th), k in zip(blocks, kinds):
         if k:
