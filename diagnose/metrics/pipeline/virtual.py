@@ -66,7 +66,9 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
     lens = {k: sorted({len(x) for x in v}) for k, v in paths.items()}
     p = len(blocks)
     if not paths["F"] or lens["F"] != lens["B"] or len(lens["F"]) != 1:
-        return {}, "", f"forward paths of {lens['F']} stages and backward paths of {lens['B']}"
+        return {}, "", (f"forward paths of {lens['F']} blocks and backward paths of {lens['B']}, not one length: "
+                        "where two stages of one rank run back to back with nothing moved between them (the turn "
+                        "of a V-shaped schedule: ZBV, DualPipeV) the kernels cannot be split into stages")
     n_path = lens["F"][0]
     if n_path > p and n_path % p == 0:  # looped: a path crosses every stage
         fwd, bwd, vee = paths["F"], paths["B"], False
