@@ -25,6 +25,7 @@ import numpy as np
 
 from diagnose.io.trace import COMPUTE, CPU_OP, RUNTIME, RankTrace
 from diagnose.metrics.pipeline.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.peers import NO_PEERS
 from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.steps import Window
 
@@ -217,9 +218,9 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> tuple[list[str | None] | No
 def chains(links: dict[int, Links]) -> tuple[list[list[int]], str]:
     """Each pipeline replica's ranks in stage order, walked from its stage 0; ([], reason) if inconsistent."""
     ok = {r: lk for r, lk in links.items() if not lk.reason}
-    bad = sorted((r, lk.reason) for r, lk in links.items() if lk.reason)
-    if bad:
-        return [], f"rank {bad[0][0]}: {bad[0][1]}"
+    bad = sorted((not lk.reason.startswith(NO_PEERS), r, lk.reason) for r, lk in links.items() if lk.reason)
+    if bad:  # missing peers first: the other ranks' readings rest on peers guessed from the group's list
+        return [], f"rank {bad[0][1]}: {bad[0][2]}"
     out, seen = [], set()
     for r in sorted(ok):
         if ok[r].prev is not None:
