@@ -65,3 +65,15 @@ def test_straggler_names_the_collective_and_every_late_rank(tmp_path):
     assert "rank 7 3.00 ms ×5" in ev and "rank 5 1.00 ms ×3" in ev, ev
     assert a.skew.late_n_by_rank == {"7": 5, "5": 3}
     assert a.skew.by_collective[0].last_arrivals == {"5": 3, "7": 5}
+
+
+def test_virtual_stage_findings_name_every_stage_of_the_rank(tmp_path):
+    """Looped zero-bubble (v = 2) with the LM head on the last stage (7, on rank 3): the bubble matches the
+    generator's exact answer and the imbalance finding names both stages the busy rank holds."""
+    ans = write_p2p(P2PCase(p=4, m=8, schedule="zb", last_extra_us=300), tmp_path)
+    a = analyze_path(str(tmp_path), jobs=1)
+    assert a.pipeline.schedule == "zb" and a.pipeline.stages_per_rank == 2 and a.pipeline.microbatches == 8
+    assert {b.rank: round(b.measured, 4) for b in a.pipeline.stage_bubbles} == {
+        r: round(v, 4) for r, v in ans.bubble.items()}
+    f = next(f for f in a.findings if f.id == "pipeline_imbalance")
+    assert f.evidence.text.startswith("stages 3, 7 (rank 3)") and "to stages 0, 4" in f.action
