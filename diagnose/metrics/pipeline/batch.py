@@ -70,8 +70,11 @@ def batch_ops(t: RankTrace, kernels: list[int]) -> list[P2POp]:
     launched = _launching(t, host, rt)
     out: list[P2POp] = []
     prev: dict[int, int] = {}
+    per_thread = {th: host[t.thread[host] == th] for th in {x[0] for x in launches}}  # each sorted by start
     for th, at, d in sorted(launches):
-        mine = host[(t.thread[host] == th) & (t.ts[host] > prev.get(th, -(1 << 62))) & (t.ts[host] < at)]
+        h = per_thread[th]
+        lo = int(np.searchsorted(t.ts[h], prev.get(th, -(1 << 62)), "right"))
+        mine = h[lo:int(np.searchsorted(t.ts[h], at, "left"))]  # recorded since the previous launch: linear overall
         prev[th] = at
         s, e = int(t.ts[d]), int(t.ts[d] + t.dur[d])
         for i in mine.tolist():
