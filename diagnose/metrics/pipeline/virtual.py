@@ -8,8 +8,8 @@ stages, B transfers its backward path:
 
 - one path per microbatch through all n stages (the last rank hands back to the first): looped placement
   (interleaved 1F1B, looped zero-bubble), stage of a block = its place on the path, v = n / p;
-- two half-paths of p stages per microbatch, joined on one rank (the V's turn, where nothing moves): V-shaped
-  placement (ZBV, DualPipeV); the half holding the earliest forward is the first;
+- anything else is not placed: V-shaped placement (ZBV, DualPipeV) turns back on one rank, where its two stages
+  run back to back with nothing moved between them, so kernels alone do not split them;
 - backward blocks on no path are W actions, each of the oldest input-gradient action on its rank that has
   none yet (the schedules queue W behind its I); path blocks are then I, else full backward B.
 
@@ -20,6 +20,7 @@ Anything else (a block on two paths, paths of mixed lengths, a W with no I befor
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import replace
 
 from diagnose.metrics.pipeline.actions import Action
@@ -47,17 +48,21 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
     nxt: dict[tuple, tuple] = {}  # (rank, block index) -> consumer (rank, block index)
     prv: dict[tuple, tuple] = {}
     transfers = []
+    ends = {r: [a.end for a in bl] for r, bl in blocks.items()}
+    rising = {r: all(a <= b for a, b in zip(e, e[1:])) for r, e in ends.items()}
     for src, recs in p2p.items():
         for dst in {r[2] for r in recs if r[1] == "send"}:
             sends = [r for r in recs if r[1] == "send" and r[2] == dst]
             recvs = [r for r in p2p.get(dst, []) if r[1] == "recv" and r[2] == src]
             for s, r in zip(sends, recvs):
-                a = _producer(blocks.get(src, []), s[3])
+                a = _producer(ends[src], rising[src], s[3]) if src in ends else None
                 if a is not None:
                     transfers.append((r[4], src, a, dst))
+    starts = {r: [a.start for a in bl] for r, bl in blocks.items()}
     for t, src, a, dst in sorted(transfers):  # each feeds the first free block of its kind after it arrived
         kind = blocks[src][a].kind
-        b = next((i for i, x in enumerate(blocks.get(dst, [])) if x.start >= t and x.kind == kind
+        bl = blocks.get(dst, [])
+        b = next((i for i in range(bisect_left(starts[dst], t), len(bl)) if bl[i].kind == kind
                   and (dst, i) not in prv), None)
         if b is None or (src, a) in nxt:
             continue  # a transfer of another step, or the producer already feeds one
@@ -70,16 +75,10 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
                         "where two stages of one rank run back to back with nothing moved between them (the turn "
                         "of a V-shaped schedule: ZBV, DualPipeV) the kernels cannot be split into stages")
     n_path = lens["F"][0]
-    if n_path > p and n_path % p == 0:  # looped: a path crosses every stage
-        fwd, bwd, vee = paths["F"], paths["B"], False
-    elif n_path == p and len(paths["F"]) % 2 == 0:  # V: two halves per microbatch, joined where nothing moves
-        fwd, why = _join(paths["F"], blocks)
-        bwd, why2 = _join(paths["B"], blocks) if not why else ([], why)
-        if why or why2:
-            return {}, "", why or why2
-        vee = True
-    else:
-        return {}, "", f"paths of {n_path} blocks over {p} ranks: neither looped nor V-shaped stages"
+    if not (n_path > p and n_path % p == 0):  # looped: a path crosses every stage, the last rank hands back
+        return {}, "", (f"paths of {n_path} blocks over {p} ranks: not looped stages (V-shaped placement, where "
+                        "a path turns back on one rank, is not placed)")
+    fwd, bwd = paths["F"], paths["B"]
     n = len(fwd[0])
     m = len(fwd)
     if len(bwd) != m or any(len(x) != n for x in bwd):
@@ -116,18 +115,20 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
     for r in placed:
         placed[r].sort(key=lambda a: a.start)
     v = n // p
-    if vee:
-        name = "zbv" if has_w else "v-shaped"
-    else:
-        name = ("zb" if has_w else "interleaved1f1b") if v > 1 else "1f1b"
+    name = ("zb" if has_w else "interleaved1f1b") if v > 1 else "1f1b"
     return placed, name, ""
 
 
-def _producer(bl: list[Action], t: int) -> int | None:
+def _producer(ends: list[int], rising: bool, t: int) -> int | None:
+    """The block that ended last at or before t: by bisection where the ends rise with the starts (one stream of
+    blocks), else by a scan (blocks of two threads overlapping)."""
+    if rising:
+        i = bisect_right(ends, t) - 1
+        return i if i >= 0 else None
     best = None
-    for i, a in enumerate(bl):
-        if a.end <= t:
-            best = i if best is None or a.end >= bl[best].end else best
+    for i, e in enumerate(ends):
+        if e <= t and (best is None or e >= ends[best]):
+            best = i
     return best
 
 
@@ -144,26 +145,6 @@ def _paths(blocks, nxt, prv, kind: str) -> list[list[tuple]]:
                 path.append(nxt[path[-1]])
             out.append(path)
     return out
-
-
-def _join(halves: list[list[tuple]], blocks) -> tuple[list[list[tuple]], str]:
-    """V shape: the first halves start where the earliest half starts and end on the turn rank, where the second
-    halves start (nothing moves there); the k-th first half joins the k-th second half, in time order."""
-    def first(h):
-        return blocks[h[0][0]][h[0][1]].start
-
-    head = min(halves, key=first)[0][0]
-    a_side = sorted((h for h in halves if h[0][0] == head), key=first)
-    b_side = sorted((h for h in halves if h[0][0] != head), key=first)
-    turns = {h[-1][0] for h in a_side} | {h[0][0] for h in b_side}
-    if len(turns) != 1 or len(a_side) != len(b_side):
-        return [], "half-paths do not meet on one rank in pairs (not a V)"
-    joined = []
-    for a, b in zip(a_side, b_side):
-        if first(b) < blocks[a[-1][0]][a[-1][1]].end:
-            return [], "a second half of the V starts before its first half ends"
-        joined.append(a + b)
-    return joined, ""
 
 
 def virtual_layout(acts: dict[int, list[Action]], p2p: dict[int, list[tuple]], shift: dict[int, int]):
