@@ -5,7 +5,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP  := $(VENV)/.llmdiag-installed
-DEMO   ?= tp2pp2
+# The demo fits the machine: at most one rank per core, so its report leads with what the workload shows
+# (the pipeline's bubble and balance), not with "timings contaminated by oversubscription". tp2pp2 (4 ranks)
+# from 4 cores, else pp2 (2 ranks; 1F1B with 4 microbatches).
+NPROC  := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
+DEMO   ?= $(if $(shell [ $(NPROC) -ge 4 ] && echo big),tp2pp2,pp2)
 DEMO_OUT ?= runs/demo-$(DEMO)
 
 .PHONY: demo test test-fast bench browser clean

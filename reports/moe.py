@@ -9,7 +9,7 @@ from __future__ import annotations
 from markupsafe import Markup, escape
 
 from diagnose.model.format import fmt
-from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, moe_cards, moe_rank_rows
+from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from diagnose.model.moe import MoeSummary
 
 MAX_ANNOTATED = 16  # ranks up to which every cell prints its value
@@ -60,7 +60,7 @@ def section(m: MoeSummary | None) -> Markup:
     cards = moe_cards(m)
     html = ['<section id="moe"><h2>Expert parallelism (MoE)</h2>',
             f'<p class="note">Token counts from the all-to-all split sizes ({e(m.source)}; roles from '
-            f'{e(m.role_source)}); EP groups: {e("; ".join(str(g) for g in m.groups))}. Per step: mean over the '
+            f'{e(m.role_source)}); {e(ep_groups_text(m))}. Per step: mean over the '
             'analysed steps.</p><div class="cards">']
     html += [f'<div class="card"><div class="l">{e(a)}</div><div class="v">{e(b)}</div><div class="l">{e(c)}</div>'
              '</div>' for a, b, c in cards]

@@ -51,6 +51,7 @@ class Case:
     split_kernels: int = 2  # kernels per action; from 3 on they leave 2 µs launch gaps between them
     kernel_args: bool = True  # False: the NCCL kernels carry no args (older Kineto); only record_param_comms does
     rank_stride: int = 1
+    peer_ranks: bool = True  # False: no `Src Rank`/`Dst Rank` (torch builds before they existed)
 
     def rank(self, s: int) -> int:
         return self.base_rank + s * self.rank_stride
@@ -173,8 +174,9 @@ def build(c: Case, world_size: int | None = None) -> tuple[list[TraceBuilder], A
                     continue
                 peer, post, end = v
                 seq += 1
-                args = {**_pg_args(c, what, 1 << 20), "Seq": seq,
-                        ("Dst Rank" if what == "send" else "Src Rank"): c.rank(peer)}
+                args = {**_pg_args(c, what, 1 << 20), "Seq": seq}
+                if c.peer_ranks:
+                    args["Dst Rank" if what == "send" else "Src Rank"] = c.rank(peer)
                 b.cpu_op("record_param_comms", h, 10, tid=MAIN, args=args)
                 b.cpu_op(f"nccl:{what}", h + 1, 8, tid=MAIN)
                 stream = 40 + 2 * peer + (what == "recv")  # torch: one NCCL communicator per peer pair

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline_actions import theory_bubble
+from diagnose.metrics.pipeline.actions import theory_bubble
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

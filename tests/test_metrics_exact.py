@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from diagnose.metrics import intervals as iv
 from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.classify import classify, collective_kind
 from diagnose.io.loader import load_trace
 from diagnose.metrics.overlap import busbw_factor
-from diagnose.metrics.pipeline_actions import Action, theory_bubble
+from diagnose.metrics.pipeline.actions import Action, theory_bubble
 from diagnose.metrics.pipeline_replay import predict
 from diagnose.io.trace import COMM, COMPUTE, SYNC
 from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank

@@ -18,7 +18,7 @@ from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
-from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, moe_cards, moe_rank_rows
+from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from diagnose.model.names import demangle, middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
 
@@ -256,8 +256,8 @@ def _moe(a: Analysis) -> str:
     m = a.moe
     if m is None:
         return ""
-    head = _cards(f"Expert parallelism (MoE; token counts from {m.source}, roles from {m.role_source}; EP groups "
-                  f"{'; '.join(str(g) for g in m.groups)})", moe_cards(m))
+    head = _cards(f"Expert parallelism (MoE; token counts from {m.source}, roles from {m.role_source}; "
+                  f"{ep_groups_text(m)})", moe_cards(m))
     return head + "\n" + _table("MoE per rank (tokens and ms per step, mean over the analysed steps)",
                                 MOE_RANK_HEADER, moe_rank_rows(m), cut=set())
 

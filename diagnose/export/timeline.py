@@ -28,7 +28,7 @@ from diagnose.metrics.classify import classify
 from diagnose.metrics.cross_rank import stage_hint
 from diagnose.metrics.layout import pipeline_groups, slim_pg_config
 from diagnose.metrics.per_rank import collective_records
-from diagnose.metrics.pipeline_actions import extract_actions
+from diagnose.metrics.pipeline.actions import extract_actions
 from diagnose.metrics.steps import windows
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import NS_PER_MS

@@ -1,7 +1,7 @@
 """The intervals the metrics measure, per rank, as tracks for the annotated timeline.
 
 Each track is computed by the same functions the metrics use (`overlap.timeline`, `steps.windows`,
-`pipeline_actions.extract_actions`, the skew's matching key), on the rank's own clock (int ns); the caller
+`pipeline.actions.extract_actions`, the skew's matching key), on the rank's own clock (int ns); the caller
 shifts them onto the aligned clock. So the exposed-communication intervals of a step sum to the step's
 `exposed_comm_ms`, its idle intervals to `idle_ms`, and a stage's bubble intervals to window − busy. On a GPU
 trace the idle intervals are those of the idle attribution (`idle.idle_intervals`), one per cause (and op, for
@@ -19,7 +19,7 @@ from diagnose.io.trace import RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.idle import idle_intervals
 from diagnose.metrics.overlap import timeline
-from diagnose.metrics.pipeline_actions import Action
+from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.skew import Collectives, arrival_waits, group_label
 from diagnose.metrics.steps import Window
 

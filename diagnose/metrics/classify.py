@@ -208,6 +208,8 @@ def _kind(raw: str, name: str) -> str:
         m = re.match(r"(?:ncclDevKernel|ncclKernel|rcclKernel)_([A-Za-z]+)", n)
         raw = m.group(1) if m else n.split("(")[0]
     k = raw.lower().replace("_", "").replace("base", "").rstrip("_")
+    if k == "coalesced" and "SendRecv" in name[:64]:  # batch_isend_irecv: one SendRecv kernel for a batch of p2p
+        return "sendrecv"
     for key in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv", "barrier",
                 "reduce", "send", "recv", "gather", "scatter"):
         if k.startswith(key) or k.endswith(key):

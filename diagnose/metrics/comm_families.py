@@ -34,13 +34,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("rccl", _rx(r"^rccl", r"^void rccl"), "ROCm/rccl (RCCL also names kernels ncclDevKernel_Generic)", None),
     Family("msccl", _rx(r"^msccl", r"mscclpp::", r"^mscclKernel"),
            "microsoft/msccl and microsoft/mscclpp kernels", None),
-    Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll)::(?:notify_dispatch|"
-                                  r"cached_notify_dispatch|dispatch|clean_low_latency_buffer)",
-                                  r"dpsk::ep::\w+::\w*dispatch"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu", "alltoall"),
-    Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll)::(?:cached_notify_combine|"
-                                 r"cached_notify|combine)", r"dpsk::ep::\w+::\w*combine"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu", "alltoall"),
+    # DeepEP: every kernel of its exchange namespaces moves tokens or counts between ranks (the notify kernels
+    # exchange per-rank counts through NVLink/RDMA buffers), `cached_notify*` included; only the layout
+    # kernel (a local count) and v2's copy epilogue (a local copy out of the receive buffer) are compute.
+    Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:cached_notify_combine|"
+                                 r"cached_notify\b|combine|hybrid_combine)", r"dpsk::ep::\w+::\w*combine"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp", "alltoall"),
+    Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:notify_dispatch|"
+                                  r"cached_notify_dispatch|dispatch(?!_copy_epilogue)|hybrid_dispatch(?!_copy_epilogue)|"
+                                  r"clean_low_latency_buffer)", r"dpsk::ep::\w+::\w*dispatch"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp", "alltoall"),
+    Family("deepep-barrier", _rx(r"deep_ep::(?:intranode|internode|elastic)::barrier"),
+           "deepseek-ai/DeepEP csrc/kernels/intranode.cu, elastic/barrier.hpp (a barrier across the EP ranks)",
+           "barrier"),
     Family("symm-mem-allreduce", _rx(r"multimem_all_reduce_kernel", r"multimem_one_shot_all_reduce_kernel",
                                      r"multimem_one_shot_reduce_kernel", r"one_shot_all_reduce_kernel",
                                      r"two_shot_all_reduce_kernel"),
@@ -74,5 +80,14 @@ def family_of(name: str) -> Family | None:
 
 
 def looks_like_comm(name: str) -> bool:
-    low = name[:NAME_CAP].lower()
-    return any(tok in low for tok in _LOOKS_LIKE)
+    """A communication token in the kernel's own name: the part before its template arguments and parameters
+    (FlashAttention-3's `flash::compute_attn_ws<…CollectiveMainloopFwd…>` and CUTLASS 3's
+    `GemmUniversal<…collective::CollectiveMma…>` carry "collective" only there). Inductor's `triton_*` kernels
+    are generated compute whose names spell the fused ops (`triton_poi_fused_all_gather_copy_in_0`: FSDP2's
+    copy into the all-gather buffer), never a collective."""
+    head = name[:NAME_CAP]
+    cut = min((i for i in (head.find("<"), head.find("(")) if i >= 0), default=len(head))
+    own = head[:cut].lower()
+    if own.startswith("triton_") or own.startswith("triton__"):
+        return False
+    return any(tok in own for tok in _LOOKS_LIKE)

@@ -21,10 +21,11 @@ from diagnose.metrics.moe import moe_summary
 from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
-from diagnose.metrics.p2p import match_p2p
-from diagnose.metrics.pipeline_bubbles import analyse_pipeline
+from diagnose.metrics.pipeline.p2p import match_p2p
+from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
-from diagnose.metrics.pipeline_infer import chains, schedule_of
+from diagnose.metrics.pipeline.infer import chains, schedule_of
+from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
@@ -79,7 +80,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
-    sk = skew(records, hosts, {o.rank: o.metrics.compute_ms for o in good}, _stages(good)) if len(good) > 1 else None
+    sk = skew(records, hosts, *_skew_peers(good, man, layout)) if len(good) > 1 else None
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
@@ -174,13 +175,22 @@ def _can_match(records: dict, layout: dict | None) -> bool:
 
 
 def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
-    acts = {}
+    acts, shift = {}, {}
     for o in good:
-        sh = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py made them
+        sh = shift[o.rank] = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py
         acts[o.rank] = [dataclasses.replace(a, start=a.start + sh, end=a.end + sh) for a in o.actions]
     with_actions = [r for r, a in acts.items() if a]
     links = {o.rank: o.links for o in good if o.links is not None}
     groups, why = chains(links) if links else ([], "")
+    virtual, v_sched, v = False, "", None
+    if why and all(lk.blocks for lk in links.values()):  # one stage per rank does not read: virtual stages?
+        blocks = {r: [dataclasses.replace(a, start=a.start + shift[r], end=a.end + shift[r]) for a in lk.blocks]
+                  for r, lk in links.items()}
+        placed, groups, v_sched, v, v_why = virtual_layout(blocks, {o.rank: o.p2p for o in good}, shift)
+        why = f"{why}; virtual stages (interleaved, zero-bubble, V-shaped) do not read either: {v_why}" if v_why else ""
+        if not v_why:
+            acts, virtual = placed, True
+            with_actions = [r for r, a in acts.items() if a]
     if why:  # send/recv without PP: labels that do not read as a pipeline: say so, guess nothing
         issues.append(Issue(source, f"pipeline layout unknown: send/recv seen but {why}", None, "warning"))
         return None
@@ -196,13 +206,14 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
         for pos, r in enumerate(g):
             if r in acts:
                 acts[r] = [dataclasses.replace(a, stage=pos) if a.stage < 0 else a for a in acts[r]]
-    schedule = pp.schedule or (schedule_of(acts.get(groups[0][-1], [])) if links else _infer_schedule(acts, with_actions))
-    res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank,
+    schedule = pp.schedule or v_sched or (schedule_of(acts.get(groups[0][-1], [])) if links
+                                          else _infer_schedule(acts, with_actions))
+    res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank or v,
                            bool(man and man.oversubscribed))
     if res is not None and links:
         res.inferred = True
-        res.explanation = ("Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches "
-                           "and forward/backward from the transfers. " + res.explanation)
+        res.explanation = (VIRTUAL_NOTE if virtual else "Inferred from send/recv (no PP: labels): stages from the "
+                           "chain of peers, microbatches and forward/backward from the transfers. ") + res.explanation
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [
@@ -220,6 +231,20 @@ def _stages(good) -> dict[int, int]:
     for g in groups if not why else []:
         out.update({r: pos for pos, r in enumerate(g)})
     return {r: s for r, s in out.items() if s >= 0}
+
+
+def _skew_peers(good, man, layout) -> tuple[dict[int, float], dict[int, int]]:
+    """(compute per rank to compare, rank -> pipeline stage) for skew(). With pp > 1 stages differ by design:
+    no compute is compared across ranks there (rules/comm.py compares ranks of one stage), and where no stage
+    is known each rank's place in its pipeline group's rank list stands for it: a collective over two places
+    is schedule-ordered."""
+    stage_of = _stages(good)
+    if int((layout or {}).get("pp") or 1) <= 1:
+        return {o.rank: o.metrics.compute_ms for o in good}, stage_of
+    if not stage_of:
+        groups = pipeline_groups(man, {o.rank: o.distributed for o in good}, [])
+        stage_of = {r: pos for g in groups if len(g) > 1 for pos, r in enumerate(g)}
+    return {}, stage_of
 
 
 def _infer_schedule(acts, ranks) -> str:

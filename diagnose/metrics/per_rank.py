@@ -22,9 +22,9 @@ from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.accum import forward_counts, regather_ms
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
-from diagnose.metrics.pipeline_actions import Action, extract_actions
-from diagnose.metrics.pipeline_infer import Links, infer_actions
-from diagnose.metrics.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.actions import Action, extract_actions
+from diagnose.metrics.pipeline.infer import Links, infer_actions
+from diagnose.metrics.pipeline.p2p import Record, p2p_records
 from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
@@ -125,10 +125,10 @@ def _run(job: RankJob) -> RankOutput:
         training=training_evidence(t, wins),
     )
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
-    p2p = p2p_records(t, wins)
+    p2p, no_peers = p2p_records(t, wins)
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
-        actions, links = infer_actions(t, wins, p2p)
+        actions, links = infer_actions(t, wins, p2p, no_peers)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it

@@ -196,14 +196,19 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         sum_tr = np.bincount(key, transfer, len(t.keys))
         present = [k for k in range(len(t.keys)) if n[k]]
         present.sort(key=lambda k: (-sum_sk[k] / n[k], t.keys[k]))
+        last_by_key: dict[int, Counter] = {}
+        for kk, r in zip(t.key[rows].tolist(), t.rank[rows].tolist()):  # one pass: linear in matched collectives
+            last_by_key.setdefault(kk, Counter())[r] += 1
         by_collective = [CollectiveSkew(pg=group_label(t.keys[k][0]), kind=t.keys[k][1], matched=int(n[k]),
                                         mean_skew_ms=float(sum_sk[k] / n[k]) / NS_PER_MS,
                                         max_skew_ms=float(max_sk[k]) / NS_PER_MS,
-                                        mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS) for k in present]
+                                        mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS,
+                                        last_arrivals={str(r): c for r, c in sorted(last_by_key.get(k, Counter()).items())})
+                        for k in present]
     stragglers = _stragglers(last, matched - (int(ordered.sum()) if matched else 0), compute_ms)
     if not matched and not stragglers:
         return None
-    late, late_by, imposed_by, wait_by = _late(t, ordered) if matched else ([], {}, {}, {})
+    late, late_by, imposed_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
@@ -212,6 +217,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         stragglers=stragglers,
         late=late,
         late_ms_by_rank=late_by,
+        late_n_by_rank=late_n,
         imposed_ms_by_rank=imposed_by,
         wait_ms_by_rank=wait_by,
         schedule_ordered=int(ordered.sum()) if matched else 0,
@@ -267,7 +273,7 @@ TOP_LATE = 10
 
 
 def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float],
-                                                  dict[str, float]]:
+                                                  dict[str, float], dict[str, int]]:
     """Late ranks of each matched collective: those after the largest gap between consecutive arrivals when
     that gap is at least half the skew (three ranks 7 ms behind five are all late, not only the last); with
     no such gap (arrivals spread evenly) the last arrival alone. Per rank, summed over matched collectives:
@@ -295,6 +301,7 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     blame = is_late & ~ordered[g]
     ids, ri = np.unique(r, return_inverse=True)  # rank numbers can be large: bin by their index
     late_by = np.bincount(ri[blame], lateness[blame], len(ids))
+    late_n = np.bincount(ri[blame], minlength=len(ids))
     imposed_by = np.bincount(ri[blame], (s - punctual[g])[blame], len(ids))
     wait_by = np.bincount(ri, np.maximum.reduceat(s, t.seg)[g] - s, len(ids))
     sk = spread
@@ -317,7 +324,8 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     def per_rank(v):
         return {str(int(ids[i])): float(x) / NS_PER_MS for i, x in enumerate(v) if x > 0}
 
-    return out, per_rank(late_by), per_rank(imposed_by), per_rank(wait_by)
+    return (out, per_rank(late_by), per_rank(imposed_by), per_rank(wait_by),
+            {str(int(ids[i])): int(x) for i, x in enumerate(late_n) if x > 0})
 
 
 def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:

@@ -200,6 +200,7 @@ class CollectiveSkew:
     mean_skew_ms: float  # arrival skew: latest start − earliest start
     max_skew_ms: float
     mean_transfer_ms: float  # shortest duration among ranks
+    last_arrivals: dict[str, int] = field(default_factory=dict)  # rank -> times it alone arrived last here
 
 
 @dataclass
@@ -218,6 +219,7 @@ class SkewResult:
     stragglers: list[Straggler]
     late: list[LateArrival] = field(default_factory=list)  # the most skewed matched collectives, late ranks named
     late_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ its lateness where it was late
+    late_n_by_rank: dict[str, int] = field(default_factory=dict)  # rank -> matched collectives it was late at
     imposed_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (its start − last punctual
     # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
     wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)

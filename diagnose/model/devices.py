@@ -55,3 +55,14 @@ def link_peak(device_name: str | None) -> LinkPeak | None:
 def link_busbw_gbps(device_name: str | None) -> float | None:
     peak = link_peak(device_name)
     return peak.busbw_gbps if peak else None
+
+
+# Accelerators that are not GPUs, as their runtimes name themselves (Meta MTIA, Intel Gaudi/HPU, Google TPU,
+# AWS Trainium/Inferentia, Huawei Ascend NPU, Cerebras, Groq, SambaNova).
+_NOT_GPU = re.compile(r"MTIA|GAUDI|\bHPU|\bTPU|TRAINIUM|INFERENTIA|NEURON|ASCEND|\bNPU|CEREBRAS|\bGROQ|SAMBANOVA")
+
+
+def device_word(device_name: str | None) -> str:
+    """What to call the device in user-facing text: "GPU" for GPUs (and for an unnamed device, whose trace's
+    CUDA/HIP kernels make it one), "device" for an accelerator that is not a GPU (an MTIA, a Gaudi, a TPU)."""
+    return "device" if device_name and _NOT_GPU.search(device_name.upper()) else "GPU"

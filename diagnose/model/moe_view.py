@@ -10,6 +10,13 @@ MOE_RANK_HEADER = ["rank", "sent", "received", "dispatch ms", "combine ms", "exp
                    "exposed ms", "step ms"]
 
 
+def ep_groups_text(m: MoeSummary) -> str:
+    """The EP groups as the MoE heading names them: "EP groups [0, 1]; [2, 3]", or that none is known (a single
+    rank's trace, or all-to-alls whose group lists no ranks)."""
+    groups = [g for g in m.groups if g]
+    return "EP groups " + "; ".join(str(g) for g in groups) if groups else "EP groups not known from the trace"
+
+
 def moe_cards(m: MoeSummary) -> list[tuple[str, str, str]]:
     """(label, value, note) of the MoE headline figures."""
     return [("imbalance (max/mean tokens)", fmt(m.imbalance, "x"),

@@ -7,6 +7,7 @@ so a number in a finding reads exactly as in the report's and the terminal's tab
 from __future__ import annotations
 
 from diagnose.model.analysis import Analysis, CommGroupStats, Evidence, Finding, RankMetrics
+from diagnose.model.devices import device_word
 from diagnose.model.format import fmt
 from diagnose.model.roles import pg_role
 from diagnose.model.views import device_name, hosts, ranks_per_host
@@ -37,6 +38,8 @@ class Ctx:
         self.layout = a.layout or {}  # the assembly already took the manifest's layout where there is one
         self.step_ms = a.step_ms
         self.device = device_name(a)  # the manifest's, else the trace's
+        self.dev = device_word(self.device)  # "GPU", or "device" for an MTIA/Gaudi/TPU: every rule's wording
+        self.Dev = self.dev[0].upper() + self.dev[1:]  # the same at the start of a title
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)
         self._roles: dict[tuple, str] = {}

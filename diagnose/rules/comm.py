@@ -9,6 +9,7 @@ from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
 from diagnose.model.format import fmt, plural
 from diagnose.rules.base import Ctx, severity_for, steps_where
+from diagnose.rules.waits import late_ranks, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
 
@@ -244,7 +245,9 @@ def stragglers(c: Ctx) -> list[Finding]:
                                    f"{fmt(imposed, 'ms')} of waiting per step")
     # Compute is compared among peers doing the same work: ranks of one pipeline stage (stages differ by design:
     # pipeline_imbalance), and without the expert compute an MoE router hands out (moe_imbalance).
-    # With a pipeline, a rank whose stage is not known has no known peers and is not compared.
+    # With a pipeline (analysed, or only named by the layout: pp > 1), a rank whose stage is not known has no
+    # known peers and is not compared: the last stage's LM head and loss are stage imbalance, not a straggler.
+    piped = bool(c.a.pipeline) or int(c.layout.get("pp") or 1) > 1
     stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
     if c.a.pipeline and c.man:
         stage_of.update({r.rank: min(c.man.stages_of(r.rank)) for r in c.ranks if c.man.stages_of(r.rank)})
@@ -253,11 +256,11 @@ def stragglers(c: Ctx) -> list[Finding]:
             for r in c.ranks}
     peers: dict = {}
     for r in c.ranks:
-        peers.setdefault(stage_of.get(r.rank, -1 if c.a.pipeline else 0), []).append(r.rank)
+        peers.setdefault(stage_of.get(r.rank, -1 if piped else 0), []).append(r.rank)
     noise = statistics.median(_spread(r) for r in c.ranks)
     medians = {key: statistics.median(comp[x] for x in group) for key, group in peers.items()}  # once per group
     for r in c.ranks:
-        key = stage_of.get(r.rank, -1 if c.a.pipeline else 0)
+        key = stage_of.get(r.rank, -1 if piped else 0)
         group = peers[key]
         if key == -1 or len(group) < 3:  # unknown stage, or a median of one or two ranks: no outlier to name
             continue
@@ -273,6 +276,9 @@ def stragglers(c: Ctx) -> list[Finding]:
     known = {r.rank: r.host for r in c.ranks if r.host}
     where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")  # noqa: E731
     ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
+    arrivals = [r for r in found if str(r) in sk.last_arrivals]
+    ev += "".join(f"; {x}" for x in (where_peers_wait(sk, nsteps, step, arrivals) if arrivals else "",
+                                     late_ranks(sk) if arrivals else "") if x)
     ev += f"; median step {fmt(step, 'ms')}"
     acts = []
     hosts = sorted({known[r] for r in found if r in known})

@@ -44,7 +44,7 @@ def host_bound(c: Ctx) -> list[Finding]:
     split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step waits for the host's next launch while "
              f"host ops run, {fmt(r.idle.queued_ms, 'ms')} waits on already-queued work (dependencies), "
              f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls" if r.idle else "")
-    ev = (f"rank {r.rank}: GPU idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
+    ev = (f"rank {r.rank}: {c.dev} idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
           f"10 µs{split} ({plural(len(bad), 'rank')} alike)")
     short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5
@@ -55,7 +55,8 @@ def host_bound(c: Ctx) -> list[Finding]:
            "thread; `torch.compile(model)` removes per-op Python overhead")
     eg = c.gain_text(gain, "the device idle spent waiting for the host's next launch, mean over those ranks; what "
                      "fusion or graphs actually recover depends on the ops", bound=True)
-    return [c.finding("host_bound", severity_for(gain, c.step_ms), "GPU idle behind kernel launches", ev,
+    return [c.finding("host_bound", severity_for(gain, c.step_ms), f"{c.Dev} idle behind kernel launches",
+                      ev,
                       [x[0].rank for x in bad], steps_where([r], lambda st: st.idle_ms >= 0.15 * st.time_ms),
                       act, eg, gain, "ranks[].idle.host_bound_ms", gain_kind="bound",
                       events=["kernels", "host ops and runtime launches overlapping device idle"])]
@@ -89,7 +90,7 @@ def allocator_churn(c: Ctx) -> list[Finding]:
     """Device idle inside malloc/free runtime calls: the caching allocator is off or `empty_cache()` runs in the
     loop, so every tensor pays a synchronising cudaMalloc/cudaFree (hipMalloc/hipFree)."""
     return _blocking_finding(
-        c, True, "allocator_churn", "GPU idle in memory allocation calls", "inside",
+        c, True, "allocator_churn", "{dev} idle in memory allocation calls", "inside",
         "keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
         "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop",
         "the device idle inside allocator calls (a cached allocation costs microseconds)")
@@ -99,7 +100,7 @@ def host_sync(c: Ctx) -> list[Finding]:
     """Device idle while the host blocks on the device (`.item()`, `.cpu()`, synchronize): the host cannot queue
     the next kernels until the copy returns, so the GPU drains and waits."""
     return _blocking_finding(
-        c, False, "host_sync", "GPU idle behind host synchronisation", "while the host blocks in",
+        c, False, "host_sync", "{dev} idle behind host synchronisation", "while the host blocks in",
         "remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
         "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`",
         "the device idle while the host blocks on those calls")
@@ -113,9 +114,10 @@ def _blocking_finding(c: Ctx, alloc: bool, rule: str, title: str, where: str, ac
         return []
     gain = statistics.fmean(x[1] for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
-    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the GPU is idle {where} "
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle {where} "
           f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
     eg = c.gain_text(gain, gain_why, True)
+    title = title.format(dev=c.Dev)
     return [c.finding(rule, severity_for(gain, c.step_ms), title, ev, [x[0].rank for x in bad], [], act, eg, gain,
                       "ranks[].idle.runtime_ops", gain_kind="bound", events=[_short(k) for k in sorted(ops)])]
 
@@ -215,7 +217,7 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
     if by_dir.get("device", 0) > by_dir.get("host", 0):
         acts.reverse()
     eg = c.gain_text(gain, "the copy time no compute hides, mean over those ranks", True)
-    return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), "GPU busy only with memory copies", ev,
+    return [c.finding("exposed_memcpy", severity_for(gain, c.step_ms), f"{c.Dev} busy only with memory copies", ev,
                       [r.rank for r in bad], [], "; ".join(acts), eg, gain, "ranks[].other_ms", gain_kind="bound",
                       events=["gpu_memcpy / gpu_memset events"] + [_short(k.name) for k in copies])]
 

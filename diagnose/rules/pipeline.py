@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.metrics.pipeline_actions import theory_bubble
+from diagnose.metrics.pipeline.actions import theory_bubble
 from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where
@@ -45,7 +45,7 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p.schedule} formula and "
           f"{fmt(p.replay, 'pct')} in the replay (p={p.stages}, m={m}); pipeline window {fmt(win, 'ms')}")
     if worst:
-        ev += f"; worst stage {worst.stage} (rank {worst.rank}) {fmt(worst.measured, 'pct')}"
+        ev += f"; worst {_stages(c, worst)} (rank {worst.rank}) {fmt(worst.measured, 'pct')}"
     ranks = [b.rank for b in p.stage_bubbles if b.measured > b.theory + 0.05] or [b.rank for b in p.stage_bubbles]
     rsel = [r for r in c.ranks if r.rank in set(ranks)]
     eg = c.gain_text(gain, f"bubble {fmt(ref, 'pct')} ({'replay' if p.replay is not None else 'formula'}) → "
@@ -109,9 +109,9 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     hi, lo = max(sb, key=lambda b: b.busy_ms), min(sb, key=lambda b: b.busy_ms)
     mean = statistics.fmean(b.busy_ms for b in sb)
     gain = hi.busy_ms - mean
-    ev = (f"stage {hi.stage} (rank {hi.rank}) busy {fmt(hi.busy_ms, 'ms')} per step vs mean {fmt(mean, 'ms')} "
-          f"(imbalance {fmt(p.imbalance, 'pct')}); lightest stage {lo.stage} {fmt(lo.busy_ms, 'ms')}")
-    act = (f"move layers from stage {hi.stage} to stage {lo.stage} (the first and last stages also carry "
+    ev = (f"{_stages(c, hi)} (rank {hi.rank}) busy {fmt(hi.busy_ms, 'ms')} per step vs mean {fmt(mean, 'ms')} "
+          f"(imbalance {fmt(p.imbalance, 'pct')}); lightest {_stages(c, lo)} (rank {lo.rank}) {fmt(lo.busy_ms, 'ms')}")
+    act = (f"move layers from {_stages(c, hi)} to {_stages(c, lo)} (the first and last stages also carry "
            "the embedding and the output layer + loss: give them fewer transformer layers)")
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
     return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
@@ -124,3 +124,9 @@ def _provenance(c: Ctx) -> dict:
     if c.man and c.man.pipeline:
         return {"source": "manifest", "events": ["manifest.pipeline", "PP:{stage}{F|B|W}{mb} spans"]}
     return {"source": "trace", "events": ["PP: spans or send/recv between stages", "compute kernels"]}
+
+
+def _stages(c: Ctx, b) -> str:
+    """"stage 3", or "stages 3, 7" for a rank holding virtual stages (read from its pipeline actions)."""
+    held = sorted({x.stage for r in c.ranks if r.rank == b.rank for x in r.pipeline_actions}) or [b.stage]
+    return f"stage {held[0]}" if len(held) == 1 else "stages " + ", ".join(map(str, held))

@@ -2,7 +2,7 @@
 
 Measured bubble of a pipeline rank in a step = 1 − |U(its F/B/I/W spans)| / W, where W is the pipeline
 window of that step: first action start to last action end over all ranks of the same pipeline (clocks
-aligned). That is the quantity the formula (p−1)/(m+p−1) describes. The replay (replay.py) runs the
+aligned). That is the quantity the formula (p−1)/(m+p−1) describes. The replay (metrics/pipeline_replay.py) runs the
 observed per-rank orders with the measured per-microbatch durations and no communication cost.
 """
 
@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from diagnose.metrics import intervals as iv
-from diagnose.metrics.pipeline_actions import Action, theory_bubble
+from diagnose.metrics.pipeline.actions import Action, theory_bubble
 from diagnose.metrics.pipeline_replay import predict, replay
 from diagnose.model.analysis import PipelinePrediction, PipelineResult, StageBubble
 from diagnose.model.format import NS_PER_MS

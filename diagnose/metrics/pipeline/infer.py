@@ -3,10 +3,13 @@
 Evidence, in order: the peers of the rank's send/recv kernels (Kineto's `Src Rank` / `Dst Rank`) give its
 neighbours: a stage's first transfer of a step is the receive of microbatch 0's activation from the previous
 stage, except stage 0, whose first is a send. Compute kernels between transfers form actions: a new action
-starts where a receive completed or a send was posted between two kernels, or where the launching host
-thread changes (torch runs backward on the autograd engine's device thread). An action fed by a receive from
+starts where a receive completed or a send was posted between two kernels, or where the launch context
+changes: the host thread (torch runs backward on the autograd engine's device thread) or, on one thread, from
+forward ops to autograd nodes (`autograd::engine::evaluate_function: …`). Batched transfers (one coalesced
+kernel for several ops) count as their kernel's span (batch.py); peers no op names come from the group's rank
+list (peers.py). An action fed by a receive from
 the previous stage or followed by a send to the next is a forward; from/to the next stage a backward; an
-action with no transfer on either side takes the kind its launching thread had elsewhere. The n-th forward
+action with no transfer on either side takes the kind its launch context had elsewhere. The n-th forward
 (backward) of a step is microbatch n, as in GPipe and 1F1B. Stage numbers come later, from the chain of
 neighbours across ranks (`chains`). Where any of this does not hold, no actions and a reason: unknown, not
 a guess.
@@ -16,14 +19,18 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.io.trace import COMPUTE, RUNTIME, RankTrace
-from diagnose.metrics.p2p import Record, p2p_records
-from diagnose.metrics.pipeline_actions import Action
+from diagnose.io.trace import COMPUTE, CPU_OP, RUNTIME, RankTrace
+from diagnose.metrics.pipeline.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.peers import NO_PEERS
+from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.steps import Window
+
+
+BACKWARD_OPS = ("autograd::engine::evaluate_function", "CompiledFunctionBackward", "torch::autograd::")
 
 
 @dataclass
@@ -33,6 +40,7 @@ class Links:
     prev: int | None = None
     next: int | None = None
     reason: str = ""  # empty when actions were inferred
+    blocks: list = field(default_factory=list)  # compute blocks labelled by launch context alone (virtual.py)
 
 
 @dataclass
@@ -43,14 +51,41 @@ class _P2P:
     end: int
 
 
-def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None
+def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None = None, why: str = ""
                   ) -> tuple[list[Action], Links | None]:
-    """([], None) when the rank has no send/recv with peers; ([], Links(reason=...)) when it cannot be told.
-    `records`: this rank's p2p_records, when the caller has them already."""
-    recs = p2p_records(t, wins) if records is None else records
+    """([], None) when the rank has no send/recv; ([], Links(reason=...)) when it cannot be told as one stage.
+    Where autograd nodes tell forward from backward, Links.blocks also holds the rank's compute blocks labelled
+    by that alone (no stage or microbatch): virtual.py places them across ranks when the ranks do not chain one
+    stage each. `records`, `why`: this rank's p2p_records, when the caller has them already."""
+    recs, why = p2p_records(t, wins) if records is None else (records, why)
+    if why:
+        return [], Links(reason=why)
     p2p = [_P2P(kind, peer, s, e) for _, kind, peer, s, e in recs]
     if not p2p:
         return [], None
+    acts, links = _one_stage_per_rank(t, wins, p2p)
+    links.blocks = _context_blocks(t, wins, p2p)  # for virtual.py, should the ranks not chain one stage each
+    return acts, links
+
+
+def _context_blocks(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> list[Action]:
+    """Compute blocks labelled by launch context alone (F outside autograd nodes, B inside); [] where the trace
+    has no autograd node to tell them by."""
+    thread_of = _launch_threads(t)
+    if not any(v % 2 for v in thread_of.values()):
+        return []
+    dev = (t.kind == COMPUTE) & (t.stream >= 0)
+    out = []
+    for w in wins:
+        idx = np.flatnonzero(dev & (t.ts >= w.start) & (t.ts <= w.end))
+        idx = idx[np.lexsort((t.dur[idx], t.ts[idx]))]
+        mine = [p for p in p2p if w.start <= p.start <= w.end]
+        for s, e, ctx in _blocks(t, idx, mine, thread_of) if len(idx) else []:
+            out.append(Action(w.step, -1, "B" if ctx % 2 else "F", -1, s, e))
+    return out
+
+
+def _one_stage_per_rank(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> tuple[list[Action], Links]:
     peers = {p.peer for p in p2p}
     if len(peers) > 2:
         return [], Links(reason=f"send/recv with {len(peers)} peers (a pipeline stage has at most 2)")
@@ -63,7 +98,8 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
     elif first_send is not None:
         prev, nxt = None, first_send.peer
         if len(peers) > 1:
-            return [], Links(reason="a rank whose first transfer is a send (stage 0) talks to two peers")
+            return [], Links(reason="the rank whose first transfer is a send (stage 0) talks to two peers: not one "
+                                    "stage per rank")
     else:
         return [], Links(reason="no send/recv with a peer")
     links = Links(prev, nxt)
@@ -77,9 +113,9 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
             continue
         mine = [p for p in p2p if w.start <= p.start <= w.end]
         blocks = _blocks(t, idx, mine, thread_of)
-        kinds = _label(blocks, mine, links)
+        kinds, why = _label(blocks, mine, links)
         if kinds is None:
-            return [], Links(prev, nxt, f"step {w.step}: a group of kernels is neither clearly forward nor backward")
+            return [], Links(prev, nxt, f"step {w.step}: {why}")
         n = Counter()
         step_acts = []
         for (s, e, _), k in zip(blocks, kinds):
@@ -90,14 +126,27 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
             return [], Links(prev, nxt, f"step {w.step}: {n['F']} forward and {n['B']} backward actions")
         out += step_acts
     if not out:
-        return [], Links(prev, nxt, "no compute kernels inside the steps")
+        return [], Links(prev, nxt, NO_COMPUTE)
     return out, links
 
 
 def _launch_threads(t: RankTrace) -> dict[int, int]:
-    """correlation id -> host thread of the launch."""
+    """correlation id -> launch context: the host thread, doubled, plus 1 when the launch sits under an autograd
+    node (`autograd::engine::evaluate_function: …Backward0`). Backward is told from forward by that op even
+    where one thread launches both (CPU-side autograd, compiled autograd, wrappers)."""
     host = np.flatnonzero((t.kind == RUNTIME) & (t.corr >= 0))
-    return dict(zip(t.corr[host].tolist(), t.thread[host].tolist()))
+    ctx = 2 * t.thread[host].astype(np.int64)
+    bwd = np.flatnonzero(t.name_mask(lambda n: n.startswith(BACKWARD_OPS), (t.kind == CPU_OP) & (t.stream < 0)))
+    if len(bwd):
+        for th in np.unique(t.thread[bwd]).tolist():
+            b = bwd[t.thread[bwd] == th]
+            b = b[np.argsort(t.ts[b], kind="stable")]
+            ends = np.maximum.accumulate(t.ts[b] + t.dur[b])  # nested nodes: the outermost end so far
+            mine = t.thread[host] == th
+            j = np.searchsorted(t.ts[b], t.ts[host[mine]], "right") - 1
+            inside = (j >= 0) & (t.ts[host[mine]] <= ends[np.maximum(j, 0)])
+            ctx[np.flatnonzero(mine)[inside]] += 1
+    return dict(zip(t.corr[host].tolist(), ctx.tolist()))
 
 
 def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int, int]) -> list[tuple[int, int, int]]:
@@ -119,27 +168,39 @@ def _blocks(t: RankTrace, idx: np.ndarray, p2p: list[_P2P], thread_of: dict[int,
     return list(zip(s[first].tolist(), ends.tolist(), th[first].tolist()))
 
 
-def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
-    """F or B per block from the transfers around it, then from its launching thread; None if unresolved.
+NO_COMPUTE = "no compute kernels inside the steps"
+NEITHER = "a group of kernels is neither clearly forward nor backward"
+
+
+def _label(blocks, p2p: list[_P2P], links: Links) -> tuple[list[str | None] | None, str]:
+    """F or B per block from the transfers around it, then from its launch context; (None, why) if unresolved
+    or if the directions contradict the autograd nodes the kernels were launched under.
     Blocks before the first and after the last with transfer evidence (data loading, the optimizer step) are
     outside the schedule: labelled None."""
     recvs = sorted((p.end, "F" if p.peer == links.prev else "B") for p in p2p if p.kind == "recv")
     sends = sorted((p.start, "F" if p.peer == links.next else "B") for p in p2p if p.kind == "send")
     r_at, s_at = [x[0] for x in recvs], [x[0] for x in sends]
     kinds: list[str | None] = []
+    voted: list[set] = []
     for j, (s, e, _) in enumerate(blocks):
         before = blocks[j - 1][1] if j else -(1 << 62)
         after = blocks[j + 1][0] if j + 1 < len(blocks) else 1 << 62
         votes = {k for _, k in recvs[bisect_left(r_at, before):bisect_right(r_at, s)]}  # its input arrived
         votes |= {k for _, k in sends[bisect_left(s_at, e):bisect_right(s_at, after)]}  # its output left
-        kinds.append(votes.pop() if len(votes) == 1 else None)
+        voted.append(votes)
+        kinds.append(next(iter(votes)) if len(votes) == 1 else None)
+    if any(ctx % 2 for _, _, ctx in blocks):  # autograd nodes mark backward: the directions must agree with them
+        wrong = [j for j, ((_, _, ctx), v) in enumerate(zip(blocks, voted)) if ("F" if ctx % 2 else "B") in v]
+        if wrong:
+            return None, (f"{len(wrong)} group(s) of kernels move data against their direction (a forward fed "
+                          "from the next stage or a backward from the previous): not one stage per rank")
     by_thread: dict[int, Counter] = {}
     for (_, _, th), k in zip(blocks, kinds):
         if k:
             by_thread.setdefault(th, Counter())[k] += 1
     known = [j for j, k in enumerate(kinds) if k]
     if not known:
-        return None
+        return None, NEITHER
     out: list[str | None] = []
     for j, ((_, _, th), k) in enumerate(zip(blocks, kinds)):
         if k is None and not known[0] < j < known[-1]:
@@ -148,18 +209,18 @@ def _label(blocks, p2p: list[_P2P], links: Links) -> list[str | None] | None:
         if k is None:
             c = by_thread.get(th)
             if not c or len(c) != 1:
-                return None
+                return None, NEITHER
             k = next(iter(c))
         out.append(k)
-    return out
+    return out, ""
 
 
 def chains(links: dict[int, Links]) -> tuple[list[list[int]], str]:
     """Each pipeline replica's ranks in stage order, walked from its stage 0; ([], reason) if inconsistent."""
     ok = {r: lk for r, lk in links.items() if not lk.reason}
-    bad = sorted((r, lk.reason) for r, lk in links.items() if lk.reason)
-    if bad:
-        return [], f"rank {bad[0][0]}: {bad[0][1]}"
+    bad = sorted((not lk.reason.startswith(NO_PEERS), r, lk.reason) for r, lk in links.items() if lk.reason)
+    if bad:  # missing peers first: the other ranks' readings rest on peers guessed from the group's list
+        return [], f"rank {bad[0][1]}: {bad[0][2]}"
     out, seen = [], set()
     for r in sorted(ok):
         if ok[r].prev is not None:

@@ -4,6 +4,11 @@ A send from rank a to rank b in a group and a receive on b from a are matched in
 messages of one ordered pair in order, so the n-th send a→b is the n-th receive on b from a. Peers come
 from Kineto's `Dst Rank` / `Src Rank`. Per pair: wait = the later post − the earlier (one side waited for the
 other: a send posted first means the receiver was late), transfer = the receive's end − the later post.
+
+Batched p2p (`batch_isend_irecv`, Megatron-core's default): the send/recv host ops of a batch launch nothing; the
+`nccl:coalesced` op that closes it launches one `ncclDevKernel_SendRecv` for all of them (batch.py links them).
+Each op it carries is a record with the kernel's span: the batch is posted and completes as one.
+Where no op names its peer (torch before `Src Rank`/`Dst Rank`), peers.py tells them from the group's rank list.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import numpy as np
 
 from diagnose.io.trace import COMM, RankTrace
 from diagnose.metrics.classify import collective_kind
-from diagnose.metrics.overlap import in_windows, pg_label
+from diagnose.metrics.overlap import in_windows
+from diagnose.metrics.pipeline.batch import P2POp, batch_ops, group_label, peer_of, ranks_of
+from diagnose.metrics.pipeline.peers import resolve_peers
 from diagnose.metrics.steps import Window
 from diagnose.model.format import NS_PER_MS
 from diagnose.model.matching import P2PMatch
@@ -22,11 +29,13 @@ from diagnose.model.matching import P2PMatch
 Record = tuple[str, str, int, int, int]  # (group, send|recv, peer, start ns, end ns)
 
 
-def p2p_records(t: RankTrace, wins: list[Window]) -> list[Record]:
-    """This rank's device send/recv with a known peer inside the analysis windows, in start order."""
+def p2p_records(t: RankTrace, wins: list[Window]) -> tuple[list[Record], str]:
+    """This rank's device send/recv inside the analysis windows, in start order, each with its peer; and why
+    peers could not be told ("" when every record has one). Records whose peer is unknown are left out."""
     inside = in_windows(t, (t.kind == COMM) & (t.stream >= 0), wins)
-    out = []
+    ops: list[P2POp] = []
     kinds: dict[tuple, str] = {}  # (name id, collective name) -> kind: a trace has few distinct ones
+    batched = []
     for i, a in t.comm_args.items():
         if not inside[i]:
             continue
@@ -34,17 +43,16 @@ def p2p_records(t: RankTrace, wins: list[Window]) -> list[Record]:
         kind = kinds.get(memo)
         if kind is None:
             kind = kinds[memo] = collective_kind(t.names[t.name[i]], a)
-        if kind not in ("send", "recv"):
-            continue
-        try:
-            peer = int(a.get("Dst Rank" if kind == "send" else "Src Rank"))
-        except (TypeError, ValueError, OverflowError):  # untrusted: a float inf, a string
-            continue
-        pg = pg_label(a)
-        if a.get("Process Group Ranks"):
-            pg = f"{pg}{a['Process Group Ranks']}"
-        out.append((pg, kind, peer, int(t.ts[i]), int(t.ts[i] + t.dur[i])))
-    return sorted(out, key=lambda r: (r[3], r[4]))
+        if kind == "sendrecv":
+            batched.append(i)
+        elif kind in ("send", "recv"):
+            ops.append(P2POp(kind, peer_of(a, kind), group_label(a), ranks_of(a), int(t.ts[i]), int(t.ts[i] + t.dur[i]),
+                             int(t.stream[i]), False))
+    ops += batch_ops(t, batched)
+    ops, why = resolve_peers(ops, t.rank, t.distributed)
+    out = [(o.pg, o.kind, o.peer, o.start, o.end) for o in ops if o.peer is not None]
+    return sorted(out, key=lambda r: (r[3], r[4])), why
+
 
 
 def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> list[P2PMatch]:
@@ -61,7 +69,7 @@ def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> lis
     out = []
     for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2])):
         pg, src, dst = key
-        if src not in records or dst not in records:
+        if src not in records or dst not in records or src < 0 or dst < 0:
             continue  # the other side has no trace: nothing to match against
         a, b = sends.get(key, []), recvs.get(key, [])
         n = min(len(a), len(b))
