@@ -194,7 +194,8 @@ def collective_kind(name: str, args: dict | None = None) -> str:
     raw = ""
     if args:
         raw = str(args.get("Collective name", "") or "")
-    name = "" if raw else name
+    if raw:  # only the name's head is read beside the args' kind (batched p2p): a shorter cache key
+        name = name[:64]
     return (_kind if len(name) + len(raw) <= 4096 else _kind.__wrapped__)(raw, name)  # hostile names: not kept
 
 
