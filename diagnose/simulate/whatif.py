@@ -1,0 +1,133 @@
+"""What-if analysis over a dependency graph (the method of the OSDI'25 straggler study, §3–4).
+
+From the measured ops it derives each op's launch delay (its start minus the end of its last dependency,
+or minus the step's start) and, for ops of a synchronisation group, its transfer time (its end minus the
+last member's start: the part that is not waiting). Then it replays the graph:
+- with everything measured (validation: the replay must give the traced step back);
+- without launch delays (`no_delay`): the job as traced, straggling included;
+- ideal: every op at its op type's typical duration over all workers and steps (compute and other local
+  ops: the mean; communication transfers: the median), no launch delays.
+S = mean no-delay step / mean ideal step. A contribution restores one group of ops to their measured
+durations in the ideal job. M_S and M_W make one set of ops ideal in the traced job and say which share of
+(traced − ideal) that removes. Every replay is one linear pass of diagnose.simulate.engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.model.whatif import Contribution, WhatIf
+from diagnose.simulate.engine import Graph, simulate
+
+NEG_CLAMP_MS = 10.0  # a launch delay or transfer below −10 ms is clock error and becomes 0 (the artifact's EPS)
+MW_SHARE = 0.03  # M_W makes the worst 3 % of workers ideal (at least one)
+IDEAL = ("every op at its op type's typical duration over all workers and steps: compute and other local ops "
+         "the mean, communication transfers (waiting excluded) the median; no launch delays")
+
+
+@dataclass
+class SimJob:
+    """Ops of all workers in one graph; times in ms."""
+
+    source: str
+    graph: Graph
+    in_group: np.ndarray  # bool: the op's time is a transfer that ends with its group
+    start: np.ndarray
+    duration: np.ndarray
+    optype: np.ndarray  # object array of op type names
+    comm: np.ndarray  # bool: a communication op (its ideal is the median)
+    stage: np.ndarray
+    dp_rank: np.ndarray
+    worker: np.ndarray
+    step: np.ndarray  # index into steps
+    steps: list[int]
+    label: dict[str, str]  # op type -> the name it is reported under (p2p kinds merged per direction)
+
+
+def _per_step(values: np.ndarray, step: np.ndarray, n: int, fn) -> np.ndarray:
+    out = np.full(n, -np.inf if fn is np.maximum else np.inf)
+    fn.at(out, step, values)
+    return out
+
+
+class _Runner:
+    def __init__(self, job: SimJob):
+        self.job = job
+        j, g = job, job.graph
+        n_steps = len(j.steps)
+        end = j.start + j.duration
+        self.step_start = _per_step(j.start, j.step, n_steps, np.minimum)
+        self.release = self.step_start[j.step]
+        self.measured = _per_step(end, j.step, n_steps, np.maximum) - self.step_start
+        gid = np.asarray(g.group)
+        last = np.full(len(g.groups), -np.inf)
+        np.maximum.at(last, gid[j.in_group], j.start[j.in_group])
+        transfer = np.where(j.in_group, end - last[np.where(gid >= 0, gid, 0)], j.duration)
+        transfer[j.in_group & (transfer <= -NEG_CLAMP_MS)] = 0.0
+        self.time = transfer  # what the engine adds after an op starts (its duration, or its transfer)
+        u = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))
+        v = np.asarray(g.succ, dtype=np.int64)
+        ready = np.full(g.n, -np.inf)
+        np.maximum.at(ready, v, end[u])
+        delay = j.start - np.where(np.isfinite(ready), ready, self.release)
+        delay[delay <= -NEG_CLAMP_MS] = 0.0
+        self.delay = delay
+        self.zero = np.zeros(g.n)
+        self.ideal_time = self._ideal()
+
+    def _ideal(self) -> np.ndarray:
+        j = self.job
+        out = np.empty_like(self.time)
+        for name in np.unique(j.optype):
+            m = j.optype == name
+            vals = self.time[m]
+            out[m] = np.median(vals) if j.comm[m][0] else np.mean(vals)
+        return out
+
+    def steps(self, time: np.ndarray, delay: np.ndarray | None = None) -> np.ndarray:
+        _, end = simulate(self.job.graph, time, self.zero if delay is None else delay, self.release)
+        return _per_step(end, self.job.step, len(self.job.steps), np.maximum) - self.step_start
+
+    def mixed(self, mask: np.ndarray, base: np.ndarray, other: np.ndarray) -> float:
+        return float(self.steps(np.where(mask, other, base)).mean())
+
+
+def analyse(job: SimJob) -> WhatIf:
+    r = _Runner(job)
+    measured = r.measured
+    simulated = r.steps(r.time, r.delay)
+    no_delay = r.steps(r.time)
+    ideal = r.steps(r.ideal_time)
+    t_ori, t_ideal = float(no_delay.mean()), float(ideal.mean())
+    w = WhatIf(source=job.source, workers=len(np.unique(job.worker)), steps=len(job.steps), ops=job.graph.n,
+               measured_step_ms=float(measured.mean()), simulated_step_ms=float(simulated.mean()),
+               no_delay_step_ms=t_ori, ideal_step_ms=t_ideal, ideal=IDEAL)
+    w.sim_error = w.simulated_step_ms / w.measured_step_ms - 1
+    w.slowdown = t_ori / t_ideal
+    w.launch_slowdown = w.measured_step_ms / t_ori
+    w.per_step = {str(s): float(a / b) for s, a, b in zip(job.steps, no_delay, ideal)}
+    labels = np.array([job.label.get(o, o) for o in job.optype], dtype=object)
+    for group, keys in (("optype", labels), ("stage", job.stage), ("dp_rank", job.dp_rank)):
+        for k in np.unique(keys):
+            t = r.mixed(keys == k, r.ideal_time, r.time)
+            w.contributions.append(Contribution(group, str(k), t / t_ideal))
+    if t_ori - t_ideal > 1e-9 * t_ori:
+        last = job.stage == job.stage.max()
+        w.ms = (t_ori - r.mixed(last, r.time, r.ideal_time)) / (t_ori - t_ideal)
+        w.mw_ranks = _worst_workers(job, w)
+        w.mw = (t_ori - r.mixed(np.isin(job.worker, w.mw_ranks), r.time, r.ideal_time)) / (t_ori - t_ideal)
+    return w
+
+
+def _worst_workers(job: SimJob, w: WhatIf) -> list[int]:
+    """A worker's score is the smaller of its DP rank's and its stage's contribution (a worker is suspect
+    only where both its replica and its stage are slow); the top 3 %, ties to the lower rank."""
+    dp = {c.key: c.slowdown for c in w.by("dp_rank")}
+    st = {c.key: c.slowdown for c in w.by("stage")}
+    pairs = {int(k): (str(d), str(s)) for k, d, s in zip(job.worker, job.dp_rank, job.stage)}
+    score = {k: min(dp[d], st[s]) for k, (d, s) in pairs.items()}
+    n = max(1, math.ceil(len(score) * MW_SHARE))
+    return sorted(sorted(score, key=lambda k: (-score[k], k))[:n])
