@@ -18,6 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from diagnose import __version__
 from diagnose.io.discover import discover
 from diagnose.io.loader import file_size
+from diagnose.io.megatron_ops import is_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
@@ -26,6 +27,15 @@ from diagnose.model.summary import manifest_from_dict
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True) -> Analysis:
+    if isinstance(path, str) and is_op_table(path):  # the straggler study's op tables: a trace kind of their own
+        from diagnose.simulate.op_table import analyse_op_table
+
+        analysis = analyse_op_table(path, __version__)
+        if rules:
+            from diagnose.rules import findings
+
+            analysis.findings = findings(analysis)
+        return analysis
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
