@@ -45,6 +45,9 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                            run_folder=bool(src.run_folder))
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
+    from diagnose.simulate.kineto import kineto_whatif
+
+    analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))
     if rules:
