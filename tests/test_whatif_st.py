@@ -85,6 +85,10 @@ def test_ms_and_mw(st, published):
     assert st.mw == pytest.approx(published["mw"]["Mw"], rel=TOL)
     assert st.mw == pytest.approx(0.0314, rel=TOL)
     assert st.mw_ranks == [7]  # dp rank 1 of the last stage
+    # "if worker 7 ran at its peers' speed" is exactly M_W's replay: M_W × (traced − ideal)
+    g = st.worker_gains[0]
+    assert g.rank == 7 and g.gain_ms == pytest.approx(st.mw * (st.no_delay_step_ms - st.ideal_step_ms), rel=1e-9)
+    assert g.optype == "backward-compute"
 
 
 def test_pipeline_per_stage(st):

@@ -31,6 +31,17 @@ class StageLoad:
 
 
 @dataclass
+class WorkerGain:
+    """The job as traced with one worker's ops at their ideal durations: "if rank R ran at its peers' speed"."""
+
+    rank: int
+    step_ms: float  # simulated step (launch delays removed) with this worker ideal, everything else measured
+    gain_ms: float  # no_delay_step_ms − step_ms: an estimate from the replay, not a bound
+    optype: str  # the op type of this worker whose ideal alone gains most
+    optype_gain_ms: float
+
+
+@dataclass
 class WhatIf:
     source: str  # "megatron-ops" (the OSDI'25 artifact's op table) or "kineto-pipeline"
     workers: int
@@ -49,6 +60,7 @@ class WhatIf:
     ms: float | None = None  # M_S: share of the slowdown removed by making the last stage ideal
     mw: float | None = None  # M_W: share removed by making the worst ~3 % of workers ideal
     mw_ranks: list[int] = field(default_factory=list)  # the workers M_W made ideal
+    worker_gains: list[WorkerGain] = field(default_factory=list)  # the likeliest stragglers, largest gain first
     stages: list[StageLoad] = field(default_factory=list)
     imbalance: float | None = None  # slowest stage's compute / mean stage compute − 1
     ideal: str = ""  # the ideal, in words

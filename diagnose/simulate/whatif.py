@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.model.whatif import Contribution, WhatIf
+from diagnose.model.whatif import Contribution, WhatIf, WorkerGain
 from diagnose.simulate.engine import Graph, simulate
 
 NEG_CLAMP_MS = 10.0  # a launch delay or transfer below −10 ms is clock error and becomes 0 (the artifact's EPS)
 MW_SHARE = 0.03  # M_W makes the worst 3 % of workers ideal (at least one)
+GAIN_CANDIDATES = 4  # workers given a "what if it ran at its peers' speed" replay: the best-scored ones
 IDEAL = ("every op at its op type's typical duration over all workers and steps: compute and other local ops "
          "the mean, communication transfers (waiting excluded) the median; no launch delays")
 
@@ -119,15 +120,39 @@ def analyse(job: SimJob) -> WhatIf:
         w.ms = (t_ori - r.mixed(last, r.time, r.ideal_time)) / (t_ori - t_ideal)
         w.mw_ranks = _worst_workers(job, w)
         w.mw = (t_ori - r.mixed(np.isin(job.worker, w.mw_ranks), r.time, r.ideal_time)) / (t_ori - t_ideal)
+        w.worker_gains = _worker_gains(job, w, r, t_ori)
     return w
 
 
-def _worst_workers(job: SimJob, w: WhatIf) -> list[int]:
-    """A worker's score is the smaller of its DP rank's and its stage's contribution (a worker is suspect
-    only where both its replica and its stage are slow); the top 3 %, ties to the lower rank."""
+def _worker_gains(job: SimJob, w: WhatIf, r: _Runner, t_ori: float) -> list[WorkerGain]:
+    """For the best-scored workers: the step with that worker's ops ideal, and its costliest op type (the
+    one op type whose ideal alone gains most on it)."""
+    out = []
+    for k in _ranked_workers(job, w)[:GAIN_CANDIDATES]:
+        mine = job.worker == k
+        step = r.mixed(mine, r.time, r.ideal_time)
+        if t_ori - step <= 0:  # already at or above its peers' speed: nothing to gain from it
+            continue
+        best, best_gain = "", 0.0
+        for name in np.unique(job.optype[mine]):
+            g = t_ori - r.mixed(mine & (job.optype == name), r.time, r.ideal_time)
+            if g > best_gain:
+                best, best_gain = str(job.label.get(name, name)), g
+        out.append(WorkerGain(int(k), step, t_ori - step, best, best_gain))
+    return sorted(out, key=lambda g: (-g.gain_ms, g.rank))
+
+
+def _ranked_workers(job: SimJob, w: WhatIf) -> list[int]:
+    """Workers by score, best first (ties to the lower rank): a worker's score is the smaller of its DP rank's
+    and its stage's contribution (a worker is suspect only where both its replica and its stage are slow)."""
     dp = {c.key: c.slowdown for c in w.by("dp_rank")}
     st = {c.key: c.slowdown for c in w.by("stage")}
     pairs = {int(k): (str(d), str(s)) for k, d, s in zip(job.worker, job.dp_rank, job.stage)}
     score = {k: min(dp[d], st[s]) for k, (d, s) in pairs.items()}
-    n = max(1, math.ceil(len(score) * MW_SHARE))
-    return sorted(sorted(score, key=lambda k: (-score[k], k))[:n])
+    return sorted(score, key=lambda k: (-score[k], k))
+
+
+def _worst_workers(job: SimJob, w: WhatIf) -> list[int]:
+    """The top 3 % of workers by score (at least one): the study's M_W set."""
+    ranked = _ranked_workers(job, w)
+    return sorted(ranked[:max(1, math.ceil(len(ranked) * MW_SHARE))])
