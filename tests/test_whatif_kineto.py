@@ -62,3 +62,18 @@ def test_no_pipeline_no_section(tmp_path):
 
     straggler(tmp_path, 3000)
     assert analyze_path(str(tmp_path), jobs=1, rules=False).whatif is None
+
+
+def test_findings_take_their_gain_from_the_replay(tmp_path):
+    """pipeline_imbalance: "if stage 2 ran at the mean stage's speed" = the generator's own schedule with stage
+    2's F and B at the mean over stages, (3 + 1.6) / 4 of the others'."""
+    from tests.gen_planted import Planted
+
+    c = Planted(p=4, m=8, slow_stage=2, slow_factor=1.6, lat_us=30, steps=2)
+    write(c, tmp_path)
+    a = analyze_path(str(tmp_path), jobs=1)
+    f = next(f for f in a.findings if f.id == "pipeline_imbalance")
+    balanced = dataclasses.replace(c, slow_factor=(3 + 1.6) / 4)
+    expected_ms = (simulate(c).window_us - simulate(balanced).window_us) / 1e3
+    assert f.gain_kind == "estimate" and f.gain_ms == pytest.approx(expected_ms, rel=1e-6)
+    assert "if stage 2 ran at the mean stage's speed" in f.expected_gain

@@ -98,3 +98,14 @@ def test_pipeline_per_stage(st):
     assert last.compute_ms == max(s.compute_ms for s in st.stages)
     assert last.bubble == min(s.bubble for s in st.stages)
     assert 0 < st.imbalance < 1
+
+
+def test_straggler_gain_text(st):
+    from diagnose.simulate.gains import simulated_stage_gain, simulated_straggler_gain, straggler_of
+
+    gain, how = simulated_straggler_gain(st, [7, 3], st.measured_step_ms)
+    assert gain == pytest.approx(st.worker_gains[0].gain_ms)
+    assert how.startswith("if rank 7 ran at its peers' speed: step 2,204.10 ms (−0.5%), most of it in backward-compute")
+    assert straggler_of(st) is None  # 0.5 % of the step: the stage split, not a worker, as M_W says
+    gain, how = simulated_stage_gain(st, 3, st.measured_step_ms)
+    assert gain == pytest.approx(st.ms * (st.no_delay_step_ms - st.ideal_step_ms), rel=1e-9)  # M_S's replay

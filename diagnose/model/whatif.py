@@ -61,6 +61,7 @@ class WhatIf:
     mw: float | None = None  # M_W: share removed by making the worst ~3 % of workers ideal
     mw_ranks: list[int] = field(default_factory=list)  # the workers M_W made ideal
     worker_gains: list[WorkerGain] = field(default_factory=list)  # the likeliest stragglers, largest gain first
+    stage_gains: dict[str, float] = field(default_factory=dict)  # stage -> ms saved with its ops ideal (estimate)
     stages: list[StageLoad] = field(default_factory=list)
     imbalance: float | None = None  # slowest stage's compute / mean stage compute − 1
     ideal: str = ""  # the ideal, in words

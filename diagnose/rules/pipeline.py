@@ -8,6 +8,7 @@ from diagnose.metrics.pipeline_actions import theory_bubble
 from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where
+from diagnose.simulate.gains import simulated_stage_gain
 
 IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
 
@@ -114,6 +115,8 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     act = (f"move layers from stage {hi.stage} to stage {lo.stage} (the first and last stages also carry "
            "the embedding and the output layer + loss: give them fewer transformer layers)")
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
+    if (sim := simulated_stage_gain(c.a.whatif, hi.stage, c.step_ms)) is not None:  # the replay, where one exists
+        gain, eg = sim[0], c.gain_text(*sim)
     return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
                       [hi.rank], steps_where([r for r in c.ranks if r.rank == hi.rank]), act, eg, gain,
                       "pipeline.imbalance", **_provenance(c))]

@@ -7,6 +7,7 @@ peers' speed: step X ms". An estimate (a replay of the dependency graph), not a 
 
 from __future__ import annotations
 
+from diagnose.model.format import fmt
 from diagnose.model.whatif import WhatIf, WorkerGain
 
 # 1 % of the step: on the planted corpus (tests/gen_planted.py) the silent twins, whose actions vary by ±2-4 %,
@@ -27,3 +28,26 @@ def straggler_gain(w: WhatIf | None, rank: int) -> WorkerGain | None:
     if w is None or w.missing:
         return None
     return next((g for g in w.worker_gains if g.rank == rank), None)
+
+
+def simulated_straggler_gain(w: WhatIf | None, ranks, step_ms: float | None) -> tuple[float, str] | None:
+    """(gain ms, how) for the straggler among `ranks` whose ideal gains most in the replay; None where the
+    replay has none of them (a job without a dependency graph: the caller keeps its bound)."""
+    gains = [g for r in ranks if (g := straggler_gain(w, int(r))) is not None and g.gain_ms > 0]
+    if not gains or not step_ms:
+        return None
+    g = max(gains, key=lambda x: x.gain_ms)
+    return g.gain_ms, (f"if rank {g.rank} ran at its peers' speed: step {fmt(step_ms - g.gain_ms, 'ms')} "
+                       f"(−{fmt(g.gain_ms / step_ms, 'pct')}), most of it in {g.optype} "
+                       f"({fmt(g.optype_gain_ms, 'ms')} alone); replay of the dependency graph of all ranks with "
+                       "its ops at their op type's mean (docs/simulation.md)")
+
+
+def simulated_stage_gain(w: WhatIf | None, stage: int, step_ms: float | None) -> tuple[float, str] | None:
+    """(gain ms, how) of `stage` running at the mean stage's speed in the replay; None where not simulated."""
+    if w is None or w.missing or str(stage) not in w.stage_gains or not step_ms:
+        return None
+    gain = max(w.stage_gains[str(stage)], 0.0)
+    return gain, (f"if stage {stage} ran at the mean stage's speed: step {fmt(step_ms - gain, 'ms')} "
+                  f"(−{fmt(gain / step_ms, 'pct')}); replay of the dependency graph of all ranks with the stage's "
+                  "ops at their op type's mean over all stages (docs/simulation.md)")

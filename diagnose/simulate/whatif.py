@@ -121,6 +121,7 @@ def analyse(job: SimJob) -> WhatIf:
         w.mw_ranks = _worst_workers(job, w)
         w.mw = (t_ori - r.mixed(np.isin(job.worker, w.mw_ranks), r.time, r.ideal_time)) / (t_ori - t_ideal)
         w.worker_gains = _worker_gains(job, w, r, t_ori)
+        w.stage_gains = {str(s): t_ori - r.mixed(job.stage == s, r.time, r.ideal_time) for s in np.unique(job.stage)}
     return w
 
 
