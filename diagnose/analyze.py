@@ -46,7 +46,9 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
     from diagnose.simulate.kineto import kineto_whatif
+    from diagnose.simulate.replay import complete_from_outputs
 
+    complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
     analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))

@@ -17,7 +17,7 @@ from diagnose.metrics.classify import classify, collective_kind
 from diagnose.io.loader import load_trace
 from diagnose.metrics.overlap import busbw_factor
 from diagnose.metrics.pipeline_actions import Action, theory_bubble
-from diagnose.metrics.pipeline_replay import predict
+from diagnose.simulate.replay import complete_pipeline, predict
 from diagnose.io.trace import COMM, COMPUTE, SYNC
 from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank
 
@@ -472,6 +472,7 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
     for r, more in _actions(table, step=2, offset=100 * U).items():
         acts[r] += more
     res = analyse_pipeline(acts, [list(range(p))], "1f1b", m, 1)
+    complete_pipeline(res, acts)
     assert res.stages == p and res.microbatches == m and res.stages_per_rank == 1
     assert res.theory == pytest.approx(theory)
     assert res.window_ms == pytest.approx(makespan * U / 1e6)
@@ -487,6 +488,11 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
     pred = {(x.schedule, x.microbatches): x for x in res.predictions}
     assert pred[("1f1b", 2 * m)].bubble == pytest.approx((p - 1) / (2 * m + p - 1))
     assert pred[("gpipe", m)].bubble == pytest.approx(theory)
+    # schedules the replay has no order for carry their formula, never a number in the replay column
+    for sched in ("interleaved1f1b", "zbv"):
+        assert pred[(sched, m)].bubble is None and pred[(sched, m)].step_ms is None
+    assert pred[("interleaved1f1b", m)].theory == pytest.approx((p - 1) / (2 * m + p - 1))
+    assert pred[("zbv", 2 * m)].theory == 0.0
 
 
 def test_bubble_measured_exceeds_replay_when_communication_delays(tmp_path):
@@ -501,6 +507,7 @@ def test_bubble_measured_exceeds_replay_when_communication_delays(tmp_path):
             shift = U
         s0.append(Action(a.step, a.stage, a.kind, a.microbatch, a.start + shift, a.end + shift))
     res = analyse_pipeline({0: s0, **late}, [[0, 1]], "1f1b", 4, 1)
+    complete_pipeline(res, {0: s0, **late})
     assert res.window_ms == pytest.approx(16 * U / 1e6)
     for sb in res.stage_bubbles:
         assert sb.measured == pytest.approx(1 - 12 / 16)

@@ -169,7 +169,8 @@ class StageBubble:
 class PipelinePrediction:
     schedule: str
     microbatches: int
-    bubble: float  # replayed (mean over stages); the formula where no replay exists (interleaved, zero-bubble)
+    bubble: float | None  # replayed (mean over stages); None where the schedule is not simulated (interleaved,
+    # zero-bubble: only `theory` is known)
     step_ms: float | None  # replayed pipeline window; None for formula-only rows
     theory: float
 
@@ -189,6 +190,7 @@ class PipelineResult:
     imbalance: float | None  # slowest stage busy / mean stage busy − 1
     explanation: str  # why measured, replay and theory differ, in words
     predictions: list[PipelinePrediction] = field(default_factory=list)
+    groups: list[list[int]] = field(default_factory=list)  # ranks of each pipeline replica, in stage order
     inferred: bool = False  # stages, microbatches, F/B and schedule read from send/recv, no PP: labels
 
 

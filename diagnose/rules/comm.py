@@ -9,7 +9,6 @@ from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
 from diagnose.model.format import fmt, plural
 from diagnose.rules.base import Ctx, severity_for, steps_where
-from diagnose.simulate.gains import simulated_straggler_gain
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
 
@@ -251,6 +250,8 @@ def stragglers(c: Ctx) -> list[Finding]:
                 f"{', '.join(map(str, sorted(found)[:5]))}")
     eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
                      "or its extra compute over the median)", bound=True)
+    from diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists
+
     kind = "bound"
     if (sim := simulated_straggler_gain(c.a.whatif, found, step)) is not None:  # the replay, where one exists
         gain, eg, kind = sim[0], c.gain_text(*sim), "estimate"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from diagnose.metrics.pipeline_actions import theory_bubble
 from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
@@ -72,10 +73,15 @@ def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[
         if q.step_ms and base:
             cands.append((win * q.step_ms / base, q, f"measured window × replayed pipeline time ratio "
                           f"{fmt(q.step_ms, 'ms')} / {fmt(base, 'ms')}"))
-        else:
+        elif q.bubble is not None:
             b = min(0.95, q.bubble + excess)
             cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
                           "the replay"))
+        else:  # a schedule the replay does not simulate: its formula, or for zero-bubble today's bubble × m/m′
+            b, how = ((ref * m / q.microbatches, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)")
+                      if q.theory == 0.0 else (q.theory, "formula (p−1)/(v·m+p−1)"))
+            cands.append((busy / (1 - min(0.95, b + excess)), replace(q, bubble=b), f"{how}, same busy time; not "
+                          "simulated"))
     if not preds:
         pp, v = p.stages, max(1, p.stages_per_rank or 1)
         for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):
