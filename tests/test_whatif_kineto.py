@@ -77,3 +77,22 @@ def test_findings_take_their_gain_from_the_replay(tmp_path):
     expected_ms = (simulate(c).window_us - simulate(balanced).window_us) / 1e3
     assert f.gain_kind == "estimate" and f.gain_ms == pytest.approx(expected_ms, rel=1e-6)
     assert "if stage 2 ran at the mean stage's speed" in f.expected_gain
+
+
+def test_without_peer_records_the_schedule_edges_are_assumed_and_said(tmp_path, monkeypatch):
+    """Traces whose send/recv carry no peers (gloo): forward after the previous stage's forward, backward after
+    the next stage's backward; transfers fold into launch delays, so the no-delay and ideal replays are the
+    generator's schedule with free communication. The section says so."""
+    import diagnose.simulate.kineto as kineto
+
+    real = kineto.kineto_whatif
+    monkeypatch.setattr(kineto, "kineto_whatif",
+                        lambda outs, missing: real([dataclasses.replace(o, p2p=[]) for o in outs], missing))
+    c = CASES[0]
+    write(c, tmp_path)
+    w = analyze_path(str(tmp_path), jobs=1, rules=False).whatif
+    assert not w.missing and "no send/recv with peers" in w.assumed[0]
+    free = dataclasses.replace(c, lat_us=0)
+    assert w.no_delay_step_ms == pytest.approx((simulate(free).window_us + c.allreduce_us) / 1e3, rel=1e-6)
+    assert w.ideal_step_ms == pytest.approx((simulate(_ideal(free)).window_us + c.allreduce_us) / 1e3, rel=1e-6)
+    assert abs(w.sim_error) <= 0.03

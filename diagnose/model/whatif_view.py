@@ -31,6 +31,8 @@ def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
         ("launch slowdown", fmt(w.launch_slowdown, "ratio"),
          "measured step over the replay without launch delays (host gaps the graph does not explain)"),
     ]
+    for a in w.assumed:
+        cards.append(("assumed", a, "the numbers above rest on it"))
     if w.ms is not None:
         cards.append(("M_S (last stage)", fmt(w.ms, "pct"),
                       "share of the slowdown removed by making the last stage's ops ideal"))

@@ -8,6 +8,7 @@ import numpy as np
 from diagnose.io.megatron_ops import OpTable
 from diagnose.metrics import intervals as iv
 from diagnose.model.whatif import StageLoad, WhatIf
+from diagnose.simulate.engine import CycleError
 from diagnose.simulate.megatron import BWD, COMM_TYPES, FWD, P2P, build
 from diagnose.simulate.whatif import SimJob, analyse
 
@@ -27,7 +28,11 @@ def whatif_of_table(t: OpTable) -> WhatIf:
     job = SimJob("megatron-ops", jg.graph, jg.in_group, t.start * MS, t.duration * MS, names,
                  np.isin(names, list(COMM_TYPES)), t.stage, t.dp_rank, t.rank, np.searchsorted(steps, t.step),
                  [int(s) for s in steps], P2P_LABEL)
-    w = analyse(job)
+    try:
+        w = analyse(job)
+    except CycleError as e:
+        return WhatIf("megatron-ops", len(np.unique(t.rank)), len(steps), t.n, stages=stages, imbalance=imbalance,
+                      missing=[f"the dependency model contradicts the trace's order: {e}"])
     w.stages, w.imbalance = stages, imbalance
     return w
 

@@ -21,7 +21,7 @@ from collections import defaultdict
 import numpy as np
 
 from diagnose.model.whatif import WhatIf
-from diagnose.simulate.engine import GraphBuilder
+from diagnose.simulate.engine import CycleError, GraphBuilder
 from diagnose.simulate.whatif import SimJob, analyse
 
 OPTYPE = {"F": "forward-compute", "B": "backward-compute", "I": "backward-input", "W": "backward-weight"}
@@ -68,13 +68,41 @@ def kineto_whatif(outputs, ranks_missing: list[int]) -> WhatIf | None:
         return missing("ranks traced different steps")
     steps = sorted(next(iter(step_sets.values())))
     ops, b_edges, groups = _Ops(), [], []
+    assumed = []
     try:
         by_rank = {o.rank: _rank_ops(o, shift[o.rank], ops, b_edges) for o in good}
-        _p2p(good, stage, shift, by_rank, ops, b_edges, groups)
+        if any(o.p2p for o in good) or len(set(stage.values())) < 2:
+            _p2p(good, stage, shift, by_rank, ops, b_edges, groups)
+        else:  # no send/recv with peers (gloo's host ops carry none): the schedule's edges, transfers unknown
+            _direct(stage, by_rank, b_edges)
+            assumed.append("the traces hold no send/recv with peers: each forward waits for the previous stage's, "
+                           "each backward for the next stage's, and transfers are part of the launch delays "
+                           "(free communication in the no-delay and ideal replays)")
         _collectives(good, shift, by_rank, ops, b_edges, groups)
     except _Unbuildable as e:
         return missing(str(e))
-    return analyse(_job(ops, b_edges, groups, stage, steps))
+    try:
+        w = analyse(_job(ops, b_edges, groups, stage, steps))
+    except CycleError as e:
+        return missing(f"the dependencies read from the traces contradict each other: {e}")
+    w.assumed = assumed
+    return w
+
+
+def _direct(stage, by_rank, edges: list) -> None:
+    """F(s, mb) after F(s−1, mb); B/I(s, mb) after B/I(s+1, mb), same step; one stage per rank."""
+    at: dict[tuple, int] = {}
+    for r, d in by_rank.items():
+        mbs = d["mb"]
+        for (i, kind, step), mb in zip(d["acts"], mbs):
+            at[(stage[r], "F" if kind == "F" else "B", mb, step)] = i
+    for (s, kind, mb, step), i in at.items():
+        peer = (s - 1, "F", mb, step) if kind == "F" else (s + 1, "B", mb, step)
+        if peer in at:
+            edges.append((i, at[peer]))
+        elif (kind == "F" and s > 0) or (kind == "B" and s < max(stage.values())):
+            raise _Unbuildable(f"stage {s}'s {kind} of microbatch {mb} (step {step}) has no counterpart on the "
+                               f"{'previous' if kind == 'F' else 'next'} stage")
 
 
 class _Unbuildable(ValueError):
@@ -91,7 +119,7 @@ def _rank_ops(o, sh: int, ops: _Ops, edges: list) -> dict:
             edges.append((i, prev[a.step]))
         prev[a.step] = i
         ids.append((i, a.kind, a.step))
-    return {"acts": ids}
+    return {"acts": ids, "mb": [a.microbatch for a in acts]}
 
 
 def _p2p(good, stage, shift, by_rank, ops: _Ops, edges: list, groups: list) -> None:

@@ -64,7 +64,7 @@ class _Runner:
         self.release = self.step_start[j.step]
         self.measured = _per_step(end, j.step, n_steps, np.maximum) - self.step_start
         gid = np.asarray(g.group)
-        last = np.full(len(g.groups), -np.inf)
+        last = np.full(max(len(g.groups), 1), -np.inf)
         np.maximum.at(last, gid[j.in_group], j.start[j.in_group])
         transfer = np.where(j.in_group, end - last[np.where(gid >= 0, gid, 0)], j.duration)
         transfer[j.in_group & (transfer <= -NEG_CLAMP_MS)] = 0.0
