@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from diagnose import __version__
 from diagnose.io.discover import discover
 from diagnose.io.loader import file_size
-from diagnose.io.megatron_ops import is_op_table
+from diagnose.io.megatron_ops import find_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
@@ -27,10 +27,10 @@ from diagnose.model.summary import manifest_from_dict
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True) -> Analysis:
-    if isinstance(path, str) and is_op_table(path):  # the straggler study's op tables: a trace kind of their own
+    if isinstance(path, str) and (table := find_op_table(path)):  # the straggler study's op tables: a kind of their own
         from diagnose.simulate.op_table import analyse_op_table
 
-        analysis = analyse_op_table(path, __version__)
+        analysis = analyse_op_table(table, __version__)
         if rules:
             from diagnose.rules import findings
 

@@ -51,6 +51,15 @@ def test_terminal_summary_and_report(job, tmp_path):
     assert 'id="whatif"' in html and "embedding-grads-all-reduce" in html
 
 
+def test_the_artifact_folder_reads_its_op_table(job, tmp_path):
+    shutil.copy(BYTEDANCE / "timeline-ST.json.gz", job / "timeline-ST.json.gz")  # not Kineto ranks: not read
+    res = _analyze(job, tmp_path)
+    assert res.exit_code == 0 and "slowdown S: 1.179" in res.output and "timeline" not in res.output
+    shutil.copy(job / "trace-ST.parquet", job / "trace-XX.parquet")
+    res = _analyze(job, tmp_path)
+    assert res.exit_code == 2 and "2 straggler-study op tables in one folder" in res.output
+
+
 def test_missing_meta_is_one_line(job, tmp_path):
     (job / "meta-ST.yaml").unlink()
     res = _analyze(job / "trace-ST.parquet", tmp_path)

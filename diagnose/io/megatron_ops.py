@@ -45,8 +45,18 @@ class OpTable:
         return len(self.start)
 
 
-def is_op_table(path: str) -> bool:
-    return path.endswith(".parquet") and os.path.isfile(path)
+def find_op_table(path: str) -> str | None:
+    """The op table a path names: a `.parquet` file, or the one `trace-*.parquet` of a folder (the artifact's
+    layout; its timeline-*.json.gz are Chrome traces of ops, not Kineto ranks). None: not an op table."""
+    if os.path.isfile(path):
+        return path if path.endswith(".parquet") else None
+    if not os.path.isdir(path):
+        return None
+    found = sorted(glob.glob(os.path.join(glob.escape(path), "trace-*.parquet")))
+    if len(found) > 1:
+        raise LlmdiagError(f"{len(found)} straggler-study op tables in one folder", path,
+                           "analyze one: " + ", ".join(os.path.basename(f) for f in found[:4]))
+    return found[0] if found else None
 
 
 def _need(module: str):
