@@ -109,3 +109,17 @@ def test_straggler_gain_text(st):
     assert straggler_of(st) is None  # 0.5 % of the step: the stage split, not a worker, as M_W says
     gain, how = simulated_stage_gain(st, 3, st.measured_step_ms)
     assert gain == pytest.approx(st.ms * (st.no_delay_step_ms - st.ideal_step_ms), rel=1e-9)  # M_S's replay
+
+
+def test_replay_budget_leaves_out_and_says_so(monkeypatch):
+    """A job too large for the replay budget keeps S and what fits, and names every decomposition left out."""
+    import diagnose.simulate.whatif as wi
+
+    t = read_op_table(str(BYTEDANCE / "trace-ST.parquet"))
+    monkeypatch.setattr(wi, "REPLAY_BUDGET", t.n * 20)  # the 4 headline replays + 11 op types + 4 stages fit
+    w = whatif_of_table(t)
+    assert w.slowdown == pytest.approx(1.1787, rel=0.01)
+    assert {c.group for c in w.contributions} == {"optype", "stage"}
+    assert w.left_out == ["the decomposition by dp_rank (2 replays of 6,784 ops)",
+                          "M_S, M_W and the per-worker and per-stage gains"]
+    assert w.ms is None and w.worker_gains == []

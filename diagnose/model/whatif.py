@@ -49,6 +49,7 @@ class WhatIf:
     ops: int  # ops in the dependency graph
     missing: list[str] = field(default_factory=list)  # why no answer is given: nothing below is then set
     assumed: list[str] = field(default_factory=list)  # what the graph assumes where the trace is silent
+    left_out: list[str] = field(default_factory=list)  # replays not run (a job too large for the replay budget)
     measured_step_ms: float | None = None  # mean over steps: first op start to last op end, as traced
     simulated_step_ms: float | None = None  # the graph replayed with measured durations and launch delays
     sim_error: float | None = None  # simulated / measured − 1

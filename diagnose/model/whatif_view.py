@@ -33,6 +33,8 @@ def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
     ]
     for a in w.assumed:
         cards.append(("assumed", a, "the numbers above rest on it"))
+    for x in w.left_out:
+        cards.append(("left out", x, "not replayed: the job is too large for the replay budget"))
     if w.ms is not None:
         cards.append(("M_S (last stage)", fmt(w.ms, "pct"),
                       "share of the slowdown removed by making the last stage's ops ideal"))

@@ -72,42 +72,40 @@ def simulate(g: Graph, duration: np.ndarray, delay: np.ndarray, release: np.ndar
     dur, dl, rel = duration.tolist(), delay.tolist(), release.tolist()
     ptr, succ, group, groups = g.succ_ptr, g.succ, g.group, g.groups
     deg = list(g.indeg)
-    ready = [None] * g.n  # max end of the dependencies seen so far
+    ready: list = [None] * g.n  # max end of the dependencies seen so far
     start = [0.0] * g.n
     end = [0.0] * g.n
     started_in = [0] * len(groups)
     queue = deque(v for v in range(g.n) if deg[v] == 0)
+    pop, push = queue.popleft, queue.append
     done = 0
-
-    def finish(v: int) -> None:
-        e = end[v]
-        for k in range(ptr[v], ptr[v + 1]):
-            w = succ[k]
-            r = ready[w]
-            ready[w] = e if r is None or e > r else r
-            deg[w] -= 1
-            if deg[w] == 0:
-                queue.append(w)
-
     while queue:
-        v = queue.popleft()
+        v = pop()
         r = ready[v]
-        start[v] = (rel[v] if r is None else r) + dl[v]
+        st = start[v] = (rel[v] if r is None else r) + dl[v]
         gid = group[v]
         if gid < 0:
-            end[v] = start[v] + dur[v]
-            done += 1
-            finish(v)
-            continue
-        started_in[gid] += 1
-        members = groups[gid]
-        if started_in[gid] == len(members):
-            last = max(start[m] for m in members)
-            for m in members:
+            ended = (v,)
+            end[v] = st + dur[v]
+        else:
+            started_in[gid] += 1
+            ended = groups[gid]
+            if started_in[gid] < len(ended):
+                continue
+            last = max([start[m] for m in ended])
+            for m in ended:
                 end[m] = last + dur[m]
-            done += len(members)
-            for m in members:
-                finish(m)
+        done += len(ended)
+        for u in ended:  # release the successors of every op that ended
+            e = end[u]
+            for k in range(ptr[u], ptr[u + 1]):
+                w = succ[k]
+                r = ready[w]
+                if r is None or e > r:
+                    ready[w] = e
+                deg[w] -= 1
+                if deg[w] == 0:
+                    push(w)
     if done != g.n:
         raise CycleError(f"{g.n - done} of {g.n} ops never became ready (a dependency cycle)")
     return np.asarray(start), np.asarray(end)

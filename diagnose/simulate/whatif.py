@@ -25,6 +25,9 @@ from diagnose.simulate.engine import Graph, simulate
 NEG_CLAMP_MS = 10.0  # a launch delay or transfer below −10 ms is clock error and becomes 0 (the artifact's EPS)
 MW_SHARE = 0.03  # M_W makes the worst 3 % of workers ideal (at least one)
 GAIN_CANDIDATES = 4  # workers given a "what if it ran at its peers' speed" replay: the best-scored ones
+# Op visits over all replays of one analysis (~2.5 µs each): past it the remaining decompositions are left out
+# and named, so a job of millions of ops costs a bounded time instead of (stages + DP ranks) full replays.
+REPLAY_BUDGET = 8_000_000
 IDEAL = ("every op at its op type's typical duration over all workers and steps: compute and other local ops "
          "the mean, communication transfers (waiting excluded) the median; no launch delays")
 
@@ -77,6 +80,7 @@ class _Runner:
         delay[delay <= -NEG_CLAMP_MS] = 0.0
         self.delay = delay
         self.zero = np.zeros(g.n)
+        self.used = 4  # replays so far, counted against REPLAY_BUDGET
         self.ideal_time = self._ideal()
 
     def _ideal(self) -> np.ndarray:
@@ -95,6 +99,11 @@ class _Runner:
     def mixed(self, mask: np.ndarray, base: np.ndarray, other: np.ndarray) -> float:
         return float(self.steps(np.where(mask, other, base)).mean())
 
+    def affords(self, replays: int) -> bool:
+        """Whether `replays` more replays fit the budget (the four headline replays are always run)."""
+        self.used += replays
+        return self.used * self.job.graph.n <= REPLAY_BUDGET
+
 
 def analyse(job: SimJob) -> WhatIf:
     r = _Runner(job)
@@ -112,10 +121,19 @@ def analyse(job: SimJob) -> WhatIf:
     w.per_step = {str(s): float(a / b) for s, a, b in zip(job.steps, no_delay, ideal)}
     labels = np.array([job.label.get(o, o) for o in job.optype], dtype=object)
     for group, keys in (("optype", labels), ("stage", job.stage), ("dp_rank", job.dp_rank)):
-        for k in np.unique(keys):
+        uniq = np.unique(keys)
+        if not r.affords(len(uniq)):
+            w.left_out.append(f"the decomposition by {group} ({len(uniq)} replays of {job.graph.n:,} ops)")
+            continue
+        for k in uniq:
             t = r.mixed(keys == k, r.ideal_time, r.time)
             w.contributions.append(Contribution(group, str(k), t / t_ideal))
-    if t_ori - t_ideal > 1e-9 * t_ori:
+    if t_ori - t_ideal <= 1e-9 * t_ori:
+        return w
+    if not ({"dp_rank", "stage"} <= {c.group for c in w.contributions}
+            and r.affords(2 + GAIN_CANDIDATES * 4 + len(np.unique(job.stage)))):
+        w.left_out.append("M_S, M_W and the per-worker and per-stage gains")
+    else:
         last = job.stage == job.stage.max()
         w.ms = (t_ori - r.mixed(last, r.time, r.ideal_time)) / (t_ori - t_ideal)
         w.mw_ranks = _worst_workers(job, w)
