@@ -18,7 +18,7 @@ def contributor(c: Contribution) -> str:
 def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
     """(label, value, note) of the headline numbers; an incomplete graph gives only what is missing."""
     if w.missing:
-        return [("not simulated", "; ".join(w.missing), "no partial answer is shown")]
+        return [("not simulated", "—", "; ".join(w.missing) + " (no partial answer is shown)")]
     top = ", ".join(f"{contributor(c)} {fmt(c.slowdown, 'ratio')}" for c in w.top(3))
     cards = [
         ("slowdown S", fmt(w.slowdown, "ratio"),
@@ -32,9 +32,9 @@ def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
          "measured step over the replay without launch delays (host gaps the graph does not explain)"),
     ]
     for a in w.assumed:
-        cards.append(("assumed", a, "the numbers above rest on it"))
+        cards.append(("assumed", "—", a))
     for x in w.left_out:
-        cards.append(("left out", x, "not replayed: the job is too large for the replay budget"))
+        cards.append(("left out", "—", f"{x}: not replayed, the job is too large for the replay budget"))
     if w.ms is not None:
         cards.append(("M_S (last stage)", fmt(w.ms, "pct"),
                       "share of the slowdown removed by making the last stage's ops ideal"))
