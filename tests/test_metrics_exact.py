@@ -488,10 +488,11 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
     pred = {(x.schedule, x.microbatches): x for x in res.predictions}
     assert pred[("1f1b", 2 * m)].bubble == pytest.approx((p - 1) / (2 * m + p - 1))
     assert pred[("gpipe", m)].bubble == pytest.approx(theory)
-    # schedules the replay has no order for carry their formula, never a number in the replay column
-    for sched in ("interleaved1f1b", "zbv"):
-        assert pred[(sched, m)].bubble is None and pred[(sched, m)].step_ms is None
+    # interleaved (v = 2) is replayed and lands on its formula; zero-bubble has no order: formula only, never
+    # a number in the replay column
+    assert pred[("interleaved1f1b", m)].bubble == pytest.approx((p - 1) / (2 * m + p - 1))
     assert pred[("interleaved1f1b", m)].theory == pytest.approx((p - 1) / (2 * m + p - 1))
+    assert pred[("zbv", m)].bubble is None and pred[("zbv", m)].step_ms is None
     assert pred[("zbv", 2 * m)].theory == 0.0
 
 
@@ -531,6 +532,15 @@ def test_predict_replay_matches_formula_for_uniform_stages():
             assert rep.makespan == pytest.approx((m + p - 1) * 3.0)
             for b in rep.bubble.values():
                 assert b == pytest.approx((p - 1) / (m + p - 1))
+    # Megatron's interleaved 1F1B, v chunks per rank (each 1/v of the rank's layers): (p−1)/(v·m+p−1)
+    for p, m, v in ((2, 4, 2), (4, 8, 2), (4, 4, 2), (4, 8, 3), (2, 2, 2), (4, 12, 2)):
+        cost = {(s, k): (1.0 if k == "F" else 2.0) for s in range(p) for k in ("F", "B")}
+        rep = predict("interleaved1f1b", p, m, cost, v)
+        assert rep.makespan == pytest.approx((v * m + p - 1) * 3.0 / v)
+        for b in rep.bubble.values():
+            assert b == pytest.approx((p - 1) / (v * m + p - 1))
+    assert predict("interleaved1f1b", 4, 6, {}, 2) is None  # m not a multiple of p: Megatron refuses it
+    assert predict("zbv", 4, 8, {}, 2) is None
 
 
 def _one_f_one_b_ranks(torch_spans: bool = False) -> list[TraceBuilder]:

@@ -4,9 +4,10 @@ the one what-if engine (diagnose.simulate.engine).
 Each rank runs its actions in a fixed order; F(s, mb) waits for F(s−1, mb), B/I(s, mb) for F(s, mb) and
 B/I(s+1, mb), W(s, mb) for B/I(s, mb). The makespan and idle time of this replay are the schedule's
 inherent bubble given the measured stage costs: measured − replay is what communication, host overhead
-and noise add; replay − formula is what stage imbalance adds. Fed with generated orders (gpipe, 1f1b) it
-predicts other microbatch counts; schedules it has no order for (interleaved, zero-bubble) are not
-simulated, and their predictions carry the formula in `theory` only (`bubble` None).
+and noise add; replay − formula is what stage imbalance adds. Fed with generated orders (gpipe, 1f1b,
+Megatron's interleaved 1F1B) it predicts other microbatch counts and schedules; schedules it has no order for
+(zero-bubble, interleaving with m not a multiple of p) are not simulated, and their predictions carry the
+formula in `theory` only (`bubble` None).
 
 `complete_pipeline` fills the replay into the PipelineResult that metrics (diagnose.metrics.pipeline_bubbles)
 measured: the replay sits one stage above metrics, beside the rest of the what-if.
@@ -26,7 +27,7 @@ from diagnose.model.format import NS_PER_MS
 from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
-SIMULATED = ("gpipe", "1f1b")  # the schedules generate_order writes
+SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count
 
 
 @dataclass
@@ -78,8 +79,9 @@ def _deps(a: Key, last_stage: int, dur: dict[Key, float]) -> list[Key]:
     return []
 
 
-def generate_order(schedule: str, stage: int, p: int, m: int) -> list[Key] | None:
-    """The action order of one stage (one stage per rank) for gpipe or 1f1b; None for others."""
+def generate_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[Key] | None:
+    """The action order of pipeline rank `stage` for gpipe, 1f1b, or interleaved 1F1B with v model chunks
+    (Megatron-LM's order: chunk c of rank r is stage c·p + r; m a multiple of p); None for others."""
     s = schedule.lower()
     if s == "gpipe":
         return [(stage, "F", i) for i in range(m)] + [(stage, "B", i) for i in range(m)]
@@ -90,19 +92,41 @@ def generate_order(schedule: str, stage: int, p: int, m: int) -> list[Key] | Non
             order += [(stage, "F", warm + i), (stage, "B", i)]
         order += [(stage, "B", i) for i in range(m - warm, m)]
         return order
+    if s == "interleaved1f1b" and v >= 2 and m % p == 0:
+        return _interleaved(stage, p, m, v)
     return None
 
 
-def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float]) -> ReplayResult | None:
-    """Replay `schedule` at m microbatches; stage_cost is the time of one microbatch's F or B per stage."""
+def _interleaved(rank: int, p: int, m: int, v: int) -> list[Key]:
+    """Warm-up of (p − rank − 1)·2 + (v − 1)·p forwards (all of them when m = p), then one forward and one
+    backward alternately; virtual microbatch k runs chunk (k mod p·v) div p (backward: the reverse) of
+    microbatch (k div p·v)·p + k mod p."""
+    total = m * v
+    warm = total if m == p else min((p - rank - 1) * 2 + (v - 1) * p, total)
+
+    def key(k: int, fwd: bool) -> Key:
+        c = (k % (p * v)) // p
+        c = c if fwd else v - 1 - c
+        return (c * p + rank, "F" if fwd else "B", (k // (p * v)) * p + k % p)
+
+    order = [key(k, True) for k in range(warm)]
+    for i in range(total - warm):
+        order += [key(warm + i, True), key(i, False)]
+    return order + [key(k, False) for k in range(total - warm, total)]
+
+
+def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float], v: int = 1) -> ReplayResult | None:
+    """Replay `schedule` at m microbatches; stage_cost is the time of one microbatch's F or B on each pipeline
+    rank (v = 1), split evenly over its v chunks when interleaved."""
     orders = {}
-    for s in range(p):
-        o = generate_order(schedule, s, p, m)
+    for r in range(p):
+        o = generate_order(schedule, r, p, m, v)
         if o is None:
             return None
-        orders[s] = o
-    dur = {(s, k, i): stage_cost.get((s, k), 0.0) for s in range(p) for k in ("F", "B") for i in range(m)}
-    return replay(orders, dur, p - 1)
+        orders[r] = o
+    chunks = v if schedule.lower() == "interleaved1f1b" else 1
+    dur = {a: stage_cost.get((a[0] % p, a[1]), 0.0) / chunks for o in orders.values() for a in o}
+    return replay(orders, dur, chunks * p - 1)
 
 
 def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False) -> None:
@@ -167,9 +191,13 @@ def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
                                           bubble=float(np.mean(list(rep.bubble.values()))),
                                           step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
-    for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):  # not simulated: the formula, never as a replay
+    for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
         for m2 in sorted({m, 2 * m}):
-            out.append(PipelinePrediction(schedule=sched, microbatches=m2, bubble=None, step_ms=None,
+            rep = predict(sched, p, m2, {key: c * m / m2 for key, c in per_mb.items()}, vv)
+            # no order for zero-bubble (or interleaving with m not a multiple of p): the formula, never as a replay
+            out.append(PipelinePrediction(schedule=sched, microbatches=m2,
+                                          bubble=float(np.mean(list(rep.bubble.values()))) if rep else None,
+                                          step_ms=rep.makespan if rep else None,
                                           theory=theory_bubble(sched, p, m2, vv)))
     return out
 
