@@ -14,10 +14,13 @@ import time
 from diagnose import __version__
 from diagnose.engine import EngineSpec, run_jobs
 from diagnose.io.discover import discover
+from diagnose.io.megatron_ops import find_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, run_job
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
+from diagnose.simulate.kineto import kineto_whatif
+from diagnose.simulate.replay import complete_from_outputs
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
@@ -29,6 +32,15 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
+    if isinstance(path, str) and (table := find_op_table(path)):  # the straggler study's op tables: a kind of their own
+        from diagnose.simulate.op_table import analyse_op_table
+
+        analysis = analyse_op_table(table, __version__)
+        if rules:
+            from diagnose.rules import findings
+
+            analysis.findings = findings(analysis)
+        return analysis
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
@@ -40,6 +52,8 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                            run_folder=bool(src.run_folder))
     analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
                         version=__version__)
+    complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
+    analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))
     t2 = time.perf_counter()

@@ -22,6 +22,7 @@ from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import demangle, short_names
 from diagnose.model.views import DISTRIBUTIONS
+from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 from reports import charts
 
 MAX_RANKS = 32
@@ -342,5 +343,15 @@ def build(a: Analysis) -> dict:
         "stragglers": sorted(enumerate(skew.stragglers), key=lambda x: (-x[1].value, x[1].rank))[:MAX_RANKS] if skew else [],
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
-        "Num": Num, "step_series": charts.step_series(a),
+        "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
     }
+
+
+def whatif_view(a: Analysis) -> dict | None:
+    """The what-if section's rows, formatted by diagnose.model.whatif_view (the terminal prints the same)."""
+    w = a.whatif
+    if w is None:
+        return None
+    return {"cards": whatif_cards(w), "stages": stage_rows(w), "stage_header": STAGE_HEADER,
+            "imbalance": fmt(w.imbalance, "pct"), "header": CONTRIB_HEADER,
+            "rows": contribution_rows(w) if not w.missing else []}

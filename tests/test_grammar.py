@@ -213,6 +213,8 @@ def test_the_launch_path_does_not_import_torch():
     (["--workload", "pp8"], "pipeline stages"),
     (["--workload", "tp4", "--nproc-per-node", "2"], "needs 4 ranks but 2 are available"),
     (["--workload", "dp2", "--inject-fault", "rank:1"], "bad fault spec"),
+    (["--workload", "pp2", "--inject-slow", "rank:1:0.5"], "bad --inject-slow spec"),
+    (["--workload", "pp2", "--inject-slow", "rank:1:2:optimizer"], "bad --inject-slow spec"),
     (["--workload", "dp2", "--nnodes", "2"], "--rdzv-endpoint"),
     (["--workload", "ep2", "--moe-experts", "3"], "3 experts are not divisible by 2"),
     (["--workload", "ep2", "--moe-experts", "2", "--moe-topk", "3"], "--moe-topk 3 is more than --moe-experts 2"),

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("diagnose", "reports", "workloads")
 # Stage of each part of diagnose/: a module may import its own part and lower stages only.
 STAGES = {"diagnose": 0, "diagnose.errors": 0, "diagnose.model": 1, "diagnose.io": 2, "diagnose.metrics": 3,
-          "diagnose.rules": 4, "diagnose.engine": 4.5, "diagnose.analyze": 5, "diagnose.export": 5.5, "diagnose.gate": 6,
-          "diagnose.cli": 7}
+          "diagnose.simulate": 3.5, "diagnose.rules": 4, "diagnose.engine": 4.5, "diagnose.analyze": 5,
+          "diagnose.export": 5.5, "diagnose.gate": 6, "diagnose.cli": 7}
 REPORTS_MAY_IMPORT = ("diagnose", "diagnose.errors", "diagnose.model")
 MAX_LINES = 400
 

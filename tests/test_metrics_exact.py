@@ -17,7 +17,7 @@ from diagnose.metrics.classify import classify, collective_kind
 from diagnose.io.loader import load_trace
 from diagnose.metrics.overlap import busbw_factor
 from diagnose.metrics.pipeline.actions import Action, theory_bubble
-from diagnose.metrics.pipeline_replay import predict
+from diagnose.simulate.replay import complete_pipeline, predict
 from diagnose.io.trace import COMM, COMPUTE, SYNC
 from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank
 
@@ -472,6 +472,7 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
     for r, more in _actions(table, step=2, offset=100 * U).items():
         acts[r] += more
     res = analyse_pipeline(acts, [list(range(p))], "1f1b", m, 1)
+    complete_pipeline(res, acts)
     assert res.stages == p and res.microbatches == m and res.stages_per_rank == 1
     assert res.theory == pytest.approx(theory)
     assert res.window_ms == pytest.approx(makespan * U / 1e6)
@@ -487,6 +488,12 @@ def test_bubble_measured_theory_replay_1f1b(table, p, m):
     pred = {(x.schedule, x.microbatches): x for x in res.predictions}
     assert pred[("1f1b", 2 * m)].bubble == pytest.approx((p - 1) / (2 * m + p - 1))
     assert pred[("gpipe", m)].bubble == pytest.approx(theory)
+    # interleaved (v = 2) is replayed and lands on its formula; zero-bubble has no order: formula only, never
+    # a number in the replay column
+    assert pred[("interleaved1f1b", m)].bubble == pytest.approx((p - 1) / (2 * m + p - 1))
+    assert pred[("interleaved1f1b", m)].theory == pytest.approx((p - 1) / (2 * m + p - 1))
+    assert pred[("zbv", m)].bubble is None and pred[("zbv", m)].step_ms is None
+    assert pred[("zbv", 2 * m)].theory == 0.0
 
 
 def test_bubble_measured_exceeds_replay_when_communication_delays(tmp_path):
@@ -501,6 +508,7 @@ def test_bubble_measured_exceeds_replay_when_communication_delays(tmp_path):
             shift = U
         s0.append(Action(a.step, a.stage, a.kind, a.microbatch, a.start + shift, a.end + shift))
     res = analyse_pipeline({0: s0, **late}, [[0, 1]], "1f1b", 4, 1)
+    complete_pipeline(res, {0: s0, **late})
     assert res.window_ms == pytest.approx(16 * U / 1e6)
     for sb in res.stage_bubbles:
         assert sb.measured == pytest.approx(1 - 12 / 16)
@@ -524,6 +532,15 @@ def test_predict_replay_matches_formula_for_uniform_stages():
             assert rep.makespan == pytest.approx((m + p - 1) * 3.0)
             for b in rep.bubble.values():
                 assert b == pytest.approx((p - 1) / (m + p - 1))
+    # Megatron's interleaved 1F1B, v chunks per rank (each 1/v of the rank's layers): (p−1)/(v·m+p−1)
+    for p, m, v in ((2, 4, 2), (4, 8, 2), (4, 4, 2), (4, 8, 3), (2, 2, 2), (4, 12, 2)):
+        cost = {(s, k): (1.0 if k == "F" else 2.0) for s in range(p) for k in ("F", "B")}
+        rep = predict("interleaved1f1b", p, m, cost, v)
+        assert rep.makespan == pytest.approx((v * m + p - 1) * 3.0 / v)
+        for b in rep.bubble.values():
+            assert b == pytest.approx((p - 1) / (v * m + p - 1))
+    assert predict("interleaved1f1b", 4, 6, {}, 2) is None  # m not a multiple of p: Megatron refuses it
+    assert predict("zbv", 4, 8, {}, 2) is None
 
 
 def _one_f_one_b_ranks(torch_spans: bool = False) -> list[TraceBuilder]:

@@ -25,7 +25,7 @@ NON_DEFAULT = {
     "workload": "dp2tp2pp2", "model": "125m", "layers": 6, "hidden": 256, "seq_len": 128, "batch": 16,
     "schedule": "zbv", "microbatches": 8, "steps": 9, "profile_steps": "0,2,4", "out": "/tmp/a run",
     "device": "cuda", "sp": True, "bucket_cap_mb": 12.5, "reshard_after_forward": False, "ac": True,
-    "with_stack": True, "seed": 7, "lr": 3e-4,
+    "with_stack": True, "seed": 7, "lr": 3e-4, "inject_slow": "rank:1:2:forward",
     "moe_experts": 8, "moe_topk": 1, "moe_every": 2, "moe_capacity": 1.25, "moe_route_skew": 0.5,
     "moe_aux_weight": 0.001, "grad_accum": 4, "zero": 1, "accum_keep_gathered": True,
 }

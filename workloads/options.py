@@ -14,7 +14,7 @@ import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from types import NoneType
 
-from workloads import faults
+from workloads import faults, slow
 from workloads.config import SIZES, model_config
 from workloads.errors import WorkloadError
 from workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
@@ -117,6 +117,8 @@ class RunOptions:
     zero: int = opt(0, "ZeRO stage for dpN: 0, or 1 = DDP + ZeroRedundancyOptimizer (2/3: use fsdpN).")
     seed: int = opt(0, "Seed for weights and data.")
     lr: float = opt(1e-3, "AdamW learning rate.")
+    inject_slow: str | None = opt(None, "Planted straggler: rank:<R>:<FACTOR>[:forward|backward] runs that rank's "
+                                        "compute FACTOR times as long (recorded in the manifest).")
 
     # -- derived ---------------------------------------------------------------------------------------------
     def profile(self) -> tuple[int, int, int]:
@@ -225,3 +227,4 @@ class LaunchOptions:
         opts.plan(ranks_available=available, ranks_reason=f"{self.nnodes} node(s) x {per_node} per node")
         opts.total_steps()
         faults.parse(self.inject_fault)
+        slow.parse(opts.inject_slow)

@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 
+from workloads import slow
 from workloads.faults import Fault
 from workloads.options import RunOptions
 from workloads.rankio import ResultRecord, redirect_output
@@ -116,9 +117,9 @@ class Trainer:
                     model.set_reshard_after_forward(False)
                     model.set_reshard_after_backward(i == n - 1)
                 with _grad_sync(model, i == n - 1), autocast:
-                    with record_function("llmdiag/forward"):
+                    with record_function("llmdiag/forward"), slow.compute("forward", self.device):
                         loss = self.loss_fn(model(x), y) / n
-                    with record_function("llmdiag/backward"):
+                    with record_function("llmdiag/backward"), slow.compute("backward", self.device):
                         loss.backward()
                 total = total + loss.detach()
             loss = total
@@ -152,6 +153,7 @@ class Trainer:
         wait, warmup, active = opts.profile()
         profiled, total = wait + warmup + active, opts.total_steps()
         fault = Fault(self.rank, default_step=min(profiled, total - 1))
+        slow.install(self.rank, self.opts.inject_slow)
         self.say(f"rank {self.rank}/{self.world} ready in {time.perf_counter() - t_setup:.1f}s: "
                  f"{opts.workload}, {total} steps (profiling {wait},{warmup},{active})")
         trace_rel = os.path.join("traces", f"rank{self.rank}.pt.trace.json.gz")

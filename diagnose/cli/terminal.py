@@ -21,6 +21,7 @@ from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, range
 from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from diagnose.model.names import demangle, middle, short_names
 from diagnose.model.views import DISTRIBUTIONS
+from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 
 MAX_ROWS = 16
 TOP_KERNELS = 10
@@ -266,6 +267,22 @@ def _accum(a: Analysis) -> str:
     return _cards("Gradient accumulation (per optimizer step)", accum_cards(a.accum)) if a.accum else ""
 
 
+def _whatif(a: Analysis) -> str:
+    """S and its top three contributors (diagnose.simulate); the per-group table and stages where the
+    graph was built. docs/simulation.md defines the numbers."""
+    w = a.whatif
+    if w is None:
+        return ""
+    out = _cards("What-if simulation (dependency graph of all workers, replayed; docs/simulation.md)", whatif_cards(w))
+    if w.stages:
+        out += "\n" + _table(f"Pipeline per stage as traced (imbalance {fmt(w.imbalance, 'pct')}: slowest stage "
+                             "over the mean)", STAGE_HEADER, stage_rows(w), cut=set())
+    if not w.missing and w.contributions:
+        out += "\n" + _table("Slowdown per group (ideal job with one group at its measured durations)",
+                             CONTRIB_HEADER, contribution_rows(w), cut={1})
+    return out
+
+
 def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
     """The analysis as text, in the report's order of sections, fitted to `width` columns (tables cut their
     name columns in the middle, prose wraps); severities coloured when `colour` (a tty; click.style, so no
@@ -273,7 +290,7 @@ def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
     tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
     try:
         parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _memory(a),
-                 _skew(a), _findings(a), _issues(a)]
+                 _skew(a), _whatif(a), _findings(a), _issues(a)]
     finally:
         WIDTH.reset(tw)
         COLOUR.reset(tc)

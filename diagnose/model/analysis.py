@@ -18,6 +18,7 @@ from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
 from diagnose.model.pack import PACKED_SCHEMA, unpack
+from diagnose.model.whatif import WhatIf
 
 SCHEMA_VERSION = 2
 
@@ -169,7 +170,8 @@ class StageBubble:
 class PipelinePrediction:
     schedule: str
     microbatches: int
-    bubble: float  # replayed (mean over stages); the formula where no replay exists (interleaved, zero-bubble)
+    bubble: float | None  # replayed (mean over stages); None where the schedule is not simulated (interleaved,
+    # zero-bubble: only `theory` is known)
     step_ms: float | None  # replayed pipeline window; None for formula-only rows
     theory: float
 
@@ -189,6 +191,7 @@ class PipelineResult:
     imbalance: float | None  # slowest stage busy / mean stage busy − 1
     explanation: str  # why measured, replay and theory differ, in words
     predictions: list[PipelinePrediction] = field(default_factory=list)
+    groups: list[list[int]] = field(default_factory=list)  # ranks of each pipeline replica, in stage order
     inferred: bool = False  # stages, microbatches, F/B and schedule read from send/recv, no PP: labels
 
 
@@ -322,6 +325,7 @@ class Analysis:
     provenance: Provenance | None = None  # how `analyze` was run (command, options, inputs, time)
     moe: MoeSummary | None = None  # expert parallelism (diagnose.metrics.moe), None without all-to-all / MoE labels
     accum: AccumSummary | None = None  # gradient accumulation microsteps (diagnose.metrics.accum)
+    whatif: WhatIf | None = None  # what-if simulation (diagnose.simulate), None where no dependency graph was built
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

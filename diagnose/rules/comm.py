@@ -293,8 +293,13 @@ def stragglers(c: Ctx) -> list[Finding]:
                 f"{', '.join(map(str, sorted(found)[:5]))}")
     eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
                      "or its extra compute over the median)", bound=True)
+    from diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists
+
+    kind = "bound"
+    if (sim := simulated_straggler_gain(c.a.whatif, found, step)) is not None:  # the replay, where one exists
+        gain, eg, kind = sim[0], c.gain_text(*sim), "estimate"
     return [c.finding("stragglers", severity_for(gain, step), "Straggler ranks" if len(found) > 1 else "Straggler rank", ev, list(found), [],
-                      "; ".join(acts), eg, gain, "skew.last_arrivals", gain_kind="bound",
+                      "; ".join(acts), eg, gain, "skew.last_arrivals", gain_kind=kind,
                       events=["collective kernels matched across ranks", "compute kernels"])]
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from diagnose.metrics.pipeline.actions import theory_bubble
 from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from diagnose.model.format import fmt
 from diagnose.rules.base import Ctx, severity_for, steps_where
+from diagnose.simulate.gains import simulated_stage_gain
 
 IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
 
@@ -71,10 +73,15 @@ def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[
         if q.step_ms and base:
             cands.append((win * q.step_ms / base, q, f"measured window × replayed pipeline time ratio "
                           f"{fmt(q.step_ms, 'ms')} / {fmt(base, 'ms')}"))
-        else:
+        elif q.bubble is not None:
             b = min(0.95, q.bubble + excess)
             cands.append((busy / (1 - b), q, "same busy time, bubble = prediction + today's excess over "
                           "the replay"))
+        else:  # a schedule the replay does not simulate: its formula, or for zero-bubble today's bubble × m/m′
+            b, how = ((ref * m / q.microbatches, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)")
+                      if q.theory == 0.0 else (q.theory, "formula (p−1)/(v·m+p−1)"))
+            cands.append((busy / (1 - min(0.95, b + excess)), replace(q, bubble=b), f"{how}, same busy time; not "
+                          "simulated"))
     if not preds:
         pp, v = p.stages, max(1, p.stages_per_rank or 1)
         for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):
@@ -114,6 +121,8 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     act = (f"move layers from {_stages(c, hi)} to {_stages(c, lo)} (the first and last stages also carry "
            "the embedding and the output layer + loss: give them fewer transformer layers)")
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
+    if (sim := simulated_stage_gain(c.a.whatif, hi.stage, c.step_ms)) is not None:  # the replay, where one exists
+        gain, eg = sim[0], c.gain_text(*sim)
     return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
                       [hi.rank], steps_where([r for r in c.ranks if r.rank == hi.rank]), act, eg, gain,
                       "pipeline.imbalance", **_provenance(c))]

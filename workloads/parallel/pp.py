@@ -28,6 +28,7 @@ from torch.distributed.pipelining import (
 )
 from torch.profiler import record_function
 
+from workloads import slow
 from workloads.grammar import Pipeline
 
 SCHEDULE_CLASSES = {
@@ -45,19 +46,19 @@ def _label_actions(stage: PipelineStage) -> None:
 
     @functools.wraps(fwd)
     def forward_one_chunk(fwd_chunk_id, *args, **kwargs):
-        with record_function(f"PP:{stage.stage_index}F{fwd_chunk_id}"):
+        with record_function(f"PP:{stage.stage_index}F{fwd_chunk_id}"), slow.compute("forward", stage.device):
             return fwd(fwd_chunk_id, *args, **kwargs)
 
     @functools.wraps(bwd)
     def backward_one_chunk(bwd_chunk_id, *args, **kwargs):
         full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)  # (loss, full_backward, ...)
         kind = "B" if full else "I"  # input-only backward: zero-bubble's I
-        with record_function(f"PP:{stage.stage_index}{kind}{bwd_chunk_id}"):
+        with record_function(f"PP:{stage.stage_index}{kind}{bwd_chunk_id}"), slow.compute("backward", stage.device):
             return bwd(bwd_chunk_id, *args, **kwargs)
 
     @functools.wraps(wgt)
     def backward_weight_one_chunk(bwd_chunk_id, *args, **kwargs):
-        with record_function(f"PP:{stage.stage_index}W{bwd_chunk_id}"):
+        with record_function(f"PP:{stage.stage_index}W{bwd_chunk_id}"), slow.compute("backward", stage.device):
             return wgt(bwd_chunk_id, *args, **kwargs)
 
     stage.forward_one_chunk = forward_one_chunk

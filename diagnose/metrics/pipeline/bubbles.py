@@ -2,8 +2,9 @@
 
 Measured bubble of a pipeline rank in a step = 1 − |U(its F/B/I/W spans)| / W, where W is the pipeline
 window of that step: first action start to last action end over all ranks of the same pipeline (clocks
-aligned). That is the quantity the formula (p−1)/(m+p−1) describes. The replay (metrics/pipeline_replay.py) runs the
-observed per-rank orders with the measured per-microbatch durations and no communication cost.
+aligned). That is the quantity the formula (p−1)/(m+p−1) describes. The replay (replay.py) runs the
+observed per-rank orders with the measured per-microbatch durations and no communication cost: it is one use
+of the what-if engine, filled in by diagnose.simulate.replay.complete_pipeline (a stage above metrics).
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import numpy as np
 
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.pipeline.actions import Action, theory_bubble
-from diagnose.metrics.pipeline_replay import predict, replay
-from diagnose.model.analysis import PipelinePrediction, PipelineResult, StageBubble
+from diagnose.model.analysis import PipelineResult, StageBubble
 from diagnose.model.format import NS_PER_MS
-
 
 
 def analyse_pipeline(
@@ -38,7 +37,7 @@ def analyse_pipeline(
     theory = theory_bubble(schedule, p, m, v)
 
     bubbles: list[StageBubble] = []
-    windows, replay_windows = [], []
+    windows = []
     busy_by_rank: dict[int, float] = {}
     for group in groups:
         g = [r for r in group if actions.get(r)]
@@ -49,31 +48,26 @@ def analyse_pipeline(
             continue
         window, busy = _measure(g, actions, steps)
         windows.append(window)
-        rep = _replay_group(g, actions, steps)
-        if rep is not None:
-            replay_windows.append(rep.makespan)
         for r in g:
             b = float(np.mean(busy[r]))
             busy_by_rank[r] = b
             measured = 1 - b / window if window > 0 else 0.0
             stage = min(a.stage for a in actions[r])
             bubbles.append(StageBubble(stage=stage, rank=r, busy_ms=b, measured=measured,
-                                       replay=rep.bubble.get(r) if rep else None, theory=theory,
+                                       replay=None, theory=theory,
                                        gap=measured - theory))
     if not bubbles:
         return None
     measured = float(np.mean([b.measured for b in bubbles]))
-    reps = [b.replay for b in bubbles if b.replay is not None]
-    replay_mean = float(np.mean(reps)) if reps else None
     busy_vals = list(busy_by_rank.values())
     imbalance = (max(busy_vals) / np.mean(busy_vals) - 1) if busy_vals and np.mean(busy_vals) > 0 else None
     result = PipelineResult(
         schedule=schedule, stages=p, stages_per_rank=v, microbatches=m,
-        window_ms=float(np.mean(windows)), replay_window_ms=float(np.mean(replay_windows)) if replay_windows else None,
-        stage_bubbles=sorted(bubbles, key=lambda b: (b.stage, b.rank)), measured=measured, replay=replay_mean,
+        window_ms=float(np.mean(windows)), replay_window_ms=None,
+        stage_bubbles=sorted(bubbles, key=lambda b: (b.stage, b.rank)), measured=measured, replay=None,
         theory=theory, imbalance=float(imbalance) if imbalance is not None else None, explanation="",
     )
-    result.predictions = _predictions(actions, groups[0] if groups else ranks, schedule, p, m, v)
+    result.groups = [list(g) for g in groups] or [ranks]
     result.explanation = explain(result, bubbles, oversubscribed)
     return result
 
@@ -91,55 +85,6 @@ def _measure(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -
             u = iv.union(np.array([a.start for a in acts[r]]), np.array([a.end for a in acts[r]]))
             busy[r].append(iv.total(u) / NS_PER_MS)
     return float(np.mean(win_ms)), busy
-
-
-def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[int]):
-    """Replay the first complete step's observed order with per-action durations averaged over steps."""
-    durs: dict[tuple, list[float]] = defaultdict(list)
-    for r in g:
-        for a in actions[r]:
-            durs[(a.stage, a.kind, a.microbatch)].append((a.end - a.start) / NS_PER_MS)
-    dur = {k: float(np.mean(v)) for k, v in durs.items()}
-    orders = {}
-    for r in g:
-        first = sorted((a for a in actions[r] if a.step == steps[0]), key=lambda a: a.start)
-        orders[r] = [(a.stage, a.kind, a.microbatch) for a in first]
-    last_stage = max(k[0] for k in dur)
-    return replay(orders, dur, last_stage)
-
-
-def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
-    """Replayed bubble and pipeline time at other microbatch counts (same global batch) and schedules."""
-    cost: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for r in group:
-        for a in actions.get(r, []):
-            k = "B" if a.kind in ("B", "I", "W") else "F"
-            cost[(a.stage, k)].append((a.end - a.start) / NS_PER_MS)
-    if v != 1 or not cost:
-        return []
-    # One microbatch's F and B per stage; I + W count as B. Per-mb cost scales as m/m' at fixed batch.
-    per_mb = {}
-    for (s, k), vals in cost.items():
-        per_mb[(s, k)] = float(np.sum(vals)) / max(len({a.step for a in actions[group[0]]}), 1) / m
-    out = []
-    for sched in ("gpipe", "1f1b"):
-        for m2 in sorted({max(1, m // 2), m, 2 * m, 4 * m, 8 * m}):
-            scaled = {key: c * m / m2 for key, c in per_mb.items()}
-            rep = predict(sched, p, m2, scaled)
-            if rep is None:
-                continue
-            out.append(PipelinePrediction(schedule=sched, microbatches=m2,
-                                          bubble=float(np.mean(list(rep.bubble.values()))),
-                                          step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
-    # No replay for these: the formula for interleaved; for zbv, whose formula says 0 at any m, today's
-    # replayed bubble × m/m′ (fill and drain stay while the work grows), as rules/pipeline.py assumes too.
-    now = next((x.bubble for x in out if x.schedule == schedule and x.microbatches == m), None)
-    for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
-        for m2 in sorted({m, 2 * m}):
-            theory = theory_bubble(sched, p, m2, vv)
-            bubble = now * m / m2 if theory == 0.0 and now is not None else theory
-            out.append(PipelinePrediction(schedule=sched, microbatches=m2, bubble=bubble, step_ms=None, theory=theory))
-    return out
 
 
 def explain(res: PipelineResult, bubbles: list[StageBubble], oversubscribed: bool) -> str:

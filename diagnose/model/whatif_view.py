@@ -1,0 +1,58 @@
+"""The what-if figures as the terminal and the report print them (one list of labelled, formatted values),
+so the two outputs cannot disagree on a number or its unit."""
+
+from __future__ import annotations
+
+from diagnose.model.format import fmt
+from diagnose.model.whatif import Contribution, WhatIf
+
+GROUP_NAMES = {"optype": "op type", "stage": "stage", "dp_rank": "DP rank"}
+CONTRIB_HEADER = ["by", "group", "S with only it measured", "share of (S − 1)"]
+STAGE_HEADER = ["stage", "compute ms", "bubble"]
+
+
+def contributor(c: Contribution) -> str:
+    return f"{GROUP_NAMES.get(c.group, c.group)} {c.key}"
+
+
+def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
+    """(label, value, note) of the headline numbers; an incomplete graph gives only what is missing."""
+    if w.missing:
+        return [("not simulated", "—", "; ".join(w.missing) + " (no partial answer is shown)")]
+    top = ", ".join(f"{contributor(c)} {fmt(c.slowdown, 'ratio')}" for c in w.top(3))
+    cards = [
+        ("slowdown S", fmt(w.slowdown, "ratio"),
+         f"simulated step as traced (launch delays removed) {fmt(w.no_delay_step_ms, 'ms')} over the ideal "
+         f"{fmt(w.ideal_step_ms, 'ms')}: stragglers cost {fmt(1 - 1 / w.slowdown, 'pct')} of the step"),
+        ("top contributors", top, "S recomputed with only that group at its measured durations"),
+        ("simulated vs measured", f"{fmt(w.simulated_step_ms, 'ms')} vs {fmt(w.measured_step_ms, 'ms')}",
+         f"replay error {fmt(w.sim_error, 'pct')} with the measured launch delays; {fmt(w.ops, 'int')} ops, "
+         f"{w.workers} workers, {w.steps} steps"),
+        ("launch slowdown", fmt(w.launch_slowdown, "ratio"),
+         "measured step over the replay without launch delays (host gaps the graph does not explain)"),
+    ]
+    for a in w.assumed:
+        cards.append(("assumed", "—", a))
+    for x in w.left_out:
+        cards.append(("left out", "—", f"{x}: not replayed, the job is too large for the replay budget"))
+    if w.ms is not None:
+        cards.append(("M_S (last stage)", fmt(w.ms, "pct"),
+                      "share of the slowdown removed by making the last stage's ops ideal"))
+    if w.mw is not None:
+        cards.append(("M_W (worst workers)", fmt(w.mw, "pct"),
+                      f"share removed by making worker(s) {', '.join(map(str, w.mw_ranks))} ideal"))
+    return cards
+
+
+def contribution_rows(w: WhatIf) -> list[list[str]]:
+    s = w.slowdown or 1.0
+    rows = []
+    for c in sorted(w.contributions, key=lambda c: (list(GROUP_NAMES).index(c.group) if c.group in GROUP_NAMES
+                                                    else 9, -c.slowdown)):
+        share = (c.slowdown - 1) / (s - 1) if s > 1 else None
+        rows.append([GROUP_NAMES.get(c.group, c.group), c.key, fmt(c.slowdown, "ratio"), fmt(share, "pct")])
+    return rows
+
+
+def stage_rows(w: WhatIf) -> list[list[str]]:
+    return [[str(s.stage), fmt(s.compute_ms, "ms", False), fmt(s.bubble, "pct")] for s in w.stages]

@@ -1,0 +1,221 @@
+"""The what-if graph of a Kineto pipeline job, from what cross-rank assembly already has: each rank's
+pipeline actions (F/B/I/W per microbatch and step), its send/recv records with their peers, and its
+collectives (matched across ranks by group, kind and order).
+
+- a rank's actions run in their traced order (its compute stream);
+- the n-th send from a rank to the next stage carries the activation of its n-th forward; the n-th recv
+  from the previous stage feeds the receiver's n-th forward and is posted when the receiver's previous
+  action ends; gradients likewise with backward (B or I) to the previous stage. A send and its recv are a
+  synchronisation pair (they end together once both are posted; the rest is the transfer);
+- a collective waits for the last action its rank finished before launching it, and ends with its group.
+
+Not built (the section then says why, and gives no number): ranks missing, a rank that holds several
+stages (interleaved schedules), ranks that traced different steps, send/recv whose counts do not pair with
+the actions (unmatched p2p), a send to a rank that is not a neighbouring stage.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from diagnose.model.whatif import WhatIf
+from diagnose.simulate.engine import CycleError, GraphBuilder
+from diagnose.simulate.whatif import SimJob, analyse
+
+OPTYPE = {"F": "forward-compute", "B": "backward-compute", "I": "backward-input", "W": "backward-weight"}
+LABEL = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm", "backward-send": "backward-pp-comm",
+         "backward-recv": "backward-pp-comm"}
+LAUNCH_EPS_NS = 1_000  # a collective launched within 1 µs of an action's end waits for that action
+
+
+class _Ops:
+    def __init__(self):
+        self.rows: list[tuple] = []  # (rank, step, optype, start ns, end ns, comm)
+
+    def add(self, rank, step, optype, start, end, comm) -> int:
+        self.rows.append((rank, step, optype, int(start), int(end), comm))
+        return len(self.rows) - 1
+
+
+def kineto_whatif(outputs, ranks_missing: list[int]) -> WhatIf | None:
+    """None where no rank has pipeline actions (nothing to simulate); a WhatIf naming what is missing where
+    the graph cannot be built from the evidence."""
+    good = [o for o in outputs if not o.error and o.metrics is not None and o.actions]
+    if not good:
+        return None
+    n_ops = sum(len(o.actions) for o in good)
+
+    def missing(*why) -> WhatIf:
+        return WhatIf("kineto-pipeline", len(good), 0, n_ops, missing=list(why))
+
+    if ranks_missing:
+        return missing(f"ranks without a trace: {', '.join(map(str, ranks_missing[:8]))}: their ops and the "
+                       "transfers to them are unknown")
+    stage, shift = {}, {}
+    for o in good:
+        pa = o.metrics.pipeline_actions
+        stages = {a.stage for a in pa}
+        if len(pa) != len(o.actions) or not pa:
+            return missing(f"rank {o.rank}: pipeline actions not aligned to the common clock")
+        if len(stages) != 1:
+            return missing(f"rank {o.rank} holds {len(stages)} stages (an interleaved schedule): not simulated")
+        stage[o.rank] = stages.pop()
+        shift[o.rank] = round(pa[0].start_ms * 1e6) - o.actions[0].start
+    step_sets = {o.rank: {a.step for a in o.actions} for o in good}
+    if len({frozenset(s) for s in step_sets.values()}) != 1:
+        return missing("ranks traced different steps")
+    steps = sorted(next(iter(step_sets.values())))
+    ops, b_edges, groups = _Ops(), [], []
+    assumed = []
+    try:
+        by_rank = {o.rank: _rank_ops(o, shift[o.rank], ops, b_edges) for o in good}
+        if any(o.p2p for o in good) or len(set(stage.values())) < 2:
+            _p2p(good, stage, shift, by_rank, ops, b_edges, groups)
+        else:  # no send/recv with peers (gloo's host ops carry none): the schedule's edges, transfers unknown
+            _direct(stage, by_rank, b_edges)
+            assumed.append("the traces hold no send/recv with peers: each forward waits for the previous stage's, "
+                           "each backward for the next stage's, and transfers are part of the launch delays "
+                           "(free communication in the no-delay and ideal replays)")
+        _collectives(good, shift, by_rank, ops, b_edges, groups)
+    except _Unbuildable as e:
+        return missing(str(e))
+    try:
+        w = analyse(_job(ops, b_edges, groups, stage, steps))
+    except CycleError as e:
+        return missing(f"the dependencies read from the traces contradict each other: {e}")
+    w.assumed = assumed
+    return w
+
+
+def _direct(stage, by_rank, edges: list) -> None:
+    """F(s, mb) after F(s−1, mb); B/I(s, mb) after B/I(s+1, mb), same step; one stage per rank."""
+    at: dict[tuple, int] = {}
+    for r, d in by_rank.items():
+        mbs = d["mb"]
+        for (i, kind, step), mb in zip(d["acts"], mbs):
+            at[(stage[r], "F" if kind == "F" else "B", mb, step)] = i
+    for (s, kind, mb, step), i in at.items():
+        peer = (s - 1, "F", mb, step) if kind == "F" else (s + 1, "B", mb, step)
+        if peer in at:
+            edges.append((i, at[peer]))
+        elif (kind == "F" and s > 0) or (kind == "B" and s < max(stage.values())):
+            raise _Unbuildable(f"stage {s}'s {kind} of microbatch {mb} (step {step}) has no counterpart on the "
+                               f"{'previous' if kind == 'F' else 'next'} stage")
+
+
+class _Unbuildable(ValueError):
+    pass
+
+
+def _rank_ops(o, sh: int, ops: _Ops, edges: list) -> dict:
+    """Actions as ops, chained in start order per step; returns the rank's action ids and their kinds."""
+    acts = sorted(o.actions, key=lambda a: (a.start, a.end))
+    ids, prev = [], {}
+    for a in acts:
+        i = ops.add(o.rank, a.step, OPTYPE.get(a.kind, a.kind), a.start + sh, a.end + sh, False)
+        if a.step in prev:
+            edges.append((i, prev[a.step]))
+        prev[a.step] = i
+        ids.append((i, a.kind, a.step))
+    return {"acts": ids, "mb": [a.microbatch for a in acts]}
+
+
+def _p2p(good, stage, shift, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+    rank_of_stage = defaultdict(list)
+    for r, s in stage.items():
+        rank_of_stage[s].append(r)
+    sends, recvs = defaultdict(list), defaultdict(list)
+    for o in good:
+        for pg, kind, peer, s, e in o.p2p:
+            if peer not in stage:
+                raise _Unbuildable(f"rank {o.rank} sends to or receives from rank {peer}, which has no trace")
+            d = stage[peer] - stage[o.rank]
+            if abs(d) != 1:
+                raise _Unbuildable(f"rank {o.rank} (stage {stage[o.rank]}) exchanges with rank {peer} "
+                                   f"(stage {stage[peer]}): not a neighbouring stage")
+            (sends if kind == "send" else recvs)[(pg, o.rank, peer) if kind == "send" else (pg, peer, o.rank)].append(
+                (s + shift[o.rank], e + shift[o.rank]))
+    last = max(stage.values())
+    for r, s in sorted(stage.items()):
+        if s < last and not any(k[1] == r and stage[k[2]] == s + 1 for k in set(sends) | set(recvs)):
+            raise _Unbuildable(f"no send/recv with a peer from rank {r} (stage {s}) to the next stage: the "
+                               "transfers between stages are unknown")
+    for key in sorted(set(sends) | set(recvs)):
+        pg, src, dst = key
+        a, b = sends.get(key, []), recvs.get(key, [])
+        fwd = stage[dst] == stage[src] + 1
+        produce = [x for x in by_rank[src]["acts"] if (x[1] == "F" if fwd else x[1] in ("B", "I"))]
+        consume = [x for x in by_rank[dst]["acts"] if (x[1] == "F" if fwd else x[1] in ("B", "I"))]
+        if not (len(a) == len(b) == len(produce) == len(consume)):
+            raise _Unbuildable(f"unmatched p2p from rank {src} to rank {dst}: {len(a)} sends, {len(b)} recvs for "
+                               f"{len(produce)} {'forwards' if fwd else 'backwards'} sent and {len(consume)} received")
+        before = {x[0]: p for x, p in _prev_in_stream(by_rank[dst]["acts"])}
+        kind = "forward" if fwd else "backward"
+        for (ss, se), (rs, re), (pi, _, pstep), (ci, _, cstep) in zip(a, b, produce, consume):
+            si = ops.add(src, pstep, f"{kind}-send", ss, se, True)
+            ri = ops.add(dst, cstep, f"{kind}-recv", rs, re, True)
+            edges.append((si, pi))
+            edges.append((ci, ri))
+            if before.get(ci) is not None:
+                edges.append((ri, before[ci]))
+            groups.append([si, ri])
+
+
+def _prev_in_stream(acts):
+    prev = {}
+    for x in acts:
+        yield x, prev.get(x[2])
+        prev[x[2]] = x[0]
+
+
+def _collectives(good, shift, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+    members = defaultdict(list)
+    for o in good:
+        c = o.collectives
+        acts = by_rank[o.rank]["acts"]
+        ends = np.array([ops.rows[i][4] for i, _, _ in acts], dtype=np.int64)
+        order = np.argsort(ends, kind="stable")
+        sorted_ends = ends[order]
+        last_of_pg = {}
+        for k in range(len(c)):
+            s, e = int(c.start[k]) + shift[o.rank], int(c.end[k]) + shift[o.rank]
+            pg, kind = c.keys[int(c.key[k])]
+            j = int(np.searchsorted(sorted_ends, s + LAUNCH_EPS_NS, side="right")) - 1
+            after = acts[int(order[j])] if j >= 0 else None
+            step = after[2] if after else acts[0][2]
+            i = ops.add(o.rank, step, kind or "collective", s, e, True)
+            if after:
+                edges.append((i, after[0]))
+            if (pg, kind) in last_of_pg:
+                edges.append((i, last_of_pg[(pg, kind)]))
+            last_of_pg[(pg, kind)] = i
+            members[(pg, kind, int(c.ordinal[k]))].append(i)
+    for m in members.values():
+        if len({ops.rows[i][1] for i in m}) > 1:
+            raise _Unbuildable("a collective matched across ranks falls in different steps on different ranks")
+        groups.append(m)
+
+
+def _job(ops: _Ops, edges, groups, stage, steps) -> SimJob:
+    rows = ops.rows
+    n = len(rows)
+    b = GraphBuilder(n)
+    for after, before in edges:
+        if rows[after][1] == rows[before][1]:  # steps are replayed apart
+            b.dep(after, before)
+    for g in groups:
+        b.sync(g)
+    g = b.build()
+    rank = np.array([r[0] for r in rows], dtype=np.int64)
+    same_stage = defaultdict(list)
+    for r, s in sorted(stage.items()):
+        same_stage[s].append(r)
+    dp_of = {r: k for rs in same_stage.values() for k, r in enumerate(rs)}
+    start = np.array([r[3] for r in rows], dtype=np.float64) / 1e6
+    end = np.array([r[4] for r in rows], dtype=np.float64) / 1e6
+    optype = np.array([r[2] for r in rows], dtype=object)
+    return SimJob("kineto-pipeline", g, np.asarray(g.group) >= 0, start, end - start, optype,
+                  np.array([r[5] for r in rows], dtype=bool), np.array([stage[x] for x in rank]),
+                  np.array([dp_of[x] for x in rank]), rank, np.searchsorted(steps, [r[1] for r in rows]), steps, LABEL)

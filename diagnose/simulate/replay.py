@@ -1,0 +1,215 @@
+"""The pipeline replay: a schedule's dependency graph with measured durations and free communication, run by
+the one what-if engine (diagnose.simulate.engine).
+
+Each rank runs its actions in a fixed order; F(s, mb) waits for F(s−1, mb), B/I(s, mb) for F(s, mb) and
+B/I(s+1, mb), W(s, mb) for B/I(s, mb). The makespan and idle time of this replay are the schedule's
+inherent bubble given the measured stage costs: measured − replay is what communication, host overhead
+and noise add; replay − formula is what stage imbalance adds. Fed with generated orders (gpipe, 1f1b,
+Megatron's interleaved 1F1B) it predicts other microbatch counts and schedules; schedules it has no order for
+(zero-bubble, interleaving with m not a multiple of p) are not simulated, and their predictions carry the
+formula in `theory` only (`bubble` None).
+
+`complete_pipeline` fills the replay into the PipelineResult that metrics (diagnose.metrics.pipeline_bubbles)
+measured: the replay sits one stage above metrics, beside the rest of the what-if.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.metrics.pipeline.actions import Action, theory_bubble
+from diagnose.metrics.pipeline.bubbles import explain
+from diagnose.model.analysis import PipelinePrediction, PipelineResult
+from diagnose.model.format import NS_PER_MS
+from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
+
+Key = tuple[int, str, int]  # (stage, kind, microbatch)
+SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count
+
+
+@dataclass
+class ReplayResult:
+    makespan: float
+    busy: dict[int, float]  # rank -> busy time
+    bubble: dict[int, float]  # rank -> 1 − busy / makespan
+
+
+def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int) -> ReplayResult | None:
+    """Simulate; None if the orders deadlock (an order the dependencies cannot satisfy, or an action waiting
+    for one that no rank runs)."""
+    ids: dict[Key, int] = {}
+    for order in orders.values():
+        for a in order:
+            ids.setdefault(a, len(ids))
+    b = GraphBuilder(len(ids))
+    for order in orders.values():
+        b.chain([ids[a] for a in order])
+    for a, i in ids.items():
+        for d in _deps(a, last_stage, dur):
+            if d not in ids:
+                return None
+            b.dep(i, ids[d])
+    d = np.array([dur.get(a, 0.0) for a in ids], dtype=np.float64)
+    zero = np.zeros(len(ids))
+    try:
+        _, end = simulate(b.build(), d, zero, zero)
+    except CycleError:
+        return None
+    makespan = float(end.max()) if len(end) else 0.0
+    busy = {r: sum(dur.get(a, 0.0) for a in o) for r, o in orders.items()}
+    bubble = {r: (1 - busy[r] / makespan) if makespan > 0 else 0.0 for r in orders}
+    return ReplayResult(makespan, busy, bubble)
+
+
+def _deps(a: Key, last_stage: int, dur: dict[Key, float]) -> list[Key]:
+    s, k, mb = a
+    if k == "F":
+        return [(s - 1, "F", mb)] if s > 0 else []
+    if k in ("B", "I"):
+        deps = [(s, "F", mb)]
+        if s < last_stage:
+            nxt = (s + 1, "I", mb) if (s + 1, "I", mb) in dur else (s + 1, "B", mb)
+            deps.append(nxt)
+        return deps
+    if k == "W":
+        return [(s, "I", mb)] if (s, "I", mb) in dur else [(s, "B", mb)]
+    return []
+
+
+def generate_order(schedule: str, stage: int, p: int, m: int, v: int = 1) -> list[Key] | None:
+    """The action order of pipeline rank `stage` for gpipe, 1f1b, or interleaved 1F1B with v model chunks
+    (Megatron-LM's order: chunk c of rank r is stage c·p + r; m a multiple of p); None for others."""
+    s = schedule.lower()
+    if s == "gpipe":
+        return [(stage, "F", i) for i in range(m)] + [(stage, "B", i) for i in range(m)]
+    if s == "1f1b":
+        warm = min(p - 1 - stage, m)
+        order = [(stage, "F", i) for i in range(warm)]
+        for i in range(m - warm):
+            order += [(stage, "F", warm + i), (stage, "B", i)]
+        order += [(stage, "B", i) for i in range(m - warm, m)]
+        return order
+    if s == "interleaved1f1b" and v >= 2 and m % p == 0:
+        return _interleaved(stage, p, m, v)
+    return None
+
+
+def _interleaved(rank: int, p: int, m: int, v: int) -> list[Key]:
+    """Warm-up of (p − rank − 1)·2 + (v − 1)·p forwards (all of them when m = p), then one forward and one
+    backward alternately; virtual microbatch k runs chunk (k mod p·v) div p (backward: the reverse) of
+    microbatch (k div p·v)·p + k mod p."""
+    total = m * v
+    warm = total if m == p else min((p - rank - 1) * 2 + (v - 1) * p, total)
+
+    def key(k: int, fwd: bool) -> Key:
+        c = (k % (p * v)) // p
+        c = c if fwd else v - 1 - c
+        return (c * p + rank, "F" if fwd else "B", (k // (p * v)) * p + k % p)
+
+    order = [key(k, True) for k in range(warm)]
+    for i in range(total - warm):
+        order += [key(warm + i, True), key(i, False)]
+    return order + [key(k, False) for k in range(total - warm, total)]
+
+
+def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float], v: int = 1) -> ReplayResult | None:
+    """Replay `schedule` at m microbatches; stage_cost is the time of one microbatch's F or B on each pipeline
+    rank (v = 1), split evenly over its v chunks when interleaved."""
+    orders = {}
+    for r in range(p):
+        o = generate_order(schedule, r, p, m, v)
+        if o is None:
+            return None
+        orders[r] = o
+    chunks = v if schedule.lower() == "interleaved1f1b" else 1
+    dur = {a: stage_cost.get((a[0] % p, a[1]), 0.0) / chunks for o in orders.values() for a in o}
+    return replay(orders, dur, chunks * p - 1)
+
+
+def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False) -> None:
+    """The replay of each pipeline replica's observed order, the predictions, and the explanation that reads
+    them, filled into `res` (whose measured numbers metrics computed over the same actions and groups)."""
+    before = explain(res, res.stage_bubbles, oversubscribed)
+    windows, per_rank = [], {}
+    for group in res.groups:
+        g = [r for r in group if actions.get(r)]
+        if not g:
+            continue
+        steps = sorted(set.intersection(*[{a.step for a in actions[r]} for r in g]))
+        rep = _replay_group(g, actions, steps) if steps else None
+        if rep is not None:
+            windows.append(rep.makespan)
+            per_rank.update(rep.bubble)
+    for b in res.stage_bubbles:
+        b.replay = per_rank.get(b.rank)
+    reps = [b.replay for b in res.stage_bubbles if b.replay is not None]
+    res.replay = float(np.mean(reps)) if reps else None
+    res.replay_window_ms = float(np.mean(windows)) if windows else None
+    first = res.groups[0] if res.groups else sorted(actions)
+    res.predictions = _predictions(actions, first, res.schedule, res.stages, res.microbatches, res.stages_per_rank)
+    after = explain(res, res.stage_bubbles, oversubscribed)
+    res.explanation = res.explanation.replace(before, after) if before in res.explanation else after
+
+
+def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -> ReplayResult | None:
+    """Replay the first complete step's observed order with per-action durations averaged over steps."""
+    durs: dict[tuple, list[float]] = defaultdict(list)
+    for r in g:
+        for a in actions[r]:
+            durs[(a.stage, a.kind, a.microbatch)].append((a.end - a.start) / NS_PER_MS)
+    dur = {k: float(np.mean(v)) for k, v in durs.items()}
+    orders = {}
+    for r in g:
+        first = sorted((a for a in actions[r] if a.step == steps[0]), key=lambda a: a.start)
+        orders[r] = [(a.stage, a.kind, a.microbatch) for a in first]
+    return replay(orders, dur, max(k[0] for k in dur))
+
+
+def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
+    """Replayed bubble and pipeline time at other microbatch counts (same global batch) for the schedules the
+    replay has an order for; interleaved and zero-bubble rows carry only their formula (`bubble` None)."""
+    cost: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for r in group:
+        for a in actions.get(r, []):
+            k = "B" if a.kind in ("B", "I", "W") else "F"
+            cost[(a.stage, k)].append((a.end - a.start) / NS_PER_MS)
+    if v != 1 or not cost:
+        return []
+    # One microbatch's F and B per stage; I + W count as B. Per-mb cost scales as m/m' at fixed batch.
+    per_mb = {}
+    for (s, k), vals in cost.items():
+        per_mb[(s, k)] = float(np.sum(vals)) / max(len({a.step for a in actions[group[0]]}), 1) / m
+    out = []
+    for sched in SIMULATED:
+        for m2 in sorted({max(1, m // 2), m, 2 * m, 4 * m, 8 * m}):
+            rep = predict(sched, p, m2, {key: c * m / m2 for key, c in per_mb.items()})
+            if rep is None:
+                continue
+            out.append(PipelinePrediction(schedule=sched, microbatches=m2,
+                                          bubble=float(np.mean(list(rep.bubble.values()))),
+                                          step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
+    for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
+        for m2 in sorted({m, 2 * m}):
+            rep = predict(sched, p, m2, {key: c * m / m2 for key, c in per_mb.items()}, vv)
+            # no order for zero-bubble (or interleaving with m not a multiple of p): the formula, never as a replay
+            out.append(PipelinePrediction(schedule=sched, microbatches=m2,
+                                          bubble=float(np.mean(list(rep.bubble.values()))) if rep else None,
+                                          step_ms=rep.makespan if rep else None,
+                                          theory=theory_bubble(sched, p, m2, vv)))
+    return out
+
+
+def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> None:
+    """`complete_pipeline` with each rank's actions as assembly staged them (its pipeline_actions carry the
+    stage; the parsed actions the step)."""
+    if analysis.pipeline is None:
+        return
+    acts = {}
+    for o in outputs:
+        pa = o.metrics.pipeline_actions if o.metrics is not None else []
+        if o.actions and len(pa) == len(o.actions):
+            acts[o.rank] = [Action(a.step, x.stage, a.kind, a.microbatch, a.start, a.end) for a, x in zip(o.actions, pa)]
+    complete_pipeline(analysis.pipeline, acts, oversubscribed)

@@ -1,0 +1,50 @@
+"""A planted-straggler corpus of generated multi-rank GPU pipeline traces (on tests/gen_pipeline.py): one
+stage's forward, backward or both run slower by a known factor, each case with a silent twin (the same job,
+nothing planted). Every action's cost varies by a deterministic ± jitter, so the twins are not trivially
+uniform. The truth (rank, op type) is known by construction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tests.gen_pipeline import Case
+
+OPTYPE = {"F": "forward-compute", "B": "backward-compute"}
+
+
+@dataclass
+class Planted(Case):
+    slow_kind: str | None = None  # "F", "B", or None for both
+
+    def cost(self, s: int, kind: str, mb: int = 0) -> int:
+        base = Case.cost(dataclasses.replace(self, slow_stage=None), s, kind, mb)  # with the jitter, unplanted
+        if s == self.slow_stage and (self.slow_kind is None or self.slow_kind == kind):
+            base = round(base * self.slow_factor)
+        return base
+
+    @property
+    def truth(self) -> tuple[int, str | None] | None:
+        if self.slow_stage is None:
+            return None
+        return self.rank(self.slow_stage), OPTYPE.get(self.slow_kind) if self.slow_kind else None
+
+
+def corpus() -> list[Planted]:
+    """24 planted cases (2–4 stages, 1F1B and GPipe, F/B/both, factors 1.25–1.6) and 8 silent twins."""
+    out = []
+    shapes = [(2, 4, "1f1b"), (3, 6, "1f1b"), (4, 8, "1f1b"), (4, 4, "gpipe")]
+    kinds = [None, "F", "B"]
+    k = 0
+    for p, m, sched in shapes:
+        for kind in kinds:
+            for rep in range(2):
+                stage = (k * 5 + rep) % p
+                factor = (1.25, 1.6)[(k + rep) % 2]
+                out.append(Planted(p=p, m=m, schedule=sched, slow_stage=stage, slow_factor=factor, slow_kind=kind,
+                                   lat_us=20 + 10 * (k % 3), jitter_us=15, steps=2))
+            k += 1
+    for p, m, sched in shapes:
+        for lat in (20, 40):
+            out.append(Planted(p=p, m=m, schedule=sched, lat_us=lat, jitter_us=15, steps=2))
+    return out
