@@ -46,6 +46,8 @@ SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one 
 def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
              bar: Progress) -> list[RankOutput]:
     """Outputs in the order of `jobs`, computed on the cluster `spec` names (diagnose.engine.EngineSpec)."""
+    bar.describe(f"starting a Dask LocalCluster of {spec.dask_local} workers" if spec.dask_local
+                 else "connecting to the Dask scheduler")
     try:
         import dask  # noqa: F401
         import distributed  # noqa: F401
@@ -53,6 +55,7 @@ def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob]
         raise LlmdiagError(f"the Dask engine needs dask and distributed, which are not installed ({e.name}): "
                            f"{EXTRA}") from None
     with _quiet(), _client(spec) as (client, where):
+        bar.describe("analysing traces")
         return _collect(client, where, jobs, sizes, fn, bar)
 
 
