@@ -54,6 +54,7 @@ def test_pool_returns_outputs_in_job_order_and_counts_every_file(tmp_path, monke
 def test_progress_counts_files_and_bytes():
     bar = Progress(3, 600, enabled=False)
     with bar:
+        bar.describe("starting")
         for n in (100, 200, 300):
             bar.advance(n)
     assert (bar.files_done, bar.bytes_done, bar.total_files, bar.total_bytes) == (3, 600, 3, 600)

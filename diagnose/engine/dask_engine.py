@@ -46,6 +46,8 @@ SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one 
 def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
              bar: Progress) -> list[RankOutput]:
     """Outputs in the order of `jobs`, computed on the cluster `spec` names (diagnose.engine.EngineSpec)."""
+    bar.describe(f"starting a Dask LocalCluster of {spec.dask_local} workers" if spec.dask_local
+                 else "connecting to the Dask scheduler")
     try:
         import dask  # noqa: F401
         import distributed  # noqa: F401
@@ -53,6 +55,7 @@ def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob]
         raise LlmdiagError(f"the Dask engine needs dask and distributed, which are not installed ({e.name}): "
                            f"{EXTRA}") from None
     with _quiet(), _client(spec) as (client, where):
+        bar.describe("analysing traces")
         return _collect(client, where, jobs, sizes, fn, bar)
 
 
@@ -105,9 +108,9 @@ def _client(spec):
 
 
 def _local_cluster(n: int):
-    """N worker processes of one thread each (the pool's shape), no dashboard, no memory limit of Dask's own (as
-    the pool: the OS decides), each trace retried once when its worker dies. Its scheduler runs in this process
-    and reads the config when it starts."""
+    """N worker processes of one thread each (the pool's shape) on this host only, no dashboard, no memory limit
+    of Dask's own (as the pool: the OS decides), each trace retried once when its worker dies. Its scheduler
+    runs in this process and reads the config when it starts."""
     import dask
     from distributed import LocalCluster
 
@@ -116,8 +119,11 @@ def _local_cluster(n: int):
     with dask.config.set({"distributed.scheduler.allowed-failures": 1,
                           "distributed.scheduler.worker-saturation": SATURATION}):
         try:
-            return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                silence_logs=logging.CRITICAL, memory_limit=0)
+            return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                dashboard_address=None, silence_logs=logging.CRITICAL, memory_limit=0,
+                                # its HTTP endpoint (health, metrics) on a free port: 8787 may be another
+                                # cluster's, and Dask would warn on stderr
+                                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
         except Exception as e:  # the workers could not start (spawn, ports, resources): one line, not Dask's
             raise LlmdiagError(f"cannot start a Dask LocalCluster of {n} workers ({type(e).__name__}: {e})") from None
 

@@ -32,6 +32,11 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
 
+    def describe(self, text: str) -> None:
+        """What the engine is doing before the first trace is done (starting or reaching a Dask cluster)."""
+        if self._bar is not None:
+            self._bar.update(self._task, description=text)
+
     def advance(self, nbytes: int) -> None:
         """One more trace done (analysed or failed): `nbytes` is its size on disk."""
         self.files_done += 1
