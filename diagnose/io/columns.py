@@ -157,16 +157,17 @@ class Columns:
         except (KeyError, TypeError, AttributeError):
             self.bad += sum(1 for e in events if type(e) is not dict)
             ph = [e.get("ph") if type(e) is dict else None for e in events]
-        for e in compress(events, map(eq, ph, repeat("M"))):
+        # list.count is one C pass (with ==, as eq): the phases a piece lacks cost no filtering pass
+        for e in compress(events, map(eq, ph, repeat("M"))) if ph.count("M") else ():
             if v.get(e, "name") == "thread_name":
                 a = v.args([e])[0]
                 self.thread_names[(_hashable(v.get(e, "pid")), _hashable(v.get(e, "tid")))] = str(v.arg([a], "name")[0])
-        instants = list(compress(events, map(eq, ph, repeat("i"))))
+        instants = list(compress(events, map(eq, ph, repeat("i")))) if ph.count("i") else []
         if instants:
             mem = list(compress(instants, map(eq, v.field(instants, "name", ""), repeat("[memory]"))))
             if mem:
                 self._add_memory(mem, v)
-        X = list(compress(events, map(eq, ph, repeat("X"))))
+        X = events if ph.count("X") == len(ph) else list(compress(events, map(eq, ph, repeat("X"))))
         del events, ph
         if X:
             self._add_complete(X, v)
