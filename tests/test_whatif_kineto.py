@@ -83,10 +83,10 @@ def test_without_peer_records_the_schedule_edges_are_assumed_and_said(tmp_path, 
     """Traces whose send/recv carry no peers (gloo): forward after the previous stage's forward, backward after
     the next stage's backward; transfers fold into launch delays, so the no-delay and ideal replays are the
     generator's schedule with free communication. The section says so."""
-    import diagnose.simulate.kineto as kineto
+    import diagnose.analyze as an
 
-    real = kineto.kineto_whatif
-    monkeypatch.setattr(kineto, "kineto_whatif",
+    real = an.kineto_whatif
+    monkeypatch.setattr(an, "kineto_whatif",
                         lambda outs, missing: real([dataclasses.replace(o, p2p=[]) for o in outs], missing))
     c = CASES[0]
     write(c, tmp_path)
