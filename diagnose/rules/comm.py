@@ -7,7 +7,7 @@ import statistics
 
 from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
-from diagnose.model.format import fmt, plural
+from diagnose.model.format import fmt, plural, ranges
 from diagnose.rules.base import Ctx, severity_for, steps_where
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
@@ -273,18 +273,20 @@ def stragglers(c: Ctx) -> list[Finding]:
     known = {r.rank: r.host for r in c.ranks if r.host}
     where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")  # noqa: E731
     ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
-    ev += f"; median step {fmt(step, 'ms')}"
+    ev += (f"; and {len(found) - 5} more" if len(found) > 5 else "") + f"; median step {fmt(step, 'ms')}"
     acts = []
     hosts = sorted({known[r] for r in found if r in known})
     if len(set(known.values())) > 1:
         check = "clocks/throttling (`nvidia-smi -q -d PERFORMANCE`), NIC errors" if c.gpu else "CPU frequency"
-        acts.append(f"inspect host(s) {', '.join(hosts[:5])}: {check}, other processes; replace or exclude the node")
+        more = f" and {len(hosts) - 5} more" if len(hosts) > 5 else ""
+        acts.append(f"inspect host(s) {', '.join(hosts[:5])}{more}: {check}, other processes; replace or exclude "
+                    "the node")
     staged = sorted({stage_of[r] for r in found if r in stage_of})
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "
                     "sets the pipeline's pace)")
     acts.append(f"look for uneven work (data, sequence lengths, layer split) on {'ranks' if len(found) > 1 else 'rank'} "
-                f"{', '.join(map(str, sorted(found)[:5]))}")
+                f"{ranges(sorted(found))}")
     eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
                      "or its extra compute over the median)", bound=True)
     return [c.finding("stragglers", severity_for(gain, step), "Straggler ranks" if len(found) > 1 else "Straggler rank", ev, list(found), [],
