@@ -42,9 +42,10 @@ def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     render_report(shown, hpath)
     phases["render"] = time.perf_counter() - t
     wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before check/diff read summaries here
     gate = _gate_times(jpath)
     return {"wall": wall, "ranks": len(a.ranks), "phases": phases, "findings": len(a.findings),
-            "coordinator_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "coordinator_peak_rss": peak,
             "summary_bytes": os.path.getsize(jpath), "report_bytes": os.path.getsize(hpath),
             "terminal_lines": text.count("\n") + 1, **gate,
             "errors": [i.message for i in a.issues if i.severity == "error"][:3]}
