@@ -42,9 +42,10 @@ def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     render_report(shown, hpath)
     phases["render"] = time.perf_counter() - t
     wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before check/diff read summaries here
     gate = _gate_times(jpath)
     return {"wall": wall, "ranks": len(a.ranks), "phases": phases, "findings": len(a.findings),
-            "coordinator_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "coordinator_peak_rss": peak,
             "summary_bytes": os.path.getsize(jpath), "report_bytes": os.path.getsize(hpath),
             "terminal_lines": text.count("\n") + 1, **gate,
             "errors": [i.message for i in a.issues if i.severity == "error"][:3]}
@@ -69,25 +70,28 @@ def _gate_times(summary: str) -> dict:
 def table(rows: list[dict]) -> str:
     """The ladder as a Markdown table, with the issue's four targets judged from it."""
     head = ("| ranks | MB | whole s | map s | reduce s | rules s | render s | ms per rank | coordinator peak RSS MB "
-            "| summary MB | report MB | terminal lines | check s (lines) | diff s (lines) |")
+            "| summary MB | report MB | terminal lines | check s (lines) | diff s (lines) | CPU ms per rank |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     ok = {r["ranks"]: r["ladder"] for r in rows if "wall" in r.get("ladder", {})}
     for r in rows:
         m = r.get("ladder", {})
         if "wall" not in m:
-            out.append(f"| {r['ranks']} | failed: {m.get('error', '?')[:200]} |" + " |" * 12)
+            out.append(f"| {r['ranks']} | failed: {m.get('error', '?')[:200]} |" + " |" * 13)
             continue
         p = m["phases"]
         out.append(f"| {r['ranks']:,} | {r.get('bytes', 0) / 1e6:.0f} | {m['wall']:.1f} | {p.get('map', 0):.1f} "
                    f"| {p.get('reduce', 0):.2f} | {p.get('rules', 0):.2f} | {p.get('render', 0):.2f} "
                    f"| {1e3 * m['wall'] / m['ranks']:.2f} | {m['coordinator_peak_rss'] / 1e6:.0f} "
                    f"| {m['summary_bytes'] / 1e6:.1f} | {m['report_bytes'] / 1e6:.2f} | {m['terminal_lines']} "
-                   f"| {m.get('check_s', 0):.1f} ({m.get('check_lines')}) | {m.get('diff_s', 0):.1f} ({m.get('diff_lines')}) |")
+                   f"| {m.get('check_s', 0):.1f} ({m.get('check_lines')}) | {m.get('diff_s', 0):.1f} ({m.get('diff_lines')}) "
+                   f"| {1e3 * m.get('cpu', 0) / m['ranks']:.2f} |")
     if 1024 in ok and 16384 in ok:
         a, b = ok[1024], ok[16384]
         lin = (b["wall"] / b["ranks"]) / (a["wall"] / a["ranks"])
         tail = sum(b["phases"].get(k, 0) for k in ("reduce", "rules", "render")) / b["wall"]
-        out += ["", f"- time per rank at 16,384 / at 1,024: {lin:.2f}x (target ≤ 1.5x: {'met' if lin <= 1.5 else 'NOT met'})",
+        cpu = (b["cpu"] / b["ranks"]) / (a["cpu"] / a["ranks"]) if a.get("cpu") and b.get("cpu") else float("nan")
+        out += ["", f"- time per rank at 16,384 / at 1,024: {lin:.2f}x wall, {cpu:.2f}x CPU (target ≤ 1.5x: "
+                f"{'met' if lin <= 1.5 else 'NOT met'})",
                 f"- reduce + rules + render at 16,384: {100 * tail:.1f} % of the whole (target ≤ 15 %: "
                 f"{'met' if tail <= 0.15 else 'NOT met'})",
                 f"- coordinator peak RSS at 16,384: {b['coordinator_peak_rss'] / 1e6:.0f} MB (target ≤ 2,000 MB: "

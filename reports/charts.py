@@ -100,7 +100,7 @@ def heatmap(a: Analysis) -> str:
         cells = []
         for i0, i1 in bins:
             xs = [(v, ranks[i].rank) for i, v in enumerate(vals[i0:i1 + 1], i0) if v is not None]
-            cells.append(None if not xs else (max(xs), statistics.fmean(v for v, _ in xs), len(xs)))
+            cells.append(None if not xs else (max(xs), statistics.fmean(v for v, _ in xs), len(xs), min(xs)[0]))
         rows.append((label, unit, cells))
     n, nb = len(ranks), len(bins)
     per = bins[0][1] - bins[0][0] + 1
@@ -134,10 +134,11 @@ def heatmap(a: Analysis) -> str:
     for j, (label, unit, cells) in enumerate(rows):
         y = top + j * cell_h
         defined = [c[0][0] for c in cells if c is not None]
-        lo, hi = min(defined), max(defined)
+        lo, hi = min(defined), max(defined)  # the colour scale: over the columns' (worst) values
+        low = min(c[3] for c in cells if c is not None)  # the label: every rank's range, as the tables print it
         u = column_unit([hi], unit) if unit == "gib" else unit
         out.append(f'<text x="{left - 6}" y="{y + cell_h * 0.68:.1f}" text-anchor="end">{label}</text>')
-        rng = f"all {fmt(lo, u)}" if fmt(lo, u) == fmt(hi, u) else f"{fmt(lo, u)} … {fmt(hi, u)}"
+        rng = f"all {fmt(low, u)}" if fmt(low, u) == fmt(hi, u) else f"{fmt(low, u)} … {fmt(hi, u)}"
         out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">{rng}</text>')
         levels = [None if c is None else (0 if hi == lo else round((c[0][0] - lo) / (hi - lo) * (LEVELS - 1)))
                   for c in cells]

@@ -93,7 +93,8 @@ OUTLIER_TESTS = [  # (why, value of a rank, +1 where higher is worse / -1 where 
 def pick_ranks(ranks: list[RankMetrics], k: int = MAX_RANKS) -> tuple[list[int], dict[int, list[str]]]:
     """Indices of the ranks to list: all when ≤ k; else the outliers, named with why. A rank is an outlier
     on a metric when it lies on the bad side of the median by more than 3 scaled MADs and 2 % of the median
-    (so 32 identical ranks are not listed as "the worst"); at most k, largest deviation first."""
+    (so 32 identical ranks are not listed as "the worst"), and shares by half a point; at most k, largest
+    deviation first."""
     if len(ranks) <= k:
         return list(range(len(ranks))), {}
     found: dict[int, list[tuple[float, str]]] = {}
@@ -104,7 +105,8 @@ def pick_ranks(ranks: list[RankMetrics], k: int = MAX_RANKS) -> tuple[list[int],
         xs = [v for _, v in vals]
         med = statistics.median(xs)
         mad = 1.4826 * statistics.median(abs(v - med) for v in xs)
-        limit = max(3 * mad, 0.02 * abs(med), 1e-9)
+        # a share must also move by half a point: idle 1e-8 vs a median of 1e-9 printed "0.0% (median 0.0%)"
+        limit = max(3 * mad, 0.02 * abs(med), 0.005 if unit == "pct" else 1e-9)
         for i, v in vals:
             dev = (v - med) * sign
             if dev > limit:

@@ -30,6 +30,9 @@ def should_pack(d: dict) -> bool:
 _TABLE, _RECORDS, _TABLES = {_COLS, _CELLS}, {_RECS, _CELLS}, {_TABS, _CELLS, _LENS}
 
 
+_NESTED = (dict, list)
+
+
 class _Reserved(Exception):
     """A dict from the trace (op names as keys) spells one of the packed forms: that summary is written plain."""
 
@@ -41,9 +44,9 @@ def _columnar(v):
     if type(v) is dict:
         if len(v) <= 3 and set(v) in (_TABLE, _RECORDS, _TABLES):
             raise _Reserved
-        return {k: _columnar(x) for k, x in v.items()}
+        return {k: _columnar(x) if type(x) in _NESTED else x for k, x in v.items()}
     if type(v) is list:
-        items = [_columnar(x) for x in v]
+        items = [_columnar(x) if type(x) in _NESTED else x for x in v]  # scalars as they are: no call each
         if items and type(v[0]) is dict and v[0]:
             keys = list(v[0])
             if all(type(x) is dict and list(x) == keys for x in v):
@@ -53,8 +56,9 @@ def _columnar(v):
 
 
 def _hoist(col: list):
-    kinds = {type(x) for x in col}
-    if kinds == {dict} and len(col) >= 2:
+    if len(col) < 2 or type(col[0]) is not dict:  # most columns hold numbers: out at once
+        return col
+    if all(type(x) is dict for x in col):
         first = col[0]
         if set(first) == _TABLE and all(set(x) == _TABLE and x[_COLS] == first[_COLS]
                                         and all(type(c) is list for c in x[_CELLS]) for x in col):
@@ -77,16 +81,16 @@ def _column(c) -> list:
             out.append(rows[i:i + n])
             i += n
         return out
-    return [_rows(x) for x in c]
+    return [_rows(x) if type(x) in _NESTED else x for x in c]
 
 
 def _rows(v):
     if type(v) is dict:
-        if set(v) == _TABLE:
+        if len(v) == 2 and set(v) == _TABLE:
             return [dict(zip(v[_COLS], row)) for row in zip(*map(_column, v[_CELLS]))]
-        return {k: _rows(x) for k, x in v.items()}
+        return {k: _rows(x) if type(x) in _NESTED else x for k, x in v.items()}
     if type(v) is list:
-        return [_rows(x) for x in v]
+        return [_rows(x) if type(x) in _NESTED else x for x in v]
     return v
 
 

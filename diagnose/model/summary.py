@@ -10,7 +10,7 @@ import orjson
 from diagnose.errors import LlmdiagError
 from diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from diagnose.model.analysis import Analysis
-from diagnose.model.codec import Invalid, build
+from diagnose.model.codec import Invalid, build, no_gc
 from diagnose.model.manifest import Manifest
 from diagnose.model.pack import pack, should_pack
 
@@ -39,7 +39,8 @@ def summary_bytes(summary: dict) -> bytes:
     indentation, columns, kernel names once: model/pack.py) above PACK_ABOVE_RANKS ranks, so that a
     16,384-rank summary stays well under 64 MB."""
     opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    packed = pack(summary) if should_pack(summary) else None
+    with no_gc():
+        packed = pack(summary) if should_pack(summary) else None
     if packed is not None:
         return orjson.dumps(packed, option=opt)
     return orjson.dumps(summary, option=opt | orjson.OPT_INDENT_2)

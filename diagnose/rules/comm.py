@@ -7,7 +7,7 @@ import statistics
 
 from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
-from diagnose.model.format import fmt, plural
+from diagnose.model.format import fmt, plural, ranges
 from diagnose.rules.base import Ctx, severity_for, steps_where
 from diagnose.rules.waits import late_ranks, where_peers_wait
 
@@ -276,6 +276,8 @@ def stragglers(c: Ctx) -> list[Finding]:
     known = {r.rank: r.host for r in c.ranks if r.host}
     where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")  # noqa: E731
     ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
+    if len(found) > 5:
+        ev += f"; and {len(found) - 5} more"
     arrivals = [r for r in found if str(r) in sk.last_arrivals]
     ev += "".join(f"; {x}" for x in (where_peers_wait(sk, nsteps, step, arrivals) if arrivals else "",
                                      late_ranks(sk) if arrivals else "") if x)
@@ -284,13 +286,15 @@ def stragglers(c: Ctx) -> list[Finding]:
     hosts = sorted({known[r] for r in found if r in known})
     if len(set(known.values())) > 1:
         check = "clocks/throttling (`nvidia-smi -q -d PERFORMANCE`), NIC errors" if c.gpu else "CPU frequency"
-        acts.append(f"inspect host(s) {', '.join(hosts[:5])}: {check}, other processes; replace or exclude the node")
+        more = f" and {len(hosts) - 5} more" if len(hosts) > 5 else ""
+        acts.append(f"inspect host(s) {', '.join(hosts[:5])}{more}: {check}, other processes; replace or exclude "
+                    "the node")
     staged = sorted({stage_of[r] for r in found if r in stage_of})
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "
                     "sets the pipeline's pace)")
     acts.append(f"look for uneven work (data, sequence lengths, layer split) on {'ranks' if len(found) > 1 else 'rank'} "
-                f"{', '.join(map(str, sorted(found)[:5]))}")
+                f"{ranges(sorted(found))}")
     eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
                      "or its extra compute over the median)", bound=True)
     from diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists

@@ -9,6 +9,7 @@ from diagnose.model.format import fmt
 
 WAIT_FLOOR = 0.02  # a collective whose skew costs the waiting ranks under 2 % of the step is not named
 MAX_KINDS = 3
+MAX_NAMED = 5  # stragglers named per collective; a 16k-rank job may have hundreds
 MAX_LATE = 16  # late ranks listed by name; the rest are counted (all are in skew.late_ms_by_rank)
 
 
@@ -22,6 +23,7 @@ def where_peers_wait(sk: SkewResult, nsteps: float, step_ms: float, stragglers: 
         if len(parts) >= MAX_KINDS or (parts and per_step < WAIT_FLOOR * step_ms):
             break
         last = [f"rank {r} last at {b.last_arrivals[str(r)]}" for r in stragglers if b.last_arrivals.get(str(r))]
+        last = last[:MAX_NAMED] + ([f"{len(last) - MAX_NAMED} more"] if len(last) > MAX_NAMED else [])
         where = f"{b.kind}" + (f" on pg '{b.pg}'" if b.pg else "")
         parts.append(f"{where}: {b.matched} matched, mean arrival skew {fmt(b.mean_skew_ms, 'ms')} "
                      f"({fmt(per_step / step_ms, 'pct')} of the step)" + (f", {', '.join(last)}" if last else ""))
