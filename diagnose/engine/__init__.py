@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from diagnose.engine.pool import run_pool
 from diagnose.engine.progress import Progress
 from diagnose.errors import LlmdiagError
 from diagnose.io.loader import file_size
@@ -54,6 +55,4 @@ def run_jobs(jobs: list[RankJob], spec: EngineSpec | None = None, *, progress: b
             from diagnose.engine.dask_engine import run_dask
 
             return run_dask(jobs, sizes, spec, fn, bar)
-        from diagnose.engine.pool import run_pool
-
         return run_pool(jobs, sizes, spec.jobs or default_jobs(), fn, bar)

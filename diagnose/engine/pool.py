@@ -11,8 +11,6 @@ import dataclasses
 import multiprocessing
 import signal
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 from diagnose.engine.progress import Progress
 from diagnose.metrics.per_rank import RankJob, RankOutput
@@ -39,6 +37,9 @@ def run_pool(jobs: list[RankJob], sizes: list[int], n_workers: int, fn: Callable
         for k in order:
             keep(k, fn(jobs[k]))
         return out
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # 20 ms: paid only where a pool starts
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         with ProcessPoolExecutor(max_workers=n_workers) as ex:
             for k, res in zip(order, ex.map(fn, (jobs[k] for k in order), chunksize=1)):
