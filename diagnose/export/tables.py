@@ -17,7 +17,6 @@ What the Analysis does not carry is not invented: matched collectives are the sk
 from __future__ import annotations
 
 import os
-import tempfile
 from itertools import repeat
 from operator import is_not
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from diagnose.errors import LlmdiagError
 from diagnose.model.analysis import Analysis
+from diagnose.model.files import write_atomic_with
 
 TABLES_SCHEMA_VERSION = 1
 EXTRA = "pip install 'llmdiag[tables]'"
@@ -295,38 +295,13 @@ def write_tables(a: Analysis, folder: str) -> list[str]:
     paths = []
     for name, t in tables.items():
         path = os.path.join(folder, f"{name}.parquet")
-        _write_atomic(pq, t, path)
+        write_atomic_with(path, lambda f, t=t: pq.write_table(t, f), 0o666)  # readable by the team, as reports are
         paths.append(path)
     for name in OPTIONAL:
         stale = os.path.join(folder, f"{name}.parquet")
         if name not in tables and os.path.isfile(stale) and _ours(pq, stale):
             os.unlink(stale)
     return paths
-
-
-def _write_atomic(pq, table, path: str) -> None:
-    fd, tmp = None, None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide the tables from the team
-            pq.write_table(table, f)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise LlmdiagError(f"cannot write: {e.strerror or e}", path) from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _umask() -> int:
-    m = os.umask(0o022)
-    os.umask(m)
-    return m
 
 
 def _ours(pq, path: str) -> bool:

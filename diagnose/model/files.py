@@ -112,6 +112,12 @@ def write_atomic(path: str, data: bytes | str, mode: int = 0o644) -> None:
     nothing is left behind and LlmdiagError says why in one line."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
+    write_atomic_with(path, lambda f: f.write(data), mode)
+
+
+def write_atomic_with(path: str, write, mode: int = 0o644) -> None:
+    """`write(binary file)` into a fresh temp file beside `path`, renamed over it (write_atomic for writers
+    that stream, such as pyarrow's): readers never see a half-written file."""
     target = os.path.abspath(path)
     folder, base = os.path.split(target)
     tmp = None
@@ -122,7 +128,7 @@ def write_atomic(path: str, data: bytes | str, mode: int = 0o644) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{base[:64]}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode & ~_umask())
-            f.write(data)
+            write(f)
         os.replace(tmp, target)
         tmp = None
     except OSError as e:
