@@ -17,14 +17,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-pytest.importorskip("distributed")
-
-from benchmarks.generate import write_set  # noqa: E402
-from diagnose.analyze import analyze_path  # noqa: E402
-from diagnose.engine import EngineSpec, run_jobs  # noqa: E402
-from diagnose.errors import LlmdiagError  # noqa: E402
-from diagnose.metrics.per_rank import RankJob, run_job  # noqa: E402
-from tests.builder import gpu_rank  # noqa: E402
+from benchmarks.generate import write_set
+from diagnose.analyze import analyze_path
+from diagnose.engine import EngineSpec, run_jobs
+from diagnose.errors import LlmdiagError
+from diagnose.metrics.per_rank import RankJob, run_job
+from tests.builder import gpu_rank
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}

@@ -132,8 +132,7 @@ def test_real_gpu_fixture_in_a_narrow_window(tmp_path):
     from diagnose.analyze import analyze_path
 
     src = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta", "nccl_data.json.gz")
-    if not os.path.exists(src):
-        pytest.skip("shared real-trace fixtures not present")
+    assert os.path.exists(src), f"the shared real fixtures stand beside every checkout CI runs: {src}"
     a = analyze_path(src, jobs=1)
     path = render_report(a, str(tmp_path / "real.html"))
     p = probe(tmp_path, path, 800)

@@ -7,20 +7,17 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-
-from diagnose.cli.main import main  # noqa: E402
-from diagnose.io.megatron_ops import read_op_table  # noqa: E402
-from diagnose.model.analysis import Analysis  # noqa: E402
-from diagnose.simulate.artifact import whatif_of_table  # noqa: E402
+from diagnose.cli.main import main
+from diagnose.io.megatron_ops import read_op_table
+from diagnose.model.analysis import Analysis
+from diagnose.simulate.artifact import whatif_of_table
 
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
-pytestmark = pytest.mark.skipif(not (BYTEDANCE / "trace-ST.parquet").is_file(),
-                                reason=f"the straggler study's ST job not found at {BYTEDANCE}")
 
 
 @pytest.fixture()

@@ -8,15 +8,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("yaml")
 
-from diagnose.io.megatron_ops import read_op_table  # noqa: E402
-from diagnose.simulate.artifact import whatif_of_table  # noqa: E402
+from diagnose.io.megatron_ops import read_op_table
+from diagnose.simulate.artifact import whatif_of_table
 
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
-pytestmark = pytest.mark.skipif(not (BYTEDANCE / "trace-ST.parquet").is_file(),
-                                reason=f"the straggler study's ST job not found at {BYTEDANCE}")
 TOL = 0.01
 
 
