@@ -30,7 +30,6 @@ P2P = {"forward-send": ("forward", "send", "forward-recv", 1), "forward-recv": (
        "backward-send": ("backward", "send", "backward-recv", -1), "backward-recv": ("backward", "recv", "backward-send", 1)}
 AG, RS, SEP_AR = "params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce"
 LN_AR, EMB_AR, CLIP, OPT, GC = "layernorm-grads-all-reduce", "embedding-grads-all-reduce", "optimizer-clip-main-grad", "optimizer", "gc"
-DP_SYNC = {AG, RS, SEP_AR, CLIP}
 COMM_TYPES = set(P2P) | {AG, RS, SEP_AR, LN_AR, EMB_AR, CLIP}  # communication: their ideal is the median
 KNOWN = COMM_TYPES | {FWD, BWD, OPT, GC}
 EPS = 5e-5  # s: clock tolerance when telling p2p ops outside the compute span (the artifact's value)
