@@ -21,6 +21,7 @@ from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import demangle, short_names
+from diagnose.model.pack import file_schema
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 from reports import charts
@@ -295,7 +296,8 @@ def facts(a: Analysis) -> list[tuple[str, str]]:
         rows.append(("Pipeline", f"{pick('schedule')}, {pick('microbatches')} microbatches, {pick('stages')} stages, "
                      f"v={pick('stages_per_rank')}"))
     if man is None:
-        return rows + [("llmdiag", f"{a.llmdiag_version or '?'} (summary schema {a.schema_version})")]
+        schema = file_schema(len(a.ranks), a.schema_version)  # the file's: packed above 256 ranks
+        return rows + [("llmdiag", f"{a.llmdiag_version or '?'} (summary schema {schema})")]
     if man.device:
         d = man.device
         mem = fmt(d.memory_bytes, "gib") if d.memory_bytes else "memory unknown"
@@ -308,7 +310,8 @@ def facts(a: Analysis) -> list[tuple[str, str]]:
                      ("Options", _pairs(man.options)), ("Command", " ".join(map(str, man.command)))):
         if v:
             rows.append((label, v))
-    rows.append(("llmdiag", f"{a.llmdiag_version or man.llmdiag_version or '?'} (summary schema {a.schema_version})"))
+    schema = file_schema(len(a.ranks), a.schema_version)
+    rows.append(("llmdiag", f"{a.llmdiag_version or man.llmdiag_version or '?'} (summary schema {schema})"))
     return rows
 
 

@@ -127,3 +127,10 @@ def test_same_number_in_terminal_and_report(big):
     html = render_html(big)
     want = fmt(big.aggregate.step_time_ms, "ms")
     assert want in text and want in html
+
+
+def test_report_names_the_schema_the_summary_file_carries(big):
+    """Above 256 ranks the file is packed schema 3: the report's run table said the in-memory schema 2."""
+    for a in (big, dataclasses.replace(big, ranks=big.ranks[:8])):
+        written = orjson.loads(summary_bytes(a.to_dict()))["schema_version"]
+        assert f"(summary schema {written})" in render_html(a)

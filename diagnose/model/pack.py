@@ -27,6 +27,11 @@ def should_pack(d: dict) -> bool:
     return len(d.get("ranks") or []) > PACK_ABOVE_RANKS
 
 
+def file_schema(n_ranks: int, plain: int) -> int:
+    """The schema_version the summary file of a job of `n_ranks` carries (`plain` below the packing size)."""
+    return PACKED_SCHEMA if n_ranks > PACK_ABOVE_RANKS else plain
+
+
 _TABLE, _RECORDS, _TABLES = {_COLS, _CELLS}, {_RECS, _CELLS}, {_TABS, _CELLS, _LENS}
 
 
