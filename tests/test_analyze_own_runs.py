@@ -8,7 +8,7 @@ small buckets, and the overlap collapses with one huge bucket (reduced only afte
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import os
 import subprocess
@@ -50,6 +50,24 @@ def pp_runs(tmp_path_factory):
     return runs
 
 
+def replay_bounds(analysis, m: int, p: int = 2) -> tuple[float, float]:
+    """Bounds on the replayed mean bubble, independent of the engine. The replay runs each (stage, kind,
+    microbatch) at its mean over the profiled steps, with free communication. Gpipe and 1f1b with every F
+    taking F and every B taking B end at (m + p − 1)(F + B), and a longest path only grows with its
+    durations: the makespan lies between that at the shortest and at the longest mean action of each kind,
+    and the mean bubble, 1 − busy / (p · makespan), between the two."""
+    durs = defaultdict(list)
+    for r in analysis.ranks:
+        for x in r.pipeline_actions:
+            durs[(x.stage, x.kind, x.microbatch)].append(x.end_ms - x.start_ms)
+    mean = {k: sum(v) / len(v) for k, v in durs.items()}
+    busy = sum(mean.values())
+    lo = {k: min(d for (_, kind, _), d in mean.items() if kind == k) for k in "FB"}
+    hi = {k: max(d for (_, kind, _), d in mean.items() if kind == k) for k in "FB"}
+    t_low, t_high = (m + p - 1) * (lo["F"] + lo["B"]), (m + p - 1) * (hi["F"] + hi["B"])
+    return 1 - busy / (p * t_low), 1 - busy / (p * t_high)
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_bubble_falls_with_microbatches_and_tracks_replay(pp_runs, schedule):
     res = {m: pp_runs[(schedule, m)].pipeline for m in (2, 4, 8)}
@@ -59,8 +77,10 @@ def test_bubble_falls_with_microbatches_and_tracks_replay(pp_runs, schedule):
         assert p.theory == pytest.approx(theory_bubble(schedule, 2, m))
         assert {b.stage for b in p.stage_bubbles} == {0, 1}
         assert p.replay is not None
-        # Balanced stages: the replay of the measured durations lands on the closed formula.
-        assert abs(p.replay - p.theory) < 0.08, (m, p.replay, p.theory)
+        low, high = replay_bounds(pp_runs[(schedule, m)], m)
+        assert low - 1e-9 <= p.replay <= high + 1e-9, (m, low, p.replay, high)
+        if high - low < 0.08:  # uniform actions (no hiccup on the shared cores): the replay is the formula
+            assert abs(p.replay - p.theory) < 0.08, (m, p.replay, p.theory)
         assert abs(p.measured - p.replay) < REPLAY_TOLERANCE, (m, p.measured, p.replay)
         assert p.measured >= p.replay - 0.05, "free communication cannot make the pipeline slower"
         assert p.explanation
