@@ -111,6 +111,8 @@ class TraceBuilder:
             self.raw({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": self.pid, "tid": tid,
                       "ts": self._abs(at), "dur": 1, "args": {"External id": self._ext, "correlation": c}})
         a = {"External id": self._ext, "device": self.device, "stream": stream, "correlation": c, **(args or {})}
+        if cat == "gpu_user_annotation":  # as Kineto writes it: the stream is only the tid
+            a = {"External id": self._ext, **(args or {})}
         return self.raw({"ph": "X", "cat": cat, "name": name, "pid": self.device, "tid": stream,
                          "ts": self._abs(start), "dur": dur, "args": a})
 

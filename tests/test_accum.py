@@ -94,3 +94,20 @@ def test_one_forward_per_step_is_not_accumulation(tmp_path):
     a = _analyse(tmp_path, 1)
     assert a.accum is None
     assert "accum_fsdp_regather" not in [f.id for f in a.findings]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_device_side_copies_of_the_label_are_not_microsteps(tmp_path, n):
+    """On CUDA, record_function also writes each `llmdiag/forward` as a `gpu_user_annotation` on the device
+    (seen on an H200 run of `single`: 'microsteps: 2' without --grad-accum). Only the host spans count."""
+    for r in range(2):
+        b = _fsdp_rank(r, n)
+        for e in [e for e in b.events if e.get("name") == "llmdiag/forward"]:
+            b.raw({"ph": "X", "cat": "gpu_user_annotation", "name": "llmdiag/forward", "pid": b.device, "tid": 7,
+                   "ts": e["ts"] + 5, "dur": e["dur"], "args": {"External id": 1}})
+        b.write(tmp_path / f"rank{r}.pt.trace.json")
+    a = analyze_path(str(tmp_path))
+    if n == 1:
+        assert a.accum is None
+    else:
+        assert a.accum.microsteps == n and a.accum.source == "labels"

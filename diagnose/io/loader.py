@@ -171,6 +171,7 @@ def _build(path: str, header: dict, cols: Columns, nbytes: int) -> RankTrace:
     def col(key, dtype):
         return concat(cols.parts, key, dtype)[order]
 
+    cat, thread = col("cat", np.int16), col("thread", np.int32)  # concat pops: each column once
     return RankTrace(
         path=path,
         rank=rank,
@@ -183,9 +184,9 @@ def _build(path: str, header: dict, cols: Columns, nbytes: int) -> RankTrace:
         ts=ts[order].astype(np.int64),
         dur=dur[order].astype(np.int64),
         name=col("name", np.int32),
-        cat=col("cat", np.int16),
-        thread=col("thread", np.int32),
-        stream=col("stream", np.int64).clip(-1, 2**31 - 1).astype(np.int32),
+        cat=cat,
+        thread=thread,
+        stream=_annotation_streams(col("stream", np.int64), cat, thread, cols.cats, thread_keys),
         corr=col("corr", np.int64),
         ext=col("ext", np.int64),
         comm_args=comm_args,
@@ -193,6 +194,23 @@ def _build(path: str, header: dict, cols: Columns, nbytes: int) -> RankTrace:
         warnings=warnings,
         bytes_read=nbytes,
     )
+
+
+def _annotation_streams(stream: np.ndarray, cat: np.ndarray, thread: np.ndarray, cats, thread_keys) -> np.ndarray:
+    """The stream column, int32, -1 for host events. Kineto writes a `gpu_user_annotation` (a
+    record_function's device-side span) with no `stream` arg, on pid = device and tid = stream: without
+    this it would read as a host event, and every `stream < 0` host mask (microsteps per step, host
+    activity, the MoE labels' device spans) would count it twice."""
+    out = stream.clip(-1, 2**31 - 1).astype(np.int32)
+    names = list(cats)
+    if "gpu_user_annotation" not in names:
+        return out
+    rows = np.flatnonzero((cat == names.index("gpu_user_annotation")) & (out < 0))
+    if len(rows):
+        tid = np.array([k[1] if isinstance(k[1], int) and not isinstance(k[1], bool) and 0 <= k[1] < 2**31 else -1
+                        for k in thread_keys] or [-1], np.int64)
+        out[rows] = tid[thread[rows]]
+    return out
 
 
 def _memory(cols: Columns, origin: float) -> MemoryEvents:
