@@ -70,3 +70,15 @@ def test_help_has_examples_and_whole_sentences():
 def test_one_rank_reads_singular():
     text = render(analysis(1))
     assert "1 rank analysed" in text and "rank(s)" not in text
+
+
+def test_per_rank_rows_are_most_exposed_first_in_the_ms_shown():
+    """The header says 'most exposed communication first' and the column is ms: a rank with more exposed ms in
+    a longer step comes first even where its exposed fraction is smaller."""
+    a = typed(busy(4))
+    for r, (exposed, step) in zip(a.ranks, [(10.0, 100.0), (15.0, 300.0), (12.0, 120.0), (1.0, 100.0)]):
+        r.exposed_comm_ms, r.step_time_ms, r.exposed_comm_frac = exposed, step, exposed / step
+    text = ANSI.sub("", render(a, width=200))
+    table = text[text.index("Step breakdown per rank"):].split("\n\n")[0].splitlines()
+    rows = [line.split()[0] for line in table if line[:1].isdigit()]
+    assert rows == [str(a.ranks[i].rank) for i in (1, 2, 0, 3)]

@@ -118,7 +118,7 @@ def _headline(a: Analysis) -> str:
 
 
 def _ranks(a: Analysis) -> str:
-    ranks = sorted(a.ranks, key=lambda r: (-r.exposed_comm_frac, -r.step_time_ms, r.rank))
+    ranks = sorted(a.ranks, key=lambda r: (-r.exposed_comm_ms, -r.step_time_ms, r.rank))  # the column shown
     hosts = views.hosts(a)
     rows = [[r.rank, hosts[r.rank], _ms(r.step_time_ms), _ms(r.compute_only_ms), _ms(r.overlapped_comm_ms),
              _ms(r.exposed_comm_ms), _ms(r.other_ms), _ms(r.idle_ms), _pct(r.overlap_ratio), str(len(r.steps))]
