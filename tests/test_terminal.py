@@ -82,3 +82,25 @@ def test_per_rank_rows_are_most_exposed_first_in_the_ms_shown():
     table = text[text.index("Step breakdown per rank"):].split("\n\n")[0].splitlines()
     rows = [line.split()[0] for line in table if line[:1].isdigit()]
     assert rows == [str(a.ranks[i].rank) for i in (1, 2, 0, 3)]
+
+
+def test_gloo_p2p_counted_as_bubble_is_said_beside_the_headline_and_the_table():
+    """On a CPU pipeline run the headline's exposed communication is 0 while the per-op table lists send/recv
+    with exposed time: both places say that blocked gloo p2p is the bubble (one sentence, views.p2p_bubble_note),
+    and only where the trace is CPU and has send/recv."""
+    from reports.render import render_html
+    from tests.summaries import summary
+
+    s = summary(2)
+    s["trace_kind"] = "cpu"
+    s["aggregate"]["overlap_ratio_mean"] = s["aggregate"]["overlap_ratio_min"] = None
+    for r in s["ranks"]:
+        r["comm_by_kind"] = r["comm_by_kind"][:1]
+        r["comm_by_kind"][0]["kind"] = "send"
+    cpu = typed(s)
+    text = ANSI.sub("", render(cpu, width=200))
+    assert "pipeline send/recv only, counted as bubble" in text and "no communication" not in text
+    assert "that wait is the pipeline bubble" in text and "that wait is the pipeline bubble" in render_html(cpu)
+    s["trace_kind"] = "gpu"
+    gpu = typed(s)
+    assert "that wait is the pipeline bubble" not in ANSI.sub("", render(gpu, width=200)) + render_html(gpu)

@@ -106,6 +106,8 @@ def _headline(a: Analysis) -> str:
     if g.overlap_ratio_mean is not None:
         parts.append(f"overlap mean {_pct(g.overlap_ratio_mean)}, worst {_pct(g.overlap_ratio_min)} "
                      f"(rank {g.overlap_worst_rank})")
+    elif views.p2p_bubble_note(a):
+        parts.append("communication: pipeline send/recv only, counted as bubble (see the communication table)")
     else:
         parts.append("no communication in the analysed steps")
     if g.tokens_per_s:
@@ -154,7 +156,7 @@ def _comm(a: Analysis) -> str:
                   "overlap duration-weighted over those ranks)",
                   ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
                    "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"),
-                  cut={1})
+                  cut={1}) + (("\n" + _wrap(note, "  ")) if (note := views.p2p_bubble_note(a)) else "")
 
 
 def _pipeline(a: Analysis) -> str:

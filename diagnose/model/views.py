@@ -98,6 +98,17 @@ def link_note(a: Analysis) -> str:
             f"{lp.source}), i.e. within one node; a group that spans nodes runs at its NICs' speed instead.")
 
 
+def p2p_bubble_note(a: Analysis) -> str | None:
+    """On CPU traces a blocked gloo send/recv is the pipeline bubble: the step breakdown and the headline count
+    it as idle, while the per-op communication table still lists it with its 'exposed' time. Said beside both,
+    in these words, so the two numbers are not read as a contradiction (docs/metrics.md, `idle`)."""
+    if a.trace_kind != "cpu" or not any(c.kind in ("send", "recv") for r in a.ranks for c in r.comm_by_kind):
+        return None
+    return ("On CPU (gloo) a send or recv blocks until its peer posts the other side: that wait is the pipeline "
+            "bubble, so the step breakdown and the headline count it as idle, not as exposed communication; the "
+            "per-op communication table still lists it.")
+
+
 # ---- per step over ranks --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepRow:
