@@ -22,6 +22,7 @@ from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline.p2p import match_p2p
+from diagnose.metrics.pipeline.timematch import recover_peers
 from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline.infer import chains, schedule_of
@@ -87,6 +88,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                     "on their message size: where no sequence number (Seq) pairs them, the traces "
                                     "likely start at different collectives and matching by order pairs different ones",
                             None, "warning"))
+    recover_peers(good, {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p},
                       {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
     if pairs:
