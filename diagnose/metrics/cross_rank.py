@@ -27,6 +27,7 @@ from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
+from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
@@ -214,7 +215,7 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
                            bool(man and man.oversubscribed))
     if res is not None and links:
         res.inferred = True
-        res.explanation = (VIRTUAL_NOTE if virtual else "Inferred from send/recv (no PP: labels): stages from the "
+        res.explanation = ((V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else "Inferred from send/recv (no PP: labels): stages from the "
                            "chain of peers, microbatches and forward/backward from the transfers. ") + res.explanation
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:

@@ -28,6 +28,11 @@ from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.pipeline.virtual import link
 
 V_NAME = "v-shaped"  # ZBV and DualPipeV place and move alike: the transfers do not tell them apart
+V_NOTE = ("Inferred from send/recv (no PP: labels): V-shaped placement (rank i holds stages i and 2p−1−i), each "
+          "block's stage from the direction of the transfer that leaves or feeds it and its microbatch from that "
+          "transfer's order; two actions with nothing moved between them (the V's turn, an I and its W) are one "
+          "span; backward work no transfer touches is W, its stage and microbatch not told. The bubble is per rank: "
+          "its two stages share the device. ")
 
 
 def chain_order(p2p: dict[int, list[tuple]], ranks: list[int]) -> tuple[list[int], str]:
