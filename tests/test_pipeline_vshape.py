@@ -1,4 +1,4 @@
-"""V-shaped placement (DualPipeV) against the generator's own schedule (torch's ScheduleDualPipeV order, simulated
+"""V-shaped placement (DualPipeV, ZBV) against the generator's own schedule (torch's ScheduleDualPipeV order, simulated
 in tests/gen_pipeline_p2p.py): every span the analyzer places covers generator actions of one rank exactly, and
 its label (stage, forward/backward, microbatch) is that of the run's last action (the transfer leaving it) or, with
 no transfer leaving, its first; W spans hold only W actions; per-rank busy time is the generator's."""
@@ -12,10 +12,12 @@ from diagnose.metrics.pipeline.vshape import chain_order
 from tests.gen_pipeline_p2p import P2PCase, write
 
 
-@pytest.mark.parametrize("p,m,batched,threads", [(2, 4, True, 2), (2, 8, False, 1), (4, 8, True, 1),
-                                                  (4, 8, False, 2)])
-def test_dualpipev_spans_and_labels(tmp_path, p, m, batched, threads):
-    c = P2PCase(p=p, m=m, schedule="dualpipev", batched=batched, threads=threads)
+@pytest.mark.parametrize("schedule,p,m,batched,threads", [
+    ("dualpipev", 2, 4, True, 2), ("dualpipev", 2, 8, False, 1), ("dualpipev", 4, 8, True, 1),
+    ("dualpipev", 4, 8, False, 2), ("zbv", 4, 8, False, 2)])
+def test_v_spans_and_labels(tmp_path, schedule, p, m, batched, threads):
+    """DualPipeV and torch's ScheduleZBVZeroBubble: the same V placement, read alike."""
+    c = P2PCase(p=p, m=m, schedule=schedule, batched=batched, threads=threads)
     ans = write(c, tmp_path)
     a = analyze_path(str(tmp_path), jobs=1)
     assert a.pipeline is not None and a.pipeline.schedule == "v-shaped"
