@@ -70,5 +70,7 @@ def test_peerless_traces_read_as_those_with_peers(tmp_path):
         (a, want), (b, got) = _pairs(told), _pairs(bare)
         assert want and got == want
         assert b.pipeline is not None and a.pipeline is not None
+        assert b.pipeline.explanation.startswith("Send/recv name no peer: peers told by matching")
+        assert "peers told" not in a.pipeline.explanation
         assert [(x.rank, round(x.measured, 6)) for x in b.pipeline.stage_bubbles] == \
                [(x.rank, round(x.measured, 6)) for x in a.pipeline.stage_bubbles]

@@ -215,8 +215,10 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
                            bool(man and man.oversubscribed))
     if res is not None and links:
         res.inferred = True
-        res.explanation = ((V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else "Inferred from send/recv (no PP: labels): stages from the "
-                           "chain of peers, microbatches and forward/backward from the transfers. ") + res.explanation
+        how = (V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else (
+            "Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches and "
+            "forward/backward from the transfers. ")
+        res.explanation = next((lk.note for lk in links.values() if lk.note), "") + how + res.explanation
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [

@@ -45,6 +45,7 @@ class Links:
     # again once the other ranks' traces have told the peers.
     ops: list = field(default_factory=list)  # batch.P2POp, peers where told
     raw: list = field(default_factory=list)  # (step, window start, window end, [(start, end, launch context)])
+    note: str = ""  # how its peers were told, where the ops name none (timematch.py), for the explanation
 
 
 @dataclass

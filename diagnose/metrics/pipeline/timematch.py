@@ -39,9 +39,13 @@ def recover_peers(good: list, shift: dict[int, int]) -> None:
             ops[o.rank] = [P2POp(k, peer, pg, None, s + sh, e + sh, -1, False) for pg, k, peer, s, e in o.p2p]
     bare = {r: [replace(x, peer=None, listed=False) if x.listed else x for x in v] for r, v in ops.items()}
     peers, why = match(bare)
+    note = ("Send/recv name no peer: peers told by matching each op to the overlapping one of the same size on "
+            "another rank. ")
     if why and any(x.listed for v in ops.values() for x in v):
         peers, why2 = match(ops)
         why = "" if not why2 else f"{why}; nor with the end ranks' one neighbour assumed: {why2}"
+        note = note[:-2] + (", the first and last rank's ops taken to go to their one neighbour in the group's list "
+                            "(a linear pipeline). ")
     for o in good:
         if o.links is None or not o.links.ops:
             continue
@@ -51,7 +55,7 @@ def recover_peers(good: list, shift: dict[int, int]) -> None:
             continue
         mine = [(x.pg, x.kind, peers[(o.rank, i)], x.start, x.end) for i, x in enumerate(o.links.ops)]  # rank clock
         o.actions, o.links = read_rank(o.links.raw, [_P2P(k, peer, s, e) for _, k, peer, s, e in mine])
-        o.p2p = mine
+        o.p2p, o.links.note = mine, note
 
 
 def match(ops: dict[int, list[P2POp]]) -> tuple[dict[tuple[int, int], int], str]:
