@@ -309,7 +309,7 @@ def _single(b: TraceBuilder, c: P2PCase, s: int, bt: dict, h: int, dev: int) -> 
     args = _pg(c, kind, extra)
     b.cpu_op(title, h, 10, tid=MAIN)
     b.cpu_op("record_param_comms", h + 1, 8, tid=MAIN, args=args)
-    stream = 40 + min(s, peer)  # one communicator (and stream) per peer pair, for both directions
+    stream = 40 + min(s, peer) * c.p + max(s, peer)  # one communicator (and stream) per peer pair, both directions
     b.kernel(SENDRECV, dev + bt["post"], bt["end"] - bt["post"], stream=stream, launch_at=h + 2, args=args)
 
 

@@ -22,10 +22,12 @@ from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline.p2p import match_p2p
+from diagnose.metrics.pipeline.timematch import recover_peers
 from diagnose.metrics.pipeline.bubbles import analyse_pipeline
 from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
+from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
@@ -87,6 +89,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                     "on their message size: where no sequence number (Seq) pairs them, the traces "
                                     "likely start at different collectives and matching by order pairs different ones",
                             None, "warning"))
+    recover_peers(good, {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p},
                       {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
     if pairs:
@@ -212,8 +215,10 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
                            bool(man and man.oversubscribed))
     if res is not None and links:
         res.inferred = True
-        res.explanation = (VIRTUAL_NOTE if virtual else "Inferred from send/recv (no PP: labels): stages from the "
-                           "chain of peers, microbatches and forward/backward from the transfers. ") + res.explanation
+        how = (V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else (
+            "Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches and "
+            "forward/backward from the transfers. ")
+        res.explanation = next((lk.note for lk in links.values() if lk.note), "") + how + res.explanation
     origin = min(a.start for r in with_actions for a in acts[r])
     for o in good:
         o.metrics.pipeline_actions = [

@@ -97,7 +97,7 @@ def theory_bubble(schedule: str, p: int, m: int, v: int = 1) -> float:
     if p <= 1 or m <= 0:
         return 0.0
     s = schedule.lower()
-    if s in ("zbv", "dualpipev", "zb", "zbh1", "zerobubble", "looped_bfs_zb"):
+    if s in ("zbv", "dualpipev", "v-shaped", "zb", "zbh1", "zerobubble", "looped_bfs_zb"):
         return 0.0
     if s.startswith("interleaved") or v > 1:
         return (p - 1) / (v * m + p - 1)

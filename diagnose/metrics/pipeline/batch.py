@@ -30,6 +30,15 @@ class P2POp:
     end: int
     stream: int
     batched: bool
+    size: str = ""  # "nelems dtype" as the args give it: a send and its receive move the same tensor
+    batch: int = -1  # the coalesced kernel that carries it (its event index); -1 for a single op
+    listed: bool = False  # peer from the group's rank list (an end rank's one neighbour), not named by the op
+
+
+def size_of(a: dict) -> str:
+    """The tensor an op moves, as its args describe it ("" where they do not)."""
+    n = [a.get(k) for k in ("In msg nelems", "Out msg nelems") if isinstance(a.get(k), int) and a.get(k) > 0]
+    return f"{max(n)} {a.get('dtype', '')}" if n else ""
 
 
 def peer_of(a: dict, kind: str) -> int | None:
@@ -82,7 +91,8 @@ def batch_ops(t: RankTrace, kernels: list[int]) -> list[P2POp]:
                 continue
             a = t.comm_args[i]
             kind = collective_kind("record_param_comms", a).replace("isend", "send").replace("irecv", "recv")
-            out.append(P2POp(kind, peer_of(a, kind), group_label(a), ranks_of(a), s, e, int(t.stream[d]), True))
+            out.append(P2POp(kind, peer_of(a, kind), group_label(a), ranks_of(a), s, e, int(t.stream[d]), True,
+                             size_of(a), int(d)))
     return out
 
 

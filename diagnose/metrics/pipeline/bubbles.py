@@ -32,7 +32,7 @@ def analyse_pipeline(
         return None
     p = max(len(g) for g in groups) if groups else len(ranks)
     stages = sorted({a.stage for r in ranks for a in actions[r]})
-    m = microbatches or len({a.microbatch for r in ranks for a in actions[r]})
+    m = microbatches or len({a.microbatch for r in ranks for a in actions[r] if a.microbatch >= 0})  # a V's W: -1
     v = stages_per_rank or max(1, len(stages) // max(p, 1))
     theory = theory_bubble(schedule, p, m, v)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from diagnose.io.trace import COMPUTE, CPU_OP, RUNTIME, RankTrace
-from diagnose.metrics.pipeline.p2p import Record, p2p_records
+from diagnose.metrics.pipeline.p2p import Record, p2p_ops, p2p_records
 from diagnose.metrics.pipeline.peers import NO_PEERS
 from diagnose.metrics.pipeline.actions import Action
 from diagnose.metrics.steps import Window
@@ -41,6 +41,11 @@ class Links:
     next: int | None = None
     reason: str = ""  # empty when actions were inferred
     blocks: list = field(default_factory=list)  # compute blocks labelled by launch context alone (virtual.py)
+    # Where some send/recv name no peer: every op, and the compute blocks per step, for timematch.py to read the rank
+    # again once the other ranks' traces have told the peers.
+    ops: list = field(default_factory=list)  # batch.P2POp, peers where told
+    raw: list = field(default_factory=list)  # (step, window start, window end, [(start, end, launch context)])
+    note: str = ""  # how its peers were told, where the ops name none (timematch.py), for the explanation
 
 
 @dataclass
@@ -58,34 +63,52 @@ def infer_actions(t: RankTrace, wins: list[Window], records: list[Record] | None
     by that alone (no stage or microbatch): virtual.py places them across ranks when the ranks do not chain one
     stage each. `records`, `why`: this rank's p2p_records, when the caller has them already."""
     recs, why = p2p_records(t, wins) if records is None else (records, why)
-    if why:
-        return [], Links(reason=why)
+    if why:  # some ops name no peer: keep what reading the rank again needs, once timematch.py has the peers
+        ops, _ = p2p_ops(t, wins)
+        raw = _raw_blocks(t, wins, [_P2P(o.kind, -1, o.start, o.end) for o in ops])
+        return [], Links(reason=why, ops=ops, raw=raw)
     p2p = [_P2P(kind, peer, s, e) for _, kind, peer, s, e in recs]
     if not p2p:
         return [], None
-    acts, links = _one_stage_per_rank(t, wins, p2p)
-    links.blocks = _context_blocks(t, wins, p2p)  # for virtual.py, should the ranks not chain one stage each
+    raw = _raw_blocks(t, wins, p2p)
+    acts, links = read_rank(raw, p2p)
+    ops, _ = p2p_ops(t, wins)
+    if any(o.listed for o in ops):  # peers from the group's list: timematch.py may tell them from the traces
+        links.ops, links.raw = ops, raw
     return acts, links
 
 
-def _context_blocks(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> list[Action]:
-    """Compute blocks labelled by launch context alone (F outside autograd nodes, B inside); [] where the trace
-    has no autograd node to tell them by."""
+def read_rank(raw: list, p2p: list[_P2P]) -> tuple[list[Action], Links]:
+    """The one-stage reading of a rank from its compute blocks per step and its send/recv with peers, and its
+    blocks labelled by launch context for virtual.py."""
+    acts, links = _one_stage_per_rank(raw, p2p)
+    links.blocks = _context_blocks(raw)  # for virtual.py, should the ranks not chain one stage each
+    return acts, links
+
+
+def _raw_blocks(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> list:
+    """(step, window start, window end, blocks) per window with compute: blocks as _blocks makes them."""
     thread_of = _launch_threads(t)
-    if not any(v % 2 for v in thread_of.values()):
-        return []
     dev = (t.kind == COMPUTE) & (t.stream >= 0)
     out = []
     for w in wins:
         idx = np.flatnonzero(dev & (t.ts >= w.start) & (t.ts <= w.end))
         idx = idx[np.lexsort((t.dur[idx], t.ts[idx]))]
-        mine = [p for p in p2p if w.start <= p.start <= w.end]
-        for s, e, ctx in _blocks(t, idx, mine, thread_of) if len(idx) else []:
-            out.append(Action(w.step, -1, "B" if ctx % 2 else "F", -1, s, e))
+        if len(idx):
+            mine = [p for p in p2p if w.start <= p.start <= w.end]
+            out.append((w.step, w.start, w.end, _blocks(t, idx, mine, thread_of)))
     return out
 
 
-def _one_stage_per_rank(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> tuple[list[Action], Links]:
+def _context_blocks(raw: list) -> list[Action]:
+    """Compute blocks labelled by launch context alone (F outside autograd nodes, B inside); [] where the trace
+    has no autograd node to tell them by."""
+    if not any(ctx % 2 for _, _, _, bl in raw for _, _, ctx in bl):
+        return []
+    return [Action(step, -1, "B" if ctx % 2 else "F", -1, s, e) for step, _, _, bl in raw for s, e, ctx in bl]
+
+
+def _one_stage_per_rank(raw: list, p2p: list[_P2P]) -> tuple[list[Action], Links]:
     peers = {p.peer for p in p2p}
     if len(peers) > 2:
         return [], Links(reason=f"send/recv with {len(peers)} peers (a pipeline stage has at most 2)")
@@ -103,27 +126,20 @@ def _one_stage_per_rank(t: RankTrace, wins: list[Window], p2p: list[_P2P]) -> tu
     else:
         return [], Links(reason="no send/recv with a peer")
     links = Links(prev, nxt)
-    thread_of = _launch_threads(t)
-    dev = (t.kind == COMPUTE) & (t.stream >= 0)
     out: list[Action] = []
-    for w in wins:
-        idx = np.flatnonzero(dev & (t.ts >= w.start) & (t.ts <= w.end))
-        idx = idx[np.lexsort((t.dur[idx], t.ts[idx]))]
-        if not len(idx):
-            continue
-        mine = [p for p in p2p if w.start <= p.start <= w.end]
-        blocks = _blocks(t, idx, mine, thread_of)
+    for step, lo, hi, blocks in raw:
+        mine = [p for p in p2p if lo <= p.start <= hi]
         kinds, why = _label(blocks, mine, links)
         if kinds is None:
-            return [], Links(prev, nxt, f"step {w.step}: {why}")
+            return [], Links(prev, nxt, f"step {step}: {why}")
         n = Counter()
         step_acts = []
         for (s, e, _), k in zip(blocks, kinds):
             if k:
-                step_acts.append(Action(w.step, -1, k, n[k], s, e))
+                step_acts.append(Action(step, -1, k, n[k], s, e))
                 n[k] += 1
         if n["F"] != n["B"] or not n["F"]:
-            return [], Links(prev, nxt, f"step {w.step}: {n['F']} forward and {n['B']} backward actions")
+            return [], Links(prev, nxt, f"step {step}: {n['F']} forward and {n['B']} backward actions")
         out += step_acts
     if not out:
         return [], Links(prev, nxt, NO_COMPUTE)

@@ -20,7 +20,7 @@ import numpy as np
 from diagnose.io.trace import COMM, RankTrace
 from diagnose.metrics.classify import collective_kind
 from diagnose.metrics.overlap import in_windows
-from diagnose.metrics.pipeline.batch import P2POp, batch_ops, group_label, peer_of, ranks_of
+from diagnose.metrics.pipeline.batch import P2POp, batch_ops, group_label, peer_of, ranks_of, size_of
 from diagnose.metrics.pipeline.peers import resolve_peers
 from diagnose.metrics.steps import Window
 from diagnose.model.format import NS_PER_MS
@@ -32,6 +32,13 @@ Record = tuple[str, str, int, int, int]  # (group, send|recv, peer, start ns, en
 def p2p_records(t: RankTrace, wins: list[Window]) -> tuple[list[Record], str]:
     """This rank's device send/recv inside the analysis windows, in start order, each with its peer; and why
     peers could not be told ("" when every record has one). Records whose peer is unknown are left out."""
+    ops, why = p2p_ops(t, wins)
+    return [(o.pg, o.kind, o.peer, o.start, o.end) for o in ops if o.peer is not None], why
+
+
+def p2p_ops(t: RankTrace, wins: list[Window]) -> tuple[list[P2POp], str]:
+    """Every send/recv of the rank inside the windows in start order, with its peer where one can be told (those
+    that name none are left to the cross-rank matching of timematch.py), and why some could not ("" if none)."""
     inside = in_windows(t, (t.kind == COMM) & (t.stream >= 0), wins)
     ops: list[P2POp] = []
     kinds: dict[tuple, str] = {}  # (name id, collective name) -> kind: a trace has few distinct ones
@@ -47,12 +54,10 @@ def p2p_records(t: RankTrace, wins: list[Window]) -> tuple[list[Record], str]:
             batched.append(i)
         elif kind in ("send", "recv"):
             ops.append(P2POp(kind, peer_of(a, kind), group_label(a), ranks_of(a), int(t.ts[i]), int(t.ts[i] + t.dur[i]),
-                             int(t.stream[i]), False))
+                             int(t.stream[i]), False, size_of(a)))
     ops += batch_ops(t, batched)
     ops, why = resolve_peers(ops, t.rank, t.distributed)
-    out = [(o.pg, o.kind, o.peer, o.start, o.end) for o in ops if o.peer is not None]
-    return sorted(out, key=lambda r: (r[3], r[4])), why
-
+    return sorted(ops, key=lambda o: (o.start, o.end)), why
 
 
 def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> list[P2PMatch]:

@@ -30,6 +30,7 @@ def resolve_peers(ops: list[P2POp], rank: int | None, dist: dict) -> tuple[list[
     for o in todo:
         by_pg[o.pg].append(o)
     fixed: dict[int, int] = {}  # id(op) -> peer
+    listed: set[int] = set()  # ops whose peer is the one neighbour the list gives (a linear pipeline assumed)
     for pg, mine in by_pg.items():
         ranks = mine[0].ranks or _pg_ranks(pg, dist)
         if not ranks or rank not in ranks:
@@ -43,6 +44,7 @@ def resolve_peers(ops: list[P2POp], rank: int | None, dist: dict) -> tuple[list[
                              f"{len(streams)} streams (one per peer): more peers than a linear pipeline gives it "
                              "(stages that wrap from the last rank to the first: interleaved)")
             fixed.update((id(o), near[0]) for o in mine)
+            listed.update(id(o) for o in mine)
             continue
         if any(o.batched for o in mine):
             return ops, (f"{NO_PEERS}; batched (nccl:coalesced) on a middle stage of group '{pg}', each batch "
@@ -54,7 +56,7 @@ def resolve_peers(ops: list[P2POp], rank: int | None, dist: dict) -> tuple[list[
                          f"({why}; one stream per neighbour and a first receive from the previous stage expected)")
         prev, nxt = near
         fixed.update((id(o), prev if o.stream == first.stream else nxt) for o in mine)
-    return [replace(o, peer=fixed[id(o)]) if id(o) in fixed else o for o in ops], ""
+    return [replace(o, peer=fixed[id(o)], listed=id(o) in listed) if id(o) in fixed else o for o in ops], ""
 
 
 def _pg_ranks(pg: str, dist: dict) -> list[int] | None:

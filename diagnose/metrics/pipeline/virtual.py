@@ -44,9 +44,14 @@ def place(acts: dict[int, list[Action]], p2p: dict[int, list[tuple]]) -> tuple[d
     return out, names.pop(), ""
 
 
-def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
-    nxt: dict[tuple, tuple] = {}  # (rank, block index) -> consumer (rank, block index)
+def link(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]) -> tuple[dict, dict, dict]:
+    """(producer -> consumer, consumer -> producer, block -> ordinal of its transfer among those of its pair and
+    kind) over (rank, block index). A transfer is the n-th send a→b matched to the n-th receive on b from a; its
+    producer the block on a that ended last before the send was posted, its consumer the first block of the
+    producer's kind on b that starts after the receive completed and no earlier transfer feeds."""
+    nxt: dict[tuple, tuple] = {}
     prv: dict[tuple, tuple] = {}
+    nth: dict[tuple, int] = {}
     transfers = []
     ends = {r: [a.end for a in bl] for r, bl in blocks.items()}
     rising = {r: all(a <= b for a, b in zip(e, e[1:])) for r, e in ends.items()}
@@ -59,6 +64,7 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
                 if a is not None:
                     transfers.append((r[4], src, a, dst))
     starts = {r: [a.start for a in bl] for r, bl in blocks.items()}
+    count: dict[tuple, int] = {}
     for t, src, a, dst in sorted(transfers):  # each feeds the first free block of its kind after it arrived
         kind = blocks[src][a].kind
         bl = blocks.get(dst, [])
@@ -67,6 +73,13 @@ def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
         if b is None or (src, a) in nxt:
             continue  # a transfer of another step, or the producer already feeds one
         nxt[(src, a)], prv[(dst, b)] = (dst, b), (src, a)
+        n = count[(src, dst, kind)] = count.get((src, dst, kind), -1) + 1
+        nth[(src, a, "out")] = nth[(dst, b, "in")] = n
+    return nxt, prv, nth
+
+
+def _place_step(blocks: dict[int, list[Action]], p2p: dict[int, list[tuple]]):
+    nxt, prv, _ = link(blocks, p2p)
     paths = {k: _paths(blocks, nxt, prv, k) for k in ("F", "B")}
     lens = {k: sorted({len(x) for x in v}) for k, v in paths.items()}
     p = len(blocks)
@@ -164,7 +177,13 @@ def virtual_layout(acts: dict[int, list[Action]], p2p: dict[int, list[tuple]], s
              for r in ranks}
     placed, name, why = place({r: acts[r] for r in ranks}, moved)
     if why:
-        return {}, [], "", 0, why
+        from diagnose.metrics.pipeline.vshape import V_NAME, chain_order, place_v  # it builds on link() above
+        order, v_why = chain_order(moved, ranks)
+        if not v_why:
+            placed, _, v_why = place_v({r: acts[r] for r in ranks}, moved, order)
+        if v_why:
+            return {}, [], "", 0, f"{why}; nor as a V (each rank holding stages i and 2p−1−i): {v_why}"
+        return placed, [order], V_NAME, 2, ""
     order = sorted(ranks, key=lambda r: min(a.stage for a in placed[r]))
     n = 1 + max(a.stage for v in placed.values() for a in v)
     return placed, [order], name, n // len(order), ""
