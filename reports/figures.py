@@ -116,7 +116,7 @@ def pipeline_timeline(rows: list[tuple[str, list[PipelineAction]]], t0: float, t
                    'stroke="#e3e6ec"/>')
         for a in acts:
             x0, x1 = sx(a.start_ms), sx(a.end_ms)
-            tag = f"{a.kind}{int(a.microbatch)}"
+            tag = f"{a.kind}{int(a.microbatch)}" if a.microbatch >= 0 else a.kind  # -1: microbatch not told
             out.append(f'<rect x="{x0:.2f}" y="{y + 3}" width="{max(x1 - x0, 0.5):.2f}" height="{row_h - 6}" '
                        f'fill="{PP_COLOURS.get(a.kind, "#999")}" stroke="#fff" stroke-width="0.6"><title>{tag} stage '
                        f'{int(a.stage)}: {fmt(a.start_ms - t0, "ms")} – {fmt(a.end_ms - t0, "ms")}</title></rect>')

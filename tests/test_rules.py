@@ -467,3 +467,13 @@ def test_pipeline_grad_norm_allreduce_gets_no_bucket_advice():
     got = findings(s)
     assert "dp_overlap" not in [f["id"] for f in got]
     assert not any("bucket_cap_mb" in f["action"] for f in got)
+
+
+def test_pipeline_two_options_each_carry_their_numbers():
+    """With two settings named (one on today's schedule, one faster on another), each reads alike: its own
+    bubble and window, so neither set of numbers seems to belong to the other option."""
+    s = big_bubble(summary(pipeline=True))
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    options = f["action"].split("; or ")
+    assert len(options) == 2, f["action"]  # this summary: --microbatches 32, or interleaving (faster)
+    assert all(re.search(r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms\)$", o) for o in options), f["action"]

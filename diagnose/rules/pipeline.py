@@ -40,9 +40,9 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     gain = win - new
     act = _setting(p, q)
     other = best if pick is not best else easy
-    if other is not None and other is not pick:
-        act += (f"; or {_setting(p, other[1])} (bubble {fmt(other[1].bubble, 'pct')}, window ≈ "
-                f"{fmt(other[0], 'ms')})")
+    if other is not None and other is not pick:  # two options: each with its own numbers, read alike
+        act = "; or ".join(f"{_setting(p, x[1])} (bubble {fmt(x[1].bubble, 'pct')}, window ≈ {fmt(x[0], 'ms')})"
+                           for x in (pick, other))
     worst = max(p.stage_bubbles, key=lambda b: b.measured) if p.stage_bubbles else None
     ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p.schedule} formula and "
           f"{fmt(p.replay, 'pct')} in the replay (p={p.stages}, m={m}); pipeline window {fmt(win, 'ms')}")
