@@ -1,0 +1,99 @@
+"""The pipeline prediction's cost model (diagnose.simulate.predict, diagnose.metrics.action_costs) against
+answers computed by hand: message nodes on the cross-stage edges, the per-action fixed host time read from
+the ops, the per-link fit, the per-action host overhead."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.metrics.per_rank import RankJob, run_job
+from diagnose.metrics.pipeline.actions import Action
+from diagnose.simulate.predict import CostModel, _latency_bandwidth, fit
+from diagnose.simulate.replay import predict, replay
+from tests.builder import MAIN_TID, TraceBuilder
+
+MS = 1_000_000  # ns
+
+
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_gpipe_with_a_message_per_edge_adds_one_message_each_way(m):
+    """Two stages, F = f and B = b everywhere, a message of L on each cross-stage edge: stage 1 is fed
+    without a gap after the first message, the backward likewise: makespan (m+1)(f+b) + 2L."""
+    f, b, lat = 3.0, 5.0, 0.7
+    cost = {(0, "F"): f, (1, "F"): f, (0, "B"): b, (1, "B"): b}
+    rep = predict("gpipe", 2, m, cost, link_ms={(0, 1): lat, (1, 0): lat})
+    assert rep.makespan == pytest.approx((m + 1) * (f + b) + 2 * lat)
+    free = predict("gpipe", 2, m, cost)
+    assert free.makespan == pytest.approx((m + 1) * (f + b))
+    assert rep.busy == free.busy  # a message occupies no rank
+
+
+def test_message_only_on_its_own_link():
+    """A message on 0→1 only (forward activations) delays stage 1's forwards, not the backward edge."""
+    orders = {0: [(0, "F", 0), (0, "B", 0)], 1: [(1, "F", 0), (1, "B", 0)]}
+    dur = {k: 1.0 for o in orders.values() for k in o}
+    rep = replay(orders, dur, 1, {(0, 1): 2.0})
+    assert rep.makespan == pytest.approx(1 + 2 + 1 + 1 + 1)
+
+
+def test_latency_and_bandwidth_from_two_sizes_and_latency_alone_from_one():
+    import numpy as np
+
+    b = np.array([1e6, 1e6, 4e6, 4e6])
+    y = 0.5 + b * 2e-7  # 0.5 ms + 5 MB/ms
+    lat, per_b = _latency_bandwidth(b, y)
+    assert lat == pytest.approx(0.5) and per_b == pytest.approx(2e-7)
+    lat, per_b = _latency_bandwidth(np.array([1e6] * 3), np.array([1.0, 3.0, 2.0]))
+    assert (lat, per_b) == (2.0, 0.0)  # one size: the median transfer, all of it latency
+
+
+def test_durations_keep_fixed_and_scale_variable():
+    cm = CostModel({(0, "F"): 2.0}, {(0, "F"): 8.0}, {(0, "F"): 1.0}, {(0, 1): (0.5, 1e-6, 1e6)})
+    cost, links = cm.durations(2, 8)
+    assert cost[(0, "F")] == pytest.approx(1.0 + 2.0 + 8.0 * 2 / 8)
+    assert links[(0, 1)] == pytest.approx(0.5 + 1e-6 * 1e6 * 2 / 8)
+
+
+def _act(step, stage, kind, mb, s_ms, e_ms):
+    return Action(step, stage, kind, mb, int(s_ms * MS), int(e_ms * MS))
+
+
+def test_fit_reads_fixed_overhead_and_the_link_transfer():
+    """Stage 0: F0 [0, 10] (fixed 2 ms), then B0 [30, 40] whose gradient recv completed at 28: overhead
+    2 ms. Stage 1: F0 [13, 23] whose activation recv (posted at 5) completed at 12.5: overhead 0.5 ms,
+    transfer 12.5 − max(send post 10.2, recv post 5) = 2.3 ms; B0 [23, 27] → recv on 0 posted 1, ends 28:
+    transfer 28 − max(27.1, 1) = 0.9 ms. One step, m = 1."""
+    acts = {0: [_act(0, 0, "F", 0, 0, 10), _act(0, 0, "B", 0, 30, 40)],
+            1: [_act(0, 1, "F", 0, 13, 23), _act(0, 1, "B", 0, 23, 27)]}
+    fixed = {0: [2 * MS, 0], 1: [0, MS]}
+    host = {0: [("recv", 1 * MS, 28 * MS, 100), ("send", int(10.2 * MS), int(12.6 * MS), 100)],
+            1: [("recv", 5 * MS, int(12.5 * MS), 100), ("send", int(27.1 * MS), 28 * MS, 100)]}
+    cm = fit(acts, fixed, host, {0: 0, 1: 0}, [0, 1], 1)
+    assert cm.fixed == {(0, "F"): 2.0, (0, "B"): 0.0, (1, "F"): 0.0, (1, "B"): 1.0}
+    assert cm.variable == {(0, "F"): 8.0, (0, "B"): 10.0, (1, "F"): 10.0, (1, "B"): 3.0}
+    assert cm.overhead[(0, "B")] == pytest.approx(2.0)
+    assert cm.overhead[(1, "B")] == pytest.approx(0.0)  # B after its own F, input already there
+    assert cm.links[(0, 1)] == pytest.approx((2.3, 0.0, 100.0))
+    assert cm.links[(1, 0)] == pytest.approx((0.9, 0.0, 100.0))
+
+
+def test_fixed_host_time_and_gloo_records_from_a_trace(tmp_path):
+    """One action of 1000 µs: mm 400, view 10 (leaf), transpose 30 holding as_strided 10, add 200.
+    Uncovered 1000 − 640 = 360; data-free ops 10 + 30 = 40; dispatch = median leaf view-like op (10 µs) ×
+    2 other ops (mm, add) = 20: fixed 420 µs. The send is posted by c10d::send at 1100 and completes at
+    1405, 2 × 3 floats = 24 bytes."""
+    b = TraceBuilder(rank=0, world_size=2, backend="gloo")
+    b.thread_name(MAIN_TID, "pt_main_thread")
+    b.step(1, 0, 2000)
+    b.pp(0, "F", 0, 100, 1100)
+    b.cpu_op("aten::mm", 150, 400)
+    b.cpu_op("aten::view", 600, 10)
+    b.cpu_op("aten::transpose", 700, 30)
+    b.cpu_op("aten::as_strided", 705, 10)
+    b.cpu_op("aten::add", 800, 200)
+    b.cpu_op("c10d::send", 1100, 5)
+    b.gloo("send", 1105, 300, dims=[2, 3])
+    out = run_job(RankJob(b.write(str(tmp_path / "rank0.json")), None, False, 0))
+    assert out.error is None and len(out.actions) == 1
+    assert out.action_fixed_ns == [420_000]
+    assert [(k, e - s, n) for k, s, e, n in out.host_p2p] == [("send", 305_000, 24)]
