@@ -97,3 +97,32 @@ def test_fixed_host_time_and_gloo_records_from_a_trace(tmp_path):
     assert out.error is None and len(out.actions) == 1
     assert out.action_fixed_ns == [420_000]
     assert [(k, e - s, n) for k, s, e, n in out.host_p2p] == [("send", 305_000, 24)]
+
+
+def test_moving_one_layer_off_the_slowest_stage_by_the_closed_form():
+    """GPipe, 2 stages of 3 layers, m = 4, free communication: stage 0 F 3 B 6, stage 1 F 6 B 12. With the
+    later stage at least as slow in F and B the step is a + b + m(c + d) = 9 + 4·18 = 81. One layer of
+    stage 1 (F 2, B 4) moved to stage 0: stage 0 F 5 B 10, stage 1 F 4 B 8, now the earlier stage is the
+    slower: stage 1's last F ends at 5m + 4, its first B at 5m + 12, stage 0's backwards then run back to
+    back: 15m + 12 = 72. Gain 9."""
+    from diagnose.simulate.layers import move_one_layer
+
+    var = {(0, "F"): 3.0, (0, "B"): 6.0, (1, "F"): 6.0, (1, "B"): 12.0}
+    mv = move_one_layer(CostModel({k: 0.0 for k in var}, var, {}), predict, "gpipe", 2, 4, [3, 3])
+    assert (mv.src, mv.dst) == (1, 0)
+    assert mv.step_ms == pytest.approx(72.0) and mv.gain_ms == pytest.approx(9.0)
+    assert move_one_layer(CostModel({}, var, {}), predict, "gpipe", 2, 4, [3, 1]) is None  # one layer: none to move
+
+
+def test_layers_per_stage_from_the_manifest():
+    from diagnose.model.manifest import Manifest, PipelineConfig
+    from diagnose.simulate.layers import stage_layers
+
+    from workloads.grammar import Pipeline
+
+    for layers, p in ((8, 3), (4, 2), (7, 4), (2, 2)):
+        man = Manifest(pipeline=PipelineConfig(stages=p, stages_per_rank=1), model={"layers": layers})
+        plan = Pipeline("1f1b", 4, p, 1, layers)  # the split the workload runs
+        assert stage_layers(man) == [len(plan.layers_of(s)) for s in range(p)]
+    assert stage_layers(Manifest(pipeline=PipelineConfig(stages=2, stages_per_rank=2), model={"layers": 8})) is None
+    assert stage_layers(None) is None

@@ -178,8 +178,8 @@ def _predicted(p) -> str:
     steps = ", ".join(f"m={q.microbatches} {fmt(q.step_ms, 'ms')}" for q in own)
     err = (f"; at this run's m={p.microbatches} it replays {fmt(p.prediction_error, 'pct')} from the measured "
            f"window") if p.prediction_error is not None else ""
-    return printable(f"\nPredicted pipeline ms/step ({p.schedule}, same global batch): {steps}{err}. "
-                     f"{p.prediction_model}")
+    return "\n" + printable(f"Predicted pipeline ms/step ({p.schedule}, same global batch): {steps}{err}. "
+                            f"{p.prediction_model}")
 
 
 def _memory(a: Analysis) -> str:

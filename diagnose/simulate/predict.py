@@ -44,7 +44,7 @@ class CostModel:
         tot = fx + sum(self.variable.values())
         lk = ", ".join(f"{s}→{d} {lat:.2f} ms + {nb / 1e6:.2f} MB at {1 / pb / 1e6:.1f} MB/ms" if pb > 0
                        else f"{s}→{d} {lat:.2f} ms" for (s, d), (lat, pb, nb) in sorted(self.links.items()))
-        return (f"estimate: per-microbatch fixed cost {fx:.1f} of {tot:.1f} ms of actions at m={m} "
+        return (f"Estimate: per-microbatch fixed cost {fx:.1f} of {tot:.1f} ms of actions at m={m} "
                 f"(host time between ops, data-free ops, op dispatch, per-action host overhead), the rest scaled by "
                 f"microbatch size; " + (f"messages per link: {lk}" if lk else "communication free (no transfers read)"))
 

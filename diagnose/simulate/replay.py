@@ -27,6 +27,7 @@ from diagnose.metrics.pipeline.bubbles import explain
 from diagnose.model.analysis import PipelinePrediction, PipelineResult
 from diagnose.model.format import NS_PER_MS
 from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
+from diagnose.simulate.layers import move_one_layer, stage_layers
 from diagnose.simulate.predict import CostModel, fit
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
@@ -150,7 +151,7 @@ def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], flo
 
 
 def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False,
-                      costs: tuple[dict, dict, dict] | None = None) -> None:
+                      costs: tuple[dict, dict, dict] | None = None, layers: list[int] | None = None) -> None:
     """The replay of each pipeline replica's observed order, the predictions, and the explanation that reads
     them, filled into `res` (whose measured numbers metrics computed over the same actions and groups).
     `costs`: per rank the actions' fixed host ns, the host send/recv records and the clock shift (ns)."""
@@ -178,6 +179,8 @@ def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], ove
         own = [q for q in res.predictions if (q.schedule, q.microbatches) == (res.schedule, res.microbatches)]
         if own and own[0].step_ms and res.window_ms > 0:
             res.prediction_error = own[0].step_ms / res.window_ms - 1
+        if layers and (mv := move_one_layer(model, predict, res.schedule, res.stages, res.microbatches, layers)):
+            res.layer_move = {"src": mv.src, "dst": mv.dst, "step_ms": mv.step_ms, "gain_ms": mv.gain_ms}
     after = explain(res, res.stage_bubbles, oversubscribed)
     res.explanation = res.explanation.replace(before, after) if before in res.explanation else after
 
@@ -242,4 +245,4 @@ def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> No
             # gloo's host spans carry the bytes; device send/recv (o.p2p) only their span: latency alone
             host[o.rank] = o.host_p2p or [(k, s, e, 0) for _, k, _, s, e in o.p2p]
             shift[o.rank] = int(round((o.metrics.origin_us - origin) * 1000))
-    complete_pipeline(analysis.pipeline, acts, oversubscribed, (fixed, host, shift))
+    complete_pipeline(analysis.pipeline, acts, oversubscribed, (fixed, host, shift), stage_layers(analysis.manifest))
