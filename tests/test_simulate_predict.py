@@ -17,12 +17,14 @@ MS = 1_000_000  # ns
 
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_gpipe_with_a_message_per_edge_adds_one_message_each_way(m):
-    """Two stages, F = f and B = b everywhere, a message of L on each cross-stage edge: stage 1 is fed
-    without a gap after the first message, the backward likewise: makespan (m+1)(f+b) + 2L."""
+    """Two stages, F = f and B = b everywhere, a message of L on each cross-stage edge that starts once both
+    sides posted (the receiver posts its recv when its previous action ends): stage 1's i-th forward starts
+    after its (i−1)-th ends plus L, so its forwards end at (m+1)f + mL; the backwards to stage 0 likewise add
+    L each: makespan (m+1)(f+b) + 2mL. The same rendezvous as tests/gen_pipeline.py's transfers."""
     f, b, lat = 3.0, 5.0, 0.7
     cost = {(0, "F"): f, (1, "F"): f, (0, "B"): b, (1, "B"): b}
     rep = predict("gpipe", 2, m, cost, link_ms={(0, 1): lat, (1, 0): lat})
-    assert rep.makespan == pytest.approx((m + 1) * (f + b) + 2 * lat)
+    assert rep.makespan == pytest.approx((m + 1) * (f + b) + 2 * m * lat)
     free = predict("gpipe", 2, m, cost)
     assert free.makespan == pytest.approx((m + 1) * (f + b))
     assert rep.busy == free.busy  # a message occupies no rank
@@ -126,3 +128,22 @@ def test_layers_per_stage_from_the_manifest():
         assert stage_layers(man) == [len(plan.layers_of(s)) for s in range(p)]
     assert stage_layers(Manifest(pipeline=PipelineConfig(stages=2, stages_per_rank=2), model={"layers": 8})) is None
     assert stage_layers(None) is None
+
+
+@pytest.mark.parametrize("p,m,schedule,lat", [(4, 8, "1f1b", 30), (4, 8, "1f1b", 200), (3, 6, "gpipe", 100)])
+def test_generated_gpu_pipeline_predicted_by_the_generators_own_schedule(tmp_path, p, m, schedule, lat):
+    """tests/gen_pipeline.py simulates its schedule from the definition (transfers of lat_us once both sides
+    posted). The model fitted from its trace replays the trace's own setting exactly, and m/2 microbatches
+    (each twice the work; one message size, so the same latency) as the generator's own m/2 job."""
+    import dataclasses
+
+    from diagnose.analyze import analyze_path
+    from tests.gen_pipeline import Case, simulate, write
+
+    c = Case(p=p, m=m, schedule=schedule, lat_us=lat, steps=2)
+    write(c, tmp_path)
+    res = analyze_path(str(tmp_path), jobs=1, rules=False).pipeline
+    assert res.prediction_error == pytest.approx(0.0, abs=1e-9)
+    half = dataclasses.replace(c, m=m // 2, f_us=2 * c.f_us, b_us=2 * c.b_us)
+    q = {(x.schedule, x.microbatches): x for x in res.predictions}[(schedule, m // 2)]
+    assert q.step_ms == pytest.approx(simulate(half).window_us / 1e3, rel=1e-9)

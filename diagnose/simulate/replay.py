@@ -44,12 +44,14 @@ class ReplayResult:
 def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int,
            link_ms: dict[tuple[int, int], float] | None = None) -> ReplayResult | None:
     """Simulate; None if the orders deadlock (an order the dependencies cannot satisfy, or an action waiting
-    for one that no rank runs). `link_ms`: the message on each stage pair's edge (a node between the two
-    actions on no rank's timeline); None or a missing pair: free."""
+    for one that no rank runs). `link_ms`: the message on each stage pair's edge: a node on no rank's timeline
+    that starts once the send is posted (the producing action ended) and the recv is posted (the receiver
+    finished the action before the consuming one), as NCCL and gloo pair them; None or a missing pair: free."""
     ids: dict[Key, int] = {}
     for order in orders.values():
         for a in order:
             ids.setdefault(a, len(ids))
+    prev = {y: x for order in orders.values() for x, y in zip(order, order[1:])}
     edges, msgs = [], []
     for a, i in ids.items():
         for d in _deps(a, last_stage, dur):
@@ -58,10 +60,10 @@ def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int,
             lk = (link_ms or {}).get((d[0], a[0])) if d[0] != a[0] else None
             if lk is None:
                 edges.append((i, ids[d]))
-            else:  # a message node: after d, before a
+            else:  # a message node: once the send (d done) and the recv (a's rank reaching a) are posted
                 msgs.append(lk)
                 j = len(ids) + len(msgs) - 1
-                edges += [(j, ids[d]), (i, j)]
+                edges += [(j, ids[d]), (i, j)] + ([(j, ids[prev[a]])] if a in prev else [])
     b = GraphBuilder(len(ids) + len(msgs))
     for order in orders.values():
         b.chain([ids[a] for a in order])
