@@ -147,3 +147,17 @@ def test_generated_gpu_pipeline_predicted_by_the_generators_own_schedule(tmp_pat
     half = dataclasses.replace(c, m=m // 2, f_us=2 * c.f_us, b_us=2 * c.b_us)
     q = {(x.schedule, x.microbatches): x for x in res.predictions}[(schedule, m // 2)]
     assert q.step_ms == pytest.approx(simulate(half).window_us / 1e3, rel=1e-9)
+
+
+def test_gpu_action_fixed_time_is_its_launch_gaps(tmp_path):
+    """tests/gen_pipeline.py with 4 kernels per action leaves 2 µs between them: 6 µs per action not covered
+    by a kernel (all of it in the kernels: 0, the 2-kernel default)."""
+    from tests.gen_pipeline import Case, write
+
+    for kernels, gaps in ((4, 6_000), (2, 0)):
+        d = tmp_path / str(kernels)
+        d.mkdir()
+        write(Case(p=2, m=2, lat_us=30, steps=2, split_kernels=kernels), d)
+        out = run_job(RankJob(str(d / "rank0.pt.trace.json.gz"), None, False, 0))
+        assert out.error is None and len(out.actions) == 8
+        assert out.action_fixed_ns == [gaps] * 8

@@ -5,7 +5,7 @@ prediction (diagnose.simulate.predict), read in the per-rank job (the trace is t
 inside the action covered by no op (Python between ops), the ops that move no data (views, transposes,
 `empty`: their cost is dispatch alone), and one dispatch overhead per other op, the overhead being the
 median self time of the leaf view-like ops of the trace (an op that does no work costs that much to run).
-GPU traces get none (their action time is device time; the host overhead overlaps it).
+GPU traces: the action's device span not covered by its compute kernels (launch gaps).
 
 `host_p2p`: gloo's `gloo:send`/`gloo:recv` spans (from the `c10d::send`/`c10d::recv_` call that posts them to
 completion) with their message bytes from the
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from diagnose.io.trace import RankTrace
+from diagnose.io.trace import COMPUTE, RankTrace
 
 VIEW_OPS = frozenset({
     "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
@@ -33,8 +33,12 @@ HostP2P = tuple[str, int, int, int]  # (send|recv, start ns, end ns, bytes), ran
 
 
 def action_fixed_ns(t: RankTrace, actions) -> list[int]:
-    """Per action (same order), its size-independent host time in ns; [] on GPU traces or without cpu ops."""
-    if t.is_gpu or not actions or "cpu_op" not in t.cats:
+    """Per action (same order), its size-independent time in ns; [] without the ops to read it from."""
+    if not actions:
+        return []
+    if t.is_gpu:
+        return _device_gaps(t, actions)
+    if "cpu_op" not in t.cats:
         return []
     ops = np.flatnonzero((t.cat == t.cats.index("cpu_op")) & (t.stream < 0))
     if not len(ops):
@@ -63,6 +67,23 @@ def action_fixed_ns(t: RankTrace, actions) -> list[int]:
         n_other = int((~view[sel]).sum())
         gap = max(int(a.end - a.start) - covered, 0)
         out.append(min(gap + views + n_other * overhead, int(a.end - a.start)))
+    return out
+
+
+def _device_gaps(t: RankTrace, actions) -> list[int]:
+    """GPU actions: the device span not covered by its compute kernels (launch gaps: the host not keeping
+    the device fed, a cost per action, not per sample)."""
+    k = np.flatnonzero((t.stream >= 0) & (t.kind == COMPUTE)) if t.kind is not None else np.array([], int)
+    ts, end = t.ts[k], t.ts[k] + t.dur[k]
+    out = []
+    for a in actions:
+        lo, hi = np.searchsorted(ts, a.start, "left"), np.searchsorted(ts, a.end, "left")
+        covered, last = 0, a.start
+        for s0, e0 in zip(ts[lo:hi].tolist(), np.minimum(end[lo:hi], a.end).tolist()):
+            if e0 > last:
+                covered += e0 - max(s0, last)
+                last = e0
+        out.append(int(a.end - a.start - covered) if covered else 0)
     return out
 
 

@@ -46,7 +46,7 @@ class CostModel:
                        else f"{s}→{d} {lat:.2f} ms" for (s, d), (lat, pb, nb) in sorted(self.links.items()))
         return (f"Estimate: per-microbatch fixed cost {fx:.1f} of {tot:.1f} ms of actions at m={m} "
                 f"(host time between ops, data-free ops, op dispatch, per-action host overhead), the rest scaled by "
-                f"microbatch size; " + (f"messages per link: {lk}" if lk else "communication free (no transfers read)"))
+                f"microbatch size; " + (f"messages per link: {lk}." if lk else "communication free (no transfers read)."))
 
 
 def fit(actions: dict[int, list], fixed_ns: dict[int, list[int]], host: dict[int, list], shift_ns: dict[int, int],
