@@ -3,7 +3,7 @@ m = 8 step (same global batch) against the measured m = 8 run.
 
 What one pair shows reliably is asserted: the fitted model replayed at each run's own setting lands within
 10 % of its measured window, and the fitted fixed costs and messages put the m = 8 prediction above m/m′
-scaling alone. The cross-run error is printed, not asserted: on 2 shared cores it was −14 to −56 % over 6
+scaling alone. The cross-run error is printed, not asserted: on 2 shared cores it was −14 to −56 % over 7
 pairs (docs/simulation.md says why: compute that does not shrink with the microbatch, and machine speed
 that differs between runs, read from the optimizer step both runs do identically).
 
@@ -26,7 +26,7 @@ from diagnose.simulate.replay import predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = ("--hidden", "256", "--seq-len", "128", "--batch", "16", "--profile-steps", "1,1,5")
-# The model replaying its own run: 1–8 % over 12 runs (docs/simulation.md); what is left is host time
+# The model replaying its own run: 1–8 % over 14 runs (docs/simulation.md); what is left is host time
 # between actions the model does not place (the optimizer window edges, noise on shared cores).
 SELF_TOLERANCE = 0.10
 
