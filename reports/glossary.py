@@ -32,7 +32,9 @@ GLOSSARY = {
     "pipeline_window": ("Pipeline window", "First action start to last action end over the ranks of one pipeline, "
                         "per step (clocks aligned)."),
     "prediction": ("Prediction", "Bubble and pipeline time replayed for another schedule or microbatch count at "
-                   "the same global batch (per-microbatch cost scaled by m/m′); formula only where no step time."),
+                   "the same global batch, an estimate: each action's fixed host cost kept, the rest scaled by m/m′, "
+                   "messages at latency + bytes/bandwidth per link (docs/simulation.md); formula only where no step "
+                   "time."),
     "memory": ("Memory peak", "From the allocator's [memory] events: peak Total Allocated and Total Reserved per "
                "device, the op running at the peak, against the device's total memory where known."),
     "algbw": ("Algorithm bandwidth", "Message bytes (nelems × dtype size) / op duration, over ops of known size."),

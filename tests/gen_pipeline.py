@@ -56,6 +56,10 @@ class Case:
     def rank(self, s: int) -> int:
         return self.base_rank + s * self.rank_stride
 
+    def link_us(self, src: int, dst: int) -> int:
+        """One transfer from stage src to stage dst, once both sides posted (tests/gen_planted.py slows one)."""
+        return self.lat_us
+
     def cost(self, s: int, kind: str, mb: int = 0) -> int:
         c = self.f_us if kind == "F" else self.b_us
         j = (s * 7919 + mb * 104729 + (kind == "B") * 13) % (2 * self.jitter_us + 1) - self.jitter_us
@@ -100,7 +104,7 @@ def simulate(c: Case) -> Answer:
                     if (src, kind, i) not in done:
                         break
                     send_post, recv_post = done[(src, kind, i)], free[s]
-                    end = max(send_post, recv_post) + c.lat_us
+                    end = max(send_post, recv_post) + c.link_us(src, s)
                     transfers.append({"kind": kind, "mb": i, "src": src, "dst": s, "send": send_post,
                                       "recv": recv_post, "end": end})
                     start = max(free[s], end)

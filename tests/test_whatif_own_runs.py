@@ -53,3 +53,19 @@ def test_silent_twin_names_nobody(pair):
     g = straggler_of(w)
     assert g is None or g.rank != 0
     print(f"twin: S {w.slowdown:.3f}, no-delay vs measured {w.no_delay_step_ms / w.measured_step_ms - 1:+.2%}")
+
+
+def test_moving_one_layer_off_the_planted_stage(pair):
+    """Rank 0's backward ×2 makes stage 0 the slowest, so the layer would go to stage 1. Whether that helps is
+    checked against the bottleneck by hand: the stage costs C0, C1 (F + B per microbatch, measured) with 2
+    layers each become C0/2 and C1 + C0/2; the replay gains exactly where max of those is below max(C0, C1).
+    With the backward doubled, half of stage 0 is more than stage 1's spare: no gain, and the finding keeps
+    silent about it."""
+    a = pair["slow"][1]
+    mv = a.pipeline.layer_move
+    assert mv is not None and (mv["src"], mv["dst"]) == (0, 1), mv
+    c = {s: sum(_mean(a, s, k) for k in "FB") for s in (0, 1)}  # rank s holds stage s
+    helps = max(c[0] / 2, c[1] + c[0] / 2) < max(c.values())
+    assert (mv["gain_ms"] > 0) == helps, (mv, c)
+    f = next((f for f in a.findings if f.id == "pipeline_imbalance"), None)
+    assert f is None or ("moving one layer" in f.expected_gain) == helps

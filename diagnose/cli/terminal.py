@@ -168,7 +168,20 @@ def _pipeline(a: Analysis) -> str:
     return _table(f"Pipeline bubbles per stage ({p.schedule}, p={p.stages}, m={p.microbatches}, "
                   f"window {fmt(p.window_ms, 'ms')} per step)",
                   ["stage", "rank", "busy ms/step", "measured", "replay", "theory", "gap"], rows,
-                  printable(p.explanation))
+                  printable(p.explanation) + _predicted(p))
+
+
+def _predicted(p) -> str:
+    """The replayed predictions of the run's own schedule at other microbatch counts, the cost model they
+    rest on, and how far the same model lands from this run's own measured window."""
+    own = [q for q in p.predictions if q.schedule == p.schedule and q.step_ms is not None]
+    if not own:
+        return ""
+    steps = ", ".join(f"m={q.microbatches} {fmt(q.step_ms, 'ms')}" for q in own)
+    err = (f"; at this run's m={p.microbatches} it replays {fmt(p.prediction_error, 'pct')} from the measured "
+           f"window") if p.prediction_error is not None else ""
+    return "\n" + printable(f"Predicted pipeline ms/step ({p.schedule}, same global batch): {steps}{err}. "
+                            f"{p.prediction_model}")
 
 
 def _memory(a: Analysis) -> str:

@@ -30,6 +30,7 @@ from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
 from diagnose.io.trace import COMM
+from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
 
 
 @dataclass
@@ -62,6 +63,8 @@ class RankOutput:
     base_time_ns: int | None = None  # Kineto's baseTimeNanoseconds: wall clock of ts 0 (jobs told apart: ranks.py)
     forwards: list[int] = field(default_factory=list)  # llmdiag/forward spans per step (gradient accumulation)
     regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
+    action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
+    host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -138,6 +141,7 @@ def _run(job: RankJob) -> RankOutput:
         collectives=collective_records(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
+        action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
     )
 
 

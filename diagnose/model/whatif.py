@@ -67,6 +67,9 @@ class WhatIf:
     stages: list[StageLoad] = field(default_factory=list)
     imbalance: float | None = None  # slowest stage's compute / mean stage compute − 1
     ideal: str = ""  # the ideal, in words
+    # "a-b" (the ranks of one point-to-point link, both directions) -> ms saved with that link's transfers at
+    # their op type's median, everything else as traced (estimate)
+    link_gains: dict[str, float] = field(default_factory=dict)
 
     def top(self, n: int = 3) -> list[Contribution]:
         """The n groups whose measured durations cost most, over every grouping."""

@@ -41,6 +41,12 @@ def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
     if w.mw is not None:
         cards.append(("M_W (worst workers)", fmt(w.mw, "pct"),
                       f"share removed by making worker(s) {', '.join(map(str, w.mw_ranks))} ideal"))
+    if w.link_gains:
+        link, gain = max(w.link_gains.items(), key=lambda kv: (kv[1], kv[0]))
+        if gain > 0:
+            cards.append(("slowest link", f"ranks {link}",
+                          f"if its transfers ran at their op type's median: step −{fmt(gain, 'ms')} "
+                          f"({fmt(gain / w.no_delay_step_ms, 'pct')}), an estimate from the replay"))
     return cards
 
 

@@ -123,6 +123,10 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
     if (sim := simulated_stage_gain(c.a.whatif, hi.stage, c.step_ms)) is not None:  # the replay, where one exists
         gain, eg = sim[0], c.gain_text(*sim)
+    if (mv := p.layer_move) and mv["gain_ms"] > 0:  # the one-layer move, replayed with the run's cost model
+        eg += (f"; moving one layer from stage {mv['src']} to stage {mv['dst']}: pipeline "
+               f"{fmt(mv['step_ms'], 'ms')} per step (−{fmt(mv['gain_ms'], 'ms')}), an estimate that assumes the "
+               "stage's layers cost the same (docs/simulation.md)")
     return [c.finding("pipeline_imbalance", severity_for(gain, c.step_ms), "Pipeline stages unbalanced", ev,
                       [hi.rank], steps_where([r for r in c.ranks if r.rank == hi.rank]), act, eg, gain,
                       "pipeline.imbalance", **_provenance(c))]

@@ -7,6 +7,8 @@ peers' speed: step X ms". An estimate (a replay of the dependency graph), not a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from diagnose.model.format import fmt
 from diagnose.model.whatif import WhatIf, WorkerGain
 
@@ -21,6 +23,37 @@ def straggler_of(w: WhatIf | None) -> WorkerGain | None:
         return None
     g = w.worker_gains[0]
     return g if g.gain_ms >= STRAGGLER_SHARE * w.no_delay_step_ms else None
+
+
+PP_COMM = ("forward-pp-comm", "backward-pp-comm")
+
+
+@dataclass
+class Attribution:
+    """What the replay blames: a worker (rank, its costliest op type) or a point-to-point link ("a-b")."""
+
+    gain_ms: float
+    rank: int | None = None
+    optype: str | None = None
+    link: str | None = None
+
+
+def slow_link_of(w: WhatIf | None) -> tuple[str, float] | None:
+    """The link whose transfers at their op type's median shorten the step most, if by STRAGGLER_SHARE."""
+    if w is None or w.missing or not w.link_gains or not w.no_delay_step_ms:
+        return None
+    link, gain = max(w.link_gains.items(), key=lambda kv: (kv[1], kv[0]))
+    return (link, gain) if gain >= STRAGGLER_SHARE * w.no_delay_step_ms else None
+
+
+def attribution(w: WhatIf | None) -> Attribution | None:
+    """The worker `straggler_of` names, unless its costliest op type is point-to-point communication and a
+    link gains at least STRAGGLER_SHARE: then the link (a slow link makes both its ends look slow, through
+    the transfers they share; a slow worker's links transfer at the usual speed and gain nothing)."""
+    g, link = straggler_of(w), slow_link_of(w)
+    if link and (g is None or g.optype in PP_COMM):
+        return Attribution(link[1], link=link[0])
+    return Attribution(g.gain_ms, g.rank, g.optype) if g else None
 
 
 def straggler_gain(w: WhatIf | None, rank: int) -> WorkerGain | None:

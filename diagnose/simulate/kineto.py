@@ -33,6 +33,7 @@ LAUNCH_EPS_NS = 1_000  # a collective launched within 1 µs of an action's end w
 class _Ops:
     def __init__(self):
         self.rows: list[tuple] = []  # (rank, step, optype, start ns, end ns, comm)
+        self.link: dict[int, str] = {}  # op -> "a-b": the point-to-point link (ranks a < b) it moves data on
 
     def add(self, rank, step, optype, start, end, comm) -> int:
         self.rows.append((rank, step, optype, int(start), int(end), comm))
@@ -156,6 +157,7 @@ def _p2p(good, stage, shift, by_rank, ops: _Ops, edges: list, groups: list) -> N
         for (ss, se), (rs, re), (pi, _, pstep), (ci, _, cstep) in zip(a, b, produce, consume):
             si = ops.add(src, pstep, f"{kind}-send", ss, se, True)
             ri = ops.add(dst, cstep, f"{kind}-recv", rs, re, True)
+            ops.link[si] = ops.link[ri] = f"{min(src, dst)}-{max(src, dst)}"
             edges.append((si, pi))
             edges.append((ci, ri))
             if before.get(ci) is not None:
@@ -216,6 +218,8 @@ def _job(ops: _Ops, edges, groups, stage, steps) -> SimJob:
     start = np.array([r[3] for r in rows], dtype=np.float64) / 1e6
     end = np.array([r[4] for r in rows], dtype=np.float64) / 1e6
     optype = np.array([r[2] for r in rows], dtype=object)
+    link = np.array([ops.link.get(i, "") for i in range(n)], dtype=object) if ops.link else None
     return SimJob("kineto-pipeline", g, np.asarray(g.group) >= 0, start, end - start, optype,
                   np.array([r[5] for r in rows], dtype=bool), np.array([stage[x] for x in rank]),
-                  np.array([dp_of[x] for x in rank]), rank, np.searchsorted(steps, [r[1] for r in rows]), steps, LABEL)
+                  np.array([dp_of[x] for x in rank]), rank, np.searchsorted(steps, [r[1] for r in rows]), steps, LABEL,
+                  link)

@@ -1,13 +1,15 @@
-"""The pipeline replay: a schedule's dependency graph with measured durations and free communication, run by
-the one what-if engine (diagnose.simulate.engine).
+"""The pipeline replay: a schedule's dependency graph with measured durations, run by the one what-if engine
+(diagnose.simulate.engine).
 
 Each rank runs its actions in a fixed order; F(s, mb) waits for F(s−1, mb), B/I(s, mb) for F(s, mb) and
-B/I(s+1, mb), W(s, mb) for B/I(s, mb). The makespan and idle time of this replay are the schedule's
-inherent bubble given the measured stage costs: measured − replay is what communication, host overhead
-and noise add; replay − formula is what stage imbalance adds. Fed with generated orders (gpipe, 1f1b,
-Megatron's interleaved 1F1B) it predicts other microbatch counts and schedules; schedules it has no order for
-(zero-bubble, interleaving with m not a multiple of p) are not simulated, and their predictions carry the
-formula in `theory` only (`bubble` None).
+B/I(s+1, mb), W(s, mb) for B/I(s, mb). The replay of the observed order has free communication: its makespan
+and idle time are the schedule's inherent bubble given the measured stage costs (measured − replay is what
+communication, host overhead and noise add; replay − formula is what stage imbalance adds). Fed with
+generated orders (gpipe, 1f1b, Megatron's interleaved 1F1B) it predicts other microbatch counts and schedules
+with the cost model fitted from the run (diagnose.simulate.predict: fixed and variable action cost, messages
+per link as nodes on the cross-stage edges); schedules it has no order for (zero-bubble, interleaving with m
+not a multiple of p) are not simulated, and their predictions carry the formula in `theory` only (`bubble`
+None).
 
 `complete_pipeline` fills the replay into the PipelineResult that metrics (diagnose.metrics.pipeline_bubbles)
 measured: the replay sits one stage above metrics, beside the rest of the what-if.
@@ -25,6 +27,8 @@ from diagnose.metrics.pipeline.bubbles import explain
 from diagnose.model.analysis import PipelinePrediction, PipelineResult
 from diagnose.model.format import NS_PER_MS
 from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
+from diagnose.simulate.layers import move_one_layer, stage_layers
+from diagnose.simulate.predict import CostModel, fit
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
 SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count
@@ -37,23 +41,36 @@ class ReplayResult:
     bubble: dict[int, float]  # rank -> 1 − busy / makespan
 
 
-def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int) -> ReplayResult | None:
+def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int,
+           link_ms: dict[tuple[int, int], float] | None = None) -> ReplayResult | None:
     """Simulate; None if the orders deadlock (an order the dependencies cannot satisfy, or an action waiting
-    for one that no rank runs)."""
+    for one that no rank runs). `link_ms`: the message on each stage pair's edge: a node on no rank's timeline
+    that starts once the send is posted (the producing action ended) and the recv is posted (the receiver
+    finished the action before the consuming one), as NCCL and gloo pair them; None or a missing pair: free."""
     ids: dict[Key, int] = {}
     for order in orders.values():
         for a in order:
             ids.setdefault(a, len(ids))
-    b = GraphBuilder(len(ids))
-    for order in orders.values():
-        b.chain([ids[a] for a in order])
+    prev = {y: x for order in orders.values() for x, y in zip(order, order[1:])}
+    edges, msgs = [], []
     for a, i in ids.items():
         for d in _deps(a, last_stage, dur):
             if d not in ids:
                 return None
-            b.dep(i, ids[d])
-    d = np.array([dur.get(a, 0.0) for a in ids], dtype=np.float64)
-    zero = np.zeros(len(ids))
+            lk = (link_ms or {}).get((d[0], a[0])) if d[0] != a[0] else None
+            if lk is None:
+                edges.append((i, ids[d]))
+            else:  # a message node: once the send (d done) and the recv (a's rank reaching a) are posted
+                msgs.append(lk)
+                j = len(ids) + len(msgs) - 1
+                edges += [(j, ids[d]), (i, j)] + ([(j, ids[prev[a]])] if a in prev else [])
+    b = GraphBuilder(len(ids) + len(msgs))
+    for order in orders.values():
+        b.chain([ids[a] for a in order])
+    for after, before in edges:
+        b.dep(after, before)
+    d = np.array([dur.get(a, 0.0) for a in ids] + msgs, dtype=np.float64)
+    zero = np.zeros(len(d))
     try:
         _, end = simulate(b.build(), d, zero, zero)
     except CycleError:
@@ -115,9 +132,11 @@ def _interleaved(rank: int, p: int, m: int, v: int) -> list[Key]:
     return order + [key(k, False) for k in range(total - warm, total)]
 
 
-def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float], v: int = 1) -> ReplayResult | None:
+def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float], v: int = 1,
+            link_ms: dict[tuple[int, int], float] | None = None) -> ReplayResult | None:
     """Replay `schedule` at m microbatches; stage_cost is the time of one microbatch's F or B on each pipeline
-    rank (v = 1), split evenly over its v chunks when interleaved."""
+    rank (v = 1), split evenly over its v chunks when interleaved; link_ms the message between neighbouring
+    ranks (interleaved: between the ranks holding the two chunks)."""
     orders = {}
     for r in range(p):
         o = generate_order(schedule, r, p, m, v)
@@ -126,12 +145,18 @@ def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], flo
         orders[r] = o
     chunks = v if schedule.lower() == "interleaved1f1b" else 1
     dur = {a: stage_cost.get((a[0] % p, a[1]), 0.0) / chunks for o in orders.values() for a in o}
-    return replay(orders, dur, chunks * p - 1)
+    links = None
+    if link_ms:
+        links = {(s, t): link_ms.get((s % p, t % p), 0.0) for s in range(chunks * p) for t in (s - 1, s + 1)
+                 if 0 <= t < chunks * p}
+    return replay(orders, dur, chunks * p - 1, links)
 
 
-def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False) -> None:
+def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False,
+                      costs: tuple[dict, dict, dict] | None = None, layers: list[int] | None = None) -> None:
     """The replay of each pipeline replica's observed order, the predictions, and the explanation that reads
-    them, filled into `res` (whose measured numbers metrics computed over the same actions and groups)."""
+    them, filled into `res` (whose measured numbers metrics computed over the same actions and groups).
+    `costs`: per rank the actions' fixed host ns, the host send/recv records and the clock shift (ns)."""
     before = explain(res, res.stage_bubbles, oversubscribed)
     windows, per_rank = [], {}
     for group in res.groups:
@@ -149,7 +174,15 @@ def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], ove
     res.replay = float(np.mean(reps)) if reps else None
     res.replay_window_ms = float(np.mean(windows)) if windows else None
     first = res.groups[0] if res.groups else sorted(actions)
-    res.predictions = _predictions(actions, first, res.schedule, res.stages, res.microbatches, res.stages_per_rank)
+    res.predictions, model = _predictions(actions, first, res.schedule, res.stages, res.microbatches,
+                                          res.stages_per_rank, costs)
+    if model is not None:
+        res.prediction_model = model.describe(res.microbatches)
+        own = [q for q in res.predictions if (q.schedule, q.microbatches) == (res.schedule, res.microbatches)]
+        if own and own[0].step_ms and res.window_ms > 0:
+            res.prediction_error = own[0].step_ms / res.window_ms - 1
+        if layers and (mv := move_one_layer(model, predict, res.schedule, res.stages, res.microbatches, layers)):
+            res.layer_move = {"src": mv.src, "dst": mv.dst, "step_ms": mv.step_ms, "gain_ms": mv.gain_ms}
     after = explain(res, res.stage_bubbles, oversubscribed)
     res.explanation = res.explanation.replace(before, after) if before in res.explanation else after
 
@@ -168,24 +201,20 @@ def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[in
     return replay(orders, dur, max(k[0] for k in dur))
 
 
-def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
+def _predictions(actions, group, schedule, p, m, v, costs=None) -> tuple[list[PipelinePrediction], CostModel | None]:
     """Replayed bubble and pipeline time at other microbatch counts (same global batch) for the schedules the
-    replay has an order for; interleaved and zero-bubble rows carry only their formula (`bubble` None)."""
-    cost: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for r in group:
-        for a in actions.get(r, []):
-            k = "B" if a.kind in ("B", "I", "W") else "F"
-            cost[(a.stage, k)].append((a.end - a.start) / NS_PER_MS)
-    if v != 1 or not cost:
-        return []
-    # One microbatch's F and B per stage; I + W count as B. Per-mb cost scales as m/m' at fixed batch.
-    per_mb = {}
-    for (s, k), vals in cost.items():
-        per_mb[(s, k)] = float(np.sum(vals)) / max(len({a.step for a in actions[group[0]]}), 1) / m
+    replay has an order for, with the run's fitted cost model (diagnose.simulate.predict): fixed and variable
+    action cost, host overhead per action, messages per link. Zero-bubble rows (and interleaving with m not
+    a multiple of p) carry only their formula (`bubble` None)."""
+    if v != 1 or not any(actions.get(r) for r in group):
+        return [], None
+    fixed_ns, host, shift = costs or ({}, {}, {})
+    model = fit(actions, fixed_ns, host, shift, group, m)
     out = []
     for sched in SIMULATED:
         for m2 in sorted({max(1, m // 2), m, 2 * m, 4 * m, 8 * m}):
-            rep = predict(sched, p, m2, {key: c * m / m2 for key, c in per_mb.items()})
+            cost, links = model.durations(m, m2)
+            rep = predict(sched, p, m2, cost, link_ms=links)
             if rep is None:
                 continue
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
@@ -193,13 +222,14 @@ def _predictions(actions, group, schedule, p, m, v) -> list[PipelinePrediction]:
                                           step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
     for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
         for m2 in sorted({m, 2 * m}):
-            rep = predict(sched, p, m2, {key: c * m / m2 for key, c in per_mb.items()}, vv)
+            cost, links = model.durations(m, m2)
+            rep = predict(sched, p, m2, cost, vv, link_ms=links)
             # no order for zero-bubble (or interleaving with m not a multiple of p): the formula, never as a replay
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
                                           bubble=float(np.mean(list(rep.bubble.values()))) if rep else None,
                                           step_ms=rep.makespan if rep else None,
                                           theory=theory_bubble(sched, p, m2, vv)))
-    return out
+    return out, model
 
 
 def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> None:
@@ -207,9 +237,14 @@ def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> No
     stage; the parsed actions the step)."""
     if analysis.pipeline is None:
         return
-    acts = {}
+    acts, fixed, host, shift = {}, {}, {}, {}
+    origin = min((o.metrics.origin_us for o in outputs if o.metrics is not None), default=0.0)
     for o in outputs:
         pa = o.metrics.pipeline_actions if o.metrics is not None else []
         if o.actions and len(pa) == len(o.actions):
             acts[o.rank] = [Action(a.step, x.stage, a.kind, a.microbatch, a.start, a.end) for a, x in zip(o.actions, pa)]
-    complete_pipeline(analysis.pipeline, acts, oversubscribed)
+            fixed[o.rank] = o.action_fixed_ns if len(o.action_fixed_ns) == len(o.actions) else []
+            # gloo's host spans carry the bytes; device send/recv (o.p2p) only their span: latency alone
+            host[o.rank] = o.host_p2p or [(k, s, e, 0) for _, k, _, s, e in o.p2p]
+            shift[o.rank] = int(round((o.metrics.origin_us - origin) * 1000))
+    complete_pipeline(analysis.pipeline, acts, oversubscribed, (fixed, host, shift), stage_layers(analysis.manifest))

@@ -49,6 +49,7 @@ class SimJob:
     step: np.ndarray  # index into steps
     steps: list[int]
     label: dict[str, str]  # op type -> the name it is reported under (p2p kinds merged per direction)
+    link: np.ndarray | None = None  # object array: "a-b" for the p2p ops between ranks a < b, "" for others
 
 
 def _per_step(values: np.ndarray, step: np.ndarray, n: int, fn) -> np.ndarray:
@@ -128,6 +129,12 @@ def analyse(job: SimJob) -> WhatIf:
         for k in uniq:
             t = r.mixed(keys == k, r.ideal_time, r.time)
             w.contributions.append(Contribution(group, str(k), t / t_ideal))
+    if job.link is not None:
+        links = [k for k in np.unique(job.link) if k]
+        if not r.affords(len(links)):
+            w.left_out.append(f"the gains per point-to-point link ({len(links)} replays)")
+        else:
+            w.link_gains = {str(k): t_ori - r.mixed(job.link == k, r.time, r.ideal_time) for k in links}
     if t_ori - t_ideal <= 1e-9 * t_ori:
         return w
     if not ({"dp_rank", "stage"} <= {c.group for c in w.contributions}

@@ -1,0 +1,117 @@
+"""What a rank's trace says about the cost of one pipeline action beyond its compute, for the what-if
+prediction (diagnose.simulate.predict), read in the per-rank job (the trace is there; only small lists leave it).
+
+`action_fixed_ns`: the part of each action that does not shrink with the microbatch (CPU traces): the time
+inside the action covered by no op (Python between ops), the ops that move no data (views, transposes,
+`empty`: their cost is dispatch alone), and one dispatch overhead per other op, the overhead being the
+median self time of the leaf view-like ops of the trace (an op that does no work costs that much to run).
+GPU traces: the action's device span not covered by its compute kernels (launch gaps).
+
+`host_p2p`: gloo's `gloo:send`/`gloo:recv` spans (from the `c10d::send`/`c10d::recv_` call that posts them to
+completion) with their message bytes from the
+span's `Input Dims` and `Input type`: the transfers of CPU pipeline runs, whose send/recv carry no peer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from diagnose.io.trace import COMPUTE, RankTrace
+
+VIEW_OPS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
+    "aten::permute", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::narrow",
+    "aten::select", "aten::detach", "detach", "aten::alias", "aten::split", "aten::chunk", "aten::unbind",
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::result_type", "aten::resolve_conj",
+    "aten::resolve_neg", "aten::lift_fresh", "aten::contiguous", "aten::view_as", "aten::expand_as",
+})
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+               "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
+HostP2P = tuple[str, int, int, int]  # (send|recv, start ns, end ns, bytes), rank-relative
+
+
+def action_fixed_ns(t: RankTrace, actions) -> list[int]:
+    """Per action (same order), its size-independent time in ns; [] without the ops to read it from."""
+    if not actions:
+        return []
+    if t.is_gpu:
+        return _device_gaps(t, actions)
+    if "cpu_op" not in t.cats:
+        return []
+    ops = np.flatnonzero((t.cat == t.cats.index("cpu_op")) & (t.stream < 0))
+    if not len(ops):
+        return []
+    ts, end = t.ts[ops], t.ts[ops] + t.dur[ops]
+    view = np.array([t.names[k] in VIEW_OPS for k in t.name[ops].tolist()], bool)
+    overhead = _dispatch_ns(ts, end, view)
+    out = []
+    for a in actions:
+        lo, hi = np.searchsorted(ts, a.start, "left"), np.searchsorted(ts, a.end, "right")
+        sel = np.arange(lo, hi)[end[lo:hi] <= a.end]
+        if not len(sel):
+            out.append(0)
+            continue
+        top, covered, views, last = [], 0, 0, -1
+        for i in sel.tolist():  # ops in start order: an op starting before the open top op's end is nested
+            if ts[i] >= last:
+                covered += int(end[i] - ts[i])
+                last = int(end[i])
+                top.append(i)
+        vopen = -1
+        for i in sel.tolist():
+            if view[i] and ts[i] >= vopen:  # outermost view-like ops only (as_strided nests in transpose)
+                views += int(end[i] - ts[i])
+                vopen = int(end[i])
+        n_other = int((~view[sel]).sum())
+        gap = max(int(a.end - a.start) - covered, 0)
+        out.append(min(gap + views + n_other * overhead, int(a.end - a.start)))
+    return out
+
+
+def _device_gaps(t: RankTrace, actions) -> list[int]:
+    """GPU actions: the device span not covered by its compute kernels (launch gaps: the host not keeping
+    the device fed, a cost per action, not per sample)."""
+    k = np.flatnonzero((t.stream >= 0) & (t.kind == COMPUTE)) if t.kind is not None else np.array([], int)
+    ts, end = t.ts[k], t.ts[k] + t.dur[k]
+    out = []
+    for a in actions:
+        lo, hi = np.searchsorted(ts, a.start, "left"), np.searchsorted(ts, a.end, "left")
+        covered, last = 0, a.start
+        for s0, e0 in zip(ts[lo:hi].tolist(), np.minimum(end[lo:hi], a.end).tolist()):
+            if e0 > last:
+                covered += e0 - max(s0, last)
+                last = e0
+        out.append(int(a.end - a.start - covered) if covered else 0)
+    return out
+
+
+def _dispatch_ns(ts: np.ndarray, end: np.ndarray, view: np.ndarray) -> int:
+    """Median duration of leaf view-like ops (no op starts inside them): the cost of running an op that does
+    no work."""
+    nxt = np.append(ts[1:], np.iinfo(np.int64).max)
+    leaf = view & (nxt >= end)
+    return int(np.median(end[leaf] - ts[leaf])) if leaf.any() else 0
+
+
+def host_p2p(t: RankTrace) -> list[HostP2P]:
+    """gloo's send/recv spans with their bytes, in start order (empty where the trace has none)."""
+    want = {k: n for k, n in enumerate(t.names) if n in ("c10d::send", "c10d::recv_", "gloo:send", "gloo:recv")}
+    if not any(n.startswith("gloo:") for n in want.values()):
+        return []
+    out, posted = [], {}
+    for i in np.flatnonzero(np.isin(t.name, list(want)) & (t.stream < 0)).tolist():
+        name = want[int(t.name[i])]
+        if name.startswith("c10d::"):  # the host call that posts the message (gloo's span opens after it)
+            posted[name[6:10]] = int(t.ts[i])
+            continue
+        a = t.comm_args.get(i, {})
+        dims, types = a.get("Input Dims") or [], a.get("Input type") or []
+        nbytes = 0
+        for k, d in enumerate(dims):
+            if isinstance(d, list) and all(isinstance(x, int) for x in d):
+                nbytes += math.prod(d) * DTYPE_BYTES.get(str(types[k]) if k < len(types) else "float", 4)
+        start = min(posted.pop(name[5:9], int(t.ts[i])), int(t.ts[i]))
+        out.append((name[5:], start, int(t.ts[i] + t.dur[i]), nbytes))
+    return sorted(out, key=lambda r: (r[1], r[2]))
