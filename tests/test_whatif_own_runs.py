@@ -34,7 +34,9 @@ def test_plant_is_recorded_and_measured(pair):
     man = json.loads(open(f"{path}/manifest.json").read())
     assert man["options"]["inject_slow"] == "rank:0:2:backward"
     ratio = _mean(a, 0, "B") / _mean(pair["twin"][1], 0, "B")
-    assert 1.5 < ratio < 2.6, ratio  # ×2 planted; two ranks share two cores with their gloo threads
+    # ×2 planted. Two runs on two shared cores (with their gloo threads): between-run noise reached 2.66 once
+    # under load, so the band tells ×2 from ×1 and from ×4 and nothing finer.
+    assert 1.5 < ratio < 3.0, ratio
     assert _mean(a, 0, "F") / _mean(pair["twin"][1], 0, "F") < 1.3  # forward untouched
 
 
