@@ -39,17 +39,33 @@ def prefiltered(regex: re.Pattern, *needles: str):
     """regex.search(name) as a predicate, tried only on names holding one of `needles` (lower-cased when the
     regex ignores case): a substring test is ~50x cheaper than an unanchored alternation over a 2 kB
     templated kernel name, and each needle is a substring every match must contain, so the answer is the
-    regex's own."""
+    regex's own. Answers are kept per name (names of ordinary length): the ranks a process analyses share
+    their kernel and op names, and each is classified once."""
     fold = bool(regex.flags & re.I)
+    search = regex.search
+    seen: dict[str, bool] = {}
 
     def test(name: str) -> bool:
-        name = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
-        n = name.lower() if fold else name
-        return any(x in n for x in needles) and regex.search(name) is not None
+        hit = seen.get(name)
+        if hit is not None:
+            return hit
+        head = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
+        n = head.lower() if fold else head
+        hit = False
+        for x in needles:
+            if x in n:
+                hit = search(head) is not None
+                break
+        if len(name) <= NAME_CAP:
+            if len(seen) >= _SEEN_MAX:
+                seen.clear()
+            seen[name] = hit
+        return hit
 
     return test
 
 
+_SEEN_MAX = 1 << 15  # names remembered per predicate (a trace has hundreds of distinct names)
 is_memcpy = prefiltered(MEMCPY_RE, "emcpy", "dma", "Copy")
 is_memset = prefiltered(MEMSET_RE, "emset", "FillBuffer")
 is_sync_kernel = prefiltered(SYNC_KERNEL_RE, "sync", "stream wait")

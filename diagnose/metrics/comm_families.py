@@ -91,8 +91,11 @@ def _family(head: str) -> Family | None:
     # "void " and a return type may precede a namespace: the search is unanchored but each pattern is a
     # literal (plus \w runs), so it stays linear.
     for f in FAMILIES:
-        if any(x in head for x in f.needles) and f.pattern.search(head):
-            return f
+        for x in f.needles:
+            if x in head:
+                if f.pattern.search(head):
+                    return f
+                break
     return None
 
 
@@ -101,8 +104,12 @@ def looks_like_comm(name: str) -> bool:
     (FlashAttention-3's `flash::compute_attn_ws<…CollectiveMainloopFwd…>` and CUTLASS 3's
     `GemmUniversal<…collective::CollectiveMma…>` carry "collective" only there). Inductor's `triton_*` kernels
     are generated compute whose names spell the fused ops (`triton_poi_fused_all_gather_copy_in_0`: FSDP2's
-    copy into the all-gather buffer), never a collective."""
-    head = name[:NAME_CAP]
+    copy into the all-gather buffer), never a collective. Each distinct name is read once per process."""
+    return _looks_like_comm(name[:NAME_CAP])
+
+
+@functools.lru_cache(maxsize=4096)
+def _looks_like_comm(head: str) -> bool:
     cut = min((i for i in (head.find("<"), head.find("(")) if i >= 0), default=len(head))
     own = head[:cut].lower()
     if own.startswith("triton_") or own.startswith("triton__"):
