@@ -23,6 +23,7 @@ from diagnose.metrics.sets import distinct
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import host_ops
 from diagnose.metrics.comm_families import NAME_CAP, family_of, looks_like_comm
+from diagnose.metrics.name_memo import per_name
 
 MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")
 MEMSET_RE = re.compile(r"^(Memset|memset)|FillBuffer")
@@ -39,33 +40,22 @@ def prefiltered(regex: re.Pattern, *needles: str):
     """regex.search(name) as a predicate, tried only on names holding one of `needles` (lower-cased when the
     regex ignores case): a substring test is ~50x cheaper than an unanchored alternation over a 2 kB
     templated kernel name, and each needle is a substring every match must contain, so the answer is the
-    regex's own. Answers are kept per name (names of ordinary length): the ranks a process analyses share
-    their kernel and op names, and each is classified once."""
+    regex's own. Answered once per distinct name (name_memo.py)."""
     fold = bool(regex.flags & re.I)
     search = regex.search
-    seen: dict[str, bool] = {}
 
+    @per_name
     def test(name: str) -> bool:
-        hit = seen.get(name)
-        if hit is not None:
-            return hit
         head = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
         n = head.lower() if fold else head
-        hit = False
         for x in needles:
             if x in n:
-                hit = search(head) is not None
-                break
-        if len(name) <= NAME_CAP:
-            if len(seen) >= _SEEN_MAX:
-                seen.clear()
-            seen[name] = hit
-        return hit
+                return search(head) is not None
+        return False
 
     return test
 
 
-_SEEN_MAX = 1 << 15  # names remembered per predicate (a trace has hundreds of distinct names)
 is_memcpy = prefiltered(MEMCPY_RE, "emcpy", "dma", "Copy")
 is_memset = prefiltered(MEMSET_RE, "emset", "FillBuffer")
 is_sync_kernel = prefiltered(SYNC_KERNEL_RE, "sync", "stream wait")
