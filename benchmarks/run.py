@@ -7,8 +7,9 @@
     python -m benchmarks.run --cases ladder      # the scale ladder, 64..16,384 ranks, whole command (ladder.py)
 
 Every measurement is a fresh `python -m benchmarks.child` process whose whole tree (workers included) is
-sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). Times exclude interpreter start and
-imports; the median of --repeats runs is reported for llmdiag and of --baseline-repeats runs for orjson and
+sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). llmdiag is timed as `analyze_path` with its
+rules, HTA as its load + overlap + temporal breakdown: library calls both. Times exclude interpreter start
+and imports (llmdiag's modules byte-compiled first, as an install leaves them, like HTA's); the median of --repeats runs is reported for llmdiag and of --baseline-repeats runs for orjson and
 HTA (long runs, whose noise averages out; 1 by default to keep `make bench` within minutes). Ratios come
 from one run of this script. Results: a table on stdout and benchmarks/results/<timestamp>.json. Method: docs/benchmarks.md.
 """
@@ -254,6 +255,7 @@ def main(argv=None) -> None:
         except ImportError:
             print("HolisticTraceAnalysis is not installed: HTA columns are skipped (pip install HolisticTraceAnalysis)")
             a.hta = False
+    byte_compile()
     cases = cases_for(mode, a.real_dir)
     if a.cases:
         want = a.cases.split(",")
@@ -292,6 +294,18 @@ def main(argv=None) -> None:
     print()
     print(table(rows, floors))
     print(f"\n{time.perf_counter() - t_all:.0f} s in all; results: {path}")
+
+
+def byte_compile() -> None:
+    """llmdiag's modules compiled to bytecode before anything is timed, as an installed package is (pip
+    compiles on install; HTA's modules come compiled): otherwise, under PYTHONDONTWRITEBYTECODE or in a
+    fresh checkout, every module analyze_path imports lazily is compiled from source inside llmdiag's timer
+    (~50 ms, more than a small trace's whole analysis). Writes only __pycache__/ beside the sources."""
+    import compileall
+
+    for pkg in ("diagnose", "reports", "benchmarks"):
+        if os.path.isdir(os.path.join(ROOT, pkg)):
+            compileall.compile_dir(os.path.join(ROOT, pkg), quiet=2)
 
 
 def idle_floors(a) -> dict:

@@ -106,6 +106,12 @@ class _DictView:
     """Column access over orjson's event dicts (fastjson.StructView does the same over msgspec structs)."""
 
     field = staticmethod(_col)
+    PHASE = {"X": "X", "M": "M", "i": "i"}
+    same = staticmethod(eq)
+
+    @staticmethod
+    def phases(rows: list) -> list:
+        return _col(rows, "ph")
 
     @staticmethod
     def args(rows: list) -> list:
@@ -153,21 +159,22 @@ class Columns:
     def add(self, events: list) -> None:
         v = fastjson.StructView if fastjson.is_struct_list(events) else _DictView
         try:
-            ph = v.field(events, "ph")
+            ph = v.phases(events)
         except (KeyError, TypeError, AttributeError):
             self.bad += sum(1 for e in events if type(e) is not dict)
             ph = [e.get("ph") if type(e) is dict else None for e in events]
+        phase, same = v.PHASE, v.same  # the phase as the view holds it ("X", or the struct type) and its test
         # list.count is one C pass (with ==, as eq): the phases a piece lacks cost no filtering pass
-        for e in compress(events, map(eq, ph, repeat("M"))) if ph.count("M") else ():
+        for e in compress(events, map(same, ph, repeat(phase["M"]))) if ph.count(phase["M"]) else ():
             if v.get(e, "name") == "thread_name":
                 a = v.args([e])[0]
                 self.thread_names[(_hashable(v.get(e, "pid")), _hashable(v.get(e, "tid")))] = str(v.arg([a], "name")[0])
-        instants = list(compress(events, map(eq, ph, repeat("i")))) if ph.count("i") else []
+        instants = list(compress(events, map(same, ph, repeat(phase["i"])))) if ph.count(phase["i"]) else []
         if instants:
             mem = list(compress(instants, map(eq, v.field(instants, "name", ""), repeat("[memory]"))))
             if mem:
                 self._add_memory(mem, v)
-        X = events if ph.count("X") == len(ph) else list(compress(events, map(eq, ph, repeat("X"))))
+        X = events if ph.count(phase["X"]) == len(ph) else list(compress(events, map(same, ph, repeat(phase["X"]))))
         del events, ph
         if X:
             self._add_complete(X, v)

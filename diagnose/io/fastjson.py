@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import os
 from itertools import repeat
-from operator import attrgetter, is_not
-from typing import Any, Optional
+from operator import attrgetter, is_, is_not
+from typing import Any, Optional, Union
 
 try:
     import msgspec
@@ -41,6 +41,9 @@ COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size
 # all-to-alls: Concrete Inputs, their split sizes; GEMM ops: Input type, their precision): kept as raw byte
 # slices and decoded on demand.
 RAW_FIELDS = ("Concrete Inputs", "Input type", "Input Dims")
+# The Chrome trace format's other phases (duration B/E, instant I, counter C, async b/n/e, flow s/t/f, sample P,
+# object N/O/D, metadata V/v, mark R, clock sync c, context ( and )): read by nothing, decoded as empty structs.
+SKIPPED_PHASES = "BEICbnestfPNODVvRc()"
 EVENT_FIELDS = {"ph": None, "name": "", "cat": "", "pid": None, "tid": None, "ts": None, "dur": math.nan}
 _COMM_ATTRS = [(k, f"c{i}") for i, k in enumerate(COMM_FIELDS)]
 assert COMM_FIELDS[-len(RAW_FIELDS):] == RAW_FIELDS  # StructView.comm decodes these last values on demand
@@ -58,14 +61,23 @@ if msgspec is not None:
            for k, a in _COMM_ATTRS],
         gc=False,
     )
-    Event = msgspec.defstruct("Event", [(k, Any, d) for k, d in EVENT_FIELDS.items()]
-                              + [("args", Optional[Args], None)], gc=False)
+    _FIELDS = [(k, Any, d) for k, d in EVENT_FIELDS.items() if k != "ph"] + [("args", Optional[Args], None)]
+    # The phase is the union's tag: complete, metadata and instant events (the only ones the loader reads)
+    # decode into structs with fields; every other phase (flows, ~40% of a Kineto trace's events, counters,
+    # async spans) into an empty struct, its fields skipped unbuilt. An unknown or missing phase makes msgspec
+    # refuse the piece, and orjson's dict path (which ignores those events too) gives the same columns.
+    Event = msgspec.defstruct("Event", _FIELDS, gc=False, tag_field="ph", tag="X")
+    _READ = {"X": Event, "M": msgspec.defstruct("Meta", _FIELDS, gc=False, tag_field="ph", tag="M"),
+             "i": msgspec.defstruct("Instant", _FIELDS, gc=False, tag_field="ph", tag="i")}
+    _SKIPPED = {p: msgspec.defstruct(f"Skipped_{ord(p)}", [], gc=False, tag_field="ph", tag=p) for p in SKIPPED_PHASES}
+    PHASE = {cls: p for p, cls in {**_READ, **_SKIPPED}.items()}  # struct type -> its `ph`
     NO_ARGS = Args()
-    _DECODER = msgspec.json.Decoder(list[Event])
+    _DECODER = msgspec.json.Decoder(list[Union[tuple(PHASE)]])
     # what msgspec may raise on a piece it refuses (UnicodeDecodeError, for invalid UTF-8, is a ValueError)
     ERRORS: tuple = (msgspec.MsgspecError, ValueError, OverflowError, RecursionError)
 else:
     UNSET = Args = Event = NO_ARGS = _DECODER = None
+    PHASE = {}
     ERRORS = ()
 
 
@@ -78,19 +90,29 @@ def _raw_value(raw):
 
 
 def decoder():
-    """bytes -> list of Event structs (raising on anything unusual), or None without msgspec."""
+    """bytes -> list of event structs, one type per phase (raising on anything unusual), or None without msgspec."""
     return _DECODER.decode if _DECODER is not None else None
 
 
 def is_struct_list(events: list) -> bool:
-    return Event is not None and bool(events) and type(events[0]) is Event
+    return bool(events) and type(events[0]) in PHASE
 
 
 class StructView:
     """Column access over Event structs, with the interface of columns.py's dict view."""
 
+    PHASE = {p: cls for cls, p in PHASE.items() if p in "XMi"}  # the phases read, as their struct types
+    same = staticmethod(is_)
+
+    @staticmethod
+    def phases(rows: list) -> list:
+        """Each event's phase as its struct type: compared by identity, no tag string looked up per event."""
+        return list(map(type, rows))
+
     @staticmethod
     def field(rows: list, key: str, default=None) -> list:
+        if key == "ph":  # the union's tag: the struct's type says it
+            return list(map(PHASE.__getitem__, map(type, rows)))
         return list(map(attrgetter(key), rows))
 
     @staticmethod
@@ -143,4 +165,6 @@ class StructView:
 
     @staticmethod
     def get(e, key: str, default=None):
+        if key == "ph":
+            return PHASE[type(e)]
         return getattr(e, key) if key in EVENT_FIELDS else default

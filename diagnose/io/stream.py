@@ -31,8 +31,12 @@ except ImportError:  # an optional speed-up (a wheel for common platforms); zlib
     _zlib = zlib
 _ZLIB_ERRORS = (zlib.error, _zlib.error)
 
-CHUNK_BYTES = 1 << 20  # decompressed bytes parsed at a time: small pieces stay in cache and keep memory low
-RAW_CHUNK_FACTOR = 4  # raw pieces (split_parse.py) are this many CHUNK_BYTES
+# Decompressed bytes parsed at a time: small pieces stay in cache and keep memory low. 512 kB rather than 1 MB:
+# a piece's structs and buffers then come from memory malloc reuses instead of fresh pages (a 10 MB trace's
+# first analysis took ~6,000 page faults at 1 MB, ~3,600 at 512 kB): 6-19% less CPU on three of the four
+# small real fixtures, +3% on the fourth (min of 6 fresh runs each), none lost on a 100 MB trace.
+CHUNK_BYTES = 1 << 19
+RAW_CHUNK_FACTOR = 8  # raw pieces (split_parse.py) are this many CHUNK_BYTES (4 MB: few hand-offs per worker)
 READ_BYTES = 1 << 20  # compressed bytes read at a time
 HEAD_LIMIT = 64 << 20  # `"traceEvents": [` must start within this many bytes, or the file is parsed whole
 NO_CUT_LIMIT = 64 << 20  # this much text without an event boundary is malformed, not one huge event

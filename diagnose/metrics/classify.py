@@ -23,6 +23,7 @@ from diagnose.metrics.sets import distinct
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, OTHER, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import host_ops
 from diagnose.metrics.comm_families import NAME_CAP, family_of, looks_like_comm
+from diagnose.metrics.name_memo import per_name
 
 MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")
 MEMSET_RE = re.compile(r"^(Memset|memset)|FillBuffer")
@@ -39,13 +40,18 @@ def prefiltered(regex: re.Pattern, *needles: str):
     """regex.search(name) as a predicate, tried only on names holding one of `needles` (lower-cased when the
     regex ignores case): a substring test is ~50x cheaper than an unanchored alternation over a 2 kB
     templated kernel name, and each needle is a substring every match must contain, so the answer is the
-    regex's own."""
+    regex's own. Answered once per distinct name (name_memo.py)."""
     fold = bool(regex.flags & re.I)
+    search = regex.search
 
+    @per_name
     def test(name: str) -> bool:
-        name = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
-        n = name.lower() if fold else name
-        return any(x in n for x in needles) and regex.search(name) is not None
+        head = name[:NAME_CAP]  # linear time on hostile names: every needle sits in a real name's head
+        n = head.lower() if fold else head
+        for x in needles:
+            if x in n:
+                return search(head) is not None
+        return False
 
     return test
 

@@ -10,6 +10,7 @@ linear in the name length whatever a trace holds (issue #17.5).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ class Family:
     pattern: re.Pattern
     source: str  # where the names come from
     kind: str | None  # collective kind every member performs, None when the name says it (NCCL) or varies
+    needles: tuple[str, ...]  # substrings one of which every match of `pattern` contains (its prefilter)
 
 
 def _rx(*alternatives: str) -> re.Pattern:
@@ -30,37 +32,44 @@ def _rx(*alternatives: str) -> re.Pattern:
 
 FAMILIES: tuple[Family, ...] = (
     Family("nccl", _rx(r"^nccl\w{0,64}[Kk]ernel", r"^ncclDevKernel", r"^nccl:", r"^void ncclKernel"),
-           "NVIDIA/nccl src/device (ncclKernel_* before 2.19, ncclDevKernel_* since)", None),
-    Family("rccl", _rx(r"^rccl", r"^void rccl"), "ROCm/rccl (RCCL also names kernels ncclDevKernel_Generic)", None),
+           "NVIDIA/nccl src/device (ncclKernel_* before 2.19, ncclDevKernel_* since)", None, ("nccl",)),
+    Family("rccl", _rx(r"^rccl", r"^void rccl"), "ROCm/rccl (RCCL also names kernels ncclDevKernel_Generic)", None,
+           ("rccl",)),
     Family("msccl", _rx(r"^msccl", r"mscclpp::", r"^mscclKernel"),
-           "microsoft/msccl and microsoft/mscclpp kernels", None),
+           "microsoft/msccl and microsoft/mscclpp kernels", None, ("msccl",)),
     # DeepEP: every kernel of its exchange namespaces moves tokens or counts between ranks (the notify kernels
     # exchange per-rank counts through NVLink/RDMA buffers), `cached_notify*` included; only the layout
     # kernel (a local count) and v2's copy epilogue (a local copy out of the receive buffer) are compute.
     Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:cached_notify_combine|"
                                  r"cached_notify\b|combine|hybrid_combine)", r"dpsk::ep::\w+::\w*combine"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp", "alltoall"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp", "alltoall",
+           ("deep_ep::", "dpsk::ep::")),
     Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:notify_dispatch|"
                                   r"cached_notify_dispatch|dispatch(?!_copy_epilogue)|hybrid_dispatch(?!_copy_epilogue)|"
                                   r"clean_low_latency_buffer)", r"dpsk::ep::\w+::\w*dispatch"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp", "alltoall"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp", "alltoall",
+           ("deep_ep::", "dpsk::ep::")),
     Family("deepep-barrier", _rx(r"deep_ep::(?:intranode|internode|elastic)::barrier"),
            "deepseek-ai/DeepEP csrc/kernels/intranode.cu, elastic/barrier.hpp (a barrier across the EP ranks)",
-           "barrier"),
+           "barrier", ("deep_ep::",)),
     Family("symm-mem-allreduce", _rx(r"multimem_all_reduce_kernel", r"multimem_one_shot_all_reduce_kernel",
                                      r"multimem_one_shot_reduce_kernel", r"one_shot_all_reduce_kernel",
                                      r"two_shot_all_reduce_kernel"),
-           "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu", "allreduce"),
+           "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu", "allreduce", ("reduce_kernel",)),
     Family("symm-mem-allgather", _rx(r"multimem_all_gather_kernel"),
-           "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu", "allgather"),
+           "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu", "allgather",
+           ("multimem_all_gather_kernel",)),
     Family("custom-allreduce", _rx(r"cross_device_reduce_1stage", r"cross_device_reduce_2stage"),
-           "vllm-project/vllm csrc/custom_all_reduce.cuh (also sgl-kernel, SGLang)", "allreduce"),
+           "vllm-project/vllm csrc/custom_all_reduce.cuh (also sgl-kernel, SGLang)", "allreduce",
+           ("cross_device_reduce_",)),
     Family("trtllm-allreduce", _rx(r"oneShotAllReduceKernel", r"twoShotAllReduceKernel",
                                    r"tensorrt_llm::kernels::\w*[Aa]llreduce"),
-           "NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu", "allreduce"),
-    Family("nvshmem", _rx(r"nvshmem"), "NVIDIA NVSHMEM device library (nvshmemi_* / nvshmem_* kernels)", None),
+           "NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/customAllReduceKernels.cu", "allreduce",
+           ("AllReduceKernel", "tensorrt_llm::kernels::")),
+    Family("nvshmem", _rx(r"nvshmem"), "NVIDIA NVSHMEM device library (nvshmemi_* / nvshmem_* kernels)", None,
+           ("nvshmem",)),
     Family("te-userbuffers", _rx(r"userbuffers_", r"kuserbuffers_"),
-           "NVIDIA/TransformerEngine common/comm_gemm_overlap/userbuffers/userbuffers.cu", None),
+           "NVIDIA/TransformerEngine common/comm_gemm_overlap/userbuffers/userbuffers.cu", None, ("userbuffers_",)),
 )
 # Tokens a communication kernel's name tends to carry; a kernel holding one that matched no family is
 # reported (it may be a library this table does not know yet).
@@ -70,12 +79,23 @@ _LOOKS_LIKE = ("allreduce", "all_reduce", "allgather", "all_gather", "reducescat
 
 
 def family_of(name: str) -> Family | None:
-    head = name[:NAME_CAP]
+    """The first family whose pattern matches the name's head. Each pattern is searched only when the head holds
+    one of its needles (a substring test is far cheaper than an unanchored regex over a 2 kB templated name, and
+    most kernels are no family's), and each distinct name is classified once per process (ranks analysed in one
+    process share their names)."""
+    return _family(name[:NAME_CAP])
+
+
+@functools.lru_cache(maxsize=4096)
+def _family(head: str) -> Family | None:
     # "void " and a return type may precede a namespace: the search is unanchored but each pattern is a
     # literal (plus \w runs), so it stays linear.
     for f in FAMILIES:
-        if f.pattern.search(head):
-            return f
+        for x in f.needles:
+            if x in head:
+                if f.pattern.search(head):
+                    return f
+                break
     return None
 
 
@@ -84,8 +104,12 @@ def looks_like_comm(name: str) -> bool:
     (FlashAttention-3's `flash::compute_attn_ws<…CollectiveMainloopFwd…>` and CUTLASS 3's
     `GemmUniversal<…collective::CollectiveMma…>` carry "collective" only there). Inductor's `triton_*` kernels
     are generated compute whose names spell the fused ops (`triton_poi_fused_all_gather_copy_in_0`: FSDP2's
-    copy into the all-gather buffer), never a collective."""
-    head = name[:NAME_CAP]
+    copy into the all-gather buffer), never a collective. Each distinct name is read once per process."""
+    return _looks_like_comm(name[:NAME_CAP])
+
+
+@functools.lru_cache(maxsize=4096)
+def _looks_like_comm(head: str) -> bool:
     cut = min((i for i in (head.find("<"), head.find("(")) if i >= 0), default=len(head))
     own = head[:cut].lower()
     if own.startswith("triton_") or own.startswith("triton__"):

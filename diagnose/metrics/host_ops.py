@@ -128,20 +128,21 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
         us, ue = iv.union(t.ts[o], ends[o])  # only calls inside some op go through the Python sweep
         k = np.searchsorted(us, t.ts[r], side="right") - 1
         r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
-        r = r[np.argsort(t.ts[r], kind="stable")].tolist()
+        r = r[np.argsort(t.ts[r], kind="stable")]
+        r_ts, o_ts = t.ts[r].tolist(), t.ts[o].tolist()  # Python ints: the sweep reads no numpy scalar
+        end = dict(zip(o.tolist(), ends[o].tolist()))
         o = o.tolist()
         stack: list[int] = []
         j = 0
-        for call in r:
-            ts = int(t.ts[call])
-            while j < len(o) and int(t.ts[o[j]]) <= ts:
-                while stack and int(ends[stack[-1]]) < int(t.ts[o[j]]):
+        for call, ts in zip(r.tolist(), r_ts):
+            while j < len(o) and o_ts[j] <= ts:
+                while stack and end[stack[-1]] < o_ts[j]:
                     stack.pop()
                 stack.append(o[j])
                 j += 1
-            while stack and int(ends[stack[-1]]) < ts:
+            while stack and end[stack[-1]] < ts:
                 stack.pop()
-            live = [s for s in stack if int(ends[s]) >= ts]
+            live = [s for s in stack if end[s] >= ts]
             if live:
                 out[call] = max(reversed(live), key=score)
     return out

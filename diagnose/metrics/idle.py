@@ -55,7 +55,7 @@ def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
     s, e = u
     a = np.searchsorted(e, lo, side="right")
     b = np.searchsorted(s, hi, side="left")
-    return iv.union(np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi))
+    return iv.union(iv.clip(s[a:b], lo, hi), iv.clip(e[a:b], lo, hi))
 
 
 # The causes in order of precedence; each names its IdleBreakdown field (`<cause>_ms`).
@@ -120,8 +120,8 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     if not t.is_gpu or not wins:
         return None
     # Device work as the step breakdown counts it (overlap.timeline): its idle is this idle, to the ns.
-    device = np.isin(t.kind, (COMPUTE, COMM, MEMCPY, MEMSET))
-    host = (t.stream < 0) & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC, ANNOTATION))
+    device = t.kind_mask(COMPUTE, COMM, MEMCPY, MEMSET)
+    host = (t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, SYNC, ANNOTATION)
     busy = _u(t, device)
     syncs = t.name_mask(is_host_sync_op, host & (t.kind == CPU_OP))
     blocking = t.name_mask(is_blocking_runtime, host & (t.kind == RUNTIME))
@@ -132,7 +132,7 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     causes = [("runtime", name, u) for name, u in named]
     waits = (host & (t.kind == SYNC)) | t.name_mask(WAIT_RE.search, host & (t.kind == CPU_OP))
     causes += [("dataloader", "", _u(t, t.name_mask(is_dataloader, host))), ("comm_wait", "", _u(t, waits)),
-               ("host_bound", "", _u(t, host & np.isin(t.kind, (CPU_OP, RUNTIME, SYNC))))]
+               ("host_bound", "", _u(t, host & t.kind_mask(CPU_OP, RUNTIME, SYNC)))]
     queued_gap = _queued(t, device)
     out = []
     for w in wins:

@@ -32,6 +32,12 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Union:
     return s[idx], out_e
 
 
+def clip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """np.clip(x, lo, hi) of int64 times as two ufuncs: np.clip's Python wrapper costs more than the work on the
+    few intervals of a window, and the idle and step breakdowns clip hundreds of times per trace."""
+    return np.minimum(np.maximum(x, lo), hi)
+
+
 def total(u: Union) -> int:
     return int((u[1] - u[0]).sum())
 
@@ -42,18 +48,27 @@ def covered_upto(u: Union, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.int64)
     if len(us) == 0:
         return np.zeros(x.shape, np.int64)
-    cum = np.concatenate(([0], np.cumsum(ue - us)))
+    return _covered(us, ue, np.cumsum(ue - us), x)
+
+
+def _covered(us: np.ndarray, ue: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """covered_upto with the union's running lengths (`cum`) given. The small idle and overlap unions call
+    this hundreds of times per trace, so it is a handful of ufuncs (np.clip's Python wrapper cost more than
+    the arithmetic)."""
     i = np.searchsorted(us, x, side="right")  # intervals starting at or before x
-    prev = cum[np.maximum(i - 1, 0)]
-    last_s = us[np.maximum(i - 1, 0)]
-    last_e = ue[np.maximum(i - 1, 0)]
-    partial = np.clip(np.minimum(x, last_e) - last_s, 0, None)
-    return np.where(i > 0, prev + partial, 0)
+    j = np.maximum(i - 1, 0)  # the last of them
+    done = cum[j] - (ue[j] - us[j])  # the intervals before it, whole
+    partial = np.maximum(np.minimum(x, ue[j]) - us[j], 0)
+    return np.where(i > 0, done + partial, 0)
 
 
 def overlap_each(starts: np.ndarray, ends: np.ndarray, u: Union) -> np.ndarray:
     """|[s, e] ∩ U| for each interval (the intervals themselves may overlap one another)."""
-    return covered_upto(u, ends) - covered_upto(u, starts)
+    us, ue = u
+    if len(us) == 0:
+        return np.zeros(np.shape(starts), np.int64)
+    cum = np.cumsum(ue - us)
+    return _covered(us, ue, cum, np.asarray(ends, np.int64)) - _covered(us, ue, cum, np.asarray(starts, np.int64))
 
 
 def intersect_total(a: Union, b: Union) -> int:

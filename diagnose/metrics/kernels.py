@@ -21,7 +21,7 @@ is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")  # names 
 def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[KernelStat], float]:
     """The `k` kernels (or top-level CPU ops) with most time in the windows, and the time of all of them (ms)."""
     kinds = (COMPUTE, COMM, MEMCPY, MEMSET)
-    mask = in_windows(t, np.isin(t.kind, kinds), wins)
+    mask = in_windows(t, t.kind_mask(*kinds), wins)
     if not t.is_gpu:
         mask &= t.kind != MEMCPY  # CPU traces: top-level ops and gloo spans
     idx = np.flatnonzero(mask)
@@ -59,7 +59,7 @@ def _median(x: np.ndarray) -> float:
 
 def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> Hints:
     n_steps = max(len(wins), 1)
-    kern = in_windows(t, np.isin(t.kind, (COMPUTE, COMM)) & (t.stream >= 0), wins)
+    kern = in_windows(t, t.kind_mask(COMPUTE, COMM) & (t.stream >= 0), wins)
     durs = t.dur[kern]
     cc = _compute_capability(t)
     fp32 = None

@@ -62,7 +62,7 @@ def _clip_union(u: iv.Union, lo: int, hi: int) -> iv.Union:
     s, e = u
     a = np.searchsorted(e, lo, side="right")
     b = np.searchsorted(s, hi, side="left")
-    return np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi)
+    return iv.clip(s[a:b], lo, hi), iv.clip(e[a:b], lo, hi)
 
 
 def step_breakdowns(tl: Timeline, wins: list[Window]) -> list[StepBreakdown]:

@@ -22,6 +22,7 @@ import numpy as np
 from diagnose.io.columns import GEMM_OPS
 from diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
 from diagnose.metrics import host_ops
+from diagnose.metrics.name_memo import per_name
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp6", "mxfp4", "fp4", "int8")
 _HEAD = 1024  # characters of a kernel name read: the type tokens sit in its head
@@ -50,6 +51,7 @@ _CUBLAS_TEMPLATES = ("gemv2t_kernel", "gemv2n_kernel", "gemvnsp_kernel", "gemmk1
 _TENSILE = {"S": "fp32", "SB": "fp32", "D": "fp64", "DB": "fp64", "H": "fp16", "HB": "fp16"}
 
 
+@per_name
 def is_gemm_name(name: str) -> bool:
     low = name[:_HEAD].lower().replace("fbgemm", "")  # FBGEMM-GPU's embedding/permute kernels are no GEMMs
     return any(tok in low for tok in _GEMM_TOKENS)
@@ -100,6 +102,7 @@ def _bmm_precision(low: str) -> str | None:
     return min(found, key=order.index) if found else None
 
 
+@per_name
 def name_precision(name: str) -> str | None:
     """Input precision a GEMM kernel's name states, or None (not a GEMM, or the name does not say)."""
     head = name[:_HEAD]

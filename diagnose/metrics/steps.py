@@ -93,7 +93,7 @@ def _device_activity(t: RankTrace) -> np.ndarray:
     """Device events that are work (kernels, copies, sets, syncs), not annotations."""
     if t.kind is None:
         return np.zeros(len(t), bool)
-    return (t.stream >= 0) & np.isin(t.kind, (COMPUTE, COMM, MEMCPY, MEMSET, SYNC))
+    return (t.stream >= 0) & t.kind_mask(COMPUTE, COMM, MEMCPY, MEMSET, SYNC)
 
 
 def _device_windows(t: RankTrace, steps, warnings: list[str]) -> list[Window]:
