@@ -15,6 +15,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
+from operator import attrgetter
 
 from markupsafe import escape
 
@@ -186,7 +187,7 @@ def step_series(a: Analysis) -> list[dict]:
         times = [s.time_ms for s in xs]
         out.append({"step": step, "ranks": len(xs), "min": min(times), "max": max(times),
                     "mean": statistics.fmean(times),
-                    "parts": [(label, colour, statistics.fmean([getattr(s, key) for s in xs]))
+                    "parts": [(label, colour, statistics.fmean(list(map(attrgetter(key), xs))))
                               for key, label, colour in PARTS]})
     return out
 

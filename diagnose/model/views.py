@@ -51,15 +51,19 @@ class CommGroupRow:
 def comm_by_group(a: Analysis) -> list[CommGroupRow]:
     """One row per (kind, process group) over all ranks, most time per step first. Each group's columns
     are read once (map over the records, 16,384 ranks × a few groups), the sums in rank order."""
-    groups: dict[tuple, list] = defaultdict(list)
+    groups: dict[tuple, tuple[list, list, list]] = {}
     for r in a.ranks:
         n = r.nsteps
         for c in r.comm_by_kind:
-            groups[(c.kind, c.pg)].append((r, c, n))
+            g = groups.get((c.kind, c.pg))
+            if g is None:
+                g = groups[(c.kind, c.pg)] = ([], [], [])
+            g[0].append(r)
+            g[1].append(c)
+            g[2].append(n)
     peak = link_busbw_gbps(device_name(a))
     out = []
-    for (kind, pg), xs in groups.items():
-        rs, cs, ns = zip(*xs)
+    for (kind, pg), (rs, cs, ns) in groups.items():
         total, over = list(map(_TOTAL, cs)), list(map(_OVERLAPPED, cs))
         ratio, busbw = list(map(_RATIO, cs)), list(map(_BUSBW, cs))
         tot, ov = sum(total), sum(over)
@@ -71,7 +75,7 @@ def comm_by_group(a: Analysis) -> list[CommGroupRow]:
         bw = _mean([busbw[i] for i in bws])
         algbw = [cs[i].algbw_gbps for i in bws]
         out.append(CommGroupRow(
-            kind=kind, pg=pg, role=pg_role(kind, pg, cs[0].group_size, a.layout), ranks=len(xs),
+            kind=kind, pg=pg, role=pg_role(kind, pg, cs[0].group_size, a.layout), ranks=len(cs),
             group_size=cs[0].group_size,
             ops_per_step=statistics.fmean(list(map(truediv, map(_COUNT, cs), ns))),
             time_ms_per_step=statistics.fmean(list(map(truediv, total, ns))),
@@ -90,7 +94,7 @@ def comm_by_group(a: Analysis) -> list[CommGroupRow]:
 
 _TOTAL, _OVERLAPPED, _RATIO, _BUSBW = (attrgetter(k) for k in ("total_ms", "overlapped_ms", "overlap_ratio",
                                                                  "busbw_gbps"))
-_SIZED, _BYTES, _COUNT, _MAX_US = (attrgetter(k) for k in ("sized_count", "bytes", "count", "max_us"))
+_SIZED, _BYTES, _COUNT, _MAX_US, _RANK = (attrgetter(k) for k in ("sized_count", "bytes", "count", "max_us", "rank"))
 
 
 def device_name(a: Analysis) -> str:
@@ -173,19 +177,23 @@ def _kernel_time_ms(r: RankMetrics) -> float | None:
 
 def kernel_table(a: Analysis, top: int | None = 20) -> list[KernelRow]:
     """Kernels (or top-level CPU ops) over ranks, most time per step first; the first `top` (all with None)."""
-    acc: dict[tuple, list] = defaultdict(list)
+    acc: dict[tuple, tuple[list, list, list]] = {}
     for r in a.ranks:  # per rank once: its step count and kernel time (16,384 ranks × 20 kernels)
         if r.top_kernels:
             n, kt = r.nsteps, _kernel_time_ms(r)
             for k in r.top_kernels:
-                acc[(k.name, k.kind)].append((k, n, kt))
+                g = acc.get((k.name, k.kind))
+                if g is None:
+                    g = acc[(k.name, k.kind)] = ([], [], [])
+                g[0].append(k)
+                g[1].append(n)
+                g[2].append(kt)
     rows = []
-    for (name, kind), xs in acc.items():
-        ks, ns, denom = zip(*xs)
+    for (name, kind), (ks, ns, denom) in acc.items():
         totals, counts = list(map(_TOTAL, ks)), list(map(_COUNT, ks))
         total, count = sum(totals), sum(counts)
         rows.append(KernelRow(
-            name=name, kind=kind, ranks=len(xs), ms_per_step=statistics.fmean(list(map(truediv, totals, ns))),
+            name=name, kind=kind, ranks=len(ks), ms_per_step=statistics.fmean(list(map(truediv, totals, ns))),
             count_per_step=statistics.fmean(list(map(truediv, counts, ns))),
             mean_us=total * 1e3 / count if count else None, max_us=max(map(_MAX_US, ks)),
             share=total / sum(denom) if all(denom) else None))
@@ -214,7 +222,7 @@ DISTRIBUTIONS = [  # per-rank values shown as min / median / max: (label, RankMe
 
 
 def spread(a: Analysis, key: str) -> Spread | None:
-    vals = sorted((getattr(r, key), r.rank) for r in a.ranks if getattr(r, key) is not None)
+    vals = sorted([x for x in zip(map(attrgetter(key), a.ranks), map(_RANK, a.ranks)) if x[0] is not None])
     if not vals:
         return None
     return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1], vals[max(0, math.ceil(0.9 * len(vals)) - 1)])
