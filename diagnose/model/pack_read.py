@@ -101,8 +101,8 @@ def _general(tp, values: list, decoded: bool = False) -> list:
     decoded and through the general converter: they are few or small."""
     check = _MAPS.get(tp)
     if check is not None and all(type(v) is dict and set(map(type, v)) <= {str}
-                                 and check(list(v.values()), False) is not None for v in values):
-        return [dict(v) for v in values]  # dict[str, float] (op name -> ms), checked a map at a time
+                                 and check(vals := list(v.values()), False) is vals for v in values):
+        return [dict(v) for v in values]  # dict[str, float] (op name -> ms), checked a map at a time, as is
     conv = _converter(tp)
     try:
         if decoded:
