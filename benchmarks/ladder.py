@@ -5,7 +5,7 @@ on generated jobs of 64 to 16,384 ranks, timed per phase in a fresh process per 
     python -m benchmarks.run --cases ladder --ladder 64,1024 --ladder-mb 0.05
 
 Phases: map = per-rank parse (worker pool), reduce = cross-rank assemble, rules, render = summary
-(to_dict + write) + terminal text + HTML report. Coordinator peak RSS is the analysing process's own
+(written from the dataclasses) + terminal text + HTML report. Coordinator peak RSS is the analysing process's own
 getrusage maximum (the workers are separate processes and are not the coordinator). Targets (docs/benchmarks.md):
 time per rank at 16,384 within 1.5x that at 1,024; reduce + rules + render ≤ 15 % of the whole at
 16,384; coordinator peak RSS ≤ 2 GB; summary ≤ 64 MB.
@@ -26,7 +26,7 @@ def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     """`llmdiag analyze PATH --json out/summary.json --report out/report.html`, phase by phase, in this process
     (benchmarks/child.py `ladder`)."""
     from diagnose.analyze import analyze_path
-    from diagnose.cli.analyze import json_safe, write_json
+    from diagnose.cli.analyze import frozen_heap, json_safe, write_json
     from diagnose.cli.terminal import render
     from reports.render import render_report
 
@@ -35,11 +35,12 @@ def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     t0 = time.perf_counter()
     a = analyze_path(path, jobs=jobs, timings=phases)
     t = time.perf_counter()
-    summary, shown = json_safe(a)
     jpath, hpath = os.path.join(out, "summary.json"), os.path.join(out, "report.html")
-    write_json(summary, jpath)
-    text = render(a, width=160, colour=False)
-    render_report(shown, hpath)
+    with frozen_heap():  # as the command does (cli/analyze.py)
+        summary, shown = json_safe(a)
+        write_json(summary, jpath)
+        text = render(a, width=160, colour=False)
+        render_report(shown, hpath)
     phases["render"] = time.perf_counter() - t
     wall = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # before check/diff read summaries here

@@ -15,6 +15,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
+from operator import attrgetter
 
 from markupsafe import escape
 
@@ -100,7 +101,7 @@ def heatmap(a: Analysis) -> str:
         cells = []
         for i0, i1 in bins:
             xs = [(v, ranks[i].rank) for i, v in enumerate(vals[i0:i1 + 1], i0) if v is not None]
-            cells.append(None if not xs else (max(xs), statistics.fmean(v for v, _ in xs), len(xs), min(xs)[0]))
+            cells.append(None if not xs else (max(xs), statistics.fmean([v for v, _ in xs]), len(xs), min(xs)[0]))
         rows.append((label, unit, cells))
     n, nb = len(ranks), len(bins)
     per = bins[0][1] - bins[0][0] + 1
@@ -186,7 +187,7 @@ def step_series(a: Analysis) -> list[dict]:
         times = [s.time_ms for s in xs]
         out.append({"step": step, "ranks": len(xs), "min": min(times), "max": max(times),
                     "mean": statistics.fmean(times),
-                    "parts": [(label, colour, statistics.fmean(getattr(s, key) for s in xs))
+                    "parts": [(label, colour, statistics.fmean(list(map(attrgetter(key), xs))))
                               for key, label, colour in PARTS]})
     return out
 

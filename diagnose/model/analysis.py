@@ -352,6 +352,13 @@ class Analysis:
         if v == PACKED_SCHEMA and data.get("encoding") != "columnar":
             raise LlmdiagError(f"summary schema_version {v} without its encoding ('columnar')", where,
                                "re-record the summary with `llmdiag analyze RUN --json FILE`")
+        if v == PACKED_SCHEMA:
+            from diagnose.model.pack_read import Slow, read_packed
+
+            try:
+                return read_packed(cls, data)  # column by column (16,384 ranks in seconds)
+            except (Slow, TypeError):
+                pass  # a shape it leaves to the general reader, which names what is wrong
         try:
             return build(cls, _upgrade_v1(data) if v == 1 else unpack(data))
         except Invalid as e:

@@ -10,9 +10,9 @@ import orjson
 from diagnose.errors import LlmdiagError
 from diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from diagnose.model.analysis import Analysis
-from diagnose.model.codec import Invalid, build, no_gc
+from diagnose.model.codec import _JSON, Invalid, _as_dict, build, no_gc, to_json_dict
 from diagnose.model.manifest import Manifest
-from diagnose.model.pack import pack, should_pack
+from diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -46,12 +46,36 @@ def summary_bytes(summary: dict) -> bytes:
     return orjson.dumps(summary, option=opt | orjson.OPT_INDENT_2)
 
 
+def analysis_bytes(a: Analysis) -> tuple[bytes, Analysis]:
+    """The summary file of `a` (the bytes `summary_bytes(a.to_dict())` gives), and the analysis it holds: `a`
+    itself, or, where a string cannot be written as UTF-8 (lone surrogates from non-UTF-8 file names) or an
+    int exceeds 64 bits, the mended copy read back, so that the report shows what the summary says.
+
+    Written straight from the dataclasses (model/pack_write.py above PACK_ABOVE_RANKS ranks, orjson's own
+    walk below), without the intermediate tree of dicts; orjson refuses what needs mending, and only then
+    is the summary built the general way (codec.to_json_dict mends it)."""
+    from diagnose.model.pack_write import Fallback, pack_analysis
+
+    opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    try:
+        if len(a.ranks) <= PACK_ABOVE_RANKS:
+            return orjson.dumps(a, default=_as_dict, option=_JSON | orjson.OPT_INDENT_2), a
+        with no_gc():
+            packed = pack_analysis(a)
+            return orjson.dumps(packed, option=opt), a
+    except (TypeError, Fallback):  # orjson refused a value (JSONEncodeError is a TypeError), or a shape only
+        pass  # the general path writes exactly
+    summary, mended = to_json_dict(a)
+    return summary_bytes(summary), (Analysis.from_dict(summary) if mended else a)
+
+
 def read_summary(path: str) -> Analysis:
     """A summary written by `analyze --json` (plain or gzipped), read within a byte budget (a regular file
     only: a FIFO or /dev/zero is refused in one line)."""
     raw = read_bounded(path, SUMMARY_BUDGET, "summary")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
-    return Analysis.from_dict(data, path)
+    with no_gc():  # a 16k-rank summary is ~10^6 acyclic objects: no collector passes over them while built
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
+        return Analysis.from_dict(data, path)

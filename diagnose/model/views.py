@@ -13,6 +13,7 @@ import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from operator import attrgetter, sub, truediv
 
 from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
 from diagnose.model.devices import link_busbw_gbps, link_peak
@@ -48,36 +49,52 @@ class CommGroupRow:
 
 
 def comm_by_group(a: Analysis) -> list[CommGroupRow]:
-    """One row per (kind, process group) over all ranks, most time per step first."""
-    groups: dict[tuple, list] = defaultdict(list)
+    """One row per (kind, process group) over all ranks, most time per step first. Each group's columns
+    are read once (map over the records, 16,384 ranks × a few groups), the sums in rank order."""
+    groups: dict[tuple, tuple[list, list, list]] = {}
     for r in a.ranks:
+        n = r.nsteps
         for c in r.comm_by_kind:
-            groups[(c.kind, c.pg)].append((r, c))
+            g = groups.get((c.kind, c.pg))
+            if g is None:
+                g = groups[(c.kind, c.pg)] = ([], [], [])
+            g[0].append(r)
+            g[1].append(c)
+            g[2].append(n)
     peak = link_busbw_gbps(device_name(a))
     out = []
-    for (kind, pg), xs in groups.items():
-        tot = sum(c.total_ms for _, c in xs)
-        ov = sum(c.overlapped_ms for _, c in xs)
-        rated = [(r, c) for r, c in xs if c.overlap_ratio is not None]
-        worst = min(rated, key=lambda x: x[1].overlap_ratio) if rated else None
-        bws = [(r, c) for r, c in xs if c.busbw_gbps is not None]
-        low = min(bws, key=lambda x: x[1].busbw_gbps) if bws else None
-        sized = sum(c.sized_count for _, c in xs)
-        bw = _mean(c.busbw_gbps for _, c in bws)
+    for (kind, pg), (rs, cs, ns) in groups.items():
+        total, over = list(map(_TOTAL, cs)), list(map(_OVERLAPPED, cs))
+        ratio, busbw = list(map(_RATIO, cs)), list(map(_BUSBW, cs))
+        tot, ov = sum(total), sum(over)
+        rated = [i for i, v in enumerate(ratio) if v is not None]
+        worst = min(rated, key=ratio.__getitem__) if rated else None  # the first of equal minima, as min() gives
+        bws = [i for i, v in enumerate(busbw) if v is not None]
+        low = min(bws, key=busbw.__getitem__) if bws else None
+        sized = sum(map(_SIZED, cs))
+        bw = _mean([busbw[i] for i in bws])
+        algbw = [cs[i].algbw_gbps for i in bws]
         out.append(CommGroupRow(
-            kind=kind, pg=pg, role=pg_role(kind, pg, xs[0][1].group_size, a.layout), ranks=len(xs),
-            group_size=xs[0][1].group_size,
-            ops_per_step=statistics.fmean(c.count / r.nsteps for r, c in xs),
-            time_ms_per_step=statistics.fmean(c.total_ms / r.nsteps for r, c in xs),
-            exposed_ms_per_step=statistics.fmean((c.total_ms - c.overlapped_ms) / r.nsteps for r, c in xs),
+            kind=kind, pg=pg, role=pg_role(kind, pg, cs[0].group_size, a.layout), ranks=len(cs),
+            group_size=cs[0].group_size,
+            ops_per_step=statistics.fmean(list(map(truediv, map(_COUNT, cs), ns))),
+            time_ms_per_step=statistics.fmean(list(map(truediv, total, ns))),
+            exposed_ms_per_step=statistics.fmean(list(map(truediv, map(sub, total, over), ns))),
             overlap=ov / tot if tot else None,
-            worst_overlap=worst[1].overlap_ratio if worst else None, worst_rank=worst[0].rank if worst else None,
-            msg_bytes=sum(c.bytes for _, c in xs) / sized if sized else None,
-            algbw_gbps=_mean(c.algbw_gbps for _, c in bws if c.algbw_gbps is not None), busbw_gbps=bw,
-            busbw_min_gbps=low[1].busbw_gbps if low else None, busbw_min_rank=low[0].rank if low else None,
+            worst_overlap=ratio[worst] if worst is not None else None,
+            worst_rank=rs[worst].rank if worst is not None else None,
+            msg_bytes=sum(map(_BYTES, cs)) / sized if sized else None,
+            algbw_gbps=_mean([x for x in algbw if x is not None]), busbw_gbps=bw,
+            busbw_min_gbps=busbw[low] if low is not None else None,
+            busbw_min_rank=rs[low].rank if low is not None else None,
             of_link_peak=bw / peak if peak and bw is not None else None,
         ))
     return sorted(out, key=lambda g: (-g.time_ms_per_step, g.kind, g.pg))
+
+
+_TOTAL, _OVERLAPPED, _RATIO, _BUSBW = (attrgetter(k) for k in ("total_ms", "overlapped_ms", "overlap_ratio",
+                                                                 "busbw_gbps"))
+_SIZED, _BYTES, _COUNT, _MAX_US, _RANK = (attrgetter(k) for k in ("sized_count", "bytes", "count", "max_us", "rank"))
 
 
 def device_name(a: Analysis) -> str:
@@ -128,7 +145,7 @@ def per_step(a: Analysis) -> list[StepRow]:
     for step in sorted(acc):
         xs = acc[step]
         t, rank = max(xs, key=lambda x: (x[0], -x[1]))
-        rows.append(StepRow(step, len(xs), statistics.fmean(x[0] for x in xs), t, rank))
+        rows.append(StepRow(step, len(xs), statistics.fmean([x[0] for x in xs]), t, rank))
     return rows
 
 
@@ -171,19 +188,25 @@ def _kernel_time_ms(r: RankMetrics) -> float | None:
 
 def kernel_table(a: Analysis, top: int | None = 20) -> list[KernelRow]:
     """Kernels (or top-level CPU ops) over ranks, most time per step first; the first `top` (all with None)."""
-    acc: dict[tuple, list] = defaultdict(list)
-    for r in a.ranks:
-        for k in r.top_kernels:
-            acc[(k.name, k.kind)].append((r, k))
+    acc: dict[tuple, tuple[list, list, list]] = {}
+    for r in a.ranks:  # per rank once: its step count and kernel time (16,384 ranks × 20 kernels)
+        if r.top_kernels:
+            n, kt = r.nsteps, _kernel_time_ms(r)
+            for k in r.top_kernels:
+                g = acc.get((k.name, k.kind))
+                if g is None:
+                    g = acc[(k.name, k.kind)] = ([], [], [])
+                g[0].append(k)
+                g[1].append(n)
+                g[2].append(kt)
     rows = []
-    for (name, kind), xs in acc.items():
-        total = sum(k.total_ms for _, k in xs)
-        count = sum(k.count for _, k in xs)
-        denom = [_kernel_time_ms(r) for r, _ in xs]
+    for (name, kind), (ks, ns, denom) in acc.items():
+        totals, counts = list(map(_TOTAL, ks)), list(map(_COUNT, ks))
+        total, count = sum(totals), sum(counts)
         rows.append(KernelRow(
-            name=name, kind=kind, ranks=len(xs), ms_per_step=statistics.fmean(k.total_ms / r.nsteps for r, k in xs),
-            count_per_step=statistics.fmean(k.count / r.nsteps for r, k in xs),
-            mean_us=total * 1e3 / count if count else None, max_us=max(k.max_us for _, k in xs),
+            name=name, kind=kind, ranks=len(ks), ms_per_step=statistics.fmean(list(map(truediv, totals, ns))),
+            count_per_step=statistics.fmean(list(map(truediv, counts, ns))),
+            mean_us=total * 1e3 / count if count else None, max_us=max(map(_MAX_US, ks)),
             share=total / sum(denom) if all(denom) else None))
     rows.sort(key=lambda x: (-x.ms_per_step, x.name))
     return rows if top is None else rows[:top]
@@ -210,7 +233,7 @@ DISTRIBUTIONS = [  # per-rank values shown as min / median / max: (label, RankMe
 
 
 def spread(a: Analysis, key: str) -> Spread | None:
-    vals = sorted((getattr(r, key), r.rank) for r in a.ranks if getattr(r, key) is not None)
+    vals = sorted([x for x in zip(map(attrgetter(key), a.ranks), map(_RANK, a.ranks)) if x[0] is not None])
     if not vals:
         return None
     return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1], vals[max(0, math.ceil(0.9 * len(vals)) - 1)])
