@@ -12,7 +12,6 @@ import sys
 import webbrowser
 
 import click
-import orjson
 
 from diagnose.errors import LlmdiagError, printable
 from diagnose.model.files import write_atomic
