@@ -477,3 +477,26 @@ def test_pipeline_two_options_each_carry_their_numbers():
     options = f["action"].split("; or ")
     assert len(options) == 2, f["action"]  # this summary: --microbatches 32, or interleaving (faster)
     assert all(re.search(r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms\)$", o) for o in options), f["action"]
+
+
+def _host_bound_summary(host_bound_ms: float, profiled=None, unprofiled=None) -> dict:
+    s = summary(2)
+    for r in s["ranks"]:
+        r["hints"].update(device_idle_frac=0.5, short_kernel_frac=0.1, median_kernel_us=30.0, kernels_per_step=2000)
+        r["idle"] = {"idle_ms": 50.0, "host_bound_ms": host_bound_ms, "queued_ms": 50.0 - host_bound_ms}
+    s["manifest"]["rank_status"] = {str(r["rank"]): {"status": "ok", "profiled_step_ms": profiled,
+                                                     "unprofiled_step_ms": unprofiled} for r in s["ranks"]}
+    return s
+
+
+def test_host_bound_takes_the_profilers_own_cost_off_its_gain():
+    """Seen on an H200 (`single --model 125m --ac`): profiled steps 181.8 ms, unprofiled 115.1 ms, and 90.7 ms
+    of 'waits for the host's next launch' — two thirds of it the profiler recording ops. The manifest's
+    unprofiled steps say so; the gain is what is left, and the evidence says what was taken off."""
+    f = next(f for f in findings(_host_bound_summary(40.0)) if f["id"] == "host_bound")
+    assert f["gain_ms"] == pytest.approx(40.0) and "profiler" not in f["evidence"]
+    f = next(f for f in findings(_host_bound_summary(40.0, 100.0, 75.0)) if f["id"] == "host_bound")
+    assert f["gain_ms"] == pytest.approx(15.0)
+    assert "without the profiler a step took 75.00 ms" in f["evidence"] and "25.00 ms per step" in f["evidence"]
+    # all of it the profiler's: no finding
+    assert not [f for f in findings(_host_bound_summary(20.0, 100.0, 75.0)) if f["id"] == "host_bound"]

@@ -90,6 +90,14 @@ class Manifest:
         """Mesh coordinates of `rank` ({"dp": 0, "tp": 1, ...}); empty when the manifest has none."""
         return {k: v for k, v in self._entry(rank).items() if k in DIMS and isinstance(v, int)}
 
+    def profiler_cost_ms(self, rank: int) -> float | None:
+        """The profiler's own cost per step on `rank`: its profiled steps' mean time minus that of the steps
+        run after the profiler stopped (`llmdiag run` records both); None where either is missing."""
+        e = self.rank_status.get(str(rank))
+        p, u = (e.get("profiled_step_ms"), e.get("unprofiled_step_ms")) if isinstance(e, dict) else (None, None)
+        ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (p, u))
+        return max(0.0, float(p) - float(u)) if ok else None
+
     def stages_of(self, rank: int) -> list[int]:
         st = self._entry(rank).get("stages")
         return [s for s in st if isinstance(s, int)] if isinstance(st, list) else []

@@ -28,7 +28,9 @@ def host_bound(c: Ctx) -> list[Finding]:
         if r.trace_kind != "gpu" or idle is None or idle < 0.15:
             continue
         if r.idle is not None:  # direct evidence: gaps the host caused (next kernel launched inside the gap)
-            gain = r.idle.host_bound_ms
+            # The profiler's own host work (recording every op) lengthens the host's path between launches:
+            # where the manifest shows what a step costs without it, that part of the idle is not the job's.
+            gain = max(0.0, r.idle.host_bound_ms - (_profiler_cost(c, r.rank) or 0.0))
         elif not ((short is not None and short >= 0.5) or (short is None and med is not None and med < 10)):
             continue
         else:  # a summary without the idle split: idle less pipeline bubble and DataLoader waits
@@ -44,6 +46,11 @@ def host_bound(c: Ctx) -> list[Finding]:
     split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step waits for the host's next launch while "
              f"host ops run, {fmt(r.idle.queued_ms, 'ms')} waits on already-queued work (dependencies), "
              f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls" if r.idle else "")
+    cost = _profiler_cost(c, r.rank)
+    if cost and r.idle is not None:
+        split += (f"; without the profiler a step took {fmt(r.step_time_ms - cost, 'ms')} (`llmdiag run`'s "
+                  f"unprofiled steps), so {fmt(cost, 'ms')} per step of that host time is the profiler's own, "
+                  "taken off the gain")
     ev = (f"rank {r.rank}: {c.dev} idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
           f"10 µs{split} ({plural(len(bad), 'rank')} alike)")
@@ -60,6 +67,11 @@ def host_bound(c: Ctx) -> list[Finding]:
                       [x[0].rank for x in bad], steps_where([r], lambda st: st.idle_ms >= 0.15 * st.time_ms),
                       act, eg, gain, "ranks[].idle.host_bound_ms", gain_kind="bound",
                       events=["kernels", "host ops and runtime launches overlapping device idle"])]
+
+
+def _profiler_cost(c: Ctx, rank: int) -> float | None:
+    """Profiled minus unprofiled step time of `rank`, from the manifest of an own run (None for foreign traces)."""
+    return c.a.manifest.profiler_cost_ms(rank) if c.a.manifest else None
 
 
 def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
