@@ -53,3 +53,13 @@ def test_chain_order_refuses_a_ring():
     assert order == [] and "no chain with two ends" in why
     line = {r: [("pp", "send" if r == 0 else "recv", 1 - r, 10 * r, 10 * r + 5)] for r in range(2)}
     assert chain_order(line, [0, 1]) == ([0, 1], "")
+
+
+@pytest.mark.parametrize("schedule", ["dualpipev", "zb"])
+def test_zero_bubble_formula_is_said_to_be_an_ideal(tmp_path, schedule):
+    """The zero-bubble family's formula is 0 at any m; the measured bubble (fill and drain) sits above it. The
+    explanation says the 0 is an ideal, and never blames the difference on stage imbalance."""
+    write(P2PCase(p=4, m=8, schedule=schedule, batched=False, peer_ranks=True, threads=2, steps=2), tmp_path)
+    p = analyze_path(str(tmp_path), jobs=1).pipeline
+    assert p.theory == 0.0 and p.measured > 0.02
+    assert "zero-bubble ideal" in p.explanation and "stage imbalance (stage" not in p.explanation

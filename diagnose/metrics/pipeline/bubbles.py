@@ -91,11 +91,15 @@ def explain(res: PipelineResult, bubbles: list[StageBubble], oversubscribed: boo
     parts = [f"Measured bubble {res.measured:.1%} against {res.theory:.1%} from the {res.schedule} formula "
              f"(p={res.stages}, m={res.microbatches}"
              + (f", v={res.stages_per_rank}" if res.stages_per_rank > 1 else "") + ")"]
+    ideal = res.theory == 0.0 and res.stages > 1  # the zero-bubble family's 0 is an ideal, not this m's answer
     if res.replay is not None:
         parts[0] += f" and {res.replay:.1%} in a replay of the same run with free communication."
         inherent = res.replay - res.theory
         overhead = res.measured - res.replay
-        if res.imbalance is not None and inherent > 0.02:
+        if ideal:
+            parts.append(f"Replay − formula = {inherent:+.1%}: the schedule's fill and drain at this m (the "
+                         "formula's 0 is not reached at a finite m), plus any stage imbalance.")
+        elif res.imbalance is not None and inherent > 0.02:
             busiest = max(bubbles, key=lambda b: b.busy_ms)
             parts.append(f"Replay − formula = {inherent:+.1%}: stage imbalance (stage {busiest.stage} on rank "
                          f"{busiest.rank} is {res.imbalance:.0%} busier than the mean stage; the formula assumes "
@@ -115,4 +119,7 @@ def explain(res: PipelineResult, bubbles: list[StageBubble], oversubscribed: boo
             parts.append(f"Measured − replay = {overhead:+.1%}: communication and overheads add little.")
     else:
         parts[0] += "."
+    if ideal:
+        parts.append("The formula's 0 is the zero-bubble ideal (F, B and W of equal cost, W filling every gap); "
+                     "DualPipe(V)'s own bubble, (stages/2 − 1)(F&B + B − 3W), is a time, not a fraction.")
     return " ".join(parts)
