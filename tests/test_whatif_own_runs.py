@@ -51,9 +51,13 @@ def test_replay_names_the_planted_rank_and_op_type(pair):
 
 
 def test_silent_twin_names_nobody(pair):
+    """In a pp2 job each worker is a stage: with no data-parallel peer, a worker's ideal is its op type's mean
+    over both stages, so the heavier stage of the twin (or one noisy on two shared cores: 2.6 % once in CI)
+    can clear the 1 % share. What the twin must not show is a gain like the plant's."""
     w = pair["twin"][1].whatif
     g = straggler_of(w)
-    assert g is None or g.rank != 0
+    planted = straggler_of(pair["slow"][1].whatif)
+    assert g is None or g.gain_ms < 0.3 * planted.gain_ms, (g, planted)
     print(f"twin: S {w.slowdown:.3f}, no-delay vs measured {w.no_delay_step_ms / w.measured_step_ms - 1:+.2%}")
 
 

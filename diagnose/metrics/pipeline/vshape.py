@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from diagnose.metrics.pipeline.actions import Action
-from diagnose.metrics.pipeline.virtual import link
+from diagnose.metrics.pipeline.links import link
 
 V_NAME = "v-shaped"  # ZBV and DualPipeV place and move alike: the transfers do not tell them apart
 V_NOTE = ("Inferred from send/recv (no PP: labels): V-shaped placement (rank i holds stages i and 2p−1−i), each "
