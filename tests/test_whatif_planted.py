@@ -74,3 +74,20 @@ def test_the_section_prints_the_slowest_link(tmp_path):
     write(c, tmp_path)
     cards = {label: (value, note) for label, value, note in whatif_cards(analyze_path(str(tmp_path), jobs=1).whatif)}
     assert cards["slowest link"][0] == f"ranks {c.truth_link}" and "estimate" in cards["slowest link"][1]
+
+
+def test_shares_of_a_small_slowdown_are_said_to_be_unstable():
+    """The demo (pp2 on 2 cores) printed S 1.032 beside M_S −163.6 % and M_W 263.6 %: shares of a 3 % slowdown.
+    Below 5 % the section says why such shares leave [0, 100 %]; above it, nothing is added."""
+    from diagnose.model.whatif import WhatIf
+    from diagnose.model.whatif_view import whatif_cards
+
+    def labels(slowdown):
+        w = WhatIf(source="kineto-pipeline", workers=2, steps=3, ops=48, slowdown=slowdown, ms=-1.636, mw=2.636,
+                   mw_ranks=[0], no_delay_step_ms=63.2, ideal_step_ms=63.2 / slowdown, measured_step_ms=66.4,
+                   simulated_step_ms=66.4, sim_error=0.0, launch_slowdown=1.05)
+        return {label: note for label, _, note in whatif_cards(w)}
+
+    small = labels(1.032)
+    assert "S − 1 is only 3.2%" in small["shares"] and "over 100 %" in small["shares"]
+    assert "shares" not in labels(1.18)

@@ -9,6 +9,9 @@ from diagnose.model.whatif import Contribution, WhatIf
 GROUP_NAMES = {"optype": "op type", "stage": "stage", "dp_rank": "DP rank"}
 CONTRIB_HEADER = ["by", "group", "S with only it measured", "share of (S − 1)"]
 STAGE_HEADER = ["stage", "compute ms", "bubble"]
+# Below this S − 1 a share of it (M_S, M_W, the per-group shares) divides by a number the noise of one step can
+# match: one group may remove more than all of it or add to it. Said beside the shares, never hidden.
+SMALL_SLOWDOWN = 0.05
 
 
 def contributor(c: Contribution) -> str:
@@ -41,6 +44,9 @@ def whatif_cards(w: WhatIf) -> list[tuple[str, str, str]]:
     if w.mw is not None:
         cards.append(("M_W (worst workers)", fmt(w.mw, "pct"),
                       f"share removed by making worker(s) {', '.join(map(str, w.mw_ranks))} ideal"))
+    if (w.ms is not None or w.mw is not None) and w.slowdown is not None and w.slowdown - 1 < SMALL_SLOWDOWN:
+        cards.append(("shares", "—", f"S − 1 is only {fmt(w.slowdown - 1, 'pct')}: shares of so small a slowdown "
+                      "are unstable, one group can remove more than all of it (over 100 %) or add to it (below 0)"))
     if w.link_gains:
         link, gain = max(w.link_gains.items(), key=lambda kv: (kv[1], kv[0]))
         if gain > 0:
