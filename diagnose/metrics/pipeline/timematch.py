@@ -16,8 +16,10 @@ each carry their kernel's span: the test is the same, only coarser.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import replace
+from itertools import accumulate
 
 from diagnose.metrics.pipeline.batch import P2POp
 from diagnose.metrics.pipeline.infer import _P2P, read_rank
@@ -91,8 +93,10 @@ class _Matcher:
                 self.by_pg[(x.pg, x.kind)].append((r, i))
                 if x.peer is None:  # a single op's stream is its peer pair's communicator; a batch's the group's
                     units[(r, x.pg, x.stream) if not x.batched else (r, i)].append((r, i))
-        for key in self.by_pg:
-            self.by_pg[key].sort(key=lambda k: ops[k[0]][k[1]].start)
+        self.spans: dict[tuple[str, str], _Spans] = {}
+        for key, keys in self.by_pg.items():
+            keys.sort(key=lambda k: ops[k[0]][k[1]].start)
+            self.spans[key] = _Spans(ops, keys)
         self.units = list(units.values())
 
     def fits(self, r: int, i: int, q: int, j: int) -> bool:
@@ -104,8 +108,8 @@ class _Matcher:
 
     def counterparts(self, r: int, i: int) -> list[tuple[int, int]]:
         x = self.ops[r][i]
-        keys = self.by_pg[(x.pg, "recv" if x.kind == "send" else "send")]
-        return [(q, j) for q, j in _overlapping(self.ops, keys, x) if self.fits(r, i, q, j)]
+        spans = self.spans.get((x.pg, "recv" if x.kind == "send" else "send"))
+        return [(q, j) for q, j in spans.overlapping(x) if self.fits(r, i, q, j)] if spans else []
 
     def step(self) -> bool:
         """One round of every rule; True if anything was learnt."""
@@ -178,14 +182,22 @@ class _Matcher:
         return front, back
 
 
-def _overlapping(ops, keys: list[tuple[int, int]], x: P2POp):
-    """The ops among `keys` (sorted by start) whose span overlaps x's."""
-    for q, j in keys:
-        y = ops[q][j]
-        if y.start >= x.end:
-            break
-        if y.end > x.start:
-            yield q, j
+class _Spans:
+    """The ops of one (group, kind) sorted by start, with the running maximum of their ends: the ops that overlap
+    a span lie between two bisections (first running end past its start, last start before its end), so each
+    lookup reads only the overlapping stretch, not every op before it."""
+
+    def __init__(self, ops, keys: list[tuple[int, int]]):
+        self.keys = keys
+        self.starts = [ops[q][j].start for q, j in keys]
+        self.reach = list(accumulate((ops[q][j].end for q, j in keys), max))
+        self.ops = ops
+
+    def overlapping(self, x: P2POp):
+        lo, hi = bisect_right(self.reach, x.start), bisect_left(self.starts, x.end)
+        for q, j in self.keys[lo:hi]:
+            if self.ops[q][j].end > x.start:
+                yield q, j
 
 
 def _same_size(a: P2POp, b: P2POp) -> bool:
