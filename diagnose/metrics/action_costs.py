@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from diagnose.io.trace import COMPUTE, RankTrace
+from diagnose.metrics.overlap import DTYPE_BYTES
 
 VIEW_OPS = frozenset({
     "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
@@ -27,8 +28,6 @@ VIEW_OPS = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::result_type", "aten::resolve_conj",
     "aten::resolve_neg", "aten::lift_fresh", "aten::contiguous", "aten::view_as", "aten::expand_as",
 })
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-               "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
 HostP2P = tuple[str, int, int, int]  # (send|recv, start ns, end ns, bytes), rank-relative
 
 
@@ -44,7 +43,7 @@ def action_fixed_ns(t: RankTrace, actions) -> list[int]:
     if not len(ops):
         return []
     ts, end = t.ts[ops], t.ts[ops] + t.dur[ops]
-    view = np.array([t.names[k] in VIEW_OPS for k in t.name[ops].tolist()], bool)
+    view = np.isin(t.name[ops], t.name_ids(VIEW_OPS.__contains__))  # each distinct name looked at once
     overhead = _dispatch_ns(ts, end, view)
     out = []
     for a in actions:
@@ -111,7 +110,7 @@ def host_p2p(t: RankTrace) -> list[HostP2P]:
         nbytes = 0
         for k, d in enumerate(dims):
             if isinstance(d, list) and all(isinstance(x, int) for x in d):
-                nbytes += math.prod(d) * DTYPE_BYTES.get(str(types[k]) if k < len(types) else "float", 4)
+                nbytes += math.prod(d) * DTYPE_BYTES.get(str(types[k]).lower() if k < len(types) else "float", 4)
         start = min(posted.pop(name[5:9], int(t.ts[i])), int(t.ts[i]))
         out.append((name[5:], start, int(t.ts[i] + t.dur[i]), nbytes))
     return sorted(out, key=lambda r: (r[1], r[2]))

@@ -20,7 +20,7 @@ from diagnose.model.format import NS_PER_MS
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
-    "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "int16": 2,
+    "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "short int": 2, "int16": 2,
     "double": 8, "float64": 8, "long": 8, "int64": 8, "long int": 8, "c10::complex<float>": 8,
     "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "signed char": 1, "unsigned char": 1, "c10::half": 2, "c10::bfloat16": 2,
