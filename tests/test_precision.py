@@ -141,4 +141,5 @@ def test_gemm_input_type_kept_by_both_parsers(tmp_path, monkeypatch, parser):
     b.cpu_op("aten::add", 400, 20, args={"Input type": ["float"], "Input Dims": [[2]]})  # not a GEMM op: not kept
     t = load_trace(b.write(tmp_path / "r.json"))
     kept = [(t.names[t.name[i]], a) for i, a in sorted(t.comm_args.items())]
-    assert kept == [("aten::mm", {"Input type": ["c10::Half", "c10::Half"]})] * 3
+    # with its Input Dims (the what-if's GEMM fit, diagnose.metrics.op_scaling)
+    assert kept == [("aten::mm", {"Input type": ["c10::Half", "c10::Half"], "Input Dims": [[2, 2]]})] * 3

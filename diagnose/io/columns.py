@@ -132,8 +132,10 @@ class _DictView:
 
     @staticmethod
     def gemm(a: dict) -> dict | None:
-        it = a.get("Input type")
-        return {"Input type": it} if isinstance(it, list) else None
+        it, dims = a.get("Input type"), a.get("Input Dims")
+        if not isinstance(it, list):
+            return None
+        return {"Input type": it, "Input Dims": dims} if isinstance(dims, list) else {"Input type": it}
 
     @staticmethod
     def get(e: dict, key: str, default=None):
@@ -149,6 +151,7 @@ class Columns:
         self.threads: dict = {}
         self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
         self.gemm_name: list[bool] = []  # per name id: a GEMM op whose Input type gives its kernels' precision
+        # (and its Input Dims its shape: diagnose.metrics.op_scaling)
         self.thread_names: dict = {}
         self.parts: list[dict] = []
         self.mem_parts: list[dict] = []

@@ -38,7 +38,7 @@ COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",
                "Src Rank", "Dst Rank", "Concrete Inputs", "Input type", "Input Dims")
 # Lists on every shape-recording cpu_op, needed only for the few ops kept (gloo/c10d spans: Input Dims; gloo
-# all-to-alls: Concrete Inputs, their split sizes; GEMM ops: Input type, their precision): kept as raw byte
+# all-to-alls: Concrete Inputs, their split sizes; GEMM ops: Input type, their precision, and Input Dims): kept as raw byte
 # slices and decoded on demand.
 RAW_FIELDS = ("Concrete Inputs", "Input type", "Input Dims")
 # The Chrome trace format's other phases (duration B/E, instant I, counter C, async b/n/e, flow s/t/f, sample P,
@@ -51,6 +51,7 @@ _COMM_GET = attrgetter(*(a for _, a in _COMM_ATTRS))
 _COMM_CACHE: dict = {}
 _GEMM_CACHE: dict = {}
 _INPUT_TYPE = dict(_COMM_ATTRS)["Input type"]
+_INPUT_DIMS = dict(_COMM_ATTRS)["Input Dims"]
 
 if msgspec is not None:
     UNSET = msgspec.UNSET
@@ -150,17 +151,20 @@ class StructView:
 
     @staticmethod
     def gemm(a) -> dict | None:
-        """{"Input type": [...]} of a GEMM op, decoded once per distinct raw value (a trace has few)."""
-        raw = getattr(a, _INPUT_TYPE)
+        """{"Input type": [...], "Input Dims": [...]} of a GEMM op, decoded once per distinct raw pair (a
+        model has few GEMM shapes)."""
+        raw, rdims = getattr(a, _INPUT_TYPE), getattr(a, _INPUT_DIMS)
         if raw is UNSET:
             return None
-        key = bytes(raw)
+        key = (bytes(raw), None if rdims is UNSET else bytes(rdims))
         d = _GEMM_CACHE.get(key)
         if d is None:
             v = _raw_value(raw)
+            dims = None if rdims is UNSET else _raw_value(rdims)
             if len(_GEMM_CACHE) > 10_000:
                 _GEMM_CACHE.clear()
-            d = _GEMM_CACHE[key] = {"Input type": v} if isinstance(v, list) else {}
+            d = _GEMM_CACHE[key] = ({"Input type": v, "Input Dims": dims} if isinstance(dims, list) else
+                                    {"Input type": v}) if isinstance(v, list) else {}
         return d or None
 
     @staticmethod

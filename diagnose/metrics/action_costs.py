@@ -3,7 +3,9 @@ prediction (diagnose.simulate.predict), read in the per-rank job (the trace is t
 
 `action_fixed_ns`: the part of each action that does not shrink with the microbatch (CPU traces): the time
 inside the action covered by no op (Python between ops), the ops that move no data (views, transposes,
-`empty`: their cost is dispatch alone), and one dispatch overhead per other op, the overhead being the
+`empty`: their cost is dispatch alone), the self time of the autograd engine's own ops (`autograd::engine::
+evaluate_function: …`, the `…Backward0` nodes, `AccumulateGrad`: their tensor work is in the aten ops they
+call, what is left is bookkeeping per node), and one dispatch overhead per other op, the overhead being the
 median self time of the leaf view-like ops of the trace (an op that does no work costs that much to run).
 GPU traces: the action's device span not covered by its compute kernels (launch gaps).
 
@@ -15,10 +17,12 @@ span's `Input Dims` and `Input type`: the transfers of CPU pipeline runs, whose 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from diagnose.io.trace import COMPUTE, RankTrace
+from diagnose.metrics.op_scaling import GEMM_2D, fit_gemms, gemm_shape
 from diagnose.metrics.overlap import DTYPE_BYTES
 
 VIEW_OPS = frozenset({
@@ -28,6 +32,7 @@ VIEW_OPS = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::result_type", "aten::resolve_conj",
     "aten::resolve_neg", "aten::lift_fresh", "aten::contiguous", "aten::view_as", "aten::expand_as",
 })
+_NODE = re.compile(r"Backward\d*$")
 HostP2P = tuple[str, int, int, int]  # (send|recv, start ns, end ns, bytes), rank-relative
 
 
@@ -44,29 +49,62 @@ def action_fixed_ns(t: RankTrace, actions) -> list[int]:
         return []
     ts, end = t.ts[ops], t.ts[ops] + t.dur[ops]
     view = np.isin(t.name[ops], t.name_ids(VIEW_OPS.__contains__))  # each distinct name looked at once
+    node = np.isin(t.name[ops], t.name_ids(is_autograd_node))
+    gemm = np.isin(t.name[ops], t.name_ids(GEMM_2D.__contains__))
     overhead = _dispatch_ns(ts, end, view)
-    out = []
+    inside, samples = [], []
     for a in actions:
         lo, hi = np.searchsorted(ts, a.start, "left"), np.searchsorted(ts, a.end, "right")
         sel = np.arange(lo, hi)[end[lo:hi] <= a.end]
+        own = _self_times(ts[sel], end[sel])
+        shapes = {int(i): sh for i in sel[gemm[sel]].tolist()
+                  if (sh := gemm_shape(t.names[t.name[ops[i]]], t.comm_args.get(int(ops[i]), {}).get("Input Dims")))}
+        samples += [(sh, int(own[k])) for k, i in enumerate(sel.tolist()) if (sh := shapes.get(i))]
+        inside.append((sel, own, shapes))
+    fit = fit_gemms(samples)
+    out = []
+    for a, (sel, own, shapes) in zip(actions, inside):
         if not len(sel):
             out.append(0)
             continue
-        top, covered, views, last = [], 0, 0, -1
+        covered, views, last, vopen = 0, 0, -1, -1
         for i in sel.tolist():  # ops in start order: an op starting before the open top op's end is nested
             if ts[i] >= last:
                 covered += int(end[i] - ts[i])
                 last = int(end[i])
-                top.append(i)
-        vopen = -1
-        for i in sel.tolist():
             if view[i] and ts[i] >= vopen:  # outermost view-like ops only (as_strided nests in transpose)
                 views += int(end[i] - ts[i])
                 vopen = int(end[i])
-        n_other = int((~view[sel]).sum())
+        fitted = 0.0
+        if fit is not None:  # GEMMs with a shape: the fitted fixed share of their own time, no dispatch extra
+            for k, i in enumerate(sel.tolist()):
+                if i in shapes:
+                    fitted += fit.fixed_share(shapes[i]) * int(own[k])
+        n_other = int((~view[sel] & ~node[sel]).sum()) - (len(shapes) if fit is not None else 0)
         gap = max(int(a.end - a.start) - covered, 0)
-        out.append(min(gap + views + n_other * overhead, int(a.end - a.start)))
+        book = int(own[node[sel]].sum())
+        out.append(min(gap + views + book + int(fitted) + n_other * overhead, int(a.end - a.start)))
     return out
+
+
+def is_autograd_node(name: str) -> bool:
+    """The autograd engine's own ops: their children are the aten ops doing the tensor work."""
+    return not name.startswith("aten::") and (name.startswith("autograd::") or name == "torch::autograd::AccumulateGrad"
+                                              or bool(_NODE.search(name)))
+
+
+def _self_times(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per op (in start order) its self time: span − its direct children's spans (an op starting before the
+    open op's end is nested in it)."""
+    own = (end - ts).astype(np.int64)
+    stack: list[int] = []
+    for k, (s0, e0) in enumerate(zip(ts.tolist(), end.tolist())):
+        while stack and s0 >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= e0 - s0
+        stack.append(k)
+    return own
 
 
 def _device_gaps(t: RankTrace, actions) -> list[int]:

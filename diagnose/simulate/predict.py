@@ -3,8 +3,10 @@ the one run: every number is an estimate (docs/simulation.md, "Predicting other 
 
 Per stage and action kind (F; B with I and W), one microbatch's action costs
     overhead + fixed + variable · m / m'
-- `fixed`: the action's size-independent host time the per-rank job read from its ops
-  (diagnose.metrics.action_costs: Python between ops, data-free ops, one dispatch per other op);
+- `fixed`: the action's size-independent time the per-rank job read from its ops
+  (diagnose.metrics.action_costs: Python between ops, data-free ops, the autograd engine's bookkeeping, one
+  dispatch per other op; where GEMMs record their shapes, each GEMM's call cost and a grad-weight GEMM's
+  output term from a fit over the run's own GEMM shapes, diagnose.metrics.op_scaling);
 - `variable`: the rest of the measured action time, which scales with the microbatch size m/m';
 - `overhead`: host time on the rank between the action's input arriving (its recv completing, or the previous
   action ending) and the action starting: the schedule's own per-action work, kept per action.
@@ -45,7 +47,9 @@ class CostModel:
         lk = ", ".join(f"{s}→{d} {lat:.2f} ms + {nb / 1e6:.2f} MB at {1 / pb / 1e6:.1f} MB/ms" if pb > 0
                        else f"{s}→{d} {lat:.2f} ms" for (s, d), (lat, pb, nb) in sorted(self.links.items()))
         return (f"Estimate: per-microbatch fixed cost {fx:.1f} of {tot:.1f} ms of actions at m={m} "
-                f"(host time between ops, data-free ops, op dispatch, per-action host overhead), the rest scaled by "
+                f"(host time between ops, data-free ops, autograd bookkeeping, op dispatch, per-action host overhead; "
+                f"GEMM call and grad-weight output terms fitted over the run's GEMM shapes where they are recorded), "
+                f"the rest scaled by "
                 f"microbatch size; " + (f"messages per link: {lk}." if lk else "communication free (no transfers read)."))
 
 
