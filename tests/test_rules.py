@@ -476,7 +476,12 @@ def test_pipeline_two_options_each_carry_their_numbers():
     f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
     options = f["action"].split("; or ")
     assert len(options) == 2, f["action"]  # this summary: --microbatches 32, or interleaving (faster)
-    assert all(re.search(r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms\)$", o) for o in options), f["action"]
+    pat = r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms(: the replayed ([0-9.,]+) ms × measured / replayed window at m=\d+)?\)$"
+    got = [re.search(pat, o) for o in options]
+    assert all(got), f["action"]
+    # a replayed option names the pipeline section's own number for it
+    replayed = {f"{q['step_ms']:,.2f}" for q in s["pipeline"]["predictions"] if q.get("step_ms")}
+    assert all(g.group(2) in replayed for g in got if g.group(2)), (f["action"], replayed)
 
 
 def _host_bound_summary(host_bound_ms: float, profiled=None, unprofiled=None) -> dict:

@@ -41,8 +41,8 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     act = _setting(p, q)
     other = best if pick is not best else easy
     if other is not None and other is not pick:  # two options: each with its own numbers, read alike
-        act = "; or ".join(f"{_setting(p, x[1])} (bubble {fmt(x[1].bubble, 'pct')}, window ≈ {fmt(x[0], 'ms')})"
-                           for x in (pick, other))
+        act = "; or ".join(f"{_setting(p, x[1])} (bubble {fmt(x[1].bubble, 'pct')}, window ≈ {fmt(x[0], 'ms')}"
+                           f"{_scaled(x[1], m)})" for x in (pick, other))
     worst = max(p.stage_bubbles, key=lambda b: b.measured) if p.stage_bubbles else None
     ev = (f"measured bubble {fmt(meas, 'pct')} vs {fmt(theory, 'pct')} from the {p.schedule} formula and "
           f"{fmt(p.replay, 'pct')} in the replay (p={p.stages}, m={m}); pipeline window {fmt(win, 'ms')}")
@@ -94,6 +94,12 @@ def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[
             q = PipelinePrediction(schedule=sched, microbatches=m2, bubble=b, step_ms=None, theory=b)
             cands.append((busy / (1 - min(0.95, b + excess)), q, f"{how}, same busy time"))
     return cands
+
+
+def _scaled(q: PipelinePrediction, m: int) -> str:
+    """Where a replayed prediction's window is shown scaled: the replayed number beside it, so the option reads
+    as the same number the pipeline section prints."""
+    return f": the replayed {fmt(q.step_ms, 'ms')} × measured / replayed window at m={m}" if q.step_ms else ""
 
 
 def _setting(p: PipelineResult, q: PipelinePrediction) -> str:
