@@ -476,7 +476,8 @@ def test_pipeline_two_options_each_carry_their_numbers():
     f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
     options = f["action"].split("; or ")
     assert len(options) == 2, f["action"]  # this summary: --microbatches 32, or interleaving (faster)
-    pat = r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms(: the replayed ([0-9.,]+) ms × measured / replayed window at m=\d+)?\)$"
+    pat = (r"\(bubble [0-9.]+%, window ≈ [0-9.,]+ ms(: the replayed ([0-9.,]+) ms × measured / replayed window at m=\d+"
+           r"|; not simulated)\)$")
     got = [re.search(pat, o) for o in options]
     assert all(got), f["action"]
     # a replayed option names the pipeline section's own number for it
