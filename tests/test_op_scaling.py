@@ -53,30 +53,30 @@ def test_fixed_share_is_the_call_plus_a_grad_weight_gemms_output():
     assert f.fixed_share(wgrad) == pytest.approx((A + OUT * 32 * 16) / _ns(*wgrad))
 
 
-def _gemm(b: TraceBuilder, start_us: float, s) -> float:
-    m, k, n = s
-    dur = _ns(*s) / 1e3
-    b.cpu_op("aten::mm", start_us, dur, args={"Input Dims": [[m, k], [k, n]], "Input type": ["float", "float"]})
-    return start_us + dur
-
-
-def test_action_fixed_time_with_gemm_shapes_and_autograd_bookkeeping(tmp_path):
-    """One action of 2 000 µs holding the five GEMMs back to back from 100 µs (their times exactly the
-    chosen coefficients'), then an autograd node: `evaluate_function: MmBackward0` 100 µs holding
-    `MmBackward0` 80 µs holding `aten::add` 60 µs. No leaf view op: dispatch 0. Fixed = uncovered time +
-    bookkeeping (100 − 80) + (80 − 60) + per GEMM its share × its time (the call; a grad-weight GEMM's
-    output too)."""
+def _action(tmp_path, shapes: bool):
+    """One backward action of 2 000 µs: the five GEMMs back to back from 100 µs (their times exactly the
+    chosen coefficients'; with or without Input Dims), then an autograd node: `evaluate_function:
+    MmBackward0` 100 µs holding `MmBackward0` 80 µs holding `aten::add` 60 µs. No leaf view op: dispatch 0."""
     b = TraceBuilder(rank=0, world_size=2, backend="gloo")
     b.thread_name(MAIN_TID, "pt_main_thread")
     b.step(1, 0, 3000)
     b.pp(0, "B", 0, 0, 2000)
     t = 100.0
-    for s in SHAPES:
-        t = _gemm(b, t, s)
+    for m, k, n in SHAPES:
+        dur = _ns(m, k, n) / 1e3
+        args = {"Input Dims": [[m, k], [k, n]], "Input type": ["float", "float"]} if shapes else None
+        b.cpu_op("aten::mm", t, dur, args=args)
+        t += dur
     b.cpu_op("autograd::engine::evaluate_function: MmBackward0", 1800, 100)
     b.cpu_op("MmBackward0", 1810, 80)
     b.cpu_op("aten::add", 1820, 60)
-    out = run_job(RankJob(b.write(str(tmp_path / "rank0.json")), None, False, 0))
+    return run_job(RankJob(b.write(str(tmp_path / "rank0.json")), None, False, 0))
+
+
+def test_action_fixed_time_with_gemm_shapes_and_autograd_bookkeeping(tmp_path):
+    """Fixed = uncovered time + bookkeeping (100 − 80) + (80 − 60) + per GEMM its share × its time (the call;
+    a grad-weight GEMM's output too)."""
+    out = _action(tmp_path, shapes=True)
     assert out.error is None and len(out.actions) == 1
     gemms = sum(_ns(*s) for s in SHAPES)
     covered = gemms + 100_000
@@ -87,18 +87,6 @@ def test_action_fixed_time_with_gemm_shapes_and_autograd_bookkeeping(tmp_path):
 
 def test_without_shapes_gemms_keep_the_dispatch_model(tmp_path):
     """The same action without Input Dims: no fit, each GEMM one dispatch (0 here), bookkeeping still read."""
-    b = TraceBuilder(rank=0, world_size=2, backend="gloo")
-    b.thread_name(MAIN_TID, "pt_main_thread")
-    b.step(1, 0, 3000)
-    b.pp(0, "B", 0, 0, 2000)
-    t = 100.0
-    for s in SHAPES:
-        dur = _ns(*s) / 1e3
-        b.cpu_op("aten::mm", t, dur)
-        t += dur
-    b.cpu_op("autograd::engine::evaluate_function: MmBackward0", 1800, 100)
-    b.cpu_op("MmBackward0", 1810, 80)
-    b.cpu_op("aten::add", 1820, 60)
-    out = run_job(RankJob(b.write(str(tmp_path / "rank0.json")), None, False, 0))
+    out = _action(tmp_path, shapes=False)
     covered = sum(_ns(*s) for s in SHAPES) + 100_000
     assert out.action_fixed_ns[0] == pytest.approx(2_000_000 - covered + 40_000, abs=len(SHAPES) + 2)
