@@ -506,3 +506,28 @@ def test_host_bound_takes_the_profilers_own_cost_off_its_gain():
     assert "without the profiler a step took 75.00 ms" in f["evidence"] and "25.00 ms per step" in f["evidence"]
     # all of it the profiler's: no finding
     assert not [f for f in findings(_host_bound_summary(20.0, 100.0, 75.0)) if f["id"] == "host_bound"]
+
+
+def test_pipeline_unsimulated_schedule_takes_its_busy_time_from_the_cost_model():
+    """A zero-bubble row has no replay, but the fitted cost model still says how the busiest stage's work
+    grows with m (`busy_ms`): its window is today's busy time × that growth / (1 − its bubble + today's
+    excess), computed here from docs/recommendations.md, and it says so. It is named second at most: the
+    replayed settings give the proposal."""
+    from diagnose.rules.pipeline import _candidates
+
+    s = big_bubble(summary(pipeline=True))
+    pp = s["pipeline"]
+    for q in pp["predictions"]:
+        if (q["schedule"], q["microbatches"]) == ("1f1b", 8):
+            q["busy_ms"] = 70.0
+    pp["predictions"] += [{"schedule": "zbv", "microbatches": 16, "bubble": None, "step_ms": None, "theory": 0.0,
+                           "busy_ms": 72.0}]
+    p = typed(s).pipeline
+    win, meas, ref, m = pp["window_ms"], pp["measured"], pp["replay"], pp["microbatches"]
+    got = {(q.schedule, q.microbatches): (w, how) for w, q, how in _candidates(p, ref, None)}
+    w, how = got[("zbv", 16)]
+    want = win * (1 - meas) * 72.0 / 70.0 / (1 - (ref * m / 16 + (meas - ref)))
+    assert w == pytest.approx(want, rel=1e-9)
+    assert "the cost model's busiest stage at m=16 and at m=8" in how and "not simulated" in how
+    f = next(f for f in findings(s) if f["id"] == "pipeline_bubble")
+    assert not f["action"].startswith("`--schedule zbv`"), f["action"]  # a replayed setting leads

@@ -145,8 +145,12 @@ def test_generated_gpu_pipeline_predicted_by_the_generators_own_schedule(tmp_pat
     res = analyze_path(str(tmp_path), jobs=1, rules=False).pipeline
     assert res.prediction_error == pytest.approx(0.0, abs=1e-9)
     half = dataclasses.replace(c, m=m // 2, f_us=2 * c.f_us, b_us=2 * c.b_us)
-    q = {(x.schedule, x.microbatches): x for x in res.predictions}[(schedule, m // 2)]
+    rows = {(x.schedule, x.microbatches): x for x in res.predictions}
+    q = rows[(schedule, m // 2)]
     assert q.step_ms == pytest.approx(simulate(half).window_us / 1e3, rel=1e-9)
+    # the busiest stage's work per step, as the generator's own schedule has it, at m and at m/2
+    for case, x in ((c, rows[(schedule, m)]), (half, q)):
+        assert x.busy_ms == pytest.approx(max(simulate(case).busy_us.values()) / 1e3, rel=1e-9)
 
 
 def test_gpu_action_fixed_time_is_its_launch_gaps(tmp_path):

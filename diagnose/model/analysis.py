@@ -174,6 +174,8 @@ class PipelinePrediction:
     # zero-bubble: only `theory` is known)
     step_ms: float | None  # replayed pipeline window; None for formula-only rows
     theory: float
+    busy_ms: float | None = None  # the cost model's busiest stage's action time per step at this setting (every
+    # row where a model was fitted, simulated or not: how the work grows with m)
 
 
 @dataclass

@@ -72,6 +72,7 @@ def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[
     preds = p.predictions
     base = next((q.step_ms for q in preds if q.schedule == p.schedule and q.microbatches == m and q.step_ms),
                 p.replay_window_ms)
+    own_busy = next((q.busy_ms for q in preds if (q.schedule, q.microbatches) == (p.schedule, m) and q.busy_ms), None)
     cands = []  # (new window, prediction, how)
     for q in preds:
         if (q.schedule, q.microbatches) == (p.schedule, m) or (limit and q.microbatches > limit):
@@ -86,8 +87,12 @@ def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[
         else:  # a schedule the replay does not simulate: its formula, or for zero-bubble today's bubble × m/m′
             b, how = ((ref * m / q.microbatches, "today's replayed bubble × m/m′ (fill and drain stay, the work grows)")
                       if q.theory == 0.0 else (q.theory, "formula (p−1)/(v·m+p−1)"))
-            cands.append((busy / (1 - min(0.95, b + excess)), replace(q, bubble=b), f"{how}, same busy time; not "
-                          "simulated"))
+            work, what = busy, "same busy time"
+            if q.busy_ms and own_busy:  # the fitted cost model says how the busy time changes with m
+                work = busy * q.busy_ms / own_busy
+                what = (f"busy time × {fmt(q.busy_ms, 'ms')} / {fmt(own_busy, 'ms')} (the cost model's busiest "
+                        f"stage at m={q.microbatches} and at m={m})")
+            cands.append((work / (1 - min(0.95, b + excess)), replace(q, bubble=b), f"{how}, {what}; not simulated"))
     if not preds:
         pp, v = p.stages, max(1, p.stages_per_rank or 1)
         for sched, m2, vv in ((p.schedule, 2 * m, v), (p.schedule, 4 * m, v), ("interleaved1f1b", m, 2)):

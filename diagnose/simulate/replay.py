@@ -219,7 +219,8 @@ def _predictions(actions, group, schedule, p, m, v, costs=None) -> tuple[list[Pi
                 continue
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
                                           bubble=float(np.mean(list(rep.bubble.values()))),
-                                          step_ms=rep.makespan, theory=theory_bubble(sched, p, m2)))
+                                          step_ms=rep.makespan, theory=theory_bubble(sched, p, m2),
+                                          busy_ms=_busiest(cost, m2)))
     for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
         for m2 in sorted({m, 2 * m}):
             cost, links = model.durations(m, m2)
@@ -228,8 +229,17 @@ def _predictions(actions, group, schedule, p, m, v, costs=None) -> tuple[list[Pi
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
                                           bubble=float(np.mean(list(rep.bubble.values()))) if rep else None,
                                           step_ms=rep.makespan if rep else None,
-                                          theory=theory_bubble(sched, p, m2, vv)))
+                                          theory=theory_bubble(sched, p, m2, vv), busy_ms=_busiest(cost, m2)))
     return out, model
+
+
+def _busiest(cost: dict[tuple[int, str], float], m2: int) -> float | None:
+    """The busiest stage's action time per step at m2 microbatches under the cost model (a rank holding v
+    chunks of a stage does that stage's work): what a schedule without a replay here still has to run."""
+    per: dict[int, float] = defaultdict(float)
+    for (stage, _), ms in cost.items():
+        per[stage] += ms * m2
+    return max(per.values()) if per else None
 
 
 def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> None:
