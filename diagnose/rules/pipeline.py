@@ -44,8 +44,9 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     gain = win - new
     act = _setting(p, q)
     other = best if pick is not best else easy
-    if simulated and (rest := [x for x in cands if not x[1].step_ms]) and min(rest, key=lambda x: x[0])[0] < new:
-        other = min(rest, key=lambda x: x[0])  # faster on paper, named as the second option, marked as not simulated
+    rest = [x for x in cands if not x[1].step_ms] if simulated else []
+    if rest and (other is None or other is pick) and min(rest, key=lambda x: x[0])[0] < new:
+        other = min(rest, key=lambda x: x[0])  # faster on paper: the second option, marked as not simulated
     if other is not None and other is not pick:  # two options: each with its own numbers, read alike
         act = "; or ".join(f"{_setting(p, x[1])} (bubble {fmt(x[1].bubble, 'pct')}, window ≈ {fmt(x[0], 'ms')}"
                            f"{_scaled(x[1], m)})" for x in (pick, other))
