@@ -31,7 +31,8 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
     ref = p.replay if p.replay is not None else theory
     # A setting is proposed for the bubble only if it shrinks the bubble: one faster for another reason (fewer
     # microbatches where each costs a fixed overhead) is not this finding's claim.
-    cands = [x for x in _candidates(p, ref, c.local_batch()) if x[0] < win and x[1].bubble is not None and x[1].bubble < ref]
+    cands = [x for x in _candidates(p, ref, c.local_batch())
+             if x[0] < win and x[1].bubble is not None and x[1].bubble < ref]
     if not cands:
         return []
     # The gain comes from the simulation where it has one: a setting it replays beats one it does not (a
