@@ -102,3 +102,30 @@ def test_replay_is_linear_in_ops():
         b.sync([k, k + 1])
     start, end = _run(b, np.ones(n))
     assert end.max() == pytest.approx(n // 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_replays_at_once_match_one_at_a_time(seed):
+    """simulate_many (one pass, each op's ends a vector over replays) gives, for every column, what
+    simulate gives for that column's durations alone, on random DAGs without synchronisation groups."""
+    from diagnose.simulate.engine import simulate_many
+
+    rng = random.Random(seed)
+    n, cols = 200, 7
+    ids = list(range(n))
+    rng.shuffle(ids)
+    b = GraphBuilder(n)
+    for k in range(1, n):
+        for _ in range(rng.randint(0, 3)):
+            b.dep(ids[k], ids[rng.randrange(k)])
+    g = b.build()
+    dur = np.array([[rng.uniform(0, 2) for _ in range(cols)] for _ in range(n)])
+    many = simulate_many(g, dur)
+    zero = np.zeros(n)
+    for c in range(cols):
+        _, end = simulate(g, dur[:, c], zero, zero)
+        assert np.allclose(many[:, c], end, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError):
+        gb = GraphBuilder(2)
+        gb.sync([0, 1])
+        simulate_many(gb.build(), np.ones((2, 3)))

@@ -4,6 +4,7 @@ the ops, the per-link fit, the per-action host overhead."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from diagnose.metrics.per_rank import RankJob, run_job
@@ -165,3 +166,34 @@ def test_gpu_action_fixed_time_is_its_launch_gaps(tmp_path):
         out = run_job(RankJob(str(d / "rank0.pt.trace.json.gz"), None, False, 0))
         assert out.error is None and len(out.actions) == 8
         assert out.action_fixed_ns == [gaps] * 8
+
+
+def test_replay_with_spread_is_the_mean_over_varying_actions(monkeypatch):
+    """Stage 0 runs F0, F1 (1 ms each, each ±a at random), stage 1 runs F0, F1 (1 ms, fixed). Stage 1's F1
+    starts at max(its F0's end, stage 0's F1's end) = 2 + x0 + max(0, x1): the step ends at 3 + x0 + max(0, x1),
+    whose mean is 3 + a/2 (x0, x1 = ±a equally likely), where the replay at mean durations says 3."""
+    from diagnose.simulate import replay as R
+
+    monkeypatch.setattr(R, "SAMPLES", 40_000)
+    a = 0.5
+    orders = {0: [(0, "F", 0), (0, "F", 1)], 1: [(1, "F", 0), (1, "F", 1)]}
+    dur = {k: 1.0 for o in orders.values() for k in o}
+    assert R.replay(orders, dur, 1).makespan == pytest.approx(3.0)
+    dev = np.array([-a, a])
+    got = R.replay(orders, dur, 1, spread={(0, "F", 0): dev, (0, "F", 1): dev}).makespan
+    assert got == pytest.approx(3 + a / 2, abs=0.02)
+    assert R.replay(orders, dur, 1, spread={(0, "F", 0): np.zeros(4)}).makespan == pytest.approx(3.0)
+
+
+def test_spread_is_what_neither_step_nor_microbatch_explains():
+    """Durations over 2 steps × 2 microbatches [[10, 14], [12, 20]] ms: step means 12 and 16, microbatch
+    means 11 and 17, mean 14; deviations d − step − microbatch + mean = [[1, −1], [−1, 1]]. A table with one
+    step (nothing to separate) gives none."""
+    from diagnose.simulate.predict import _spread
+
+    ms = 1_000_000
+    acts = {0: [Action(st, 0, "F", mb, 0, d * ms) for (st, mb), d in
+                {(1, 0): 10, (1, 1): 14, (2, 0): 12, (2, 1): 20}.items()]}
+    got = _spread(acts, [0])
+    assert sorted(got[(0, "F")].tolist()) == pytest.approx([-1, -1, 1, 1])
+    assert _spread({0: [Action(1, 0, "F", mb, 0, 5 * ms) for mb in range(3)]}, [0]) == {}

@@ -109,3 +109,49 @@ def simulate(g: Graph, duration: np.ndarray, delay: np.ndarray, release: np.ndar
     if done != g.n:
         raise CycleError(f"{g.n - done} of {g.n} ops never became ready (a dependency cycle)")
     return np.asarray(start), np.asarray(end)
+
+
+def simulate_many(g: Graph, duration: np.ndarray) -> np.ndarray:
+    """End of every op (rows) in each of several replays (columns) of one graph without synchronisation
+    groups, each column its own durations, no delays or releases. The ops are taken level by level (an op's
+    level: one more than its deepest dependency's), each level in a few array operations over all its ops and
+    replays at once, so the cost grows with the graph's depth, not with ops × replays (the what-if predictions
+    average replays over the run's measured variation: diagnose.simulate.predict)."""
+    if g.groups:
+        raise ValueError("simulate_many replays graphs without synchronisation groups")
+    ptr, succ = g.succ_ptr, g.succ
+    deg = list(g.indeg)
+    level = [0] * g.n
+    queue = deque(v for v in range(g.n) if deg[v] == 0)
+    order = []
+    while queue:
+        v = queue.popleft()
+        order.append(v)
+        for k in range(ptr[v], ptr[v + 1]):
+            w = succ[k]
+            if level[v] + 1 > level[w]:
+                level[w] = level[v] + 1
+            deg[w] -= 1
+            if deg[w] == 0:
+                queue.append(w)
+    if len(order) != g.n:
+        raise CycleError(f"{g.n - len(order)} of {g.n} ops never became ready (a dependency cycle)")
+    src = np.repeat(np.arange(g.n), np.diff(np.asarray(ptr, dtype=np.int64)))  # edge k: src[k] -> succ[k]
+    dst = np.asarray(succ, dtype=np.int64)
+    lv = np.asarray(level, dtype=np.int64)
+    end = np.empty_like(duration, dtype=np.float64)
+    by_level = np.argsort(lv, kind="stable")
+    bounds = np.searchsorted(lv[by_level], np.arange(lv.max() + 2 if g.n else 1))
+    e_order = np.lexsort((dst, lv[dst]))  # edges grouped by their target's level, then by target
+    e_lv = lv[dst[e_order]]
+    e_bounds = np.searchsorted(e_lv, np.arange(lv.max() + 2 if g.n else 1))
+    for L in range(len(bounds) - 1):
+        ops = by_level[bounds[L]:bounds[L + 1]]
+        end[ops] = duration[ops]
+        es = e_order[e_bounds[L]:e_bounds[L + 1]]
+        if len(es):
+            targets = dst[es]
+            cut = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            ready = np.maximum.reduceat(end[src[es]], cut, axis=0)
+            end[targets[cut]] += ready
+    return end

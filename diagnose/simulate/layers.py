@@ -51,7 +51,8 @@ def move_one_layer(model: CostModel, predict, schedule: str, p: int, m: int, lay
         one = cost.get((src, kind), 0.0) / layers[src]
         moved[(src, kind)] = cost.get((src, kind), 0.0) - one
         moved[(dst, kind)] = cost.get((dst, kind), 0.0) + one
-    now, after = predict(schedule, p, m, cost, link_ms=links), predict(schedule, p, m, moved, link_ms=links)
+    now = predict(schedule, p, m, cost, link_ms=links, spread=model.spread)
+    after = predict(schedule, p, m, moved, link_ms=links, spread=model.spread)
     if now is None or after is None:
         return None
     return LayerMove(src, dst, after.makespan, now.makespan - after.makespan)

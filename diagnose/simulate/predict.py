@@ -34,6 +34,9 @@ class CostModel:
     variable: dict[tuple[int, str], float]
     overhead: dict[tuple[int, str], float]
     links: dict[Link, tuple[float, float, float]] = field(default_factory=dict)  # latency ms, ms/byte, bytes at m
+    # (stage, F|B) -> each action's deviation (ms) from the mean of its kind in its step: how much the run's
+    # actions vary, kept as is at every m (the deviations did not shrink with the actions in our runs)
+    spread: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
 
     def durations(self, m: int, m2: int) -> tuple[dict[tuple[int, str], float], dict[Link, float]]:
         """Per (stage, F|B) the action cost and per link the message cost at m2 microbatches."""
@@ -91,7 +94,29 @@ def fit(actions: dict[int, list], fixed_ns: dict[int, list[int]], host: dict[int
     overhead = {k: float(np.mean(v)) * _share(actions, group, k) for k, v in over.items() if v}
     model = CostModel({k: v[0] for k, v in tot.items()}, {k: v[1] for k, v in tot.items()}, overhead)
     model.links = _links(actions, host, shift_ns, group, stage_of, last)
+    model.spread = _spread(actions, group)
     return model
+
+
+def _spread(actions, group) -> dict[tuple[int, str], np.ndarray]:
+    """Per (stage, F|B) the deviations (ms) of its actions that neither the step nor the microbatch explains:
+    over each (stage, kind)'s table of steps × microbatches, duration − step mean − microbatch mean + the
+    table's mean. A step slower than the others (the machine) and a microbatch slower in every step (work the
+    first or last one always does) are not variation."""
+    tables: dict[tuple, dict[tuple[int, int], float]] = defaultdict(dict)
+    for r in group:
+        for a in actions.get(r, []):
+            tables[(a.stage, a.kind)][(a.step, a.microbatch)] = (a.end - a.start) / NS_PER_MS
+    out: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for (stage, kind), cells in tables.items():
+        steps, mbs = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
+        if len(steps) < 2 or len(mbs) < 2 or len(cells) != len(steps) * len(mbs):
+            continue  # nothing to tell variation from the step's or the microbatch's own cost
+        t = np.array([[cells[(st, mb)] for mb in mbs] for st in steps])
+        dev = t - t.mean(axis=1, keepdims=True) - t.mean(axis=0, keepdims=True) + t.mean()
+        out[(stage, "B" if kind in ("B", "I", "W") else "F")] += dev.ravel().tolist()
+    return {k: np.array(v) for k, v in out.items()}
+
 
 
 def _share(actions, group, key) -> float:

@@ -26,12 +26,13 @@ from diagnose.metrics.pipeline.actions import Action, theory_bubble
 from diagnose.metrics.pipeline.bubbles import explain
 from diagnose.model.analysis import PipelinePrediction, PipelineResult
 from diagnose.model.format import NS_PER_MS
-from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
+from diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
 from diagnose.simulate.layers import move_one_layer, stage_layers
 from diagnose.simulate.predict import CostModel, fit
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
 SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count
+SAMPLES = 64  # replays averaged where actions vary (replay(spread=...)): the mean's own error ~0.3 %
 
 
 @dataclass
@@ -42,11 +43,16 @@ class ReplayResult:
 
 
 def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int,
-           link_ms: dict[tuple[int, int], float] | None = None) -> ReplayResult | None:
+           link_ms: dict[tuple[int, int], float] | None = None,
+           spread: dict[Key, np.ndarray] | None = None) -> ReplayResult | None:
     """Simulate; None if the orders deadlock (an order the dependencies cannot satisfy, or an action waiting
     for one that no rank runs). `link_ms`: the message on each stage pair's edge: a node on no rank's timeline
     that starts once the send is posted (the producing action ended) and the recv is posted (the receiver
-    finished the action before the consuming one), as NCCL and gloo pair them; None or a missing pair: free."""
+    finished the action before the consuming one), as NCCL and gloo pair them; None or a missing pair: free.
+    `spread`: per action, deviations (ms) its duration takes at random; the makespan is then the mean over
+    SAMPLES replays (seeded: the same answer every time), each action its duration plus a drawn deviation.
+    A schedule's ranks wait on each other, so a step with varying actions lasts longer than one with every
+    action at its mean (the makespan is a maximum over paths)."""
     ids: dict[Key, int] = {}
     for order in orders.values():
         for a in order:
@@ -71,11 +77,19 @@ def replay(orders: dict[int, list[Key]], dur: dict[Key, float], last_stage: int,
         b.dep(after, before)
     d = np.array([dur.get(a, 0.0) for a in ids] + msgs, dtype=np.float64)
     zero = np.zeros(len(d))
+    draws = [(i, v) for a, i in ids.items() if (v := (spread or {}).get(a)) is not None and len(v) and v.any()]
     try:
-        _, end = simulate(b.build(), d, zero, zero)
+        if draws and len(d):
+            rng = np.random.default_rng(0)
+            many = np.repeat(d[:, None], SAMPLES, axis=1)
+            for i, v in draws:
+                many[i] += rng.choice(v, SAMPLES)
+            makespan = float(simulate_many(b.build(), np.maximum(many, 0.0)).max(axis=0).mean())
+        else:
+            _, end = simulate(b.build(), d, zero, zero)
+            makespan = float(end.max()) if len(end) else 0.0
     except CycleError:
         return None
-    makespan = float(end.max()) if len(end) else 0.0
     busy = {r: sum(dur.get(a, 0.0) for a in o) for r, o in orders.items()}
     bubble = {r: (1 - busy[r] / makespan) if makespan > 0 else 0.0 for r in orders}
     return ReplayResult(makespan, busy, bubble)
@@ -133,7 +147,8 @@ def _interleaved(rank: int, p: int, m: int, v: int) -> list[Key]:
 
 
 def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], float], v: int = 1,
-            link_ms: dict[tuple[int, int], float] | None = None) -> ReplayResult | None:
+            link_ms: dict[tuple[int, int], float] | None = None,
+            spread: dict[tuple[int, str], np.ndarray] | None = None) -> ReplayResult | None:
     """Replay `schedule` at m microbatches; stage_cost is the time of one microbatch's F or B on each pipeline
     rank (v = 1), split evenly over its v chunks when interleaved; link_ms the message between neighbouring
     ranks (interleaved: between the ranks holding the two chunks)."""
@@ -149,7 +164,10 @@ def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], flo
     if link_ms:
         links = {(s, t): link_ms.get((s % p, t % p), 0.0) for s in range(chunks * p) for t in (s - 1, s + 1)
                  if 0 <= t < chunks * p}
-    return replay(orders, dur, chunks * p - 1, links)
+    dev = None
+    if spread:  # a chunk is 1/v of its stage's action, its deviations too
+        dev = {a: spread[k] / chunks for a in dur if (k := (a[0] % p, a[1])) in spread}
+    return replay(orders, dur, chunks * p - 1, links, dev)
 
 
 def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False,
@@ -214,7 +232,7 @@ def _predictions(actions, group, schedule, p, m, v, costs=None) -> tuple[list[Pi
     for sched in SIMULATED:
         for m2 in sorted({max(1, m // 2), m, 2 * m, 4 * m, 8 * m}):
             cost, links = model.durations(m, m2)
-            rep = predict(sched, p, m2, cost, link_ms=links)
+            rep = predict(sched, p, m2, cost, link_ms=links, spread=model.spread)
             if rep is None:
                 continue
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
@@ -224,7 +242,7 @@ def _predictions(actions, group, schedule, p, m, v, costs=None) -> tuple[list[Pi
     for sched, vv in (("interleaved1f1b", 2), ("zbv", 2)):
         for m2 in sorted({m, 2 * m}):
             cost, links = model.durations(m, m2)
-            rep = predict(sched, p, m2, cost, vv, link_ms=links)
+            rep = predict(sched, p, m2, cost, vv, link_ms=links, spread=model.spread)
             # no order for zero-bubble (or interleaving with m not a multiple of p): the formula, never as a replay
             out.append(PipelinePrediction(schedule=sched, microbatches=m2,
                                           bubble=float(np.mean(list(rep.bubble.values()))) if rep else None,
