@@ -26,6 +26,7 @@ import numpy as np
 from diagnose.model.format import NS_PER_MS
 
 Link = tuple[int, int]  # (source stage, destination stage)
+SAMPLES = 64  # replays averaged where actions vary (replay.replay's `spread`)
 
 
 @dataclass
@@ -53,7 +54,14 @@ class CostModel:
                 f"(host time between ops, data-free ops, autograd bookkeeping, op dispatch, per-action host overhead; "
                 f"GEMM call and grad-weight output terms fitted over the run's GEMM shapes where they are recorded), "
                 f"the rest scaled by "
-                f"microbatch size; " + (f"messages per link: {lk}." if lk else "communication free (no transfers read)."))
+                f"microbatch size; " + (f"messages per link: {lk}." if lk else "communication free (no transfers read).")
+                + (f" Each prediction is the mean of {SAMPLES} replays, every action varying as the run's did "
+                   f"(±{dev:.1f} ms mean absolute deviation)." if (dev := self.mean_deviation()) else ""))
+
+    def mean_deviation(self) -> float:
+        """Mean absolute deviation (ms) of the run's actions from what their step and microbatch explain."""
+        allv = [abs(x) for v in self.spread.values() for x in v.tolist()]
+        return sum(allv) / len(allv) if allv else 0.0
 
 
 def fit(actions: dict[int, list], fixed_ns: dict[int, list[int]], host: dict[int, list], shift_ns: dict[int, int],

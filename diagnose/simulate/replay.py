@@ -28,11 +28,10 @@ from diagnose.model.analysis import PipelinePrediction, PipelineResult
 from diagnose.model.format import NS_PER_MS
 from diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
 from diagnose.simulate.layers import move_one_layer, stage_layers
-from diagnose.simulate.predict import CostModel, fit
+from diagnose.simulate.predict import SAMPLES, CostModel, fit
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
 SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count
-SAMPLES = 64  # replays averaged where actions vary (replay(spread=...)): the mean's own error ~0.3 %
 
 
 @dataclass
