@@ -3,8 +3,8 @@ m = 8 step (same global batch) against the measured m = 8 run.
 
 What one pair shows reliably is asserted: the fitted model replayed at each run's own setting lands within
 15 % of its measured window, and the fitted fixed costs and messages put the m = 8 prediction above m/m′
-scaling alone. The cross-run error is printed, not asserted: over 26 pairs it was −52 to +21 %, within
-10 % in 10 of the 14 pairs run on a quiet machine (6 of them consecutive) and in 3 of 12 under other jobs'
+scaling alone. The cross-run error is printed, not asserted: over 32 pairs it was −52 to +26 %, within
+10 % in 15 of the 20 pairs run on a quiet machine (6 of them consecutive) and in 3 of 12 under other jobs'
 load (docs/simulation.md, "Measured: m = 2 → m = 8"), and a run of this test put it more than 11 % over
 where m/m′ scaling alone was 11 % under (a slow m = 2 run): no bound on it would hold without flaking.
 
