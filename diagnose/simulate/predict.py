@@ -35,8 +35,8 @@ class CostModel:
     variable: dict[tuple[int, str], float]
     overhead: dict[tuple[int, str], float]
     links: dict[Link, tuple[float, float, float]] = field(default_factory=dict)  # latency ms, ms/byte, bytes at m
-    # (stage, F|B) -> each action's deviation (ms) from the mean of its kind in its step: how much the run's
-    # actions vary, kept as is at every m (the deviations did not shrink with the actions in our runs)
+    # (stage, F|B) -> each action's deviation (ms) from what its step and its microbatch explain (_spread): how
+    # much the run's actions vary, kept as is at every m (the deviations did not shrink with the actions)
     spread: dict[tuple[int, str], np.ndarray] = field(default_factory=dict)
 
     def durations(self, m: int, m2: int) -> tuple[dict[tuple[int, str], float], dict[Link, float]]:
@@ -124,7 +124,6 @@ def _spread(actions, group) -> dict[tuple[int, str], np.ndarray]:
         dev = t - t.mean(axis=1, keepdims=True) - t.mean(axis=0, keepdims=True) + t.mean()
         out[(stage, "B" if kind in ("B", "I", "W") else "F")] += dev.ravel().tolist()
     return {k: np.array(v) for k, v in out.items()}
-
 
 
 def _share(actions, group, key) -> float:
