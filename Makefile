@@ -38,8 +38,9 @@ browser:
 test: $(STAMP) browser
 	$(PY) -m pytest -q tests
 
+# Under two minutes on two cores: no torchrun workloads, property sweeps, Dask clusters or browser (CI runs all).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q tests -m "not slow"
+	$(PY) -m pytest -q tests -m "not slow and not exhaustive and not browser"
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

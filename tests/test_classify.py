@@ -90,6 +90,7 @@ def test_record_param_comms_args_name_the_kind(tmp_path):
     assert (c.kind, c.pg, c.bytes, c.group_size) == ("alltoall", "ep", 2000, 2)
 
 
+@pytest.mark.real
 def test_b200_multimem_all_reduce_is_communication():
     """Real vLLM B200 TP8 trace: 73 multimem_all_reduce_kernel launched under symm_mem::multimem_all_reduce_
     (counted from the JSON: 2.12 ms in all), formerly compute."""
@@ -197,6 +198,7 @@ def test_link_peaks(device, want):
         assert link_peak(device).source  # every peak names where it comes from
 
 
+@pytest.mark.real
 def test_mi300x_all_reduce_far_below_its_link():
     """The MI300X DDP fixture's all-reduce reaches ~2.6 GB/s busbw: now comparable to a known peak."""
     a = analyze_path(f"{REAL}/tracelens/mi300_ddp8_actckpt_rank0.json.gz", rules=False, jobs=1)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from diagnose.io.loader import load_trace
 from diagnose.metrics.comm_families import FAMILIES, NAME_CAP, family_of
 from tests.test_pipeline_comm_names import COMPUTE, DEEPEP
@@ -49,6 +51,7 @@ def _fixture_names() -> set[str]:
     return names
 
 
+@pytest.mark.real
 def test_prefilter_gives_the_plain_search_answer():
     names = _fixture_names() | set(COMPUTE) | set(DEEPEP) | set(LIBRARY_NAMES)
     names |= {"void " + n for n in list(names)} | {n.upper() for n in LIBRARY_NAMES}

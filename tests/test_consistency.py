@@ -161,6 +161,7 @@ def test_synthetic_64_ranks():
     assert_consistent(a)
 
 
+@pytest.mark.real
 def test_real_gpu_fixture():
     a = analyze_path(str(FIXTURES / "hta" / "sampled_pair"), jobs=1)
     assert a.trace_kind == "gpu" and views.comm_by_group(a)

@@ -80,6 +80,7 @@ def test_unknown_communication_still_gets_the_hint(name):
     assert family_of(name) is None and looks_like_comm(name)
 
 
+@pytest.mark.real
 def test_no_kernel_of_the_real_fixtures_gets_the_hint():
     """The CUTLASS, cuDNN-CUTLASS, Triton, vLLM and TensorRT-LLM kernels of the real traces: none is named as
     communication-looking; their NCCL/RCCL kernels all belong to a family."""

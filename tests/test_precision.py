@@ -117,6 +117,7 @@ def test_unknown_stays_unknown(tmp_path):
     assert m.hints.fp32_gemm_frac is None and m.hints.gemm_ms_by_precision == {"unknown": pytest.approx(0.3)}
 
 
+@pytest.mark.real
 def test_b200_fixture_mxfp4_and_nothing_fp32():
     a = analyze_path("../shared/fixtures/real/tracelens/b200_vllm_tp8_rank0.json.gz", rules=False, jobs=1)
     (m,) = a.ranks

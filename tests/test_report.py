@@ -459,6 +459,7 @@ def statistics_mean(xs):
     return sum(xs) / len(xs)
 
 
+@pytest.mark.real
 def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
     """No manifest: the device is the trace's own deviceProperties name, so the bandwidth table's '% of link peak'
     and its note use the A100's table entry (busbw 6.6 GB/s of 240 GB/s), as the low_busbw finding does."""

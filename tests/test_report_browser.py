@@ -124,6 +124,7 @@ def test_the_probe_sees_overflow_and_broken_anchors(tmp_path):
     assert p["page"] > p["view"] and p["broken"] == ["nowhere"] and p["wide"] == ["s"]
 
 
+@pytest.mark.real
 def test_real_gpu_fixture_in_a_narrow_window(tmp_path):
     """The same layout checks on a report of a real GPU trace (HTA's nccl_data: mangled cuDNN kernel names,
     no memory events, one of two ranks)."""

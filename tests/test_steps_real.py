@@ -38,6 +38,7 @@ def _independent_windows(path: str) -> dict[int, tuple[float, float]]:
     return win
 
 
+@pytest.mark.real
 def test_mi300_gpu_side_profiler_steps_are_not_merged():
     """ROCm trace with ProfilerStep#15-17 on the host and as gpu_user_annotation markers on the device
     (#15's marker lies inside host step #17). Steps were stretched over their successors."""
@@ -51,6 +52,7 @@ def test_mi300_gpu_side_profiler_steps_are_not_merged():
         assert 11 < s.exposed_comm_ms < 12.5  # the issue's ~11.9 ms per step, not 17.6
 
 
+@pytest.mark.real
 def test_mi300_hta_compat_drops_the_last_step_without_folding():
     (full,) = analyze_path(MI300, rules=False, jobs=1).ranks
     (compat,) = analyze_path(MI300, rules=False, jobs=1, exclude_last_step=True).ranks
@@ -59,6 +61,7 @@ def test_mi300_hta_compat_drops_the_last_step_without_folding():
     assert [s.exposed_comm_ms for s in compat.steps] == [s.exposed_comm_ms for s in full.steps[:2]]
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name,hta", [("test", 68.80), ("control", 47.03)])
 def test_trace_diff_within_one_point_of_hta(name, hta):
     """HTA 0.5's own numbers (fixtures README). The 5.4-point gap on `test` came from device windows that
@@ -113,6 +116,7 @@ def test_generated_trace_without_steps_starts_at_first_device_activity(tmp_path)
     assert any("no ProfilerStep" in w and "first to the last GPU activity" in w for w in m.warnings)
 
 
+@pytest.mark.real
 def test_cross_check_names_communication_hta_cannot_see():
     """B200 fixture: HTA's communication is nccl* kernels only; the multimem all-reduce is named."""
     pytest.importorskip("hta")

@@ -123,6 +123,7 @@ def test_every_table_equals_the_summary(skewed):
     assert not {"p2p", "pipeline_stages", "pipeline_actions", "moe_ranks", "moe_layers"} & set(t)
 
 
+@pytest.mark.real
 def test_real_fixture_through_the_cli(tmp_path):
     """sampled_pair (2 real ranks): the tables the CLI writes hold the numbers of the summary it writes."""
     assert os.path.isdir(SAMPLED), f"the shared real fixtures stand beside every checkout CI runs: {SAMPLED}"

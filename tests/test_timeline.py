@@ -142,6 +142,7 @@ def test_a_track_past_its_cap_keeps_its_longest_intervals_in_time_order():
     assert dropped == 2 and xs == [(1.01, 0.03), (1.06, 0.04), (1.2, 0.01)]
 
 
+@pytest.mark.real
 def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
     """HTA's sampled_pair (two real A100 ranks): per step the exposed-comm and idle intervals sum to the
     metrics' numbers, the file is valid JSON, and the added tracks sit inside each rank's own events' span."""

@@ -17,6 +17,7 @@ from diagnose.io.megatron_ops import read_op_table
 from diagnose.model.analysis import Analysis
 from diagnose.simulate.artifact import whatif_of_table
 
+pytestmark = pytest.mark.real
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-
 from diagnose.io.megatron_ops import read_op_table
 from diagnose.simulate.artifact import whatif_of_table
 
+pytestmark = pytest.mark.real
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
 TOL = 0.01
 
