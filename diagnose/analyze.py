@@ -17,6 +17,7 @@ from diagnose.io.discover import discover
 from diagnose.io.megatron_ops import find_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, run_job
+from diagnose.metrics.step_stats import add_step_summary
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
 from diagnose.simulate.kineto import kineto_whatif
@@ -36,6 +37,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
         from diagnose.simulate.op_table import analyse_op_table
 
         analysis = analyse_op_table(table, __version__)
+        add_step_summary(analysis)
         if rules:
             from diagnose.rules import findings
 
@@ -54,6 +56,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                         version=__version__)
     complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
     analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
+    add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in
     if man is not None and (why := _stale(man)):
         analysis.issues.append(Issue(src.path, why, None, "warning"))
     t2 = time.perf_counter()

@@ -17,6 +17,7 @@ from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
+from diagnose.model.steps import StepSummary
 from diagnose.model.pack import PACKED_SCHEMA, unpack
 from diagnose.model.whatif import WhatIf
 
@@ -332,6 +333,7 @@ class Analysis:
     moe: MoeSummary | None = None  # expert parallelism (diagnose.metrics.moe), None without all-to-all / MoE labels
     accum: AccumSummary | None = None  # gradient accumulation microsteps (diagnose.metrics.accum)
     whatif: WhatIf | None = None  # what-if simulation (diagnose.simulate), None where no dependency graph was built
+    steps: StepSummary | None = None  # every step over ranks, the median step, outlier steps (diagnose.metrics.step_stats)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names
