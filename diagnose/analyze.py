@@ -12,13 +12,12 @@ import socket
 import time
 
 from diagnose import __version__
-from diagnose.errors import LlmdiagError
 from diagnose.engine import EngineSpec, run_jobs
 from diagnose.io.discover import discover
 from diagnose.io.megatron_ops import find_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, run_job
-from diagnose.metrics.runs import group_runs, run_infos, runs_message
+from diagnose.metrics.runs import group_runs, pick_runs, run_infos, runs_message
 from diagnose.metrics.step_stats import add_step_summary
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
@@ -32,7 +31,8 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
     per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
-    (diagnose.metrics.runs): "newest" (default) or its number, 1 the oldest."""
+    (diagnose.metrics.runs): "newest" (default: the newest complete run, else the newest) or its number, 1 the
+    oldest."""
     return analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
                         top_k=top_k, rules=rules, engine=engine, timings=timings, run=run)[0]
 
@@ -89,23 +89,6 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
         out.append(analysis)
     return out
-
-
-def pick_runs(groups: list, run: str | int, where: str) -> list[int]:
-    """0-based indices of the runs to analyse: "newest" (the last: groups are oldest first), "all", or a
-    number 1..N; anything else is one line, exit 2."""
-    n = len(groups)
-    if run == "newest":
-        return [n - 1]
-    if run == "all":
-        return list(range(n))
-    k = run if isinstance(run, int) else int(run) if isinstance(run, str) and run.isdigit() else None
-    if k is None:
-        raise LlmdiagError(f"--run {run!r}: expected newest, all or a run number")
-    if not 1 <= k <= n:
-        raise LlmdiagError(f"--run {k}: the input holds {f'{n} runs (1-{n}, oldest first)' if n > 1 else 'one run'}",
-                           where, None if n > 1 else "leave --run out")
-    return [k - 1]
 
 
 def _stale(man) -> str | None:

@@ -137,15 +137,20 @@ def test_a_run_with_one_copied_rank_keeps_the_old_handling(tmp_path):
     assert sorted(r["rank"] for r in s["ranks"]) == [0, 1, 2, 3] and not s["name"].endswith("-run1")
 
 
-def test_a_second_run_missing_a_rank_is_still_a_run(tmp_path):
-    """The newest run crashed before rank 3 wrote its trace: it is analysed, rank 3 named missing."""
+def test_a_newer_incomplete_run_does_not_hide_the_complete_one(tmp_path):
+    """The newest run crashed before rank 3 wrote its trace: the newest complete run is analysed by default,
+    `--run 2` analyses the partial one (rank 3 named missing)."""
     d = tmp_path / "partial"
-    write_run(d, WALL_US, 100)
+    old = write_run(d, WALL_US, 100)
     new = write_run(d, WALL_US + APART_US, 200, ranks=[0, 1, 2])
     res, out = analyze(tmp_path, d)
     s = summary(out)
-    assert res.exit_code == 0 and files_of(s) == {p.name for p in new} and s["ranks_missing"] == [3]
+    assert res.exit_code == 0 and files_of(s) == {p.name for p in old} and s["ranks_missing"] == []
     assert [r["ranks"] for r in s["runs"]] == [[0, 1, 2, 3], [0, 1, 2]]
+    assert "Analysed run 1 (the newest complete run)" in res.stderr
+    res, out = analyze(tmp_path, d, "--run", "2")
+    s = summary(out)
+    assert res.exit_code == 0 and files_of(s) == {p.name for p in new} and s["ranks_missing"] == [3]
 
 
 def test_file_name_times_split_runs_whose_traces_have_no_wall_clock(tmp_path):

@@ -21,6 +21,7 @@ import os
 import re
 from collections import Counter
 
+from diagnose.errors import LlmdiagError
 from diagnose.io.discover import rank_from_name
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.ranks import wall_clock
@@ -64,21 +65,43 @@ def group_runs(outputs: list[RankOutput]) -> list[list[RankOutput]]:
     if len({o.device_name for o in good if o.device_name}) > 1:
         return [outputs]
     runs = [[good[i] for i in g] for g in groups]
+    bounds = []  # each run's file-name times, widened by the gap: where an unreadable file's name puts it
+    for run in runs:
+        ts = [t for o in run if (t := _name_time(o.path)) is not None]
+        bounds.append((min(ts) - MIN_NAME_GAP_US, max(ts) + MIN_NAME_GAP_US) if ts else None)
     for o in outputs:
         if o.error:
-            _place(o, runs)
+            t = _name_time(o.path)
+            k = next((k for k, b in enumerate(bounds) if t is not None and b and b[0] <= t <= b[1]), len(runs) - 1)
+            runs[k].append(o)
     return runs
 
 
-def _place(o: RankOutput, runs: list[list[RankOutput]]) -> None:
-    t = _name_time(o.path)
-    if t is not None:
-        for run in runs:
-            ts = [x for x in map(_name_time, (y.path for y in run)) if x is not None]
-            if ts and min(ts) - MIN_NAME_GAP_US <= t <= max(ts) + MIN_NAME_GAP_US:
-                run.append(o)
-                return
-    runs[-1].append(o)
+def complete(run: list[RankOutput]) -> bool:
+    """Every rank of its world has one readable trace (the world from distributedInfo)."""
+    good = [o for o in run if not o.error]
+    worlds = {o.world_size for o in good if o.world_size}
+    if len(worlds) != 1 or len(good) != len(run):
+        return False
+    return sorted(r for o in good if (r := _rank(o)) is not None) == list(range(worlds.pop()))
+
+
+def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> list[int]:
+    """0-based indices of the runs to analyse: "newest" (the newest complete run, else the newest: groups are
+    oldest first), "all", or a number 1..N; anything else is one line, exit 2."""
+    n = len(groups)
+    if run == "newest":
+        done = [k for k in range(n) if complete(groups[k])]
+        return [done[-1] if done else n - 1]
+    if run == "all":
+        return list(range(n))
+    k = run if isinstance(run, int) else int(run) if isinstance(run, str) and run.isdigit() else None
+    if k is None:
+        raise LlmdiagError(f"--run {run!r}: expected newest, all or a run number")
+    if not 1 <= k <= n:
+        raise LlmdiagError(f"--run {k}: the input holds {f'{n} runs (1-{n}, oldest first)' if n > 1 else 'one run'}",
+                           where, None if n > 1 else "leave --run out")
+    return [k - 1]
 
 
 def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
@@ -99,6 +122,7 @@ def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
 
 def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     """One line: the runs, which one was analysed, how to pick another."""
+    done = [complete(run) for run in runs]
     hosts_pids = [{(m.group("host"), m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))}
                   for run in runs]
     same = any(a & b for i, a in enumerate(hosts_pids) for b in hosts_pids[i + 1:])
@@ -111,6 +135,8 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
                      f"{f' of {r.world_size}' if r.world_size else ''}, started {r.start or 'at an unknown time'}{pid}")
     chosen = next(r for r in infos if r.analysed)
     newest = " (the newest)" if chosen.number == len(infos) else ""
+    if not newest and all(r.number <= chosen.number or not c for r, c in zip(infos, done)) and done[chosen.number - 1]:
+        newest = " (the newest complete run)"
     other = next(r.number for r in infos if not r.analysed)
     return (f"{RUNS_PREFIX}{len(infos)} {word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
             f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
