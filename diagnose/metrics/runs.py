@@ -81,9 +81,10 @@ def complete(run: list[RankOutput]) -> bool:
     """Every rank of its world has one readable trace (the world from distributedInfo)."""
     good = [o for o in run if not o.error]
     worlds = {o.world_size for o in good if o.world_size}
-    if len(worlds) != 1 or len(good) != len(run):
+    if len(worlds) != 1 or len(good) != len(run) or len(good) != (w := worlds.pop()):  # w untrusted: never a range
         return False
-    return sorted(r for o in good if (r := _rank(o)) is not None) == list(range(worlds.pop()))
+    ranks = {_rank(o) for o in good}
+    return len(ranks) == w and all(r is not None and 0 <= r < w for r in ranks)
 
 
 def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> list[int]:
@@ -91,6 +92,8 @@ def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> lis
     oldest first), "all", or a number 1..N; anything else is one line, exit 2."""
     n = len(groups)
     if run == "newest":
+        if n == 1:
+            return [0]
         done = [k for k in range(n) if complete(groups[k])]
         return [done[-1] if done else n - 1]
     if run == "all":
