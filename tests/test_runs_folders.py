@@ -203,3 +203,17 @@ def test_real_folder_with_two_runs(tmp_path):
     res, out = analyze(tmp_path, REAL, "--run", "1")
     assert res.exit_code == 0
     assert {n.split("_")[-1][:5] for n in files_of(summary(out))} == {"54105", "54106", "54107", "54108"}
+
+
+def test_the_report_says_which_run_it_describes(tmp_path):
+    d = tmp_path / "two"
+    write_run(d, WALL_US, 100)
+    write_run(d, WALL_US + APART_US, 200)
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(cli_main, ["analyze", str(d), "--json", str(tmp_path / "s.json"), "--report", str(html),
+                                        "-q", "-j", "1"])
+    assert res.exit_code == 0, res.output
+    text = html.read_text()
+    head = text[text.index("<header>"):text.index("</header>")]
+    assert "run 2 of 2" in head and "started 2023-11-02 21:02:20 UTC" in head
+    assert "holds 2 runs" in text[text.index('id="issues"'):]

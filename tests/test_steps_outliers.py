@@ -19,7 +19,7 @@ from diagnose.analyze import analyze_path
 from diagnose.cli.main import main as cli_main
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import fmt
-from diagnose.model.steps import concentrated, outlier_steps, step_span
+from diagnose.model.steps import concentrated, outlier_steps, step_span, step_values
 from tests.builder import TraceBuilder
 
 WORLD = 4
@@ -74,6 +74,9 @@ def test_every_step_over_ranks_and_the_outlier_named(tmp_path):
     assert a.steps.median_ms == pytest.approx(med)
     assert a.steps.outliers == [3] and [s.outlier for s in got] == [False, False, True]
     assert got[2].ratio == pytest.approx(want[2]["time_ms"] / med)
+    compute = step_values(a.ranks, "compute_ms")  # Σ over ranks: 4 × (D - 400) µs
+    assert compute == pytest.approx({k: WORLD * (d - 400) / 1e3 for k, d in enumerate(SLOW_LAST, start=1)})
+    assert concentrated(compute).step == 3  # 10.4 of 16.0 ms: 65 %, 3.7x the median of the others (2.8)
     (w,) = [i for i in a.issues if i.message.startswith("step 3 took")]
     assert w.severity == "warning" and fmt(want[2]["time_ms"], "ms") in w.message and fmt(med, "ms") in w.message
     assert "steps 1–3" in w.message

@@ -87,6 +87,16 @@ def concentrated(values: Mapping[int, float], share: float = CONCENTRATION_SHARE
     return Concentration(step, top, top / total)
 
 
+def step_values(ranks, field: str) -> dict[int, float]:
+    """step -> the sum over ranks of one `StepBreakdown` field (`idle_ms`, `exposed_comm_ms`, ...): what
+    `concentrated` takes for a quantity the per-step breakdown already holds."""
+    out: dict[int, float] = defaultdict(float)
+    for r in ranks:
+        for st in r.steps:
+            out[st.step] += getattr(st, field)
+    return dict(out)
+
+
 def outlier_steps(values: Mapping[int, float], factor: float = OUTLIER_FACTOR) -> list[int]:
     """Steps whose value is above `factor` × the median over steps (none with fewer than two steps; with two
     the median is their mean, so one is flagged only when it is over 3× the other at the default 1.5)."""
