@@ -80,6 +80,8 @@ def test_every_step_over_ranks_and_the_outlier_named(tmp_path):
     (w,) = [i for i in a.issues if i.message.startswith("step 3 took")]
     assert w.severity == "warning" and fmt(want[2]["time_ms"], "ms") in w.message and fmt(med, "ms") in w.message
     assert "steps 1–3" in w.message
+    # step 3's excess over the median step (1.8 ms) is all compute (2.6 against 0.8 ms per step)
+    assert f"most of the excess is compute ({fmt(2.6, 'ms')} against a median of {fmt(0.8, 'ms')} per step)" in w.message
     # the mean every share divides by is unchanged: the mean over ranks of each rank's mean step
     means = [statistics.fmean(d - 250 + 8 * r for d in SLOW_LAST) / 1e3 for r in range(WORLD)]
     assert a.aggregate.step_time_ms == pytest.approx(statistics.fmean(means))

@@ -27,8 +27,9 @@ FOLDERS = ["sst_long_a2a_optimizer_3", "sst_long_a2a_optimizer_5", "sst_long_a2a
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
 
 
-def truth(path: str) -> tuple[dict[int, float], dict[int, float]]:
-    """(step -> device window ms, step -> allocator ms) of one rank's trace, from its events."""
+def truth(path: str) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """(step -> device window ms, step -> allocator ms, step -> device idle ms) of one rank's trace, from its
+    events."""
     with gzip.open(path) as f:
         ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in ev
@@ -52,7 +53,16 @@ def truth(path: str) -> tuple[dict[int, float], dict[int, float]]:
             a[1] = b[0]
     alloc = {n: sum(e["dur"] for e in ev if e.get("name") in ("cudaMalloc", "cudaFree") and s <= e["ts"] < t) / 1e3
              for s, t, n in steps}
-    return {n: (w[1] - w[0]) / 1e3 for (_, _, n), w in zip(steps, wins)}, alloc
+    busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    idle = {}
+    for (_, _, n), (a, b) in zip(steps, wins):  # the window minus the union of device work inside it
+        covered, end = 0.0, a
+        for s, t in busy:
+            s, t = max(s, end), min(t, b)
+            if t > s:
+                covered, end = covered + t - s, t
+        idle[n] = (b - a - covered) / 1e3
+    return {n: (w[1] - w[0]) / 1e3 for (_, _, n), w in zip(steps, wins)}, alloc, idle
 
 
 @pytest.fixture(scope="module")
@@ -66,21 +76,25 @@ def analysed():
 def test_steps_match_the_events(analysed, name):
     for a in analysed[name]:
         per_rank = [truth(r.file) for r in a.ranks]
-        steps = sorted({n for w, _ in per_rank for n in w})
-        want = {n: statistics.median(w[n] for w, _ in per_rank if n in w) for n in steps}
+        steps = sorted({n for w, _, _ in per_rank for n in w})
+        want = {n: statistics.median(w[n] for w, _, _ in per_rank if n in w) for n in steps}
+        idle = {n: statistics.median(i[n] for _, _, i in per_rank if n in i) for n in steps}
         assert [s.step for s in a.steps.steps] == steps
         for s in a.steps.steps:
             assert s.time_ms == pytest.approx(want[s.step], abs=0.002), (name, s.step)
-            assert s.time_max_ms == pytest.approx(max(w[s.step] for w, _ in per_rank), abs=0.002)
+            assert s.time_max_ms == pytest.approx(max(w[s.step] for w, _, _ in per_rank), abs=0.002)
+            assert s.idle_ms == pytest.approx(idle[s.step], abs=0.002), (name, s.step)
         med = statistics.median(want.values())
         flagged = [n for n in steps if want[n] > 1.5 * med]
         assert a.steps.outliers == flagged
         named = [i.message for i in a.issues if " took " in i.message and i.message.startswith("step ")]
         assert [int(m.split()[1]) for m in named] == flagged
-        alloc = {n: sum(al.get(n, 0.0) for _, al in per_rank) for n in steps}
+        alloc = {n: sum(al.get(n, 0.0) for _, al, _ in per_rank) for n in steps}
         c = concentrated(alloc)
-        if c is not None:  # the allocator's time lies in one step: the step that is the outlier
+        if c is not None:  # the allocator's time lies in one step: the step that is the outlier, its GPU idle
             assert flagged == [c.step], (name, alloc)
+            excess, idle_more = want[c.step] - med, idle[c.step] - statistics.median(idle.values())
+            assert idle_more > 0.5 * excess and "most of the excess is device idle" in named[0]
         else:
             assert flagged == [], (name, alloc)
 
