@@ -130,8 +130,8 @@ def parse_ranks(text: str | None) -> list[int] | None:
 @click.option("--tables", "tables_dir", metavar="DIR",
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
 @click.option("--run", "run", metavar="newest|N|all", default="newest", show_default=True,
-              help="A folder holding several runs (the same job run twice): analyse the newest, run N (1 = the "
-                   "oldest), or each (outputs named NAME-runN).")
+              help="A folder holding several runs (the same job run twice): analyse the newest complete one, run N "
+                   "(1 = the oldest), or each (outputs named NAME-runN).")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
             dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events,
             tables_dir, run):
