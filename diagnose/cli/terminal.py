@@ -165,8 +165,8 @@ def _steps(a: Analysis) -> str:
     rows = [[str(s.step), str(s.ranks), _ms(s.time_ms), _ms(s.time_max_ms), str(s.max_rank), _ms(s.compute_ms),
              _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x"),
              f"outlier (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else ""] for s in ss.steps[:MAX_ROWS]]
-    return _table("Per step (ms: median over the ranks that have the step, and the slowest rank; × median = the "
-                  f"step over the median step, {fmt(ss.median_ms, 'ms')})",
+    ratio = f"; × median = the step over the median step, {fmt(ss.median_ms, 'ms')}" if len(ss.steps) > 1 else ""
+    return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
                   ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
                    ""], rows, _more(len(ss.steps) - MAX_ROWS, "steps"))
 
