@@ -17,6 +17,8 @@ from diagnose.io.discover import discover
 from diagnose.io.megatron_ops import find_op_table
 from diagnose.metrics.cross_rank import assemble, stage_hint
 from diagnose.metrics.per_rank import RankJob, run_job
+from diagnose.metrics.runs import group_runs, pick_runs, run_infos, runs_message
+from diagnose.metrics.step_stats import add_step_summary
 from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from diagnose.model.summary import manifest_from_dict
 from diagnose.simulate.kineto import kineto_whatif
@@ -25,10 +27,21 @@ from diagnose.simulate.replay import complete_from_outputs
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
-                 timings: dict | None = None) -> Analysis:
+                 timings: dict | None = None, run: str | int = "newest") -> Analysis:
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
-    per-rank jobs on the engine), reduce (assemble) and rules."""
+    per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
+    (diagnose.metrics.runs): "newest" (default: the newest complete run, else the newest) or its number, 1 the
+    oldest."""
+    return analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
+                        top_k=top_k, rules=rules, engine=engine, timings=timings, run=run)[0]
+
+
+def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
+                 progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
+                 timings: dict | None = None, run: str | int = "newest") -> list[Analysis]:
+    """As `analyze_path`, one Analysis per run analysed: `run` "all" gives every run of the input, oldest first
+    (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2)."""
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
@@ -36,34 +49,46 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
         from diagnose.simulate.op_table import analyse_op_table
 
         analysis = analyse_op_table(table, __version__)
+        add_step_summary(analysis)
         if rules:
             from diagnose.rules import findings
 
             analysis.findings = findings(analysis)
-        return analysis
+        return [analysis]
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k) for f in src.files]
     t0 = time.perf_counter()
-    outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
+    all_outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
     t1 = time.perf_counter()
-    opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(src.files),
-                           run_folder=bool(src.run_folder))
-    analysis = assemble(outputs, man, source=src.path, name=src.name, skipped=src.skipped, opts=opts,
-                        version=__version__)
-    complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
-    analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
-    if man is not None and (why := _stale(man)):
-        analysis.issues.append(Issue(src.path, why, None, "warning"))
-    t2 = time.perf_counter()
-    if rules:
-        from diagnose.rules import findings
+    groups = group_runs(all_outputs)
+    picked = pick_runs(groups, run, src.path)
+    out = []
+    for k in picked:
+        outputs = groups[k]
+        opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(outputs),
+                               run_folder=bool(src.run_folder))
+        name = src.name if len(groups) == 1 else f"{src.name}-run{k + 1}"  # outputs of two runs never overwrite
+        analysis = assemble(outputs, man, source=src.path, name=name, skipped=src.skipped, opts=opts,
+                            version=__version__)
+        complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
+        analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
+        add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in
+        if len(groups) > 1:
+            analysis.runs = run_infos(groups, k)
+            analysis.issues.insert(0, Issue(src.path, runs_message(analysis.runs, groups), None, "warning"))
+        if man is not None and (why := _stale(man)):
+            analysis.issues.append(Issue(src.path, why, None, "warning"))
+        t2 = time.perf_counter()
+        if rules:
+            from diagnose.rules import findings
 
-        analysis.findings = findings(analysis)
-    if timings is not None:
-        timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
-    return analysis
+            analysis.findings = findings(analysis)
+        if timings is not None:
+            timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
+        out.append(analysis)
+    return out
 
 
 def _stale(man) -> str | None:

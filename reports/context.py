@@ -25,6 +25,7 @@ from diagnose.model.pack import file_schema
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 from reports import charts
+from reports.steps import step_view
 
 MAX_RANKS = 32
 MAX_MEMORY_SERIES = 8
@@ -205,10 +206,9 @@ def memory_units(rows: list[dict]) -> dict[str, str]:
     return out
 
 
-def step_rows(a: Analysis, paths: Paths) -> list[dict]:
-    """`views.per_step`: mean over ranks (derived) and the slowest rank's time (exact)."""
-    return [{"row": st, "mean": Num(st.mean_ms, None, "ms"),
-             "max": Num(st.max_ms, paths.step(st.max_rank, st.step), "ms")} for st in views.per_step(a)]
+def step_rows(a: Analysis, paths: Paths) -> dict:
+    """The per-step block (reports/steps.py): every step's medians over ranks, the median step, outlier steps."""
+    return step_view(a, Num)
 
 
 def _stage0(acts: list[PipelineAction]) -> int:
@@ -338,9 +338,10 @@ def build(a: Analysis) -> dict:
     gpu_mem = [x for x in mem if x["m"].device != "cpu"] or mem  # plot device memory when there is any
     shown_mem = [(f"rank {int(x['rank'])} {safe_label(x['m'].device)}", x["m"]) for x in gpu_mem[:MAX_MEMORY_SERIES]]
     worst = paths.index.get(agg.overlap_worst_rank) if agg.overlap_worst_rank is not None else None
+    stepv = step_rows(a, paths)
     return {
         "a": a, "agg": agg, "ranks": a.ranks, "shown": [(i, a.ranks[i], why.get(i, [])) for i in idx],
-        "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "steps": step_rows(a, paths),
+        "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "stepv": stepv, "steps": stepv["rows"],
         "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "link_note": views.link_note(a), "p2p_note": views.p2p_bubble_note(a), "kernels": kernel_rows(a),
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),

@@ -14,6 +14,7 @@ import webbrowser
 import click
 
 from diagnose.errors import LlmdiagError, printable
+from diagnose.model.runs import RUNS_PREFIX
 from diagnose.model.files import write_atomic
 from diagnose.model.analysis import Analysis
 from diagnose.model.provenance import Provenance
@@ -128,9 +129,12 @@ def parse_ranks(text: str | None) -> list[int] | None:
               help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
 @click.option("--tables", "tables_dir", metavar="DIR",
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
+@click.option("--run", "run", metavar="newest|N|all", default="newest", show_default=True,
+              help="A folder holding several runs (the same job run twice): analyse the newest complete one, run N "
+                   "(1 = the oldest), or each (outputs named NAME-runN).")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
             dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events,
-            tables_dir):
+            tables_dir, run):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
@@ -138,8 +142,11 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     """
     import re
 
-    from diagnose.analyze import analyze_path
+    from diagnose.analyze import analyze_runs
 
+    run = run.strip().lower()
+    if run not in ("newest", "all") and not (run.isdigit() and int(run) >= 1):
+        raise LlmdiagError(f"--run {printable(run)!r} is not newest, all or a run number (1 = the oldest)")
     if comm_regex:
         try:
             re.compile(comm_regex)
@@ -151,8 +158,31 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
-    analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
-                            progress=not quiet, top_k=top_k)
+    analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
+                            progress=not quiet, top_k=top_k, run=run)
+    codes = [_outputs(a, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
+                      timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1)
+             for a in analyses]
+    sys.exit(max(codes))
+
+
+def _run_path(path: str | None, analysis: Analysis, several: bool) -> str | None:
+    """An explicit output path, suffixed -runN when one command writes the outputs of several runs."""
+    if not path or not several or not analysis.runs:
+        return path
+    k = next(r.number for r in analysis.runs if r.analysed)
+    root, ext = os.path.splitext(path)
+    return f"{root}-run{k}{ext}"
+
+
+def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
+             timeline_path, timeline_ranks, timeline_max_events, tables_dir, several: bool = False) -> int:
+    """The summary, terminal tables, report and extras of one analysis; its exit code (1: files left out)."""
+    json_path, report_path, timeline_path, tables_dir = (_run_path(p, analysis, several) for p in
+                                                         (json_path, report_path, timeline_path, tables_dir))
+    for i in analysis.issues if analysis.runs else []:  # on stderr too: -q prints no terminal tables (nor issues)
+        if i.message.startswith(RUNS_PREFIX):
+            click.echo(printable(f"llmdiag: {i.file}: {i.message}"), err=True)
     analysis.provenance = provenance(click.get_current_context(), analysis)
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built
         summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
@@ -194,4 +224,4 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     for i in errors:
         msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"
         click.echo(printable(msg), err=True)
-    sys.exit(1 if errors else 0)
+    return 1 if errors else 0

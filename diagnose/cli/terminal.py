@@ -20,6 +20,7 @@ from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from diagnose.model.names import demangle, middle, short_names
+from diagnose.model.steps import step_span, steps_of
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 
@@ -102,7 +103,7 @@ def _headline(a: Analysis) -> str:
     g = a.aggregate
     head = [_wrap(f"llmdiag {a.llmdiag_version} — {printable(a.name)}: {g.ranks} rank{'s' if g.ranks != 1 else ''} "
                   f"analysed ({a.trace_kind} traces, world size {a.world_size or 'unknown'})")]
-    parts = [f"mean step time {fmt(g.step_time_ms, 'ms')} (slowest rank {fmt(g.step_time_max_ms, 'ms')})"]
+    parts = [f"mean step time {fmt(g.step_time_ms, 'ms')}{_step_basis(a)}"]
     if g.overlap_ratio_mean is not None:
         parts.append(f"overlap mean {_pct(g.overlap_ratio_mean)}, worst {_pct(g.overlap_ratio_min)} "
                      f"(rank {g.overlap_worst_rank})")
@@ -137,12 +138,37 @@ def _ranks(a: Analysis) -> str:
                 rows.append([label] + [f"{fmt(v, unit)} (rank {r})" for v, r in (sp.min, sp.median, sp.p90, sp.max)])
         out.append(_table(f"Across all {len(ranks)} ranks (per rank: its mean per step)",
                           ["metric", "min", "median", "p90", "max"], rows))
-    steps = views.per_step(a)
-    rows = [[str(st.step), str(st.ranks), _ms(st.mean_ms), _ms(st.max_ms), str(st.max_rank)] for st in steps[:MAX_ROWS]]
-    out.append(_table("Per step (step time: mean over the ranks that have the step, and the slowest rank)",
-                      ["step", "ranks", "mean ms", "slowest ms", "slowest rank"], rows, _more(len(steps) - MAX_ROWS,
-                                                                                              "steps")))
+    out.append(_steps(a))
     return "\n".join(x for x in out if x)
+
+
+def _step_basis(a: Analysis) -> str:
+    """What the headline's mean covers, the median step beside it, and the outlier steps it includes."""
+    ss, slow = steps_of(a), f" (slowest rank {fmt(a.aggregate.step_time_max_ms, 'ms')})"
+    if ss is None:
+        return slow
+    text = f" over ranks and {step_span(ss.numbers)}{slow}"
+    if len(ss.steps) > 1:
+        text += f"; median step {fmt(ss.median_ms, 'ms')}"
+    out = [s for s in ss.steps if s.outlier]
+    if out:
+        text += "; outlier: " + ", ".join(f"step {s.step} {fmt(s.time_ms, 'ms')} ({fmt(s.ratio, 'x')} the median)"
+                                          for s in out[:3]) + (f" and {len(out) - 3} more" if len(out) > 3 else "")
+    return text
+
+
+def _steps(a: Analysis) -> str:
+    """Every step over ranks (model/steps.py): medians over the ranks that have it, and the slowest rank."""
+    ss = steps_of(a)
+    if ss is None:
+        return ""
+    rows = [[str(s.step), str(s.ranks), _ms(s.time_ms), _ms(s.time_max_ms), str(s.max_rank), _ms(s.compute_ms),
+             _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x"),
+             f"outlier (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else ""] for s in ss.steps[:MAX_ROWS]]
+    ratio = f"; × median = the step over the median step, {fmt(ss.median_ms, 'ms')}" if len(ss.steps) > 1 else ""
+    return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
+                  ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
+                   ""], rows, _more(len(ss.steps) - MAX_ROWS, "steps"))
 
 
 def _comm(a: Analysis) -> str:

@@ -92,7 +92,7 @@ def _when(us: float) -> str:
         return "an unknown time"
 
 
-def _clock(o: RankOutput) -> float | None:
+def wall_clock(o: RankOutput) -> float | None:
     """The wall-clock time (epoch µs) of the rank's trace origin: ts itself where it is an epoch clock (older
     Kineto), else ts plus baseTimeNanoseconds (newer Kineto writes a monotonic ts and that offset); None
     where the trace does not say."""
@@ -110,7 +110,7 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
     the same rank numbers, by device; the largest job (the latest on a tie) is kept, the others named with
     the reason. Traces that do not say (no device, no wall clock) join it. One job with mixed device names
     and no rank claimed twice stays one job."""
-    clocks = sorted(c for o in good if (c := _clock(o)) is not None)
+    clocks = sorted(c for o in good if (c := wall_clock(o)) is not None)
     edges = [b for a, b in zip(clocks, clocks[1:]) if b - a > JOB_GAP_US]
     by_device: dict[str, set] = {}
     for o in good:
@@ -120,7 +120,7 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
     clash = any(by_device[x] & by_device[y] for i, x in enumerate(names) for y in names[i + 1:])
 
     def key(o):
-        c = _clock(o)
+        c = wall_clock(o)
         era = None if c is None else sum(c >= e for e in edges)
         return ((o.device_name or None) if clash else None, era)
 
@@ -134,7 +134,7 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
         return good
 
     def latest(k):
-        return max((_clock(o) or 0.0) for o in good if keys[id(o)] == k)
+        return max((wall_clock(o) or 0.0) for o in good if keys[id(o)] == k)
 
     main = max(count, key=lambda k: (count[k], latest(k)))
 
@@ -143,10 +143,10 @@ def _one_job(good: list[RankOutput], issues: list[Issue]) -> list[RankOutput]:
 
     kept = [o for o in good if fits(keys[id(o)])]
     ref = next(o for o in kept if keys[id(o)] == main)
-    here = f"{ref.device_name or 'unknown device'}, started {_when(c) if (c := _clock(ref)) else 'at an unknown time'}"
+    here = f"{ref.device_name or 'unknown device'}, started {_when(c) if (c := wall_clock(ref)) else 'at an unknown time'}"
     for o in good:
         if not fits(keys[id(o)]):
-            c = _clock(o)
+            c = wall_clock(o)
             issues.append(Issue(o.path, f"trace of another job (rank {o.rank}, {o.device_name or 'unknown device'}, "
                                         f"started {_when(c) if c else 'at an unknown time'}; this folder's job: {here}); "
                                         f"left out (analyse it alone: llmdiag analyze {o.path})", o.rank, "error"))

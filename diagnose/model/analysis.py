@@ -17,6 +17,8 @@ from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
+from diagnose.model.runs import RunInfo
+from diagnose.model.steps import StepSummary
 from diagnose.model.pack import PACKED_SCHEMA, unpack
 from diagnose.model.whatif import WhatIf
 
@@ -332,6 +334,8 @@ class Analysis:
     moe: MoeSummary | None = None  # expert parallelism (diagnose.metrics.moe), None without all-to-all / MoE labels
     accum: AccumSummary | None = None  # gradient accumulation microsteps (diagnose.metrics.accum)
     whatif: WhatIf | None = None  # what-if simulation (diagnose.simulate), None where no dependency graph was built
+    steps: StepSummary | None = None  # every step over ranks, the median step, outlier steps (diagnose.metrics.step_stats)
+    runs: list[RunInfo] = field(default_factory=list)  # the runs the input holds where more than one (diagnose.metrics.runs)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names
