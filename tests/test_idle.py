@@ -125,3 +125,23 @@ def test_hipfree_idle_gets_a_finding(tmp_path):
     assert "allocator_churn" in ids and "host_sync" in ids
     f = next(f for f in fs if f.id == "allocator_churn")
     assert f.gain_ms == pytest.approx(0.15) and "hipFree" in f.evidence.text and f.gain_kind == "bound"
+
+
+def test_device_word_follows_the_trace(tmp_path):
+    """Issue 28 item 4: an MTIA trace whose deviceProperties name no device (its runtime events are `mtia_runtime`)
+    is called a device, never a GPU; a CPU-only trace's wording says CPU; ROCm and CUDA GPUs stay GPUs."""
+    from diagnose.model.devices import device_from_categories, device_word
+    from diagnose.rules.base import Ctx
+    from tests.gen_blocking import host_op
+
+    b = host_op(21_000)
+    for e in b.events:
+        if e.get("cat") == "cuda_runtime":
+            e["cat"] = "mtia_runtime"
+    a = analyze_path(b.write(tmp_path / "mtia" / "rank0.pt.trace.json.gz"), jobs=1)
+    assert a.ranks[0].device == "MTIA"
+    f = next(f for f in a.findings if f.id == "host_op_stall")
+    assert f.title.startswith("Device idle") and "GPU" not in f.title + f.evidence.text + f.action
+    assert Ctx(_one(tmp_path, cpu_rank(rank=0, world_size=1))).dev == "CPU"
+    assert device_word("AMD Instinct MI300X", "gpu") == "GPU" and device_word("MTIA v2", "gpu") == "device"
+    assert device_from_categories(["cpu_op", "cuda_runtime", "kernel"]) == ""

@@ -169,7 +169,7 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
                        if pinned else "pinned host memory (`pin_memory=True`) and `non_blocking=True` copies on a "
                        "side stream")
                     + "; with CPU offload (FSDP `CPUOffload`, optimizer offload) prefetch the next layer's "
-                    "parameters, or keep them on the GPU if memory allows")
+                    f"parameters, or keep them on the {c.dev} if memory allows")
     if by_dir.get("device", 0) > 0:
         acts.append("find the ops that launch the device-to-device copies (`torch.profiler` with `with_stack=True`, "
                     "or `llmdiag analyze --timeline`): `.contiguous()` after a transpose, `torch.cat`/`clone`, dtype "
