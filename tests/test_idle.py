@@ -145,3 +145,23 @@ def test_device_word_follows_the_trace(tmp_path):
     assert Ctx(_one(tmp_path, cpu_rank(rank=0, world_size=1))).dev == "CPU"
     assert device_word("AMD Instinct MI300X", "gpu") == "GPU" and device_word("MTIA v2", "gpu") == "device"
     assert device_from_categories(["cpu_op", "cuda_runtime", "kernel"]) == ""
+
+
+def test_idle_table_in_terminal_and_report(tmp_path):
+    """Issue 28 item 8: the idle split is a table of its own, the same row in the terminal and the report: the
+    hand-placed answer of `_gpu_step` (idle 0.40 = queued 0.05 + runtime 0.25 + host 0.10 ms per step)."""
+    from diagnose.cli.terminal import render
+    from reports.context import idle_view
+
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        _gpu_step(b, k, (k - 1) * 1000)
+    a = _one(tmp_path, b, rules=True)
+    text = render(a)
+    block = text[text.index("Device idle by cause per rank"):]
+    row = next(line for line in block.splitlines() if line.startswith("0 "))
+    assert row.split()[:9] == ["0", "0.40", "0.00", "0.05", "0.25", "0.00", "0.00", "0.10", "0.00"]
+    assert "hipFree 0.15" in row
+    v = idle_view(a)
+    assert [str(x) for x in v["rows"][0]["parts"]] == ["0.00", "0.05", "0.25", "0.00", "0.00", "0.10", "0.00"]
+    assert v["rows"][0]["parts"][2].k == "ranks.0.idle.runtime_ms"
