@@ -41,7 +41,9 @@ def blocking_copy(kind: str, d_us: int, steps: int = 2) -> tuple[TraceBuilder, d
             b.cpu_op("aten::_to_copy", k0 + 102, d_us + 8)
             b.cpu_op("aten::copy_", k0 + 104, d_us + 4)
             call = {"hip": "hipMemcpyWithStream", "cuda": "cudaMemcpy", "pageable_async": "cudaMemcpyAsync"}[kind]
-            dev = "Memcpy DtoH (Device -> Pageable)" if kind == "pageable_async" else "Memcpy HtoD (Pageable -> Device)"
+            # ROCm names the copy by direction only (no Pageable/Pinned): the call's name alone makes it blocking
+            dev = {"hip": "Memcpy HtoD (Host -> Device)", "cuda": "Memcpy HtoD (Pinned -> Device)",
+                   "pageable_async": "Memcpy DtoH (Device -> Pageable)"}[kind]
             _copy(b, call, k0 + 106, d_us, dev, end - 2, 2)  # device copy [end-2, end]
             idle_held = (end - 2) - (k0 + 110)  # A ends at 110; the copy's own device event ends the gap
             named, stack = call, ["aten::copy_", "aten::_to_copy", "aten::to"]
