@@ -93,15 +93,15 @@ def host_op(d_us: int, steps: int = 3, op: str = "aten::split_with_sizes") -> Tr
 
 
 def many_launches(n: int, gap_us: int, steps: int = 3) -> TraceBuilder:
-    """The twin of host_op: the same kind of idle made of n gaps of gap_us between n 2-µs kernels, each launched
-    inside its gap by its own short host op (launch-bound)."""
+    """The twin of host_op: idle made of n gaps of gap_us between n 2-µs kernels, each gap filled by its own short
+    host op that launches the next kernel at its end (launch-bound when n is large and gap_us small)."""
     b = TraceBuilder(rank=0, world_size=1)
     for k in range(1, steps + 1):
         k0 = (k - 1) * STEP
         b.step(k, k0, k0 + n * (gap_us + 2) + 100)
         t = k0 + 10
         for _ in range(n):
-            b.cpu_op("aten::add", t + gap_us - 6, 5)
+            b.cpu_op("aten::add", t + 1, gap_us - 2)  # the host op fills the gap and launches at its end
             b.kernel("void vectorized_elementwise_kernel()", t + gap_us, 2, launch_at=t + gap_us - 4)
             t += gap_us + 2
     return b

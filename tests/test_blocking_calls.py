@@ -104,3 +104,12 @@ def test_allocator_on_every_step_averages(tmp_path):
     f = _f(a, "allocator_churn")
     assert "PYTORCH_NO_CUDA_MEMORY_CACHING" not in f.action
     assert f.evidence.steps == [] and f.gain_ms == pytest.approx(12.0, abs=1e-3)
+
+
+def test_few_launches_get_no_fusion_advice(tmp_path):
+    """20 kernels per step behind 500-µs host gaps: host-bound, but launch overhead is not what the host does;
+    no torch.compile / CUDA graphs (their precondition is many short launches)."""
+    a = _a(tmp_path, many_launches(20, 500))
+    f = _f(a, "host_bound")
+    assert not any(x in f.action for x in FUSION) and "would not help" in f.action
+    assert "host_op_stall" not in _ids(a)

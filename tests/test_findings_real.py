@@ -78,12 +78,11 @@ def test_alltoall_16rank_queued_idle_is_not_host_bound():
     assert a.ranks[0].idle.queued_ms > 0.8 * a.ranks[0].idle_ms
     hb = [f for f in a.findings if f.id == "host_bound"]
     assert not hb or hb[0].gain_frac < 0.10
-    # Each step copies 704 bytes to pageable memory (`Memcpy DtoH (Device -> Pageable)` by cudaMemcpyAsync under
-    # aten::to): the call holds the host ~146 ms, and in step 550 the device idles 64 ms of it. That idle is the
-    # blocking copy's (host_sync, named with its stack), not launch-bound idle.
-    hs = _f(rel, "host_sync")
-    assert "`cudaMemcpyAsync` (under `aten::copy_` ← `aten::_to_copy` ← `aten::to`)" in hs.evidence.text
-    assert hs.evidence.steps == [550] and "non_blocking=True" in hs.action and hs.gain_frac < 0.10
+    # Step 550's 64 ms gap (37.3-101.6 ms) overlaps a 139 ms D2H copy to pageable memory on the main thread, but
+    # the Memset that ends it carries a correlation no host event has (its launch is not in the trace): no host op
+    # can be said to have delayed it, so it is unattributed, neither the copy's (host_sync) nor launch-bound.
+    assert "host_sync" not in _ids(rel) and "host_op_stall" not in _ids(rel) and "host_bound" not in _loud(rel)
+    assert a.ranks[0].idle.unattributed_ms > 0.1 * a.ranks[0].idle_ms
 
 
 def test_single_gpu_without_comm_is_quiet():
@@ -170,6 +169,15 @@ def test_mi250_first_launch_is_named_not_fused():
     assert "`hipLaunchKernel` (under `aten::add_`" in f.evidence.text and f.evidence.steps == [1]
     hb = _f(rel, "host_bound")
     assert hb.gain_ms < _a(rel).ranks[0].idle.host_bound_ms - 3.0
+    assert "torch.compile" not in hb.action  # 7 kernels per step: no launch overhead for fusion to remove
+
+
+def test_with_stack_traces_carry_the_caveat():
+    """vLLM's trace records Python stacks (15,230 python_function events): host-time findings say so."""
+    rel = "tracelens/b200_vllm_tp8_rank0.json.gz"
+    assert _a(rel).ranks[0].idle.python_events == 15230
+    for rid in ("host_bound", "host_op_stall"):
+        assert "15,230 python_function events" in _f(rel, rid).evidence.text
 
 
 # --- torchrec DLRM on 4 × V100: the caching allocator is on (a few cudaMalloc per step, one step with a burst of

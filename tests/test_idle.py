@@ -165,3 +165,24 @@ def test_idle_table_in_terminal_and_report(tmp_path):
     v = idle_view(a)
     assert [str(x) for x in v["rows"][0]["parts"]] == ["0.00", "0.05", "0.25", "0.00", "0.00", "0.10", "0.00"]
     assert v["rows"][0]["parts"][2].k == "ranks.0.idle.runtime_ms"
+
+
+def test_gap_ended_by_an_unlaunched_kernel_is_unattributed(tmp_path):
+    """A gap whose ending kernel's launch is not in the trace (no host event carries its correlation) is not the
+    host op's that overlaps it: unattributed. The twin, the same kernel with its launch inside the gap, is
+    host-bound. Each step also has two launched kernels, so the trace records most launches."""
+    def trace(launch: bool) -> TraceBuilder:
+        b = TraceBuilder(rank=0, world_size=1)
+        for k in (1, 2):
+            k0 = (k - 1) * 1000
+            b.step(k, k0, k0 + 1000)
+            b.kernel("gemm_a", k0 + 100, 100, launch_at=k0 + 5)
+            b.cpu_op("aten::add", k0 + 200, 300)
+            b.kernel("gemm_b", k0 + 500, 100, launch_at=k0 + 499, launch=launch)  # gap [200, 500]
+            b.kernel("gemm_c", k0 + 600, 100, launch_at=k0 + 6)
+        return b
+
+    i = _one(tmp_path / "missing", trace(False)).ranks[0].idle
+    assert i.unattributed_ms == pytest.approx(0.3) and i.host_bound_ms == 0
+    i = _one(tmp_path / "launched", trace(True)).ranks[0].idle
+    assert i.host_bound_ms == pytest.approx(0.3) and i.unattributed_ms == 0

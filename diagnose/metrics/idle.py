@@ -113,6 +113,7 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         idle_ms=idle / n, **{f"{c}_ms": parts[c] / n for c in CAUSES}, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
         stretches=long_stretches(t, steps, named), alloc_steps=alloc_steps(t, wins, steps, alloc, is_alloc_call),
+        python_events=int(t.cat_mask("python_function").sum()),
     )
 
 
@@ -154,14 +155,16 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
         else:
             edges = (np.array([w.start]), np.array([w.end]))
         left, parts = idle, []
-        for cause, op, u in (("edge", "", edges), ("queued", "", queued_gap(iv.difference(idle, edges))), *causes):
+        queued, unlaunched = queued_gap(iv.difference(idle, edges))
+        for cause, op, u in (("edge", "", edges), ("queued", "", queued), ("unattributed", "", unlaunched), *causes):
             u = _clip(u, w.start, w.end)
             if not iv.intersect_total(left, u):
                 continue
             got, left = _split(left, u)
             parts.append((cause, op, got))
         if len(left[0]):
-            parts.append(("unattributed", "", left))
+            parts = [p for p in parts if p[0] != "unattributed"] + [("unattributed", "", iv.union_of(
+                left, *[p[2] for p in parts if p[0] == "unattributed"]))]
         out.append(StepIdle(w.step, idle, parts))
     return out, syncs | blocking, t.name_mask(is_alloc_call, blocking)
 
@@ -184,23 +187,34 @@ def _queued(t: RankTrace, device: np.ndarray, blocking: np.ndarray):
     peer), not on the host; HTA calls the other case host wait. Vectorised: one binary search per gap.
     A device event issued by a blocking call (a synchronous copy: `hipMemcpyWithStream`, `cudaMemcpy`) was not
     queued work: the call holds the host until the copy is done, so the device waits on that call (runtime)."""
-    hl = np.flatnonzero((t.stream < 0) & (t.corr >= 0) & ~blocking)
+    every = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
+    all_corr = distinct(t.corr[every])
+    hl = every[~blocking[every]]
     hc, first = np.unique(t.corr[hl], return_index=True)  # the first host event of each correlation: the launch
     hts = t.ts[hl][first]
     di = np.flatnonzero(device)
     dts, dcorr = t.ts[di], t.corr[di]
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
-    def gaps(idle: iv.Union) -> iv.Union:
+    # Where the trace records the launch of most device events, a gap ended by one whose launch is missing
+    # (no host event carries its correlation) has no known cause: no host op can be said to have delayed it.
+    known = member(dcorr, all_corr) if len(di) and len(all_corr) else np.zeros(len(di), bool)
+    judge_missing = bool(len(di)) and known.mean() >= 0.5
+
+    def gaps(idle: iv.Union) -> tuple[iv.Union, iv.Union]:
         gs, ge = idle
-        if not len(gs) or not len(di) or not len(hc):
-            return empty
+        if not len(gs) or not len(di):
+            return empty, empty
         j = np.minimum(np.searchsorted(dts, ge), len(di) - 1)  # the device event that ends each gap
         c = dcorr[j]
+        ends = dts[j] == ge
+        missing = ends & ~known[j] & judge_missing
+        if not len(hc):
+            return empty, (gs[missing], ge[missing])
         k = np.minimum(np.searchsorted(hc, c), len(hc) - 1)
-        launched = (dts[j] == ge) & (c >= 0) & (hc[k] == c)
+        launched = ends & (c >= 0) & (hc[k] == c)
         keep = launched & (hts[k] < gs)
-        return gs[keep], ge[keep]
+        return (gs[keep], ge[keep]), (gs[missing], ge[missing])
 
     return gaps
 

@@ -4,17 +4,20 @@ The idle breakdown says how much idle each cause holds; the next question is *wh
 synchronous copy or a 21 ms host op is not launch overhead: fusion and CUDA graphs remove neither, so the
 rules name the event instead of advising them. A stretch is a maximal interval of a step's idle that the
 host side explains (the blocking-runtime parts, or the host-bound parts), at least LONG_NS long; its event is
-the blocking call (runtime parts) or any host op or runtime call (host-bound parts) overlapping at least half (the innermost among near-equal overlaps: `hipFree` rather than
-the `aten::conv2d` around it), and its stack the ops enclosing that event on its thread. Work is bounded:
+the blocking call (runtime parts) or any host op or runtime call (host-bound parts) overlapping at least half
+of it (the innermost among near-equal overlaps: `hipFree` rather than the `aten::conv2d` around it), and its
+stack the ops enclosing that event on its thread. Work is bounded:
 only the MAX_STRETCHES longest stretches of a rank are looked up, against host events at least half as long
-as the shortest stretch (an event covering half a stretch is that long).
+as the shortest stretch (an event covering half a stretch is that long). An event is named only when the
+device's next work after the stretch was issued from its thread, after it began: a kernel another thread (the
+autograd engine's) launched late is not this op's doing.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
+from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.model.format import NS_PER_MS
 from diagnose.model.idle import AllocStep, IdleStretch
@@ -54,6 +57,7 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         return []
     cand = cand[[not t.names[i].startswith("ProfilerStep#") for i in t.name[cand].tolist()]]
     cs, ce, ck, cb = t.ts[cand], t.ts[cand] + t.dur[cand], t.kind[cand], blocking[cand]
+    next_launch = _next_launch(t)
     out = []
     for a, b, step, is_rt in zip(s.tolist(), e.tolist(), k.tolist(), rt.tolist()):
         ov = np.minimum(ce, b) - np.maximum(cs, a)
@@ -65,12 +69,37 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         pool = np.flatnonzero(ok & (ov >= 0.9 * ov[ok].max()))
         j = int(pool[np.lexsort((-cs[pool], t.dur[cand[pool]]))[0]])  # shortest, then latest start: innermost
         i = int(cand[j])
+        got = next_launch(b)
+        if got is None or got[0] != t.thread[i] or got[1] < t.ts[i]:
+            continue  # the device's next work was issued elsewhere (or nobody knows by whom): not this op's idle
         out.append(IdleStretch(step=step, idle_ms=float(ov[j]) / NS_PER_MS, op=t.names[t.name[i]][:200],
                                op_ms=float(t.dur[i]) / NS_PER_MS, cause="runtime" if is_rt else "host",
                                stack=_stack(t, cand, cs, ce, ck, i)))
         if len(out) >= KEPT:
             break
     return out
+
+
+def _next_launch(t: RankTrace):
+    """A function: time -> (thread, start) of the host event that issued the first device event starting at or
+    after that time (by correlation), or None where the trace has no such event or no record of its launch."""
+    dev = np.flatnonzero(t.kind_mask(COMPUTE, COMM, MEMCPY, MEMSET) & (t.stream >= 0))
+    dts = t.ts[dev]
+    hl = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
+    hc, first = np.unique(t.corr[hl], return_index=True)
+    hl = hl[first]
+
+    def at(time: int):
+        j = int(np.searchsorted(dts, time))
+        if j >= len(dev) or not len(hc):
+            return None
+        c = t.corr[dev[j]]
+        k = int(np.searchsorted(hc, c))
+        if c < 0 or k >= len(hc) or hc[k] != c:
+            return None
+        return t.thread[hl[k]], t.ts[hl[k]]
+
+    return at
 
 
 def _stack(t: RankTrace, cand, cs, ce, ck, i: int) -> list[str]:

@@ -51,6 +51,7 @@ class IdleBreakdown:
     runtime_calls: dict[str, float] = field(default_factory=dict)  # op name -> calls per step
     stretches: list[IdleStretch] = field(default_factory=list)  # the longest single-op idle stretches
     alloc_steps: list[AllocStep] = field(default_factory=list)  # per step, where any allocator call ran
+    python_events: int = 0  # python_function events (with_stack=True): the profiler's stack recording inflates host time
 
 
 @dataclass

@@ -8,10 +8,11 @@ import statistics
 from diagnose.model.analysis import Finding
 from diagnose.model.format import fmt, plural
 from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_where
-from diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms  # noqa: F401 (re-export)
+from diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
 
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
+MANY_LAUNCHES = 50  # kernels per step below which launch overhead cannot be what keeps the device idle
 AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 
 
@@ -58,13 +59,17 @@ def host_bound(c: Ctx) -> list[Finding]:
                   "taken off the gain")
     ev = (f"rank {r.rank}: {c.dev} idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
-          f"10 µs{split} ({plural(len(bad), 'rank')} alike)")
-    short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5
+          f"10 µs{split} ({plural(len(bad), 'rank')} alike){stack_caveat(r)}")
+    # Fusion and graphs remove per-launch overhead: their precondition is many launches, mostly short kernels.
+    many = (h.kernels_per_step or 0) >= MANY_LAUNCHES
+    short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5 and many
     act = ("`torch.compile(model)` to fuse the short kernels, or CUDA graphs "
            "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead"
            if short else "the host is slow between launches, not the kernels: profile the Python side of the step "
            "(`py-spy record`), move per-step host work (logging, metric math, data munging) off the training "
-           "thread; `torch.compile(model)` removes per-op Python overhead")
+           "thread" + ("; `torch.compile(model)` removes per-op Python overhead" if many else
+                       f" (with {fmt(h.kernels_per_step, 'int')} kernels per step, launch overhead is not what "
+                       "the host spends its time on: fusion or CUDA graphs would not help)"))
     eg = c.gain_text(gain, "the device idle spent waiting for the host's next launch, mean over those ranks; what "
                      "fusion or graphs actually recover depends on the ops", bound=True)
     return [c.finding("host_bound", severity_for(gain, c.step_ms), f"{c.Dev} idle behind kernel launches",

@@ -39,6 +39,14 @@ def in_step(n: int) -> str:
     return f"in step {n}" if n >= 0 else "in the capture (no ProfilerStep marks steps)"
 
 
+def stack_caveat(r) -> str:
+    """Where the trace records Python stacks, host times include the profiler's own recording of them."""
+    n = r.idle.python_events if r.idle is not None else 0
+    return (f"; the trace records Python stacks ({fmt(n, 'int')} python_function events, `with_stack=True`): host "
+            "times include the profiler's own stack recording, so without it this idle may be much smaller"
+            if n else "")
+
+
 def _ops_text(r, ops: dict) -> str:
     calls = r.idle.runtime_calls
     return ", ".join(f"`{short(k)}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
@@ -194,7 +202,7 @@ def host_op_stall(c: Ctx) -> list[Finding]:
              f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r), 'ms')} in all")
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "
           f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between{others}; "
-          f"{where} ({plural(len(bad), 'rank')})")
+          f"{where} ({plural(len(bad), 'rank')}){stack_caveat(r)}")
     if COPY_RE.search(s.op):
         act = (f"a copy call holding the host {fmt(s.op_ms, 'ms')}: it waits for the stream's earlier work or stages "
                "pageable memory; copy from pinned memory (`tensor.pin_memory()`) with `non_blocking=True`, and "
