@@ -218,8 +218,12 @@ def host_op_stall(c: Ctx) -> list[Finding]:
                "the device independent work to overlap it")
     eg = c.gain_text(gain, "the device idle under that one host op, mean over the profiled steps and those ranks",
                      True)
+    sev = severity_for(gain, c.step_ms)
+    if all(LAUNCH_RE.search(x.op) for x in held):  # code loading on first launch: gone after warm-up
+        sev, gain = "low", None
+        eg = "none in steady state: a first-launch (warm-up) cost, not paid again once the kernels are loaded"
     title = f"{c.Dev} idle during one long host op" if len({x.op for x in held}) == 1 else \
         f"{c.Dev} idle during long host ops"
-    return [c.finding("host_op_stall", severity_for(gain, c.step_ms), title, ev,
+    return [c.finding("host_op_stall", sev, title, ev,
                       [x[0].rank for x in bad], steps, act, eg, gain, "ranks[].idle.stretches", gain_kind="bound",
                       events=[short(x.op) for x in held[:4]] + [short(x) for x in s.stack[:3]])]
