@@ -52,10 +52,10 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
     top = np.argsort(-(e - s), kind="stable")[:MAX_STRETCHES]
     s, e, k, rt = s[top], e[top], k[top], rt[top]
     floor = int(COVER * (e - s).min())
-    cand = np.flatnonzero((t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, ANNOTATION) & (t.dur >= floor))
+    host = (t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, ANNOTATION) & (t.dur >= floor)
+    cand = np.flatnonzero(host & ~t.name_mask(lambda n: n.startswith("ProfilerStep#"), host))
     if not len(cand):
         return []
-    cand = cand[[not t.names[i].startswith("ProfilerStep#") for i in t.name[cand].tolist()]]
     cs, ce, ck, cb = t.ts[cand], t.ts[cand] + t.dur[cand], t.kind[cand], blocking[cand]
     next_launch = _next_launch(t)
     out = []
@@ -122,7 +122,7 @@ def alloc_steps(t: RankTrace, wins, steps, alloc: np.ndarray, is_alloc) -> list[
     k = np.searchsorted(starts, t.ts[idx], side="right") - 1
     ok = (k >= 0) & (t.ts[idx] < ends[np.maximum(k, 0)])
     idx, k = idx[ok], k[ok]
-    mal = np.array(["alloc" in t.names[n].lower() for n in t.name[idx].tolist()], bool)
+    mal = t.name_mask(lambda n: "alloc" in n.lower(), alloc)[idx]
     calls = np.bincount(k, minlength=len(wins))
     mallocs = np.bincount(k[mal], minlength=len(wins)) if mal.any() else np.zeros(len(wins), np.int64)
     out = []
