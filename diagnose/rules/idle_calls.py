@@ -125,9 +125,11 @@ def allocator_churn(c: Ctx) -> list[Finding]:
             ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
                    f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
                    f"{fmt(sum(a.idle_ms for a in r.idle.alloc_steps) - top.idle_ms, 'ms')} together")
-        act = ("the caching allocator is on but calls the driver: frees with repeated allocations in one step are "
-               "the allocator releasing its cache to retry an allocation that failed (memory pressure or "
-               "fragmentation); allocations every step mean the cache never settles. Set "
+        why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
+               "allocation that failed (memory pressure or fragmentation)" if top is not None else
+               "allocations in every step mean the cache never settles (shapes that change each step, or memory "
+               "close to capacity)")
+        act = (f"the caching allocator is on but calls the driver: {why}. Set "
                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (ROCm: `PYTORCH_HIP_ALLOC_CONF`), lower the "
                "peak (smaller batch, activation checkpointing), keep `torch.cuda.empty_cache()` out of the loop; "
                "check `torch.cuda.memory_stats()['num_alloc_retries']`")
