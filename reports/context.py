@@ -19,6 +19,7 @@ from markupsafe import Markup
 from diagnose.model import views
 from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from diagnose.model.format import column_unit, fmt, header_unit, ranges
+from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from diagnose.model.manifest import layout_text
 from diagnose.model.names import demangle, short_names
 from diagnose.model.pack import file_schema
@@ -350,7 +351,23 @@ def build(a: Analysis) -> dict:
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
+        "idle": idle_view(a),
     }
+
+
+def idle_view(a: Analysis) -> dict | None:
+    """The idle-by-cause section (diagnose.model.idle_view; the terminal prints the same rows), each number
+    tagged with its summary path."""
+    rows, n = idle_rows(a, MAX_RANKS)
+    if not any(x.idle.idle_ms > 0 for x in rows):
+        return None
+    out = []
+    for x in rows:
+        p = f"ranks.{x.index}.idle."
+        out.append({"rank": x.rank, "idle": Num(x.idle.idle_ms, p + "idle_ms", "ms"),
+                    "parts": [Num(getattr(x.idle, f), p + f, "ms") for _, f in IDLE_COLUMNS],
+                    "top_call": x.top_call, "top_ms": Num(x.top_ms, None, "ms")})
+    return {"rows": out, "header": IDLE_HEADER, "note": IDLE_NOTE, "more": n - len(rows)}
 
 
 def whatif_view(a: Analysis) -> dict | None:

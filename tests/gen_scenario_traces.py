@@ -41,7 +41,10 @@ def _step(b: TraceBuilder, k: int, *, gap: str | None = None, training: bool = T
         b.cpu_op("aten::item", t, GAP)
         b.cpu_op("aten::_local_scalar_dense", t + 1, GAP - 2)
         b.cpu_op("cudaStreamSynchronize", t + 5, GAP - 10, cat="cuda_runtime")
-    elif gap in ("host", "queued"):  # queued: the host is busy too, but the device waits on a dependency
+    elif gap == "host":  # many short host ops, none holding the gap alone: launch-bound, not one slow op
+        for j in range(GAP // 10):
+            b.cpu_op("aten::add", t + 10 * j, 10)
+    elif gap == "queued":  # the host is busy too, but the device waits on a dependency
         b.cpu_op("aten::add", t, GAP)
     elif gap == "loader":
         b.cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, GAP, cat="user_annotation")

@@ -125,3 +125,64 @@ def test_hipfree_idle_gets_a_finding(tmp_path):
     assert "allocator_churn" in ids and "host_sync" in ids
     f = next(f for f in fs if f.id == "allocator_churn")
     assert f.gain_ms == pytest.approx(0.15) and "hipFree" in f.evidence.text and f.gain_kind == "bound"
+
+
+def test_device_word_follows_the_trace(tmp_path):
+    """Issue 28 item 4: an MTIA trace whose deviceProperties name no device (its runtime events are `mtia_runtime`)
+    is called a device, never a GPU; a CPU-only trace's wording says CPU; ROCm and CUDA GPUs stay GPUs."""
+    from diagnose.model.devices import device_from_categories, device_word
+    from diagnose.rules.base import Ctx
+    from tests.gen_blocking import host_op
+
+    b = host_op(21_000)
+    for e in b.events:
+        if e.get("cat") == "cuda_runtime":
+            e["cat"] = "mtia_runtime"
+    a = analyze_path(b.write(tmp_path / "mtia" / "rank0.pt.trace.json.gz"), jobs=1)
+    assert a.ranks[0].device == "MTIA"
+    f = next(f for f in a.findings if f.id == "host_op_stall")
+    assert f.title.startswith("Device idle") and "GPU" not in f.title + f.evidence.text + f.action
+    assert Ctx(_one(tmp_path, cpu_rank(rank=0, world_size=1))).dev == "CPU"
+    assert device_word("AMD Instinct MI300X", "gpu") == "GPU" and device_word("MTIA v2", "gpu") == "device"
+    assert device_from_categories(["cpu_op", "cuda_runtime", "kernel"]) == ""
+
+
+def test_idle_table_in_terminal_and_report(tmp_path):
+    """Issue 28 item 8: the idle split is a table of its own, the same row in the terminal and the report: the
+    hand-placed answer of `_gpu_step` (idle 0.40 = queued 0.05 + runtime 0.25 + host 0.10 ms per step)."""
+    from diagnose.cli.terminal import render
+    from reports.context import idle_view
+
+    b = TraceBuilder(rank=0, world_size=1)
+    for k in (1, 2):
+        _gpu_step(b, k, (k - 1) * 1000)
+    a = _one(tmp_path, b, rules=True)
+    text = render(a)
+    block = text[text.index("Device idle by cause per rank"):]
+    row = next(line for line in block.splitlines() if line.startswith("0 "))
+    assert row.split()[:9] == ["0", "0.40", "0.00", "0.05", "0.25", "0.00", "0.00", "0.10", "0.00"]
+    assert "hipFree 0.15" in row
+    v = idle_view(a)
+    assert [str(x) for x in v["rows"][0]["parts"]] == ["0.00", "0.05", "0.25", "0.00", "0.00", "0.10", "0.00"]
+    assert v["rows"][0]["parts"][2].k == "ranks.0.idle.runtime_ms"
+
+
+def test_gap_ended_by_an_unlaunched_kernel_is_unattributed(tmp_path):
+    """A gap whose ending kernel's launch is not in the trace (no host event carries its correlation) is not the
+    host op's that overlaps it: unattributed. The twin, the same kernel with its launch inside the gap, is
+    host-bound. Each step also has two launched kernels, so the trace records most launches."""
+    def trace(launch: bool) -> TraceBuilder:
+        b = TraceBuilder(rank=0, world_size=1)
+        for k in (1, 2):
+            k0 = (k - 1) * 1000
+            b.step(k, k0, k0 + 1000)
+            b.kernel("gemm_a", k0 + 100, 100, launch_at=k0 + 5)
+            b.cpu_op("aten::add", k0 + 200, 300)
+            b.kernel("gemm_b", k0 + 500, 100, launch_at=k0 + 499, launch=launch)  # gap [200, 500]
+            b.kernel("gemm_c", k0 + 600, 100, launch_at=k0 + 6)
+        return b
+
+    i = _one(tmp_path / "missing", trace(False)).ranks[0].idle
+    assert i.unattributed_ms == pytest.approx(0.3) and i.host_bound_ms == 0
+    i = _one(tmp_path / "launched", trace(True)).ranks[0].idle
+    assert i.host_bound_ms == pytest.approx(0.3) and i.unattributed_ms == 0

@@ -18,6 +18,7 @@ from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
+from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from diagnose.model.names import demangle, middle, short_names
 from diagnose.model.steps import step_span, steps_of
@@ -169,6 +170,17 @@ def _steps(a: Analysis) -> str:
     return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
                   ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
                    ""], rows, _more(len(ss.steps) - MAX_ROWS, "steps"))
+
+
+def _idle(a: Analysis) -> str:
+    """Device idle per rank by cause (diagnose.model.idle_view; the report prints the same rows)."""
+    rows, n = idle_rows(a, MAX_ROWS)
+    if not any(x.idle.idle_ms > 0 for x in rows):
+        return ""
+    body = [[str(x.rank), _ms(x.idle.idle_ms), *(_ms(getattr(x.idle, f)) for _, f in IDLE_COLUMNS),
+             f"{x.top_call} {_ms(x.top_ms)}" if x.top_call else "—"] for x in rows]
+    return _table("Device idle by cause per rank (ms per step: each rank's mean over its steps; most idle first)",
+                  IDLE_HEADER, body, (IDLE_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={len(IDLE_HEADER) - 1})
 
 
 def _comm(a: Analysis) -> str:
@@ -330,7 +342,7 @@ def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
     extra dependency, and click.echo drops the codes where the output is piped)."""
     tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
     try:
-        parts = [_headline(a), _ranks(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _memory(a),
+        parts = [_headline(a), _ranks(a), _idle(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _memory(a),
                  _skew(a), _whatif(a), _findings(a), _issues(a)]
     finally:
         WIDTH.reset(tw)

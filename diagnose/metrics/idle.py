@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.metrics.sets import distinct
+from diagnose.metrics.sets import distinct, member
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import prefiltered
+from diagnose.metrics.idle_stretch import alloc_steps, long_stretches
 from diagnose.metrics.kernels import is_dataloader
 from diagnose.metrics.overlap import in_windows
 from diagnose.metrics.steps import Window
@@ -30,9 +31,14 @@ from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 
 # Host ops that block until the device catches up (`.item()`, `.cpu()`, `.tolist()` end in one of these).
 HOST_SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero)$")
-# Runtime/driver calls that block the host or serialise the device (no caching allocator: Malloc/Free).
-BLOCKING_RUNTIME_RE = re.compile(r"(Malloc|Free|Synchronize)(?!Async)|^(cuda|hip)Memcpy(WithStream)?$|^cuMemFree|"
-                                 r"^cuMemAlloc", re.I)
+# Runtime/driver calls that block the host or serialise the device (no caching allocator: Malloc/Free), and
+# every synchronous copy: `cudaMemcpy`, `cudaMemcpy2D`, `hipMemcpyWithStream`, `hipMemcpyDtoH`, `cuMemcpyHtoD_v2`
+# (any Memcpy of the CUDA/HIP runtime or driver without `Async` in its name).
+BLOCKING_RUNTIME_RE = re.compile(r"(Malloc|Free|Synchronize)(?!Async)|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$|"
+                                 r"^cuMemFree|^cuMemAlloc", re.I)
+# The device allocator's own calls (pinned host memory and stream-ordered Async calls are not the caching
+# allocator's): what tells an allocator that is off from one that is growing.
+ALLOC_RE = re.compile(r"^(cuda|hip|hipExt)(Malloc|Free)(?!Host|Async)|^cuMem(Alloc|Free)(?!Host|Async)", re.I)
 WAIT_RE = re.compile(r"wait|barrier|recv", re.I)
 BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.step|_fused_adamw?_|_fused_sgd_|^aten::_foreach_(addcdiv|lerp|addcmul)_|"
@@ -40,7 +46,9 @@ OPTIMIZER_RE = re.compile(r"^Optimizer\.step|_fused_adamw?_|_fused_sgd_|^aten::_
 DDP_RE = re.compile(r"^DistributedDataParallel\.forward|^nn\.Module: DistributedDataParallel|^DDP::|Reducer::")
 FSDP_RE = re.compile(r"^FSDP::|FullyShardedDataParallel|^FSDP[A-Z]\w*\.|fully_shard")
 is_host_sync_op = prefiltered(HOST_SYNC_OP_RE, "aten::")
-is_blocking_runtime = prefiltered(BLOCKING_RUNTIME_RE, "alloc", "Alloc", "Free", "free", "ynchronize", "Memcpy")
+# (needles in lower case: the regex ignores case, so prefiltered tests them against the lower-cased name)
+is_blocking_runtime = prefiltered(BLOCKING_RUNTIME_RE, "alloc", "free", "ynchronize", "memcpy")
+is_alloc_call = prefiltered(ALLOC_RE, "alloc", "free")
 is_backward = prefiltered(BACKWARD_RE, "Backward", "autograd")
 is_optimizer = prefiltered(OPTIMIZER_RE, "ptimizer", "_fused_", "_foreach_")
 RUNTIME_OPS_KEPT = 8  # op names kept per rank (the largest)
@@ -78,13 +86,14 @@ def idle_intervals(t: RankTrace, wins: list[Window]) -> list[StepIdle] | None:
     return got[0] if got else None
 
 
+
 def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
     """Mean per-step device idle of a GPU trace, split by cause (None on CPU-only traces): the totals of
     `idle_intervals`, so the timeline's idle track and these numbers are one computation."""
     got = _attribute(t, wins)
     if got is None:
         return None
-    steps, named = got
+    steps, named, alloc = got
     parts = dict.fromkeys(CAUSES, 0)
     idle = 0
     ops: dict[str, int] = {}
@@ -103,6 +112,8 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
     return IdleBreakdown(
         idle_ms=idle / n, **{f"{c}_ms": parts[c] / n for c in CAUSES}, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
+        stretches=long_stretches(t, steps, named), alloc_steps=alloc_steps(t, wins, steps, alloc, is_alloc_call),
+        python_events=int(t.cat_mask("python_function").sum()),
     )
 
 
@@ -115,8 +126,9 @@ def _split(a: iv.Union, b: iv.Union) -> tuple[iv.Union, iv.Union]:
     return iv.union(lo[in_a & in_b], hi[in_a & in_b]), iv.union(lo[in_a & ~in_b], hi[in_a & ~in_b])
 
 
-def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.ndarray] | None:
-    """Each window's idle split by cause, and the mask of the named blocking ops (their calls are counted)."""
+def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.ndarray, np.ndarray] | None:
+    """Each window's idle split by cause, the mask of the named blocking ops (their calls are counted) and that
+    of the allocator's calls."""
     if not t.is_gpu or not wins:
         return None
     # Device work as the step breakdown counts it (overlap.timeline): its idle is this idle, to the ns.
@@ -124,7 +136,7 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     host = (t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, SYNC, ANNOTATION)
     busy = _u(t, device)
     syncs = t.name_mask(is_host_sync_op, host & (t.kind == CPU_OP))
-    blocking = t.name_mask(is_blocking_runtime, host & (t.kind == RUNTIME))
+    blocking = t.name_mask(is_blocking_runtime, host & (t.kind == RUNTIME)) | _pageable_copies(t, host)
     named = [(t.names[i], _u(t, syncs & (t.name == i))) for i in distinct(t.name[syncs]).tolist()]
     by_dur = distinct(t.name[blocking]).tolist()
     by_dur.sort(key=lambda i: -int(t.dur[blocking & (t.name == i)].sum()))
@@ -133,7 +145,7 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     waits = (host & (t.kind == SYNC)) | t.name_mask(WAIT_RE.search, host & (t.kind == CPU_OP))
     causes += [("dataloader", "", _u(t, t.name_mask(is_dataloader, host))), ("comm_wait", "", _u(t, waits)),
                ("host_bound", "", _u(t, host & t.kind_mask(CPU_OP, RUNTIME, SYNC)))]
-    queued_gap = _queued(t, device)
+    queued_gap = _queued(t, device, blocking)
     out = []
     for w in wins:
         dev = _clip(busy, w.start, w.end)
@@ -143,39 +155,66 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
         else:
             edges = (np.array([w.start]), np.array([w.end]))
         left, parts = idle, []
-        for cause, op, u in (("edge", "", edges), ("queued", "", queued_gap(iv.difference(idle, edges))), *causes):
+        queued, unlaunched = queued_gap(iv.difference(idle, edges))
+        for cause, op, u in (("edge", "", edges), ("queued", "", queued), ("unattributed", "", unlaunched), *causes):
             u = _clip(u, w.start, w.end)
             if not iv.intersect_total(left, u):
                 continue
             got, left = _split(left, u)
             parts.append((cause, op, got))
         if len(left[0]):
-            parts.append(("unattributed", "", left))
+            parts = [p for p in parts if p[0] != "unattributed"] + [("unattributed", "", iv.union_of(
+                left, *[p[2] for p in parts if p[0] == "unattributed"]))]
         out.append(StepIdle(w.step, idle, parts))
-    return out, syncs | blocking
+    return out, syncs | blocking, t.name_mask(is_alloc_call, blocking)
 
 
-def _queued(t: RankTrace, device: np.ndarray):
+def _pageable_copies(t: RankTrace, host: np.ndarray) -> np.ndarray:
+    """Copy calls whose device copy touches pageable host memory (`Memcpy DtoH (Device -> Pageable)`): even
+    `cudaMemcpyAsync` holds the host then (CUDA's API sync behaviour: pageable copies are staged and synchronous),
+    so they block like `cudaMemcpy`."""
+    dev = t.name_mask(lambda n: "Pageable" in n[:200], t.kind == MEMCPY) & (t.corr >= 0)
+    if not dev.any():
+        return np.zeros(len(t), bool)
+    calls = host & (t.kind == RUNTIME) & (t.corr >= 0)
+    calls[calls] = member(t.corr[calls], t.corr[dev])
+    return t.name_mask(lambda n: "Memcpy" in n[:200], calls)
+
+
+def _queued(t: RankTrace, device: np.ndarray, blocking: np.ndarray):
     """A function: idle gaps -> the gaps whose next device event was launched before the gap began. Then the
     work was already queued and the device waited on a dependency (another stream, an event, a collective's
-    peer), not on the host; HTA calls the other case host wait. Vectorised: one binary search per gap."""
-    hl = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
+    peer), not on the host; HTA calls the other case host wait. Vectorised: one binary search per gap.
+    A device event issued by a blocking call (a synchronous copy: `hipMemcpyWithStream`, `cudaMemcpy`) was not
+    queued work: the call holds the host until the copy is done, so the device waits on that call (runtime)."""
+    every = np.flatnonzero((t.stream < 0) & (t.corr >= 0))
+    all_corr = distinct(t.corr[every])
+    hl = every[~blocking[every]]
     hc, first = np.unique(t.corr[hl], return_index=True)  # the first host event of each correlation: the launch
     hts = t.ts[hl][first]
     di = np.flatnonzero(device)
     dts, dcorr = t.ts[di], t.corr[di]
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
-    def gaps(idle: iv.Union) -> iv.Union:
+    # Where the trace records the launch of most device events, a gap ended by one whose launch is missing
+    # (no host event carries its correlation) has no known cause: no host op can be said to have delayed it.
+    known = member(dcorr, all_corr) if len(di) and len(all_corr) else np.zeros(len(di), bool)
+    judge_missing = bool(len(di)) and known.mean() >= 0.5
+
+    def gaps(idle: iv.Union) -> tuple[iv.Union, iv.Union]:
         gs, ge = idle
-        if not len(gs) or not len(di) or not len(hc):
-            return empty
+        if not len(gs) or not len(di):
+            return empty, empty
         j = np.minimum(np.searchsorted(dts, ge), len(di) - 1)  # the device event that ends each gap
         c = dcorr[j]
+        ends = dts[j] == ge
+        missing = ends & ~known[j] & judge_missing
+        if not len(hc):
+            return empty, (gs[missing], ge[missing])
         k = np.minimum(np.searchsorted(hc, c), len(hc) - 1)
-        launched = (dts[j] == ge) & (c >= 0) & (hc[k] == c)
+        launched = ends & (c >= 0) & (hc[k] == c)
         keep = launched & (hts[k] < gs)
-        return gs[keep], ge[keep]
+        return (gs[keep], ge[keep]), (gs[missing], ge[missing])
 
     return gaps
 

@@ -26,6 +26,7 @@ from diagnose.metrics.pipeline.actions import Action, extract_actions
 from diagnose.metrics.pipeline.infer import Links, infer_actions
 from diagnose.metrics.pipeline.p2p import Record, p2p_records
 from diagnose.model.bounds import bound_values
+from diagnose.model.devices import device_from_categories
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
@@ -134,6 +135,7 @@ def _run(job: RankJob) -> RankOutput:
         actions, links = infer_actions(t, wins, p2p, no_peers)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,

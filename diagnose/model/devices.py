@@ -62,7 +62,25 @@ def link_busbw_gbps(device_name: str | None) -> float | None:
 _NOT_GPU = re.compile(r"MTIA|GAUDI|\bHPU|\bTPU|TRAINIUM|INFERENTIA|NEURON|ASCEND|\bNPU|CEREBRAS|\bGROQ|SAMBANOVA")
 
 
-def device_word(device_name: str | None) -> str:
-    """What to call the device in user-facing text: "GPU" for GPUs (and for an unnamed device, whose trace's
-    CUDA/HIP kernels make it one), "device" for an accelerator that is not a GPU (an MTIA, a Gaudi, a TPU)."""
-    return "device" if device_name and _NOT_GPU.search(device_name.upper()) else "GPU"
+def device_word(device_name: str | None, trace_kind: str | None = None) -> str:
+    """What to call the device in user-facing text, the one helper every finding's wording goes through: "CPU"
+    for CPU-only traces (gloo, no device events), "device" for an accelerator that is not a GPU (an MTIA, a
+    Gaudi, a TPU), else "GPU" (CUDA and ROCm GPUs, and an unnamed device whose trace's CUDA/HIP kernels make it
+    one)."""
+    if trace_kind == "cpu":
+        return "CPU"
+    return "device" if device_name and _NOT_GPU.search(device_name.upper()[:200]) else "GPU"
+
+
+# Kineto's activity categories that only one accelerator's runtime writes (libkineto ActivityType names).
+_CATEGORY_DEVICES = (("mtia_", "MTIA"), ("hpu_", "Gaudi (HPU)"))
+
+
+def device_from_categories(cats) -> str:
+    """The accelerator a trace's event categories name when its `deviceProperties` name none (an MTIA trace
+    writes `mtia_runtime` / `mtia_ccp_events`, a Gaudi one `hpu_op`): "" when they name none."""
+    for c in cats:
+        for prefix, name in _CATEGORY_DEVICES:
+            if str(c).startswith(prefix):
+                return name
+    return ""

@@ -11,6 +11,29 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class IdleStretch:
+    """One long stretch of device idle that a single host event covers (most of it): the op to name instead of
+    "launch overhead". `stack` lists the host ops enclosing it on its thread, innermost first."""
+
+    step: int
+    idle_ms: float  # the stretch's idle (ms)
+    op: str  # the covering host event: a blocking runtime call (`hipMemcpyWithStream`) or a host op
+    op_ms: float  # that event's own duration
+    cause: str  # "runtime" (a blocking call or host sync op) or "host" (any other host op)
+    stack: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AllocStep:
+    """Allocator runtime calls of one step: how many, and the device idle spent inside them."""
+
+    step: int
+    calls: int  # cudaMalloc/cudaFree/hipMalloc/hipFree/cuMemAlloc/cuMemFree calls in the step
+    mallocs: int  # of which allocations
+    idle_ms: float  # device idle inside them
+
+
+@dataclass
 class IdleBreakdown:
     """Device idle of one rank, mean ms per step, split in this order of precedence (the parts sum to idle_ms):
     capture edge, queued work, blocking runtime API, DataLoader, waiting on communication/peer, host-bound,
@@ -26,6 +49,9 @@ class IdleBreakdown:
     unattributed_ms: float = 0.0  # no host op seen at all
     runtime_ops: dict[str, float] = field(default_factory=dict)  # op name -> idle ms per step it covers
     runtime_calls: dict[str, float] = field(default_factory=dict)  # op name -> calls per step
+    stretches: list[IdleStretch] = field(default_factory=list)  # the longest single-op idle stretches
+    alloc_steps: list[AllocStep] = field(default_factory=list)  # per step, where any allocator call ran
+    python_events: int = 0  # python_function events (with_stack=True): the profiler's stack recording inflates host time
 
 
 @dataclass

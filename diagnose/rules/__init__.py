@@ -16,6 +16,7 @@ from diagnose.rules.memory import memory_near_capacity, memory_unused
 from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from diagnose.rules.accum import accum_fsdp_regather
 from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
+from diagnose.rules.idle_calls import host_op_stall
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
     ("pipeline_bubble", pipeline_bubble), ("pipeline_imbalance", pipeline_imbalance), ("dp_overlap", dp_overlap),
@@ -26,6 +27,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("exposed_memcpy", exposed_memcpy),
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
     ("accum_fsdp_regather", accum_fsdp_regather),
+    ("host_op_stall", host_op_stall),
 ]
 
 

@@ -38,7 +38,7 @@ class Ctx:
         self.layout = a.layout or {}  # the assembly already took the manifest's layout where there is one
         self.step_ms = a.step_ms
         self.device = device_name(a)  # the manifest's, else the trace's
-        self.dev = device_word(self.device)  # "GPU", or "device" for an MTIA/Gaudi/TPU: every rule's wording
+        self.dev = device_word(self.device, a.trace_kind)  # "GPU", "device" (MTIA/Gaudi/TPU) or "CPU": every rule's
         self.Dev = self.dev[0].upper() + self.dev[1:]  # the same at the start of a title
         self.gpu = any(r.trace_kind == "gpu" for r in self.ranks)
         self._hosts = hosts(a)

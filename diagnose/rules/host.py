@@ -8,18 +8,20 @@ import statistics
 from diagnose.model.analysis import Finding
 from diagnose.model.format import fmt, plural
 from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_where
+from diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
 
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
-ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
+MANY_LAUNCHES = 50  # kernels per step below which launch overhead cannot be what keeps the device idle
 AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 
 
 def host_bound(c: Ctx) -> list[Finding]:
     """GPU idle while the host runs ops and launches short kernels: launch overhead, not GPU work, sets the pace.
     The gain is a bound: the host-bound idle (device idle under host ops that are not blocking runtime calls,
-    DataLoader waits or communication waits); time in `.item()`/synchronize/malloc is another rule's, since
-    torch.compile or CUDA graphs would not remove it."""
+    DataLoader waits or communication waits) less what single long host ops hold; time in
+    `.item()`/synchronize/malloc or in one long op is another rule's, since torch.compile or CUDA graphs would
+    not remove it."""
     p = c.a.pipeline
     bad = []
     for r in c.ranks:
@@ -30,7 +32,8 @@ def host_bound(c: Ctx) -> list[Finding]:
         if r.idle is not None:  # direct evidence: gaps the host caused (next kernel launched inside the gap)
             # The profiler's own host work (recording every op) lengthens the host's path between launches:
             # where the manifest shows what a step costs without it, that part of the idle is not the job's.
-            gain = max(0.0, r.idle.host_bound_ms - (_profiler_cost(c, r.rank) or 0.0))
+            # Idle that one long host op holds is that op's (host_op_stall): fusion or graphs do not remove it.
+            gain = max(0.0, r.idle.host_bound_ms - (_profiler_cost(c, r.rank) or 0.0) - single_op_ms(r))
         elif not ((short is not None and short >= 0.5) or (short is None and med is not None and med < 10)):
             continue
         else:  # a summary without the idle split: idle less pipeline bubble and DataLoader waits
@@ -46,6 +49,9 @@ def host_bound(c: Ctx) -> list[Finding]:
     split = (f"; of the idle, {fmt(r.idle.host_bound_ms, 'ms')} per step waits for the host's next launch while "
              f"host ops run, {fmt(r.idle.queued_ms, 'ms')} waits on already-queued work (dependencies), "
              f"{fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls" if r.idle else "")
+    if r.idle and single_op_ms(r) > 0:
+        split += (f"; {fmt(single_op_ms(r), 'ms')} of the host-bound idle is held by single long host ops "
+                  "(host_op_stall), not counted here")
     cost = _profiler_cost(c, r.rank)
     if cost and r.idle is not None:
         split += (f"; without the profiler a step took {fmt(r.step_time_ms - cost, 'ms')} (`llmdiag run`'s "
@@ -53,13 +59,17 @@ def host_bound(c: Ctx) -> list[Finding]:
                   "taken off the gain")
     ev = (f"rank {r.rank}: {c.dev} idle {fmt(h.device_idle_frac, 'pct')} of the step, {fmt(h.kernels_per_step, 'int')} "
           f"kernels per step, median {fmt(h.median_kernel_us, 'us')}, {fmt(h.short_kernel_frac, 'pct')} under "
-          f"10 µs{split} ({plural(len(bad), 'rank')} alike)")
-    short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5
+          f"10 µs{split} ({plural(len(bad), 'rank')} alike){stack_caveat(r)}")
+    # Fusion and graphs remove per-launch overhead: their precondition is many launches, mostly short kernels.
+    many = (h.kernels_per_step or 0) >= MANY_LAUNCHES
+    short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5 and many
     act = ("`torch.compile(model)` to fuse the short kernels, or CUDA graphs "
            "(`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`) to remove launch overhead"
            if short else "the host is slow between launches, not the kernels: profile the Python side of the step "
            "(`py-spy record`), move per-step host work (logging, metric math, data munging) off the training "
-           "thread; `torch.compile(model)` removes per-op Python overhead")
+           "thread" + ("; `torch.compile(model)` removes per-op Python overhead" if many else
+                       f" (with {fmt(h.kernels_per_step, 'int')} kernels per step, launch overhead is not what "
+                       "the host spends its time on: fusion or CUDA graphs would not help)"))
     eg = c.gain_text(gain, "the device idle spent waiting for the host's next launch, mean over those ranks; what "
                      "fusion or graphs actually recover depends on the ops", bound=True)
     return [c.finding("host_bound", severity_for(gain, c.step_ms), f"{c.Dev} idle behind kernel launches",
@@ -74,64 +84,9 @@ def _profiler_cost(c: Ctx, rank: int) -> float | None:
     return c.a.manifest.profiler_cost_ms(rank) if c.a.manifest else None
 
 
-def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
-    """(rank, idle ms per step in the chosen blocking calls, {op: ms}) for ranks above the floor."""
-    out = []
-    for r in c.ranks:
-        if r.idle is None:
-            continue
-        ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
-        tot = sum(ops.values())
-        if tot > 0 and tot >= IDLE_FLOOR * r.step_time_ms:
-            out.append((r, tot, ops))
-    return out
-
-
 def _short(name: str, n: int = 80) -> str:
     """A name from a trace (untrusted, unbounded) cut for a one-line evidence text; outputs escape it."""
     return name if len(name) <= n else name[: n - 1] + "…"
-
-
-def _ops_text(r, ops: dict) -> str:
-    calls = r.idle.runtime_calls
-    return ", ".join(f"`{_short(k)}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
-                     for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
-
-
-def allocator_churn(c: Ctx) -> list[Finding]:
-    """Device idle inside malloc/free runtime calls: the caching allocator is off or `empty_cache()` runs in the
-    loop, so every tensor pays a synchronising cudaMalloc/cudaFree (hipMalloc/hipFree)."""
-    return _blocking_finding(
-        c, True, "allocator_churn", "{dev} idle in memory allocation calls", "inside",
-        "keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
-        "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop",
-        "the device idle inside allocator calls (a cached allocation costs microseconds)")
-
-
-def host_sync(c: Ctx) -> list[Finding]:
-    """Device idle while the host blocks on the device (`.item()`, `.cpu()`, synchronize): the host cannot queue
-    the next kernels until the copy returns, so the GPU drains and waits."""
-    return _blocking_finding(
-        c, False, "host_sync", "{dev} idle behind host synchronisation", "while the host blocks in",
-        "remove host syncs from the step: no `.item()`/`.cpu()`/`print(tensor)` per step (accumulate on device, "
-        "log every N steps), `non_blocking=True` copies; find them with `torch.cuda.set_sync_debug_mode(\"warn\")`",
-        "the device idle while the host blocks on those calls")
-
-
-def _blocking_finding(c: Ctx, alloc: bool, rule: str, title: str, where: str, act: str, gain_why: str) -> list[Finding]:
-    """One finding for device idle in the chosen blocking runtime calls (allocator or host sync), naming the
-    calls of the worst rank; the gain is a bound: that idle, mean over the ranks above the floor."""
-    bad = _blocking(c, alloc=alloc)
-    if not bad:
-        return []
-    gain = statistics.fmean(x[1] for x in bad)
-    r, tot, ops = max(bad, key=lambda x: x[1])
-    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle {where} "
-          f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
-    eg = c.gain_text(gain, gain_why, True)
-    title = title.format(dev=c.Dev)
-    return [c.finding(rule, severity_for(gain, c.step_ms), title, ev, [x[0].rank for x in bad], [], act, eg, gain,
-                      "ranks[].idle.runtime_ops", gain_kind="bound", events=[_short(k) for k in sorted(ops)])]
 
 
 def dataloader(c: Ctx) -> list[Finding]:
@@ -219,7 +174,7 @@ def exposed_memcpy(c: Ctx) -> list[Finding]:
                        if pinned else "pinned host memory (`pin_memory=True`) and `non_blocking=True` copies on a "
                        "side stream")
                     + "; with CPU offload (FSDP `CPUOffload`, optimizer offload) prefetch the next layer's "
-                    "parameters, or keep them on the GPU if memory allows")
+                    f"parameters, or keep them on the {c.dev} if memory allows")
     if by_dir.get("device", 0) > 0:
         acts.append("find the ops that launch the device-to-device copies (`torch.profiler` with `with_stack=True`, "
                     "or `llmdiag analyze --timeline`): `.contiguous()` after a transpose, `torch.cat`/`clone`, dtype "

@@ -1,0 +1,231 @@
+"""Rules on device idle that one kind of host call explains: allocator calls, blocking copies and syncs, and a
+single long host op. Each action states the precondition it relies on and fires only where the trace shows it:
+allocator-off advice only where allocator calls per step are as many as an allocator that is off makes; fusion
+advice never for idle one host event holds (that is host_bound's, for many short launches)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from diagnose.model.analysis import Finding
+from diagnose.model.format import fmt, plural
+from diagnose.rules.base import Ctx, severity_for
+
+IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
+ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
+# An allocator that is off calls cudaMalloc/hipMalloc for every new tensor: about one per kernel that writes a new
+# output. One that is on calls it only to grow its cache (a handful per step, most steps none). Off means a median
+# step with at least ALLOC_OFF_PER_KERNEL mallocs per kernel (capped at ALLOC_OFF_ABS mallocs, enough on any
+# model) and never fewer than ALLOC_OFF_MIN.
+ALLOC_OFF_MIN, ALLOC_OFF_ABS, ALLOC_OFF_PER_KERNEL = 20, 100, 0.25
+COPY_RE = re.compile(r"Memcpy", re.I)
+LAUNCH_RE = re.compile(r"Launch", re.I)
+
+
+def short(name: str, n: int = 80) -> str:
+    """A name from a trace (untrusted, unbounded) cut for a one-line evidence text; outputs escape it."""
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def op_with_stack(s) -> str:
+    """`op` (under `a` ← `b`): an IdleStretch's event and the ops enclosing it, innermost first."""
+    under = " ← ".join(f"`{short(x, 60)}`" for x in s.stack[:3])
+    return f"`{short(s.op)}`" + (f" (under {under})" if under else "")
+
+
+def in_step(n: int) -> str:
+    """Where a stretch happened: its ProfilerStep, or the capture where the trace marks no step."""
+    return f"in step {n}" if n >= 0 else "in the capture (no ProfilerStep marks steps)"
+
+
+def stack_caveat(r) -> str:
+    """Where the trace records Python stacks, host times include the profiler's own recording of them."""
+    n = r.idle.python_events if r.idle is not None else 0
+    return (f"; the trace records Python stacks ({fmt(n, 'int')} python_function events, `with_stack=True`): host "
+            "times include the profiler's own stack recording, so without it this idle may be much smaller"
+            if n else "")
+
+
+def _ops_text(r, ops: dict) -> str:
+    calls = r.idle.runtime_calls
+    return ", ".join(f"`{short(k)}` {fmt(v, 'ms')} ({fmt(calls.get(k), 'avg')} calls)"
+                     for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
+
+
+def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
+    """(rank, idle ms per step in the chosen blocking calls, {op: ms}) for ranks above the floor."""
+    out = []
+    for r in c.ranks:
+        if r.idle is None:
+            continue
+        ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
+        tot = sum(ops.values())
+        if tot > 0 and tot >= IDLE_FLOOR * r.step_time_ms:
+            out.append((r, tot, ops))
+    return out
+
+
+def mallocs_per_step(r) -> float:
+    """Allocator mallocs of the median step (steps without any count as 0); from the calls per step where the
+    summary has no per-step record."""
+    if r.idle.alloc_steps:
+        counts = [a.mallocs for a in r.idle.alloc_steps]
+        counts += [0] * max(0, r.nsteps - len(counts))
+        return float(statistics.median(counts))
+    return sum(v for k, v in r.idle.runtime_calls.items() if re.search(r"Malloc|MemAlloc", k, re.I))
+
+
+def alloc_off_threshold(r) -> float:
+    return max(ALLOC_OFF_MIN, min(ALLOC_OFF_ABS, ALLOC_OFF_PER_KERNEL * (r.hints.kernels_per_step or 0)))
+
+
+def _outlier_step(r):
+    """(step record, median step's allocator idle ms) where one step holds most of the allocator idle (at least
+    half of it and twice the median step's), else (None, median)."""
+    al = r.idle.alloc_steps
+    per = [a.idle_ms for a in al] + [0.0] * max(0, r.nsteps - len(al))
+    med = float(statistics.median(per)) if per else 0.0
+    if not al:
+        return None, med
+    top = max(al, key=lambda a: a.idle_ms)
+    if top.idle_ms >= 0.5 * sum(per) and top.idle_ms >= 2 * med and len(per) > 1:
+        return top, med
+    return None, med
+
+
+def allocator_churn(c: Ctx) -> list[Finding]:
+    """Device idle inside malloc/free runtime calls. Where calls per step show the caching allocator off (about
+    one per new tensor), the action is to turn it on; where they are a handful (an allocator growing, or
+    releasing its cache to retry a failed allocation), it is about fragmentation and memory pressure, naming
+    the step that paid when one step holds most of it (the gain is then the typical step's, not the mean)."""
+    bad = _blocking(c, alloc=True)
+    if not bad:
+        return []
+    r, tot, ops = max(bad, key=lambda x: x[1])
+    mal, thr = mallocs_per_step(r), alloc_off_threshold(r)
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle inside "
+          f"{_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
+    if mal >= thr:
+        gain = statistics.fmean(x[1] for x in bad)
+        ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
+               f"kernels: the caching allocator is off (on, it allocates only to grow its cache)")
+        act = ("keep PyTorch's caching allocator on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` / "
+               "`PYTORCH_NO_HIP_MEMORY_CACHING`, remove `torch.cuda.empty_cache()` from the step loop")
+        eg = c.gain_text(gain, "the device idle inside allocator calls (a cached allocation costs microseconds)", True)
+        steps = []
+    else:
+        outs = [(x, *_outlier_step(x[0])) for x in bad]
+        gain = statistics.fmean(med if top else x[1] for x, top, med in outs)
+        _, top, _ = next(o for o in outs if o[0][0] is r)
+        ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
+               f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
+               f"≥ {fmt(thr, 'int')} per step)")
+        if top is not None:
+            ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
+                   f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
+                   f"{fmt(sum(a.idle_ms for a in r.idle.alloc_steps) - top.idle_ms, 'ms')} together")
+        why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
+               "allocation that failed (memory pressure or fragmentation)" if top is not None else
+               "allocations in every step mean the cache never settles (shapes that change each step, or memory "
+               "close to capacity)")
+        act = (f"the caching allocator is on but calls the driver: {why}. Set "
+               "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (ROCm: `PYTORCH_HIP_ALLOC_CONF`), lower the "
+               "peak (smaller batch, activation checkpointing), keep `torch.cuda.empty_cache()` out of the loop; "
+               "check `torch.cuda.memory_stats()['num_alloc_retries']`")
+        eg = c.gain_text(gain, "the typical (median) step's idle inside allocator calls where one step holds most "
+                         "of it, else the mean; growth during warm-up is not paid again", True)
+        steps = [top.step] if top is not None else []
+    return [c.finding("allocator_churn", severity_for(gain, c.step_ms), f"{c.Dev} idle in memory allocation calls",
+                      ev, [x[0].rank for x in bad], steps, act, eg, gain, "ranks[].idle.runtime_ops",
+                      gain_kind="bound", events=[short(k) for k in sorted(ops)])]
+
+
+def host_sync(c: Ctx) -> list[Finding]:
+    """Device idle while the host blocks on the device: synchronous copies (`cudaMemcpy`, `hipMemcpyWithStream`),
+    syncs and `.item()`. The host cannot queue the next kernels until the call returns. The longest stretch one
+    call holds is named with the ops around it; the fix follows the call (asynchronous copy, or no host read)."""
+    bad = _blocking(c, alloc=False)
+    if not bad:
+        return []
+    gain = statistics.fmean(x[1] for x in bad)
+    r, tot, ops = max(bad, key=lambda x: x[1])
+    ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle while the "
+          f"host blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    names = list(ops) + [s.op for s in held] + [x for s in held for x in s.stack]
+    if held:
+        s = held[0]
+        ev += (f"; the longest: {op_with_stack(s)} holds the {c.dev} idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} "
+               f"(the call took {fmt(s.op_ms, 'ms')})")
+    acts = []
+    if any(COPY_RE.search(n) or n in ("aten::to", "aten::_to_copy", "aten::copy_") for n in names):
+        acts.append("make the copies asynchronous: a copy to or from pageable host memory holds the host until it is "
+                    "done, so pin the host buffer (`tensor.pin_memory()`, `DataLoader(pin_memory=True)`) and copy "
+                    "with `.to(..., non_blocking=True)`, reading a device-to-host result only after later work is "
+                    "queued; or create the tensor on the device (`torch.tensor(..., device=device)`)")
+    if not acts or any(re.search(r"item|scalar|nonzero|Synchronize", n) for n in names):
+        acts.append("avoid `.item()` / `.cpu()` / `print(tensor)` and other host reads in the step (accumulate on "
+                    "the device, log every N steps); find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
+    eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
+    return [c.finding("host_sync", severity_for(gain, c.step_ms), f"{c.Dev} idle behind host synchronisation", ev,
+                      [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
+                      "ranks[].idle.runtime_ops", gain_kind="bound",
+                      events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
+
+
+def single_op_ms(r) -> float:
+    """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead."""
+    if r.idle is None or not r.nsteps:
+        return 0.0
+    return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host") / r.nsteps
+
+
+def host_op_stall(c: Ctx) -> list[Finding]:
+    """Device idle that one long host op holds (a stretch ≥ 1 ms, half or more under that one op): host work in
+    that op, which fusion and CUDA graphs do not remove. Names the op, its stack and the step; the gain is a
+    bound: that idle, mean over the profiled steps (the evidence says in which steps it happened)."""
+    bad = []
+    for r in c.ranks:
+        g = single_op_ms(r)
+        if g > 0 and g >= IDLE_FLOOR * r.step_time_ms:
+            bad.append((r, g))
+    if not bad:
+        return []
+    gain = statistics.fmean(g for _, g in bad)
+    r = max(bad, key=lambda x: x[1])[0]
+    held = [s for s in r.idle.stretches if s.cause == "host"]
+    s = held[0]
+    steps = sorted({x.step for x in held if x.step >= 0})
+    others = "; also " + ", ".join(f"`{short(x.op, 60)}` {fmt(x.idle_ms, 'ms')}" + (f" (step {x.step})" if x.step >= 0
+                                                                                     else "") for x in held[1:4]) \
+        if len(held) > 1 else ""
+    where = (f"{fmt(single_op_ms(r), 'ms')} per step over the {r.nsteps} profiled steps, in "
+             f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r), 'ms')} in all")
+    ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "
+          f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between{others}; "
+          f"{where} ({plural(len(bad), 'rank')}){stack_caveat(r)}")
+    if COPY_RE.search(s.op):
+        act = (f"a copy call holding the host {fmt(s.op_ms, 'ms')}: it waits for the stream's earlier work or stages "
+               "pageable memory; copy from pinned memory (`tensor.pin_memory()`) with `non_blocking=True`, and "
+               "read the result on the host only after later work is queued (or not in the step)")
+    elif LAUNCH_RE.search(s.op):
+        act = (f"one launch call taking {fmt(s.op_ms, 'ms')} is the runtime loading the kernel's code (first launch, "
+               "lazy module loading), not launch overhead: a warm-up cost; profile steps after warm-up (a later "
+               "`schedule(wait=..., warmup=...)`) before acting on it")
+    else:
+        act = (f"host work inside `{short(s.op)}`, not launch overhead: torch.compile or CUDA graphs do not remove it; "
+               "find what the op does on the host (`torch.profiler(with_stack=True)`, `py-spy dump`), precompute it "
+               "or move it off the step's critical path (into the data pipeline or a background thread), or give "
+               "the device independent work to overlap it")
+    eg = c.gain_text(gain, "the device idle under that one host op, mean over the profiled steps and those ranks",
+                     True)
+    sev = severity_for(gain, c.step_ms)
+    if all(LAUNCH_RE.search(x.op) for x in held):  # code loading on first launch: gone after warm-up
+        sev, gain = "low", None
+        eg = "none in steady state: a first-launch (warm-up) cost, not paid again once the kernels are loaded"
+    title = f"{c.Dev} idle during one long host op" if len({x.op for x in held}) == 1 else \
+        f"{c.Dev} idle during long host ops"
+    return [c.finding("host_op_stall", sev, title, ev,
+                      [x[0].rank for x in bad], steps, act, eg, gain, "ranks[].idle.stretches", gain_kind="bound",
+                      events=[short(x.op) for x in held[:4]] + [short(x) for x in s.stack[:3]])]
