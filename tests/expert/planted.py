@@ -1,0 +1,296 @@
+"""Planted corpus: small 4-rank Kineto traces with one known problem each, and a silent twin of each.
+
+Written for the expert corpus only (independent of tests/gen_*.py and of llmdiag): a tiny event simulation
+places every host op, runtime call and kernel, so what was planted is known exactly, and each scenario
+carries its own expectations in the same format as the real sets (tests/expert/expectations.py).
+
+The job: 4 ranks, 5 ProfilerSteps; per step a forward (GEMMs + elementwise), an all_to_all
+(`ncclDevKernel_SendRecv`) preceded by a host sync (as TorchRec's splits), a backward, three DDP
+all-reduces, an optimizer. Collectives end together on every rank: start = the rank's arrival, end = the
+last arrival + the transfer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 85899345920}
+V100 = {"name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16945709056}
+GEMM = {"bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
+        "fp32": "volta_sgemm_128x64_tn", "fp16": "volta_h884gemm_128x128_ldg8_nn"}
+ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+               "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+NCCL = {"a2a": "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+        "ar": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"}
+T0 = 1_700_000_000_000_000.0  # us
+
+
+@dataclass
+class Knobs:
+    device: dict = field(default_factory=lambda: dict(A100))
+    gemm: str = "bf16"
+    ranks: int = 4
+    steps: int = 5
+    late_rank: int | None = None       # capture starts late on this rank
+    late_by: int = 0                   # ... lacking this many leading collectives
+    stall_rank: int | None = None      # host stall with no profiled op before the all_to_all
+    stall_ms: float = 0.0
+    blocking_copy_ms: float = 0.0      # a blocking cudaMemcpy (pageable) per step on every rank
+    async_copy: bool = False           # twin: a short cudaMemcpyAsync from pinned memory
+    outlier_step: int | None = None    # this step's kernels run 3x longer
+    alloc_off: bool = False            # caching allocator off: cudaMalloc/cudaFree around every kernel
+    alloc_on: bool = False             # allocator on: 3 cudaMalloc per step (a warm cache)
+
+
+class Rank:
+    def __init__(self, r: int):
+        self.r, self.ev, self.corr = r, [], 1000 * (r + 1)
+        self.h = T0  # host cursor
+        self.d = T0  # device cursor (compute stream)
+
+    def cpu(self, name, ts, dur, cat="cpu_op"):
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
+                        "ts": ts, "dur": dur, "args": {}})
+
+    def runtime(self, name, ts, dur, corr=None):
+        a = {"correlation": corr} if corr is not None else {}
+        self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
+                        "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
+
+    def kernel(self, name, ts, dur, stream=7, cat="kernel"):
+        self.corr += 1
+        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h, 8.0, self.corr)
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                        "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
+
+    def launch(self, op, name, dur, k: Knobs):
+        """A host op launching one kernel on the compute stream, the host running ahead of the device."""
+        if k.alloc_off:
+            self.runtime("cudaMalloc", self.h, 30.0)
+            self.h += 35.0
+        self.cpu(op, self.h, 25.0)
+        start = max(self.d, self.h + 10.0)
+        self.kernel(name, start, dur)
+        self.d = start + dur
+        self.h += 30.0
+        if k.alloc_off:  # cudaFree synchronises the device: the host waits for the queue, then frees
+            self.h = max(self.h, self.d)
+            self.runtime("cudaFree", self.h, 160.0)
+            self.h += 165.0
+
+    def sync(self):
+        t = max(self.h, self.d)
+        self.runtime("cudaStreamSynchronize", self.h, t - self.h + 5.0)
+        self.h = t + 5.0
+
+
+def _collective(ranks, kind, dur, k: Knobs, label):
+    arrive = {}
+    for rk in ranks:
+        rk.cpu(label, rk.h, 40.0)
+        rk.cpu("record_param_comms", rk.h + 2, 30.0)
+        arrive[rk.r] = max(rk.d, rk.h + 15.0)
+    end = max(arrive.values()) + dur
+    for rk in ranks:
+        rk.corr += 1
+        rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
+        rk.ev.append({"ph": "X", "cat": "kernel", "name": NCCL[kind], "pid": 0, "tid": 20, "ts": arrive[rk.r],
+                      "dur": end - arrive[rk.r], "args": {"device": 0, "stream": 20, "correlation": rk.corr,
+                                                          "External id": rk.corr}})
+        rk.d = end  # the compute stream waits for the collective (wait_tensor)
+        rk.h += 45.0
+    return end
+
+
+def simulate(k: Knobs) -> tuple[list[Rank], dict]:
+    """Every rank's events, and the facts planted: collective start times per index, step windows."""
+    ranks = [Rank(r) for r in range(k.ranks)]
+    facts = {"collective_ends": [], "steps": {}}
+    for s in range(k.steps):
+        n = 10 + s
+        scale = 3.0 if s == k.outlier_step else 1.0
+        starts = {}
+        for rk in ranks:
+            rk.h = max(rk.h, rk.d) + 50.0
+            starts[rk.r] = rk.h
+            if k.alloc_on:
+                for _ in range(3):
+                    rk.runtime("cudaMalloc", rk.h, 120.0)
+                    rk.h += 125.0
+            if k.async_copy:
+                rk.corr += 1
+                rk.runtime("cudaMemcpyAsync", rk.h, 12.0, rk.corr)
+                st = max(rk.d, rk.h + 10)
+                rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+                              "tid": 7, "ts": st, "dur": 300.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+                rk.d = st + 300.0
+                rk.h += 15.0
+            for i in range(12):  # forward
+                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
+                rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
+                if i == 5 and k.blocking_copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
+                    t = max(rk.h, rk.d)
+                    rk.cpu("aten::copy_", rk.h, t - rk.h + k.blocking_copy_ms * 1000 + 10)
+                    rk.runtime("cudaMemcpy", rk.h, t - rk.h + k.blocking_copy_ms * 1000)
+                    rk.h = t + k.blocking_copy_ms * 1000
+                    rk.corr += 1
+                    rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
+                                  "pid": 0, "tid": 7, "ts": rk.h - 300.0, "dur": 250.0,
+                                  "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+                    rk.d = rk.h - 50.0
+                    rk.h += 10.0
+            rk.sync()  # splits to the host before the all_to_all
+            if rk.r == k.stall_rank:
+                rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
+        facts["collective_ends"].append(_collective(ranks, "a2a", 2500.0, k, "nccl:all_to_all"))
+        for rk in ranks:
+            for i in range(12):  # backward
+                rk.launch("aten::mm", GEMM[k.gemm], 4000.0 * scale, k)
+                rk.launch("aten::mul", ELEMENTWISE, 500.0 * scale, k)
+        for b in range(3):
+            facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
+        facts["collective_ends"].append(_collective(ranks, "a2a", 2000.0, k, "nccl:all_to_all"))
+        for rk in ranks:
+            for i in range(6):  # optimizer
+                rk.launch("aten::_foreach_add_", ELEMENTWISE, 300.0 * scale, k)
+            rk.sync()  # loss.item()
+            rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
+            facts["steps"].setdefault(n, {})[rk.r] = (rk.h - starts[rk.r]) / 1000
+    if k.late_rank is not None and k.late_by:
+        _cut(ranks[k.late_rank], sorted(facts["collective_ends"])[k.late_by - 1] - 1.0)  # the k-th runs before it
+    return ranks, facts
+
+
+def _cut(rk: Rank, cut: float):
+    """The rank's capture starts at `cut`: events that began before it are not recorded, the step then
+    running is recorded from the cut (the profiler starts its step annotation when it starts)."""
+    kept = []
+    for e in rk.ev:
+        if e["ts"] >= cut:
+            kept.append(e)
+        elif e["name"].startswith("ProfilerStep#") and e["ts"] + e["dur"] > cut:
+            kept.append(dict(e, ts=cut + 1.0, dur=e["ts"] + e["dur"] - cut - 1.0))
+    rk.ev = kept
+
+
+def write(k: Knobs, folder: str) -> list[str]:
+    ranks, _ = simulate(k)
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for rk in ranks:
+        ev = sorted(rk.ev, key=lambda e: e["ts"])
+        doc = {"schemaVersion": 1, "deviceProperties": [dict(k.device, id=0)],
+               "distributedInfo": {"backend": "nccl", "rank": rk.r, "world_size": k.ranks},
+               "traceEvents": ev}
+        p = os.path.join(folder, f"planted_rank{rk.r}.pt.trace.json.gz")
+        with gzip.open(p, "wt") as f:
+            json.dump(doc, f)
+        paths.append(p)
+    return paths
+
+
+# ---- the scenarios: (name, knobs, expectations). Expectation format: tests/expert/expectations.py ----
+
+STRAGGLER_TEXT = r"straggl|arriv\w* last|late"
+
+
+def scenarios() -> dict[str, tuple[Knobs, dict]]:
+    out = {}
+    for late_rank, by in ((1, 1), (3, 3), (2, 5)):
+        out[f"late_capture_r{late_rank}_by{by}"] = (Knobs(late_rank=late_rank, late_by=by), {
+            "problems": [{"id": "late_capture", "what": f"rank {late_rank}'s capture starts {by} collective(s) late",
+                          "any": [{"where": "issue", "text": r"late|lack|missing|capture|start", "rank": late_rank}]}],
+            "silent": [{"id": "no_fake_straggler", "why": "every rank arrives together: no straggler, no skew",
+                        "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
+            "claims": [{"verdict": "wrong", "rules": ["stragglers"],
+                        "why": "no rank is late: skew from pairing a late capture by position"}],
+            "xfail": dict({"late_capture": "no issue names a late-starting capture"},
+                          **({} if by == 1 else {"no_fake_straggler": "positional pairing: fake straggler",
+                                                 "precision": "a fake straggler (high)"}))})
+    out["late_capture_twin"] = (Knobs(), {
+        "problems": [],
+        "silent": [{"id": "no_late_capture", "why": "all captures start together",
+                    "match": {"where": "issue", "text": r"late|lack|capture start"}},
+                   {"id": "no_fake_straggler", "why": "no straggler", "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
+        "claims": []})
+    out["host_stall_r2"] = (Knobs(stall_rank=2, stall_ms=30.0), {
+        "problems": [{"id": "host_stall", "what": "rank 2 stalls 30 ms per step on the host, nothing profiled",
+                      "any": [{"where": "finding", "text": STRAGGLER_TEXT + r"|stall", "rank": 2, "min_severity": "medium"}]}],
+        "silent": [],
+        "claims": [{"verdict": "misleading", "text": r"uneven work", "not_text": r"host", "rank": 2,
+                    "why": "rank 2's GPU work is the same as its peers': the time is a host stall with no op"},
+                   {"verdict": "wrong", "rules": ["stragglers"], "rank": 2, "gain_ms": [10.0, 70.0], "gain_outside": True,
+                    "why": "rank 2 imposes ~30 ms per step"},
+                   {"verdict": "right", "text": STRAGGLER_TEXT + r"|stall", "rank": 2, "why": "rank 2 holds the others ~30 ms/step"},
+                   {"verdict": "unverified", "rules": ["exposed_comm", "dp_overlap"],
+                    "why": "the others' all_to_all time is waiting for rank 2 (counted once, under the straggler)"}],
+        "xfail": {"host_stall": "one stall per step before one collective of five: no finding"}})
+    out["host_stall_twin"] = (Knobs(), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_straggler", "why": "no rank stalls", "match": {"where": "finding", "text": STRAGGLER_TEXT}}]})
+    out["blocking_copy"] = (Knobs(blocking_copy_ms=40.0), {
+        "problems": [{"id": "blocking_copy", "what": "a 40 ms blocking cudaMemcpy per step idles the GPU",
+                      "any": [{"where": "finding", "text": r"cudaMemcpy\b|blocking cop|pageable|pin_memory|pinned",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "not_launch_bound", "why": "the idle is a blocking copy, not kernel launches",
+                    "match": {"where": "finding", "text": r"torch\.compile|CUDA graph"}}],
+        "claims": [{"verdict": "misleading", "rules": ["host_bound"],
+                    "why": "the GPU waits for a blocking copy, not for launches"},
+                   {"verdict": "right", "text": r"cudaMemcpy\b|blocking cop|pageable|pin", "why": "the blocking copy"}],
+        "xfail": {"blocking_copy": "the copy's idle is called host-bound", "not_launch_bound": "host_bound fires",
+                  "precision": "host_bound (high) with launch advice"}})
+    out["blocking_copy_twin"] = (Knobs(async_copy=True), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_copy_finding", "why": "a 0.3 ms pinned async copy under a busy GPU",
+                    "match": {"where": "finding", "text": r"cudaMemcpy|blocking|memcpy"}}]})
+    out["outlier_step"] = (Knobs(outlier_step=2), {
+        "problems": [{"id": "outlier_step", "what": "step #12 runs 3x the others",
+                      "any": [{"where": "any", "text": r"outlier|slow(est)? step|#12|step 12", "step": 12}]}],
+        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
+                      "why": "one 3x step must not move the step time reported for the job"}],
+        "silent": [], "claims": [],
+        "xfail": {"outlier_step": "no finding or issue names the outlier step",
+                  "step_time_median": "the mean over the outlier is reported"}})
+    out["outlier_step_twin"] = (Knobs(), {
+        "problems": [], "claims": [],
+        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
+                      "why": "uniform steps"}],
+        "silent": [{"id": "no_outlier", "why": "uniform steps", "match": {"where": "any", "text": r"outlier"}}]})
+    out["allocator_off"] = (Knobs(alloc_off=True), {
+        "problems": [{"id": "allocator_off", "what": "cudaMalloc/cudaFree around every kernel (caching off)",
+                      "any": [{"where": "finding", "text": r"cudaFree|cudaMalloc|allocat", "min_severity": "medium"}]}],
+        "silent": [],
+        "claims": [{"verdict": "right", "text": r"cudaFree|cudaMalloc|allocat", "why": "allocator off, GPU idle in cudaFree"},
+                   {"verdict": "misleading", "text": r"torch\.compile|CUDA graph",
+                    "why": "the idle is cudaFree's device sync, not launches"}]})
+    out["allocator_on_twin"] = (Knobs(alloc_on=True), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_allocator_off_advice", "why": "3 cached cudaMalloc per step: the allocator is on",
+                    "match": {"where": "finding", "text": r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING|allocator"}}]})
+    out["fp32_v100"] = (Knobs(device=dict(V100), gemm="fp32"), {
+        "problems": [{"id": "fp32_gemm_v100", "what": "fp32 volta_sgemm GEMMs are most of the compute on V100",
+                      "any": [{"where": "finding", "text": r"fp32|sgemm|float32|single.precision", "min_severity": "medium"}]}],
+        "silent": [],
+        "claims": [{"verdict": "wrong", "text": r"bfloat16|bf16|tf32", "not_text": r"fp16|float16|half",
+                    "why": "V100 has no bf16 or TF32 tensor cores: fp16 autocast is the advice"},
+                   {"verdict": "right", "text": r"fp32|sgemm|float32", "why": "fp32 GEMMs on a V100"}],
+        "xfail": {"fp32_gemm_v100": "fp32_gemm fires only on compute >= 8.0"}})
+    out["fp16_v100_twin"] = (Knobs(device=dict(V100), gemm="fp16"), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_fp32_finding", "why": "fp16 h884 tensor-core GEMMs",
+                    "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
+    out["bf16_a100_twin"] = (Knobs(), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_fp32_finding", "why": "bf16 GEMMs on A100",
+                    "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
+    return out
+
+
+# True of every planted job by construction: no communication overlaps compute (the compute stream waits
+# for each collective), ~12 % of the step; the step's end syncs once (loss.item()).
+PLANTED_COMMON = [
+    {"verdict": "right", "rules": ["exposed_comm", "dp_overlap"], "why": "every collective is exposed by construction"},
+]
