@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 85899345920}
 V100 = {"name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16945709056}
@@ -24,7 +24,12 @@ GEMM = {"bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
 ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
                "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
 NCCL = {"a2a": "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
-        "ar": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"}
+        "ar": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+        # DeepEP as DeepSeek's published profile (deepseek-ai/profile-data train.json) names its kernels
+        "dispatch": "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*, float*, int*)",
+        "combine": "void dpsk::ep::internode::combine<true, 8, 8, 2>(int4*, float*, bool const*, int4 const*)"}
+CUB_LOOKALIKE = ("void cdpsk::ep::CUB_DeviceScanKernel<cdpsk::ep::CUB_DeviceScanPolicy<int>::Policy600, int*, int*>"
+                 "(int*, int*, int)")  # a CUB scan in a namespace that contains `dpsk::ep::`: compute
 T0 = 1_700_000_000_000_000.0  # us
 
 
@@ -43,13 +48,19 @@ class Knobs:
     outlier_step: int | None = None    # this step's kernels run 3x longer
     alloc_off: bool = False            # caching allocator off: cudaMalloc/cudaFree around every kernel
     alloc_on: bool = False             # allocator on: 3 cudaMalloc per step (a warm cache)
+    long_host_op_ms: float = 0.0       # one long host op (aten::split_with_sizes) mid-forward, GPU drained
+    tiny_kernels: int = 0              # launch-bound: this many 4 us kernels behind 30 us host ops per step
+    deepep: bool = False               # the all_to_all is DeepEP (dpsk::ep::internode dispatch/combine)
+    cub_in_ep_namespace: bool = False  # a compute kernel in the look-alike `cdpsk::ep::` namespace
+    t0: float = T0
+    runs: int = 1                      # complete runs of the job written into one folder, 180 s apart
 
 
 class Rank:
-    def __init__(self, r: int):
+    def __init__(self, r: int, t0: float = T0):
         self.r, self.ev, self.corr = r, [], 1000 * (r + 1)
-        self.h = T0  # host cursor
-        self.d = T0  # device cursor (compute stream)
+        self.h = t0  # host cursor
+        self.d = t0  # device cursor (compute stream)
 
     def cpu(self, name, ts, dur, cat="cpu_op"):
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
@@ -91,7 +102,8 @@ def _collective(ranks, kind, dur, k: Knobs, label):
     arrive = {}
     for rk in ranks:
         rk.cpu(label, rk.h, 40.0)
-        rk.cpu("record_param_comms", rk.h + 2, 30.0)
+        if kind in ("a2a", "ar"):  # DeepEP launches through pybind: no c10d host op above its kernels
+            rk.cpu("record_param_comms", rk.h + 2, 30.0)
         arrive[rk.r] = max(rk.d, rk.h + 15.0)
     end = max(arrive.values()) + dur
     for rk in ranks:
@@ -107,7 +119,7 @@ def _collective(ranks, kind, dur, k: Knobs, label):
 
 def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     """Every rank's events, and the facts planted: collective start times per index, step windows."""
-    ranks = [Rank(r) for r in range(k.ranks)]
+    ranks = [Rank(r, k.t0) for r in range(k.ranks)]
     facts = {"collective_ends": [], "steps": {}}
     for s in range(k.steps):
         n = 10 + s
@@ -128,8 +140,16 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                               "tid": 7, "ts": st, "dur": 300.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
                 rk.d = st + 300.0
                 rk.h += 15.0
+            for i in range(k.tiny_kernels):  # many tiny ops: the host's launch rate bounds the GPU
+                rk.launch("aten::add", ELEMENTWISE, 4.0, k)
+            if k.cub_in_ep_namespace:
+                rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
             for i in range(12):  # forward
                 rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
+                if i == 8 and k.long_host_op_ms:  # the host fell behind; one long op, the GPU drained
+                    rk.h = max(rk.h, rk.d)
+                    rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)
+                    rk.h += k.long_host_op_ms * 1000
                 rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
                 if i == 5 and k.blocking_copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
                     t = max(rk.h, rk.d)
@@ -145,14 +165,16 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
             rk.sync()  # splits to the host before the all_to_all
             if rk.r == k.stall_rank:
                 rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
-        facts["collective_ends"].append(_collective(ranks, "a2a", 2500.0, k, "nccl:all_to_all"))
+        facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
+                                                    "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
         for rk in ranks:
             for i in range(12):  # backward
                 rk.launch("aten::mm", GEMM[k.gemm], 4000.0 * scale, k)
                 rk.launch("aten::mul", ELEMENTWISE, 500.0 * scale, k)
         for b in range(3):
             facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
-        facts["collective_ends"].append(_collective(ranks, "a2a", 2000.0, k, "nccl:all_to_all"))
+        facts["collective_ends"].append(_collective(ranks, "combine" if k.deepep else "a2a", 2000.0, k,
+                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all"))
         for rk in ranks:
             for i in range(6):  # optimizer
                 rk.launch("aten::_foreach_add_", ELEMENTWISE, 300.0 * scale, k)
@@ -176,7 +198,10 @@ def _cut(rk: Rank, cut: float):
     rk.ev = kept
 
 
-def write(k: Knobs, folder: str) -> list[str]:
+def write(k: Knobs, folder: str, prefix: str = "planted") -> list[str]:
+    if k.runs > 1:
+        return [p for i in range(k.runs) for p in
+                write(replace(k, runs=1, t0=k.t0 + 180e6 * i), folder, f"{prefix}_run{i}")]
     ranks, _ = simulate(k)
     os.makedirs(folder, exist_ok=True)
     paths = []
@@ -185,7 +210,7 @@ def write(k: Knobs, folder: str) -> list[str]:
         doc = {"schemaVersion": 1, "deviceProperties": [dict(k.device, id=0)],
                "distributedInfo": {"backend": "nccl", "rank": rk.r, "world_size": k.ranks},
                "traceEvents": ev}
-        p = os.path.join(folder, f"planted_rank{rk.r}.pt.trace.json.gz")
+        p = os.path.join(folder, f"{prefix}_rank{rk.r}.pt.trace.json.gz")
         with gzip.open(p, "wt") as f:
             json.dump(doc, f)
         paths.append(p)
@@ -202,7 +227,8 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     for late_rank, by in ((1, 1), (3, 3), (2, 5)):
         out[f"late_capture_r{late_rank}_by{by}"] = (Knobs(late_rank=late_rank, late_by=by), {
             "problems": [{"id": "late_capture", "what": f"rank {late_rank}'s capture starts {by} collective(s) late",
-                          "any": [{"where": "issue", "text": r"late|lack|missing|capture|start", "rank": late_rank}]}],
+                          "any": [{"where": "any", "text": r"captur|lacks?\b|missing (the )?(first|leading)|(first|leading) collective",
+                                   "not_text": r"arriv", "rank": late_rank}]}],
             "silent": [{"id": "no_fake_straggler", "why": "every rank arrives together: no straggler, no skew",
                         "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
             "claims": [{"verdict": "wrong", "rules": ["stragglers"],
@@ -213,7 +239,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out["late_capture_twin"] = (Knobs(), {
         "problems": [],
         "silent": [{"id": "no_late_capture", "why": "all captures start together",
-                    "match": {"where": "issue", "text": r"late|lack|capture start"}},
+                    "match": {"where": "any", "text": r"captur\w* start|lacks?\b|(first|leading) collective", "not_text": r"arriv"}},
                    {"id": "no_fake_straggler", "why": "no straggler", "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
         "claims": []})
     out["host_stall_r2"] = (Knobs(stall_rank=2, stall_ms=30.0), {
@@ -286,6 +312,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "claims": [],
         "silent": [{"id": "no_fp32_finding", "why": "bf16 GEMMs on A100",
                     "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
+    out.update(more_scenarios())
     return out
 
 
@@ -294,3 +321,38 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
 PLANTED_COMMON = [
     {"verdict": "right", "rules": ["exposed_comm", "dp_overlap"], "why": "every collective is exposed by construction"},
 ]
+
+
+def more_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    """Long host op vs launch-bound, DeepEP kernels as communication, two runs in one folder."""
+    out = {}
+    out["long_host_op"] = (Knobs(long_host_op_ms=21.0), {
+        "problems": [{"id": "long_host_op", "what": "one 21 ms aten::split_with_sizes per step drains the GPU",
+                      "any": [{"where": "finding", "text": r"split_with_sizes", "min_severity": "medium"}]}],
+        "silent": [{"id": "no_compile_advice", "why": "one long host op: torch.compile/CUDA graphs do not remove it",
+                    "match": {"where": "finding", "text": r"torch\.compile|CUDA graph", "not_text": r"split_with_sizes"}}],
+        "claims": [{"verdict": "misleading", "rules": ["host_bound"], "not_text": r"split_with_sizes",
+                    "why": "the idle is one 21 ms host op, not launch overhead: name the op"},
+                   {"verdict": "right", "text": r"split_with_sizes", "why": "the op behind the idle"}],
+        "xfail": {"long_host_op": "host_bound does not name the op", "no_compile_advice": "torch.compile advised",
+                  "precision": "host_bound (misleading)"}})
+    out["launch_bound_twin"] = (Knobs(tiny_kernels=800), {
+        "problems": [{"id": "launch_bound", "what": "800 4-us kernels behind 30-us host ops: ~21 ms/step idle",
+                      "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
+        "silent": [], "claims": [{"verdict": "right", "rules": ["host_bound"], "why": "launch-bound by construction"}]})
+    out["deepep_comm"] = (Knobs(deepep=True), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "deepep_is_comm", "field": "comm_ms", "truth": "comm_ms_per_step", "tol": 0.1,
+                      "why": "dpsk::ep::internode dispatch/combine are communication, not compute"}]})
+    out["cub_lookalike_twin"] = (Knobs(cub_in_ep_namespace=True), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "cub_is_compute", "field": "comm_ms", "truth": "comm_ms_per_step", "tol": 0.1,
+                      "why": "cdpsk::ep::CUB_* is a scan (compute), not DeepEP"}]})
+    out["two_runs"] = (Knobs(runs=2), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "not_refused", "field": "refused", "equals": False,
+                      "why": "two complete runs of one job in a folder: analyse them, never refuse"},
+                     {"id": "step_time", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
+                      "why": "either run's step"}],
+        "xfail": {"not_refused": "refused: a rank appears in 2 files", "step_time": "refused"}})
+    return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from tests.expert import planted
 from tests.expert.expectations import REAL as REAL_EXP
 from tests.expert.judge import finding_view, issue_view, judge
+from tests.expert.truth import idle as truth_idle
 from tests.expert.truth import steps as truth_steps
 from tests.expert.truth.load import runs
 
@@ -27,8 +28,14 @@ REAL = ROOT.parent / "shared" / "fixtures" / "real"
 
 def truth_values(path: str) -> dict:
     """The numbers headlines are checked against, from the truth scripts: one value per run in the folder."""
-    meds = [truth_steps.summary(g)["median_ms"] for g in runs(path)]
-    return {"median_step_ms": [m for m in meds if m is not None]}
+    groups = runs(path)
+    meds = [truth_steps.summary(g)["median_ms"] for g in groups]
+    comm = []
+    for g in groups:
+        per = [v["comm_ms"] for t in g for v in truth_idle.per_step(t).values()]
+        if per:
+            comm.append(sum(per) / len(per))
+    return {"median_step_ms": [m for m in meds if m is not None], "comm_ms_per_step": comm}
 
 
 def run_llmdiag(path: str) -> dict:
@@ -41,10 +48,11 @@ def run_llmdiag(path: str) -> dict:
     except LlmdiagError as e:
         return {"findings": [], "issues": [{"kind": "issue", "id": "issue", "severity": "error", "ranks": [],
                                             "steps": [], "gain_ms": None, "text": str(e)}],
-                "headline": {"refused": True, "step_ms": None, "memory_peak_max": None}}
+                "headline": {"refused": True, "step_ms": None, "memory_peak_max": None, "comm_ms": None}}
     return {"findings": [finding_view(f) for f in a.findings], "issues": [issue_view(i) for i in a.issues],
             "headline": {"refused": False, "step_ms": a.aggregate.step_time_ms,
-                         "memory_peak_max": a.aggregate.memory_peak_max}}
+                         "memory_peak_max": a.aggregate.memory_peak_max,
+                         "comm_ms": sum(r.comm_ms for r in a.ranks) / len(a.ranks) if a.ranks else None}}
 
 
 def score_set(name: str, path: str, exp: dict) -> dict:
@@ -105,6 +113,33 @@ def _print(results: list[dict], title: str):
           f"{t['headline_ok']}/{t['headlines']}")
 
 
+def markdown(report: dict):
+    """The closing-note table: every finding on every set with its verdict and reason, then the totals."""
+    for k in ("real", "planted"):
+        if k not in report:
+            continue
+        print(f"\n| {k} set | finding (severity) | verdict | why |\n|---|---|---|---|")
+        for r in report[k]:
+            rows = r["findings"] or [{"rule": "(none)", "severity": "", "verdict": "", "why": ""}]
+            for f in rows:
+                sev = f" ({f['severity']})" if f["severity"] else ""
+                print(f"| {r['name']} | {f['rule']}{sev} | {f['verdict']} | {f['why']} |")
+            missed = [p["id"] for p in r["problems"] if not p["found"]]
+            fired = [s["id"] for s in r["silent"] if not s["kept"]]
+            off = [h["id"] for h in r["headline"] if not h["ok"]]
+            if missed or fired or off:
+                print(f"| {r['name']} | missed: {', '.join(missed) or '-'}; twins fired: {', '.join(fired) or '-'};"
+                      f" headlines off: {', '.join(off) or '-'} | | |")
+    print("\n| corpus | precision | right / judged | wrong | misleading | unverified | recall | found / present |"
+          " silent kept | headlines ok |\n|---|---|---|---|---|---|---|---|---|---|")
+    for k, t in report["totals"].items():
+        p = "n/a" if t["precision"] is None else f"{t['precision']:.2f}"
+        rc = "n/a" if t["recall"] is None else f"{t['recall']:.2f}"
+        print(f"| {k} | {p} | {t['right']} / {t['judged']} | {t['wrong']} | {t['misleading']} | {t['unverified']} |"
+              f" {rc} | {t['found']} / {t['problems']} | {t['silent_kept']} / {t['silent']} |"
+              f" {t['headline_ok']} / {t['headlines']} |")
+
+
 def _use_llmdiag(argv: list[str]) -> list[str]:
     """`--llmdiag DIR` (or LLMDIAG_SRC=DIR): judge the llmdiag in DIR (another worktree) with this corpus. The
     corpus' own modules are imported already, so putting DIR first only decides where `diagnose` comes from."""
@@ -139,6 +174,8 @@ def main(argv: list[str]) -> int:
     if as_json:
         json.dump(report, sys.stdout, indent=1, default=str)
         print()
+    elif "--markdown" in argv:
+        markdown(report)
     else:
         for k in ("real", "planted"):
             if k in report:

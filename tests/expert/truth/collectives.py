@@ -12,8 +12,10 @@ import re
 
 import numpy as np
 
-COMM = re.compile(r"nccl|rccl|multimem_all_reduce|cross_device_reduce|dpsk::ep::|deep_ep|"
-                  r"one_shot_all_reduce|two_shot_all_reduce", re.I)
+COMM = re.compile(r"nccl|rccl|multimem_all_reduce|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|"
+                  r"(?<![\w])(?:dpsk::ep|deep_ep)::(?:internode|intranode|internode_ll)::", re.I)
+# DeepEP's transfer kernels only: `dpsk::ep::cuda::get_dispatch_layout` is a local computation, and CUB
+# kernels in a `cdpsk::ep::` namespace are compute that a substring match would take for DeepEP.
 
 
 def kind(name: str) -> str:
@@ -21,8 +23,8 @@ def kind(name: str) -> str:
     m = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
     if m:
         return m.group(1)
-    m = re.search(r"dpsk::ep::\w*?(\w+)", name)
-    return m.group(0) if m else name.split("(")[0][:60]
+    m = re.search(r"(?:dpsk::ep|deep_ep)::\w+::(\w+)", name)
+    return m.group(1) if m else name.split("(")[0][:60]
 
 
 def comm_kernels(t) -> list[tuple[str, float, float]]:
