@@ -51,7 +51,8 @@ def _torchrec(outlier: int, late: list[int], lead_ms: tuple[float, float], stall
          "why": f"rank 2 holds the others {lead_ms[0]:g}-{lead_ms[1]:g} ms/step by completion-time pairing; "
                 "the claimed waiting comes from pairing a late capture's collectives by position"},
         {"verdict": "misleading", "text": r"uneven work", "not_text": r"host", "rank": 2,
-         "why": "rank 2 has less GPU work than its peers; it stalls on the host with no profiled op"},
+         "why": "rank 2 has no more GPU compute than its peers (362 vs 382-385 ms in _3); it stalls on the host "
+                "with no profiled op"},
         {"verdict": "right", "text": STRAGGLER + "|" + HOST_STALL, "rank": 2, "why": "rank 2 is the straggler"},
         {"verdict": "wrong", "rules": ["stragglers"], "why": "the only straggler is rank 2"},
         {"verdict": "misleading", "text": NO_CACHING,
