@@ -17,6 +17,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 
+MI300X = {"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4, "totalGlobalMem": 206141652992}
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 85899345920}
 V100 = {"name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16945709056}
 GEMM = {"bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
@@ -54,20 +55,30 @@ class Knobs:
     cub_in_ep_namespace: bool = False  # a compute kernel in the look-alike `cdpsk::ep::` namespace
     t0: float = T0
     runs: int = 1                      # complete runs of the job written into one folder, 180 s apart
+    rt: str = "cuda"                   # runtime API prefix ("hip" on ROCm: hipLaunchKernel, hipMemcpyWithStream)
+    copy_once_ms: float = 0.0          # ONE blocking copy of this length, in step #12 only
+    flush_step: int | None = None      # allocator on, but this step frees the cache: 25 cudaFree + 9 cudaMalloc
+    with_stack: bool = False           # python_function events around every host op (with_stack=True)
+    cpu_memory_events: bool = False    # [memory] events of CPU allocations only (Device Type 0)
 
 
 class Rank:
-    def __init__(self, r: int, t0: float = T0):
-        self.r, self.ev, self.corr = r, [], 1000 * (r + 1)
+    def __init__(self, r: int, t0: float = T0, rt: str = "cuda", with_stack: bool = False):
+        self.r, self.ev, self.corr, self.rt, self.stack = r, [], 1000 * (r + 1), rt, with_stack
         self.h = t0  # host cursor
         self.d = t0  # device cursor (compute stream)
 
     def cpu(self, name, ts, dur, cat="cpu_op"):
+        if self.stack and cat == "cpu_op":
+            self.ev.append({"ph": "X", "cat": "python_function", "name": "train.py(42): step", "pid": 100 + self.r,
+                            "tid": 100 + self.r, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
                         "ts": ts, "dur": dur, "args": {}})
 
     def runtime(self, name, ts, dur, corr=None):
         a = {"correlation": corr} if corr is not None else {}
+        if self.rt != "cuda":
+            name = "hipMemcpyWithStream" if name == "cudaMemcpy" else name.replace("cuda", self.rt, 1)
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
                         "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
 
@@ -119,7 +130,7 @@ def _collective(ranks, kind, dur, k: Knobs, label):
 
 def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     """Every rank's events, and the facts planted: collective start times per index, step windows."""
-    ranks = [Rank(r, k.t0) for r in range(k.ranks)]
+    ranks = [Rank(r, k.t0, k.rt, k.with_stack) for r in range(k.ranks)]
     facts = {"collective_ends": [], "steps": {}}
     for s in range(k.steps):
         n = 10 + s
@@ -128,7 +139,13 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
         for rk in ranks:
             rk.h = max(rk.h, rk.d) + 50.0
             starts[rk.r] = rk.h
-            if k.alloc_on:
+            if k.cpu_memory_events:
+                for j in range(4):
+                    rk.ev.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
+                                  "pid": 100 + rk.r, "tid": 100 + rk.r, "ts": rk.h + j,
+                                  "args": {"Total Reserved": 0, "Total Allocated": 8 * (j % 2), "Bytes": 8 - 16 * (j % 2),
+                                           "Device Id": -1, "Device Type": 0, "Addr": 1000 + rk.r}})
+            if k.alloc_on or k.flush_step is not None:
                 for _ in range(3):
                     rk.runtime("cudaMalloc", rk.h, 120.0)
                     rk.h += 125.0
@@ -151,11 +168,20 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                     rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)
                     rk.h += k.long_host_op_ms * 1000
                 rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
-                if i == 5 and k.blocking_copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
+                if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
+                    rk.h = max(rk.h, rk.d)
+                    for _ in range(25):
+                        rk.runtime("cudaFree", rk.h, 3000.0)
+                        rk.h += 3005.0
+                    for _ in range(9):
+                        rk.runtime("cudaMalloc", rk.h, 4000.0)
+                        rk.h += 4005.0
+                copy_ms = k.blocking_copy_ms or (k.copy_once_ms if s == 2 else 0.0)
+                if i == 5 and copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
                     t = max(rk.h, rk.d)
-                    rk.cpu("aten::copy_", rk.h, t - rk.h + k.blocking_copy_ms * 1000 + 10)
-                    rk.runtime("cudaMemcpy", rk.h, t - rk.h + k.blocking_copy_ms * 1000)
-                    rk.h = t + k.blocking_copy_ms * 1000
+                    rk.cpu("aten::copy_", rk.h, t - rk.h + copy_ms * 1000 + 10)
+                    rk.runtime("cudaMemcpy", rk.h, t - rk.h + copy_ms * 1000)
+                    rk.h = t + copy_ms * 1000
                     rk.corr += 1
                     rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
                                   "pid": 0, "tid": 7, "ts": rk.h - 300.0, "dur": 250.0,
@@ -215,144 +241,3 @@ def write(k: Knobs, folder: str, prefix: str = "planted") -> list[str]:
             json.dump(doc, f)
         paths.append(p)
     return paths
-
-
-# ---- the scenarios: (name, knobs, expectations). Expectation format: tests/expert/expectations.py ----
-
-STRAGGLER_TEXT = r"straggl|arriv\w* last|late"
-
-
-def scenarios() -> dict[str, tuple[Knobs, dict]]:
-    out = {}
-    for late_rank, by in ((1, 1), (3, 3), (2, 5)):
-        out[f"late_capture_r{late_rank}_by{by}"] = (Knobs(late_rank=late_rank, late_by=by), {
-            "problems": [{"id": "late_capture", "what": f"rank {late_rank}'s capture starts {by} collective(s) late",
-                          "any": [{"where": "any", "text": r"captur|lacks?\b|missing (the )?(first|leading)|(first|leading) collective",
-                                   "not_text": r"arriv", "rank": late_rank}]}],
-            "silent": [{"id": "no_fake_straggler", "why": "every rank arrives together: no straggler, no skew",
-                        "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
-            "claims": [{"verdict": "wrong", "rules": ["stragglers"],
-                        "why": "no rank is late: skew from pairing a late capture by position"}],
-            "xfail": dict({"late_capture": "no issue names a late-starting capture"},
-                          **({} if by == 1 else {"no_fake_straggler": "positional pairing: fake straggler",
-                                                 "precision": "a fake straggler (high)"}))})
-    out["late_capture_twin"] = (Knobs(), {
-        "problems": [],
-        "silent": [{"id": "no_late_capture", "why": "all captures start together",
-                    "match": {"where": "any", "text": r"captur\w* start|lacks?\b|(first|leading) collective", "not_text": r"arriv"}},
-                   {"id": "no_fake_straggler", "why": "no straggler", "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
-        "claims": []})
-    out["host_stall_r2"] = (Knobs(stall_rank=2, stall_ms=30.0), {
-        "problems": [{"id": "host_stall", "what": "rank 2 stalls 30 ms per step on the host, nothing profiled",
-                      "any": [{"where": "finding", "text": STRAGGLER_TEXT + r"|stall", "rank": 2, "min_severity": "medium"}]}],
-        "silent": [],
-        "claims": [{"verdict": "misleading", "text": r"uneven work", "not_text": r"host", "rank": 2,
-                    "why": "rank 2's GPU work is the same as its peers': the time is a host stall with no op"},
-                   {"verdict": "wrong", "rules": ["stragglers"], "rank": 2, "gain_ms": [10.0, 70.0], "gain_outside": True,
-                    "why": "rank 2 imposes ~30 ms per step"},
-                   {"verdict": "right", "text": STRAGGLER_TEXT + r"|stall", "rank": 2, "why": "rank 2 holds the others ~30 ms/step"},
-                   {"verdict": "unverified", "rules": ["exposed_comm", "dp_overlap"],
-                    "why": "the others' all_to_all time is waiting for rank 2 (counted once, under the straggler)"}],
-        "xfail": {"host_stall": "one stall per step before one collective of five: no finding"}})
-    out["host_stall_twin"] = (Knobs(), {
-        "problems": [], "claims": [],
-        "silent": [{"id": "no_straggler", "why": "no rank stalls", "match": {"where": "finding", "text": STRAGGLER_TEXT}}]})
-    out["blocking_copy"] = (Knobs(blocking_copy_ms=40.0), {
-        "problems": [{"id": "blocking_copy", "what": "a 40 ms blocking cudaMemcpy per step idles the GPU",
-                      "any": [{"where": "finding", "text": r"cudaMemcpy\b|blocking cop|pageable|pin_memory|pinned",
-                               "min_severity": "medium"}]}],
-        "silent": [{"id": "not_launch_bound", "why": "the idle is a blocking copy, not kernel launches",
-                    "match": {"where": "finding", "text": r"torch\.compile|CUDA graph"}}],
-        "claims": [{"verdict": "misleading", "rules": ["host_bound"],
-                    "why": "the GPU waits for a blocking copy, not for launches"},
-                   {"verdict": "right", "text": r"cudaMemcpy\b|blocking cop|pageable|pin", "why": "the blocking copy"}],
-        "xfail": {"blocking_copy": "the copy's idle is called host-bound", "not_launch_bound": "host_bound fires",
-                  "precision": "host_bound (high) with launch advice"}})
-    out["blocking_copy_twin"] = (Knobs(async_copy=True), {
-        "problems": [], "claims": [],
-        "silent": [{"id": "no_copy_finding", "why": "a 0.3 ms pinned async copy under a busy GPU",
-                    "match": {"where": "finding", "text": r"cudaMemcpy|blocking|memcpy"}}]})
-    out["outlier_step"] = (Knobs(outlier_step=2), {
-        "problems": [{"id": "outlier_step", "what": "step #12 runs 3x the others",
-                      "any": [{"where": "any", "text": r"outlier|slow(est)? step|#12|step 12", "step": 12}]}],
-        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "one 3x step must not move the step time reported for the job"}],
-        "silent": [], "claims": [],
-        "xfail": {"outlier_step": "no finding or issue names the outlier step",
-                  "step_time_median": "the mean over the outlier is reported"}})
-    out["outlier_step_twin"] = (Knobs(), {
-        "problems": [], "claims": [],
-        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "uniform steps"}],
-        "silent": [{"id": "no_outlier", "why": "uniform steps", "match": {"where": "any", "text": r"outlier"}}]})
-    out["allocator_off"] = (Knobs(alloc_off=True), {
-        "problems": [{"id": "allocator_off", "what": "cudaMalloc/cudaFree around every kernel (caching off)",
-                      "any": [{"where": "finding", "text": r"cudaFree|cudaMalloc|allocat", "min_severity": "medium"}]}],
-        "silent": [],
-        "claims": [{"verdict": "right", "text": r"cudaFree|cudaMalloc|allocat", "why": "allocator off, GPU idle in cudaFree"},
-                   {"verdict": "misleading", "text": r"torch\.compile|CUDA graph",
-                    "why": "the idle is cudaFree's device sync, not launches"}]})
-    out["allocator_on_twin"] = (Knobs(alloc_on=True), {
-        "problems": [], "claims": [],
-        "silent": [{"id": "no_allocator_off_advice", "why": "3 cached cudaMalloc per step: the allocator is on",
-                    "match": {"where": "finding", "text": r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING|allocator"}}]})
-    out["fp32_v100"] = (Knobs(device=dict(V100), gemm="fp32"), {
-        "problems": [{"id": "fp32_gemm_v100", "what": "fp32 volta_sgemm GEMMs are most of the compute on V100",
-                      "any": [{"where": "finding", "text": r"fp32|sgemm|float32|single.precision", "min_severity": "medium"}]}],
-        "silent": [],
-        "claims": [{"verdict": "wrong", "text": r"bfloat16|bf16|tf32", "not_text": r"fp16|float16|half",
-                    "why": "V100 has no bf16 or TF32 tensor cores: fp16 autocast is the advice"},
-                   {"verdict": "right", "text": r"fp32|sgemm|float32", "why": "fp32 GEMMs on a V100"}],
-        "xfail": {"fp32_gemm_v100": "fp32_gemm fires only on compute >= 8.0"}})
-    out["fp16_v100_twin"] = (Knobs(device=dict(V100), gemm="fp16"), {
-        "problems": [], "claims": [],
-        "silent": [{"id": "no_fp32_finding", "why": "fp16 h884 tensor-core GEMMs",
-                    "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
-    out["bf16_a100_twin"] = (Knobs(), {
-        "problems": [], "claims": [],
-        "silent": [{"id": "no_fp32_finding", "why": "bf16 GEMMs on A100",
-                    "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
-    out.update(more_scenarios())
-    return out
-
-
-# True of every planted job by construction: no communication overlaps compute (the compute stream waits
-# for each collective), ~12 % of the step; the step's end syncs once (loss.item()).
-PLANTED_COMMON = [
-    {"verdict": "right", "rules": ["exposed_comm", "dp_overlap"], "why": "every collective is exposed by construction"},
-]
-
-
-def more_scenarios() -> dict[str, tuple[Knobs, dict]]:
-    """Long host op vs launch-bound, DeepEP kernels as communication, two runs in one folder."""
-    out = {}
-    out["long_host_op"] = (Knobs(long_host_op_ms=21.0), {
-        "problems": [{"id": "long_host_op", "what": "one 21 ms aten::split_with_sizes per step drains the GPU",
-                      "any": [{"where": "finding", "text": r"split_with_sizes", "min_severity": "medium"}]}],
-        "silent": [{"id": "no_compile_advice", "why": "one long host op: torch.compile/CUDA graphs do not remove it",
-                    "match": {"where": "finding", "text": r"torch\.compile|CUDA graph", "not_text": r"split_with_sizes"}}],
-        "claims": [{"verdict": "misleading", "rules": ["host_bound"], "not_text": r"split_with_sizes",
-                    "why": "the idle is one 21 ms host op, not launch overhead: name the op"},
-                   {"verdict": "right", "text": r"split_with_sizes", "why": "the op behind the idle"}],
-        "xfail": {"long_host_op": "host_bound does not name the op", "no_compile_advice": "torch.compile advised",
-                  "precision": "host_bound (misleading)"}})
-    out["launch_bound_twin"] = (Knobs(tiny_kernels=800), {
-        "problems": [{"id": "launch_bound", "what": "800 4-us kernels behind 30-us host ops: ~21 ms/step idle",
-                      "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
-        "silent": [], "claims": [{"verdict": "right", "rules": ["host_bound"], "why": "launch-bound by construction"}]})
-    out["deepep_comm"] = (Knobs(deepep=True), {
-        "problems": [], "silent": [], "claims": [],
-        "headline": [{"id": "deepep_is_comm", "field": "comm_ms", "truth": "comm_ms_per_step", "tol": 0.1,
-                      "why": "dpsk::ep::internode dispatch/combine are communication, not compute"}]})
-    out["cub_lookalike_twin"] = (Knobs(cub_in_ep_namespace=True), {
-        "problems": [], "silent": [], "claims": [],
-        "headline": [{"id": "cub_is_compute", "field": "comm_ms", "truth": "comm_ms_per_step", "tol": 0.1,
-                      "why": "cdpsk::ep::CUB_* is a scan (compute), not DeepEP"}]})
-    out["two_runs"] = (Knobs(runs=2), {
-        "problems": [], "silent": [], "claims": [],
-        "headline": [{"id": "not_refused", "field": "refused", "equals": False,
-                      "why": "two complete runs of one job in a folder: analyse them, never refuse"},
-                     {"id": "step_time", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "either run's step"}],
-        "xfail": {"not_refused": "refused: a rank appears in 2 files", "step_time": "refused"}})
-    return out

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.expert import planted
+from tests.expert import planted, planted_cases
 from tests.expert.expectations import REAL as REAL_EXP
 from tests.expert.judge import finding_view, issue_view, judge
 from tests.expert.truth import idle as truth_idle
@@ -68,10 +68,10 @@ def real_sets() -> dict[str, str]:
 
 def planted_sets(folder: str) -> dict[str, tuple[str, dict]]:
     out = {}
-    for name, (knobs, exp) in planted.scenarios().items():
+    for name, (knobs, exp) in planted_cases.scenarios().items():
         d = os.path.join(folder, name)
         planted.write(knobs, d)
-        exp = dict(exp, claims=exp.get("claims", []) + planted.PLANTED_COMMON)
+        exp = dict(exp, claims=exp.get("claims", []) + planted_cases.PLANTED_COMMON)
         out[name] = (d, exp)
     return out
 

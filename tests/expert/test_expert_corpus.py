@@ -13,7 +13,7 @@ import functools
 
 import pytest
 
-from tests.expert import planted
+from tests.expert import planted, planted_cases
 from tests.expert.expectations import REAL as REAL_EXP
 from tests.expert.score import REAL, score_set
 
@@ -27,10 +27,10 @@ def _real(name: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _planted(name: str) -> dict:
-    knobs, exp = planted.scenarios()[name]
+    knobs, exp = planted_cases.scenarios()[name]
     folder = _TMP[0] / name
     planted.write(knobs, str(folder))
-    return score_set(name, str(folder), dict(exp, claims=exp.get("claims", []) + planted.PLANTED_COMMON))
+    return score_set(name, str(folder), dict(exp, claims=exp.get("claims", []) + planted_cases.PLANTED_COMMON))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,7 +77,7 @@ def test_real(name, kind, cid):
     _check(_real(name), kind, cid)
 
 
-@pytest.mark.parametrize("name,kind,cid", _cases({n: e for n, (_, e) in planted.scenarios().items()}, False))
+@pytest.mark.parametrize("name,kind,cid", _cases({n: e for n, (_, e) in planted_cases.scenarios().items()}, False))
 def test_planted(name, kind, cid):
     _check(_planted(name), kind, cid)
 
