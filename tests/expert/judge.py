@@ -7,6 +7,7 @@ A matcher is a dict of conditions, all of which must hold:
   not_text   regex that must NOT be found there
   rank       the finding names this rank (evidence ranks, or "rank R" in its text; an issue's rank)
   not_rank   it names none of these ranks
+  ranks_beyond  its evidence ranks include one outside this list
   step       the finding names this step (evidence steps, or "#S" / "step S" in its text)
   min_severity  "high" / "medium" / "low" (findings only)
   gain_ms    [lo, hi]: the finding's gain per step lies inside (or outside, with gain_outside: true)
@@ -55,6 +56,8 @@ def matches(m: dict, item: dict, default_where: str = "finding") -> bool:
     if "rank" in m and not _names_rank(item, m["rank"]):
         return False
     if "not_rank" in m and any(_names_rank(item, r) for r in m["not_rank"]):
+        return False
+    if "ranks_beyond" in m and not set(item["ranks"]) - set(m["ranks_beyond"]):
         return False
     if "step" in m and not _names_step(item, m["step"]):
         return False
