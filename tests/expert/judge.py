@@ -1,0 +1,123 @@
+"""Judging llmdiag's output against the expectations (tests/expert/expectations.py, tests/expert/planted.py).
+
+A matcher is a dict of conditions, all of which must hold:
+  where      "finding" (default for claims), "issue", or "any"
+  rules      the finding's rule id is one of these
+  text       regex (case-insensitive) found in the finding's title + evidence + action + gain, or the issue
+  not_text   regex that must NOT be found there
+  rank       the finding names this rank (evidence ranks, or "rank R" in its text; an issue's rank)
+  not_rank   it names none of these ranks
+  ranks_beyond  its evidence ranks include one outside this list
+  step       the finding names this step (evidence steps, or "#S" / "step S" in its text)
+  min_severity  "high" / "medium" / "low" (findings only)
+  gain_ms    [lo, hi]: the finding's gain per step lies inside (or outside, with gain_outside: true)
+Claims are matchers with a verdict (right / wrong / misleading / unverified) and a why; the first claim that
+matches a finding gives its verdict. A high/medium finding no claim matches is `wrong`: nothing in the
+corpus says it is true.
+"""
+
+from __future__ import annotations
+
+import re
+
+SEV = {"high": 0, "medium": 1, "low": 2}
+
+
+def finding_view(f) -> dict:
+    ev = f.evidence
+    return {"kind": "finding", "id": f.id, "severity": f.severity, "ranks": list(ev.ranks or []),
+            "steps": list(ev.steps or []), "gain_ms": f.gain_ms,
+            "text": " | ".join([f.title, ev.text, f.action, f.expected_gain])}
+
+
+def issue_view(i) -> dict:
+    return {"kind": "issue", "id": "issue", "severity": i.severity, "ranks": [i.rank] if i.rank is not None else [],
+            "steps": [], "gain_ms": None, "text": i.message}
+
+
+def _names_rank(item, r: int) -> bool:
+    return r in item["ranks"] or re.search(rf"\branks? {r}\b|\branks? [\d, ]*\b{r}\b", item["text"]) is not None
+
+
+def _names_step(item, s: int) -> bool:
+    return s in item["steps"] or re.search(rf"#{s}\b|\bsteps? {s}\b", item["text"]) is not None
+
+
+def matches(m: dict, item: dict, default_where: str = "finding") -> bool:
+    where = m.get("where", default_where)
+    if where != "any" and item["kind"] != where:
+        return False
+    if "rules" in m and item["id"] not in m["rules"]:
+        return False
+    if "text" in m and not re.search(m["text"], item["text"], re.I):
+        return False
+    if "not_text" in m and re.search(m["not_text"], item["text"], re.I):
+        return False
+    if "rank" in m and not _names_rank(item, m["rank"]):
+        return False
+    if "not_rank" in m and any(_names_rank(item, r) for r in m["not_rank"]):
+        return False
+    if "ranks_beyond" in m and not set(item["ranks"]) - set(m["ranks_beyond"]):
+        return False
+    if "step" in m and not _names_step(item, m["step"]):
+        return False
+    if "min_severity" in m and item["kind"] == "finding" and SEV[item["severity"]] > SEV[m["min_severity"]]:
+        return False
+    if "gain_ms" in m:
+        g = item["gain_ms"]
+        inside = g is not None and m["gain_ms"][0] <= g <= m["gain_ms"][1]
+        if inside == bool(m.get("gain_outside")):
+            return False
+    return True
+
+
+def verdict(item: dict, claims: list[dict]) -> tuple[str, str]:
+    for c in claims:
+        if matches(c, item):
+            return c["verdict"], c["why"]
+    return "wrong", "no expectation in the corpus says this is true"
+
+
+def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, truth: dict) -> dict:
+    """One set: every finding with its verdict, problems found, silent twins kept, headline checks."""
+    items = findings + issues
+    rows = []
+    for f in findings:
+        v, why = verdict(f, exp.get("claims", []) + COMMON_CLAIMS)
+        rows.append({"rule": f["id"], "severity": f["severity"], "verdict": v, "why": why,
+                     "scored": f["severity"] in ("high", "medium"), "text": f["text"][:240]})
+    problems = []
+    for p in exp.get("problems", []):
+        hit = next((it for it in items for m in p["any"] if matches(m, it, "finding")), None)
+        problems.append({"id": p["id"], "what": p["what"], "found": hit is not None,
+                         "by": (hit["id"] if hit else None)})
+    silent = []
+    for s in exp.get("silent", []):
+        hit = next((it for it in items if matches(s["match"], it, "finding")), None)
+        silent.append({"id": s["id"], "kept": hit is None, "why": s["why"], "fired": hit["id"] if hit else None})
+    heads = []
+    for h in exp.get("headline", []):
+        heads.append(_headline(h, headline, truth))
+    scored = [r for r in rows if r["scored"]]
+    return {"findings": rows, "problems": problems, "silent": silent, "headline": heads,
+            "right": sum(r["verdict"] == "right" for r in scored),
+            "wrong": sum(r["verdict"] == "wrong" for r in scored),
+            "misleading": sum(r["verdict"] == "misleading" for r in scored),
+            "unverified": sum(r["verdict"] == "unverified" for r in scored)}
+
+
+def _headline(h: dict, headline: dict, truth: dict) -> dict:
+    got = headline.get(h["field"])
+    if "equals" in h:
+        ok = got == h["equals"]
+        return {"id": h["id"], "ok": ok, "got": got, "want": h["equals"], "why": h["why"]}
+    if "not_in" in h:
+        ok = got not in h["not_in"]
+        return {"id": h["id"], "ok": ok, "got": got, "want": f"not {h['not_in']}", "why": h["why"]}
+    want = truth.get(h["truth"]) if "truth" in h else h["value"]
+    wants = want if isinstance(want, list) else [want]
+    ok = got is not None and any(w is not None and abs(got - w) <= h["tol"] * w for w in wants)
+    return {"id": h["id"], "ok": ok, "got": got, "want": wants, "tol": h["tol"], "why": h["why"]}
+
+
+COMMON_CLAIMS: list[dict] = []  # every set lists its own claims (planted sets add PLANTED_COMMON)

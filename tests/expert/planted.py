@@ -1,0 +1,243 @@
+"""Planted corpus: small 4-rank Kineto traces with one known problem each, and a silent twin of each.
+
+Written for the expert corpus only (independent of tests/gen_*.py and of llmdiag): a tiny event simulation
+places every host op, runtime call and kernel, so what was planted is known exactly, and each scenario
+carries its own expectations in the same format as the real sets (tests/expert/expectations.py).
+
+The job: 4 ranks, 5 ProfilerSteps; per step a forward (GEMMs + elementwise), an all_to_all
+(`ncclDevKernel_SendRecv`) preceded by a host sync (as TorchRec's splits), a backward, three DDP
+all-reduces, an optimizer. Collectives end together on every rank: start = the rank's arrival, end = the
+last arrival + the transfer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field, replace
+
+MI300X = {"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4, "totalGlobalMem": 206141652992}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 85899345920}
+V100 = {"name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16945709056}
+GEMM = {"bf16": "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
+        "fp32": "volta_sgemm_128x64_tn", "fp16": "volta_h884gemm_128x128_ldg8_nn"}
+ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+               "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+NCCL = {"a2a": "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+        "ar": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+        # DeepEP as DeepSeek's published profile (deepseek-ai/profile-data train.json) names its kernels
+        "dispatch": "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*, float*, int*)",
+        "combine": "void dpsk::ep::internode::combine<true, 8, 8, 2>(int4*, float*, bool const*, int4 const*)"}
+CUB_LOOKALIKE = ("void cdpsk::ep::CUB_DeviceScanKernel<cdpsk::ep::CUB_DeviceScanPolicy<int>::Policy600, int*, int*>"
+                 "(int*, int*, int)")  # a CUB scan in a namespace that contains `dpsk::ep::`: compute
+T0 = 1_700_000_000_000_000.0  # us
+
+
+@dataclass
+class Knobs:
+    device: dict = field(default_factory=lambda: dict(A100))
+    gemm: str = "bf16"
+    ranks: int = 4
+    steps: int = 5
+    late_rank: int | None = None       # capture starts late on this rank
+    late_by: int = 0                   # ... lacking this many leading collectives
+    stall_rank: int | None = None      # host stall with no profiled op before the all_to_all
+    stall_ms: float = 0.0
+    blocking_copy_ms: float = 0.0      # a blocking cudaMemcpy (pageable) per step on every rank
+    async_copy: bool = False           # twin: a short cudaMemcpyAsync from pinned memory
+    outlier_step: int | None = None    # this step's kernels run 3x longer
+    alloc_off: bool = False            # caching allocator off: cudaMalloc/cudaFree around every kernel
+    alloc_on: bool = False             # allocator on: 3 cudaMalloc per step (a warm cache)
+    long_host_op_ms: float = 0.0       # one long host op (aten::split_with_sizes) mid-forward, GPU drained
+    tiny_kernels: int = 0              # launch-bound: this many 4 us kernels behind 30 us host ops per step
+    deepep: bool = False               # the all_to_all is DeepEP (dpsk::ep::internode dispatch/combine)
+    cub_in_ep_namespace: bool = False  # a compute kernel in the look-alike `cdpsk::ep::` namespace
+    t0: float = T0
+    runs: int = 1                      # complete runs of the job written into one folder, 180 s apart
+    rt: str = "cuda"                   # runtime API prefix ("hip" on ROCm: hipLaunchKernel, hipMemcpyWithStream)
+    copy_once_ms: float = 0.0          # ONE blocking copy of this length, in step #12 only
+    flush_step: int | None = None      # allocator on, but this step frees the cache: 25 cudaFree + 9 cudaMalloc
+    with_stack: bool = False           # python_function events around every host op (with_stack=True)
+    cpu_memory_events: bool = False    # [memory] events of CPU allocations only (Device Type 0)
+
+
+class Rank:
+    def __init__(self, r: int, t0: float = T0, rt: str = "cuda", with_stack: bool = False):
+        self.r, self.ev, self.corr, self.rt, self.stack = r, [], 1000 * (r + 1), rt, with_stack
+        self.h = t0  # host cursor
+        self.d = t0  # device cursor (compute stream)
+
+    def cpu(self, name, ts, dur, cat="cpu_op"):
+        if self.stack and cat == "cpu_op":
+            self.ev.append({"ph": "X", "cat": "python_function", "name": "train.py(42): step", "pid": 100 + self.r,
+                            "tid": 100 + self.r, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
+                        "ts": ts, "dur": dur, "args": {}})
+
+    def runtime(self, name, ts, dur, corr=None):
+        a = {"correlation": corr} if corr is not None else {}
+        if self.rt != "cuda":
+            name = "hipMemcpyWithStream" if name == "cudaMemcpy" else name.replace("cuda", self.rt, 1)
+        self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
+                        "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
+
+    def kernel(self, name, ts, dur, stream=7, cat="kernel"):
+        self.corr += 1
+        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h, 8.0, self.corr)
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                        "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
+
+    def launch(self, op, name, dur, k: Knobs):
+        """A host op launching one kernel on the compute stream, the host running ahead of the device."""
+        if k.alloc_off:
+            self.runtime("cudaMalloc", self.h, 30.0)
+            self.h += 35.0
+        self.cpu(op, self.h, 25.0)
+        start = max(self.d, self.h + 10.0)
+        self.kernel(name, start, dur)
+        self.d = start + dur
+        self.h += 30.0
+        if k.alloc_off:  # cudaFree synchronises the device: the host waits for the queue, then frees
+            self.h = max(self.h, self.d)
+            self.runtime("cudaFree", self.h, 160.0)
+            self.h += 165.0
+
+    def sync(self):
+        t = max(self.h, self.d)
+        self.runtime("cudaStreamSynchronize", self.h, t - self.h + 5.0)
+        self.h = t + 5.0
+
+
+def _collective(ranks, kind, dur, k: Knobs, label):
+    arrive = {}
+    for rk in ranks:
+        rk.cpu(label, rk.h, 40.0)
+        if kind in ("a2a", "ar"):  # DeepEP launches through pybind: no c10d host op above its kernels
+            rk.cpu("record_param_comms", rk.h + 2, 30.0)
+        arrive[rk.r] = max(rk.d, rk.h + 15.0)
+    end = max(arrive.values()) + dur
+    for rk in ranks:
+        rk.corr += 1
+        rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
+        rk.ev.append({"ph": "X", "cat": "kernel", "name": NCCL[kind], "pid": 0, "tid": 20, "ts": arrive[rk.r],
+                      "dur": end - arrive[rk.r], "args": {"device": 0, "stream": 20, "correlation": rk.corr,
+                                                          "External id": rk.corr}})
+        rk.d = end  # the compute stream waits for the collective (wait_tensor)
+        rk.h += 45.0
+    return end
+
+
+def simulate(k: Knobs) -> tuple[list[Rank], dict]:
+    """Every rank's events, and the facts planted: collective start times per index, step windows."""
+    ranks = [Rank(r, k.t0, k.rt, k.with_stack) for r in range(k.ranks)]
+    facts = {"collective_ends": [], "steps": {}}
+    for s in range(k.steps):
+        n = 10 + s
+        scale = 3.0 if s == k.outlier_step else 1.0
+        starts = {}
+        for rk in ranks:
+            rk.h = max(rk.h, rk.d) + 50.0
+            starts[rk.r] = rk.h
+            if k.cpu_memory_events:
+                for j in range(4):
+                    rk.ev.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
+                                  "pid": 100 + rk.r, "tid": 100 + rk.r, "ts": rk.h + j,
+                                  "args": {"Total Reserved": 0, "Total Allocated": 8 * (j % 2), "Bytes": 8 - 16 * (j % 2),
+                                           "Device Id": -1, "Device Type": 0, "Addr": 1000 + rk.r}})
+            if k.alloc_on or k.flush_step is not None:
+                for _ in range(3):
+                    rk.runtime("cudaMalloc", rk.h, 120.0)
+                    rk.h += 125.0
+            if k.async_copy:
+                rk.corr += 1
+                rk.runtime("cudaMemcpyAsync", rk.h, 12.0, rk.corr)
+                st = max(rk.d, rk.h + 10)
+                rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+                              "tid": 7, "ts": st, "dur": 300.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+                rk.d = st + 300.0
+                rk.h += 15.0
+            for i in range(k.tiny_kernels):  # many tiny ops: the host's launch rate bounds the GPU
+                rk.launch("aten::add", ELEMENTWISE, 4.0, k)
+            if k.cub_in_ep_namespace:
+                rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
+            for i in range(12):  # forward
+                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
+                if i == 8 and k.long_host_op_ms:  # the host fell behind; one long op, the GPU drained
+                    rk.h = max(rk.h, rk.d)
+                    rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)
+                    rk.h += k.long_host_op_ms * 1000
+                rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
+                if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
+                    rk.h = max(rk.h, rk.d)
+                    for _ in range(25):
+                        rk.runtime("cudaFree", rk.h, 3000.0)
+                        rk.h += 3005.0
+                    for _ in range(9):
+                        rk.runtime("cudaMalloc", rk.h, 4000.0)
+                        rk.h += 4005.0
+                copy_ms = k.blocking_copy_ms or (k.copy_once_ms if s == 2 else 0.0)
+                if i == 5 and copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
+                    t = max(rk.h, rk.d)
+                    rk.cpu("aten::copy_", rk.h, t - rk.h + copy_ms * 1000 + 10)
+                    rk.runtime("cudaMemcpy", rk.h, t - rk.h + copy_ms * 1000)
+                    rk.h = t + copy_ms * 1000
+                    rk.corr += 1
+                    rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
+                                  "pid": 0, "tid": 7, "ts": rk.h - 300.0, "dur": 250.0,
+                                  "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+                    rk.d = rk.h - 50.0
+                    rk.h += 10.0
+            rk.sync()  # splits to the host before the all_to_all
+            if rk.r == k.stall_rank:
+                rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
+        facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
+                                                    "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
+        for rk in ranks:
+            for i in range(12):  # backward
+                rk.launch("aten::mm", GEMM[k.gemm], 4000.0 * scale, k)
+                rk.launch("aten::mul", ELEMENTWISE, 500.0 * scale, k)
+        for b in range(3):
+            facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
+        facts["collective_ends"].append(_collective(ranks, "combine" if k.deepep else "a2a", 2000.0, k,
+                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all"))
+        for rk in ranks:
+            for i in range(6):  # optimizer
+                rk.launch("aten::_foreach_add_", ELEMENTWISE, 300.0 * scale, k)
+            rk.sync()  # loss.item()
+            rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
+            facts["steps"].setdefault(n, {})[rk.r] = (rk.h - starts[rk.r]) / 1000
+    if k.late_rank is not None and k.late_by:
+        _cut(ranks[k.late_rank], sorted(facts["collective_ends"])[k.late_by - 1] - 1.0)  # the k-th runs before it
+    return ranks, facts
+
+
+def _cut(rk: Rank, cut: float):
+    """The rank's capture starts at `cut`: events that began before it are not recorded, the step then
+    running is recorded from the cut (the profiler starts its step annotation when it starts)."""
+    kept = []
+    for e in rk.ev:
+        if e["ts"] >= cut:
+            kept.append(e)
+        elif e["name"].startswith("ProfilerStep#") and e["ts"] + e["dur"] > cut:
+            kept.append(dict(e, ts=cut + 1.0, dur=e["ts"] + e["dur"] - cut - 1.0))
+    rk.ev = kept
+
+
+def write(k: Knobs, folder: str, prefix: str = "planted") -> list[str]:
+    if k.runs > 1:
+        return [p for i in range(k.runs) for p in
+                write(replace(k, runs=1, t0=k.t0 + 180e6 * i), folder, f"{prefix}_run{i}")]
+    ranks, _ = simulate(k)
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for rk in ranks:
+        ev = sorted(rk.ev, key=lambda e: e["ts"])
+        doc = {"schemaVersion": 1, "deviceProperties": [dict(k.device, id=0)],
+               "distributedInfo": {"backend": "nccl", "rank": rk.r, "world_size": k.ranks},
+               "traceEvents": ev}
+        p = os.path.join(folder, f"{prefix}_rank{rk.r}.pt.trace.json.gz")
+        with gzip.open(p, "wt") as f:
+            json.dump(doc, f)
+        paths.append(p)
+    return paths
