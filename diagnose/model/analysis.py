@@ -151,8 +151,10 @@ class RankMetrics:
 
     @property
     def memory_peak(self) -> int | None:
-        """Peak allocated bytes over this rank's devices."""
-        return max((m.peak_allocated for m in self.memory), default=None)
+        """Peak allocated bytes over this rank's devices. A GPU trace's peak is its devices' only: where all its
+        `[memory]` events are CPU-side (Device Type 0) the device peak was not recorded (None), never the CPU's."""
+        mem = [m for m in self.memory if m.device != "cpu"] if self.trace_kind == "gpu" else self.memory
+        return max((m.peak_allocated for m in mem), default=None)
 
 
 @dataclass
