@@ -13,6 +13,8 @@ from diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers,
 from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
 from diagnose.rules.precision import fp32_gemm
+from diagnose.rules.fusion import unfused_elementwise
+from diagnose.rules.profiler import profiler_overhead
 from diagnose.rules.memory import memory_near_capacity, memory_unused
 from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from diagnose.rules.accum import accum_fsdp_regather
@@ -27,6 +29,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("exposed_memcpy", exposed_memcpy),
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
     ("accum_fsdp_regather", accum_fsdp_regather),
+    ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
 ]
 
 
