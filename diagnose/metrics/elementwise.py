@@ -39,6 +39,7 @@ PATTERNS: tuple[tuple[str, frozenset, tuple[tuple[str, str], ...]], ...] = (
       ("add_kernel", "add"), ("DivFunctor", "div"))),
 )
 OTHER = "other"
+_PATTERN_OPS = frozenset().union(*(ops for _, ops, _ in PATTERNS))
 
 
 def label(group: str, ops: set[str]) -> str:
@@ -94,13 +95,26 @@ def elementwise_facts(t: RankTrace, wins: list[Window], h: Hints) -> None:
     if not len(idx):
         h.elementwise_ms_by_pattern, h.elementwise_fusable_ms = {}, 0.0
         return
-    ops = np.flatnonzero((t.kind == CPU_OP) & (t.stream < 0))
+    # Only the patterns' own ops are candidates: a kernel launched inside one (at any depth) is its work, and
+    # the innermost-op search stays small on traces with 10^5 host ops.
+    op_ids = [i for i, nm in enumerate(t.names) if nm in _PATTERN_OPS]
+    ops = np.flatnonzero(np.isin(t.name, op_ids) & (t.kind == CPU_OP) & (t.stream < 0)) if op_ids else idx[:0]
     launch = host_ops.launching_ops(t, ops, t.kind) if len(ops) else {}
+    op_name = np.full(len(idx), -1, np.int64)
+    if launch:
+        pos = {d: j for j, d in enumerate(idx.tolist())}
+        for d, o in launch.items():
+            j = pos.get(d)
+            if j is not None:
+                op_name[j] = t.name[o]
+    # one pattern lookup per distinct (launching op, kernel name): kernels repeat thousands of times
+    key = np.where(op_name >= 0, op_name, -1 - t.name[idx].astype(np.int64))
+    uniq, inv = np.unique(key, return_inverse=True)
+    tot = np.bincount(inv, weights=t.dur[idx].astype(np.float64))
     by: dict[tuple[str, str], float] = {}
-    for i, d in zip(idx.tolist(), t.dur[idx].tolist()):
-        o = launch.get(i)
-        key = _pattern(t.names[t.name[o]] if o is not None else None, t.names[t.name[i]])
-        by[key] = by.get(key, 0.0) + d
+    for k, v in zip(uniq.tolist(), tot.tolist()):
+        pk = _pattern(t.names[k], "") if k >= 0 else _pattern(None, t.names[-1 - k])
+        by[pk] = by.get(pk, 0.0) + v
     groups = _groups(by)
     h.elementwise_ms_by_pattern = {k: v / NS_PER_MS / n for k, (v, _) in sorted(groups.items(), key=lambda kv: -kv[1][0])}
     h.elementwise_fusable_ms = sum(v * (1 - 1 / k) for name, (v, k) in groups.items() if name != OTHER) / NS_PER_MS / n
