@@ -90,3 +90,18 @@ def test_silent_twins(tmp_path, props, gemm, gemm_us, other_us):
                                      ("AMD Instinct MI300X", None), ("", None), ("Tesla P100-PCIE-16GB", 6.0)])
 def test_compute_capability_table(name, cc):
     assert compute_capability(name) == cc
+
+
+def test_amd_cdna_fp32_tensile_gemms_get_bf16_advice(tmp_path):
+    from diagnose.rules.precision import AMD_SPEEDUP
+
+    mi250 = {"name": "AMD Instinct MI250X", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 64 << 30}
+    a = _trace(tmp_path, mi250, "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1_SN", 3000, 1000)
+    (f,) = _fp32(a)
+    assert "torch.bfloat16" in f.action and "allow_tf32" not in f.action and "compute capability" not in f.evidence.text
+    assert f.gain_ms == pytest.approx(0.75 * 4.0 * (1 - 1 / AMD_SPEEDUP), rel=1e-6)
+
+
+def test_amd_without_matrix_cores_is_silent(tmp_path):
+    radeon = {"name": "AMD Radeon RX 6900 XT", "computeMajor": 10, "computeMinor": 3, "totalGlobalMem": 16 << 30}
+    assert not _fp32(_trace(tmp_path, radeon, "Cijk_Alik_Bljk_SB_MT64x16x32_SN", 3000, 1000))
