@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from diagnose.analyze import analyze_path
-from diagnose.rules.profiler import PY_EVENT_US
+from diagnose.rules.profiler import MIN_EVENTS, PY_EVENT_US
 from tests.builder import MAIN_TID, TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 80 << 30}]
@@ -42,7 +42,7 @@ def test_with_stack_trace_gets_the_caveat(tmp_path):
     assert a.ranks[0].hints.shapes_recorded is True
 
 
-@pytest.mark.parametrize("n", [0, 100])  # none; 100 × 0.5 µs = 0.05 ms, 0.5 % of the step
+@pytest.mark.parametrize("n", [0, 50])  # none; 50 stray events per step (below MIN_EVENTS)
 def test_silent_twins(tmp_path, n):
     a = _trace(tmp_path, n)
-    assert a.ranks[0].hints.python_events_per_step == n and not _f(a)
+    assert a.ranks[0].hints.python_events_per_step == n < MIN_EVENTS and not _f(a)

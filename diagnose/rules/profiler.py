@@ -9,17 +9,17 @@ from diagnose.rules.base import Ctx
 # Host time one `python_function` event adds: 0.42 µs measured on this project's build machine (AMD EPYC, torch
 # CPU profiler, 100k calls, best of 3, with vs without with_stack), rounded up.
 PY_EVENT_US = 0.5
-CAVEAT_FLOOR = 0.01  # of the step: a smaller inflation is not worth a caveat
+MIN_EVENTS = 100  # python_function events per step: fewer are stray (a trace with_stack records one per call)
 
 
 def profiler_overhead(c: Ctx) -> list[Finding]:
-    """A low-severity caveat, no gain: host times (and host-bound gaps) include ≈ python_function events ×
-    PY_EVENT_US per step that the unprofiled job does not spend."""
+    """A low-severity caveat, no gain, wherever a step holds MIN_EVENTS python_function events: host times (and
+    host-bound gaps) include ≈ events × PY_EVENT_US per step that the unprofiled job does not spend."""
     rows = []
     for r in c.ranks:
         n = r.hints.python_events_per_step or 0
         cost_ms = n * PY_EVENT_US / 1e3
-        if n and r.step_time_ms > 0 and cost_ms >= CAVEAT_FLOOR * r.step_time_ms:
+        if n >= MIN_EVENTS and r.step_time_ms > 0:
             rows.append((r, n, cost_ms))
     if not rows:
         return []
