@@ -254,6 +254,8 @@ DEEPEP_NAMESPACES = [  # (kernel, communication?): DeepEP's kernels in every nam
     ("void moe_dispatch_permute<__nv_bfloat16>(__nv_bfloat16 const*, int const*, __nv_bfloat16*)", False),
     ("void moe_combine_unpermute_kernel<float>(float const*, float*)", False),
     ("void hybrid_ep::permute_kernel<128>(float*)", False),
+    ("void cdpsk::ep::CUB_DeviceScanKernel<cdpsk::ep::CUB_DeviceScanPolicy<int>::Policy600, int*>(int*)", False),
+    ("void cdpsk::ep::internode::dispatch<1>(int*)", False),  # another namespace that merely ends in dpsk::ep
 ]
 
 

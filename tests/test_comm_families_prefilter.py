@@ -37,7 +37,7 @@ LIBRARY_NAMES = [
     "userbuffers", "cross_device_reduce", "deep_ep::intranode::barrier<8>", "deep_ep::elastic::barrier_impl",
     "dpsk::ep::layout::get_dispatch_layout<1>()", "deep_ep::ep::dispatch_copy_epilogue_impl<1>",
     "deep_ep::ep::combine_reduce_epilogue_impl<1>", "void moe_dispatch_permute<float>(float*)",
-    "DPSK::EP::INTRANODE::CACHED_NOTIFY<8>",
+    "DPSK::EP::INTRANODE::CACHED_NOTIFY<8>", "void cdpsk::ep::internode::dispatch<1>(int*)",
 ]
 
 

@@ -47,22 +47,23 @@ FAMILIES: tuple[Family, ...] = (
     Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic|ep)::(?:"
                                  r"cached_notify_combine|cached_notify\b|combine(?!_reduce_epilogue)|hybrid_combine"
                                  r"(?!_reduce_epilogue))",
-                                 r"dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:cached_notify\b|\w{0,64}combine(?!_reduce_epilogue))"),
+                                 r"(?<!\w)dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:cached_notify\b|"
+                                 r"\w{0,64}combine(?!_reduce_epilogue))"),
            "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp, "
            "ep/combine.hpp", "alltoall", ("deep_ep::", "dpsk::ep::")),
     Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic|ep)::(?:notify_dispatch|"
                                   r"cached_notify_dispatch|dispatch(?!_copy_epilogue)|hybrid_dispatch(?!_copy_epilogue)|"
                                   r"clean_low_latency_buffer)",
-                                  r"dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:clean_low_latency_buffer|\w{0,64}dispatch"
+                                  r"(?<!\w)dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:clean_low_latency_buffer|\w{0,64}dispatch"
                                   r"(?!_copy_epilogue))"),
            "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp, "
            "ep/dispatch.hpp", "alltoall", ("deep_ep::", "dpsk::ep::")),
     Family("deepep-barrier", _rx(r"deep_ep::(?:intranode|internode|elastic|ep)::barrier",
-                                 r"dpsk::ep::(?:\w{1,64}::)?barrier"),
+                                 r"(?<!\w)dpsk::ep::(?:\w{1,64}::)?barrier"),
            "deepseek-ai/DeepEP csrc/kernels/intranode.cu, elastic/barrier.hpp (a barrier across the EP ranks)",
            "barrier", ("deep_ep::", "dpsk::ep::")),
     Family("deepep-eplb", _rx(r"deep_ep::ep::lb_(?:prefetch_weights|reduce_grads)",
-                              r"dpsk::ep::(?:\w{1,64}::)?lb_(?:prefetch_weights|reduce_grads)"),
+                              r"(?<!\w)dpsk::ep::(?:\w{1,64}::)?lb_(?:prefetch_weights|reduce_grads)"),
            "deepseek-ai/DeepEP csrc/kernels/ep/{prefetch_weights,reduce_grads}.hpp (redundant experts' weights "
            "fetched from, and gradients reduced to, their owner ranks over NVLink)", None,
            ("deep_ep::ep::lb_", "dpsk::ep::")),
