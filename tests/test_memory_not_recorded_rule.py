@@ -45,3 +45,23 @@ def test_cpu_trace_keeps_its_cpu_peak(tmp_path):
     b.memory(50, 3 << 20, nbytes=3 << 20, device_type=0, device_id=-1)
     a = _analyse(tmp_path, b)
     assert a.ranks[0].memory_peak == 3 << 20
+
+
+def test_real_mi300_trace_with_cpu_memory_events_only():
+    """tracelens/mi300_resnet18_no_caching_allocator: 210 [memory] events, every one Device Type 0 (counted here
+    from the JSON), peak Total Allocated 8 B: no device peak."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    src = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/tracelens" / \
+        "mi300_resnet18_no_caching_allocator.json.gz"
+    if not src.exists():
+        pytest.skip(f"real trace fixtures not found at {src.parent}")
+    with gzip.open(src) as f:
+        mem = [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    assert mem and {e["args"].get("Device Type") for e in mem} == {0}
+    a = analyze_path(str(src), jobs=1)
+    assert a.ranks[0].memory_peak is None and a.aggregate.memory_peak_max is None
