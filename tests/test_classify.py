@@ -237,3 +237,38 @@ def test_a_span_named_for_a_collective_does_not_make_its_kernels_communication(t
     (m,) = a.ranks
     assert [c.kind for c in m.comm_by_kind] == ["allgather"]
     assert m.comm_ms == pytest.approx(0.1) and m.compute_ms == pytest.approx(0.05)
+
+
+DEEPEP_NAMESPACES = [  # (kernel, communication?): DeepEP's kernels in every namespace it ships, and near misses
+    ("void dpsk::ep::intranode::cached_notify<8>(int**, int, int, int)", True),  # issue #27.6: was compute
+    ("void dpsk::ep::internode::cached_notify_combine<8>(void**, int*, int)", True),
+    ("void dpsk::ep::internode::notify_dispatch<true, 8>(int const*, int*, int)", True),
+    ("void dpsk::ep::internode_ll::clean_low_latency_buffer<32>(int*, int, int*, int)", True),
+    ("void dpsk::ep::internode_ll::dispatch<true, 3, 7168>(void*, float*)", True),
+    ("void dpsk::ep::intranode::barrier<8>(int**, int, int)", True),
+    ("deep_ep::ep::dispatch_impl<true, false, false, 24, 4, 14, 8, 7168, 0, 4096, 256, 8, 1, 0, 100>", True),
+    ("deep_ep::ep::hybrid_combine_impl<false, false, 24, 4, 4, 2, 8, 7168, 4096, 256, 8, 0, 100>", True),
+    ("deep_ep::ep::lb_prefetch_weights<24, 8, 8, 4, 2, 3, 12288, 100>", True),
+    # local work in the same namespaces, and MoE kernels that only carry the words
+    ("deep_ep::ep::dispatch_copy_epilogue_impl<true, false, false, true, 24, 4, 32, 1, 8, 7168>", False),
+    ("deep_ep::ep::combine_reduce_epilogue_impl<false, false, 24, 32, 1, 8, 7168, 4096, 256, 8>", False),
+    ("void dpsk::ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int)", False),
+    ("void moe_dispatch_permute<__nv_bfloat16>(__nv_bfloat16 const*, int const*, __nv_bfloat16*)", False),
+    ("void moe_combine_unpermute_kernel<float>(float const*, float*)", False),
+    ("void hybrid_ep::permute_kernel<128>(float*)", False),
+    ("void cdpsk::ep::CUB_DeviceScanKernel<cdpsk::ep::CUB_DeviceScanPolicy<int>::Policy600, int*>(int*)", False),
+    ("void cdpsk::ep::internode::dispatch<1>(int*)", False),  # another namespace that merely ends in dpsk::ep
+]
+
+
+def test_deepep_kernels_in_every_namespace_without_host_ops(tmp_path):
+    """Each kernel alone (no host op, no args: only its name can say), 100 µs apart, 50 µs long: the communication
+    time is 50 µs × the kernels the table says are communication, computed here from the list."""
+    b = TraceBuilder(rank=0, world_size=8)
+    b.step(1, 0, 100 * len(DEEPEP_NAMESPACES) + 100)
+    for i, (name, _) in enumerate(DEEPEP_NAMESPACES):
+        b.kernel(name, 100 + 100 * i, 50, launch=False)
+    (m,) = _analyse(tmp_path, b).ranks
+    n_comm = sum(c for _, c in DEEPEP_NAMESPACES)
+    assert m.comm_ms == pytest.approx(0.05 * n_comm)
+    assert m.compute_ms == pytest.approx(0.05 * (len(DEEPEP_NAMESPACES) - n_comm))

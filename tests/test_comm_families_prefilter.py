@@ -22,6 +22,10 @@ LIBRARY_NAMES = [
     "rcclGenericKernel<1, false>(ncclDevComm*, unsigned long, ncclWork*)", "void rcclKernel_Generic()",
     "mscclKernel_Sum_float_LL(int, int)", "void mscclpp::reduceScatterKernel<float>(float*)",
     "dpsk::ep::intranode::fused_combine_kernel<8>()", "dpsk::ep::internode::dispatch_tokens()",
+    "void dpsk::ep::intranode::cached_notify<8>(int**, int)", "dpsk::ep::cached_notify(int)",
+    "void dpsk::ep::internode_ll::clean_low_latency_buffer<32>(int*)", "void dpsk::ep::intranode::barrier<8>()",
+    "deep_ep::ep::dispatch_impl<true, 100>", "deep_ep::ep::hybrid_combine_impl<false, 100>",
+    "deep_ep::ep::lb_reduce_grads<24, 8>", "dpsk::ep::internode::lb_prefetch_weights<1>",
     "void c10d::symmetric_memory::(anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>",
     "multimem_one_shot_reduce_kernel", "two_shot_all_reduce_kernel<float>", "multimem_all_gather_kernel<4>",
     "void vllm::cross_device_reduce_1stage<float, 8>(vllm::RankData*)",
@@ -33,6 +37,9 @@ LIBRARY_NAMES = [
     "my_nccl_helper", "void ncclSomethingElse()", "xrccl", "deep_ep::layout::get_dispatch_layout<1>()",
     "reduce_kernel_generic<float>", "allreducekernel", "Tensorrt_llm::kernels::allreduce", "NVSHMEM_init",
     "userbuffers", "cross_device_reduce", "deep_ep::intranode::barrier<8>", "deep_ep::elastic::barrier_impl",
+    "dpsk::ep::layout::get_dispatch_layout<1>()", "deep_ep::ep::dispatch_copy_epilogue_impl<1>",
+    "deep_ep::ep::combine_reduce_epilogue_impl<1>", "void moe_dispatch_permute<float>(float*)",
+    "DPSK::EP::INTRANODE::CACHED_NOTIFY<8>", "void cdpsk::ep::internode::dispatch<1>(int*)",
 ]
 
 

@@ -286,8 +286,8 @@ def test_memory_uses_allocated_when_reserved_is_missing(missing):
     assert "memory_near_capacity" in ids(s)
 
 
-def test_fp32_gemm_silent_before_ampere():
-    s = _all_ranks(summary(), hints(fp32_gemm_frac=0.5, compute_capability=7.0))
+def test_fp32_gemm_silent_without_tensor_cores():
+    s = _all_ranks(summary(), hints(fp32_gemm_frac=0.5, compute_capability=6.0))  # Pascal: no tensor cores
     assert "fp32_gemm" not in ids(s)
 
 

@@ -118,6 +118,8 @@ def _headline(a: Analysis) -> str:
         parts.append(f"MFU {_pct(g.mfu)}")
     if g.memory_peak_max is not None:
         parts.append(f"memory peak {fmt(g.memory_peak_max, 'gib')} (rank {g.memory_peak_rank})")
+    elif a.trace_kind == "gpu" and any(r.memory for r in a.ranks):
+        parts.append("device memory peak not recorded (only CPU-side [memory] events)")
     return "\n".join(head + [_wrap("; ".join(parts), "  ")])
 
 

@@ -39,19 +39,34 @@ FAMILIES: tuple[Family, ...] = (
            "microsoft/msccl and microsoft/mscclpp kernels", None, ("msccl",)),
     # DeepEP: every kernel of its exchange namespaces moves tokens or counts between ranks (the notify kernels
     # exchange per-rank counts through NVLink/RDMA buffers), `cached_notify*` included; only the layout
-    # kernel (a local count) and v2's copy epilogue (a local copy out of the receive buffer) are compute.
-    Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:cached_notify_combine|"
-                                 r"cached_notify\b|combine|hybrid_combine)", r"dpsk::ep::\w+::\w*combine"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp", "alltoall",
-           ("deep_ep::", "dpsk::ep::")),
-    Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic)::(?:notify_dispatch|"
+    # kernel (a local count) and v2's epilogues (a local copy out of / reduction into the receive buffer) are
+    # compute. The namespaces: v1 `deep_ep::{intranode,internode,internode_ll}`, v2 `deep_ep::{elastic,ep,
+    # legacy}`, and the same kernels built under `dpsk::ep::<ns>::` (seen in users' traces, issue #27.6). A
+    # name that merely contains "dispatch"/"combine" outside these namespaces (a MoE token permute such as
+    # `moe_dispatch_permute`, Hybrid-EP's `permute` kernels) is compute.
+    Family("deepep-combine", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic|ep)::(?:"
+                                 r"cached_notify_combine|cached_notify\b|combine(?!_reduce_epilogue)|hybrid_combine"
+                                 r"(?!_reduce_epilogue))",
+                                 r"(?<!\w)dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:cached_notify\b|"
+                                 r"\w{0,64}combine(?!_reduce_epilogue))"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/combine.hpp, "
+           "ep/combine.hpp", "alltoall", ("deep_ep::", "dpsk::ep::")),
+    Family("deepep-dispatch", _rx(r"deep_ep::(?:intranode|internode|internode_ll|legacy|elastic|ep)::(?:notify_dispatch|"
                                   r"cached_notify_dispatch|dispatch(?!_copy_epilogue)|hybrid_dispatch(?!_copy_epilogue)|"
-                                  r"clean_low_latency_buffer)", r"dpsk::ep::\w+::\w*dispatch"),
-           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp", "alltoall",
-           ("deep_ep::", "dpsk::ep::")),
-    Family("deepep-barrier", _rx(r"deep_ep::(?:intranode|internode|elastic)::barrier"),
+                                  r"clean_low_latency_buffer)",
+                                  r"(?<!\w)dpsk::ep::(?!layout::)(?:\w{1,64}::)?(?:clean_low_latency_buffer|\w{0,64}dispatch"
+                                  r"(?!_copy_epilogue))"),
+           "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu, elastic/dispatch.hpp, "
+           "ep/dispatch.hpp", "alltoall", ("deep_ep::", "dpsk::ep::")),
+    Family("deepep-barrier", _rx(r"deep_ep::(?:intranode|internode|elastic|ep)::barrier",
+                                 r"(?<!\w)dpsk::ep::(?:\w{1,64}::)?barrier"),
            "deepseek-ai/DeepEP csrc/kernels/intranode.cu, elastic/barrier.hpp (a barrier across the EP ranks)",
-           "barrier", ("deep_ep::",)),
+           "barrier", ("deep_ep::", "dpsk::ep::")),
+    Family("deepep-eplb", _rx(r"deep_ep::ep::lb_(?:prefetch_weights|reduce_grads)",
+                              r"(?<!\w)dpsk::ep::(?:\w{1,64}::)?lb_(?:prefetch_weights|reduce_grads)"),
+           "deepseek-ai/DeepEP csrc/kernels/ep/{prefetch_weights,reduce_grads}.hpp (redundant experts' weights "
+           "fetched from, and gradients reduced to, their owner ranks over NVLink)", None,
+           ("deep_ep::ep::lb_", "dpsk::ep::")),
     Family("symm-mem-allreduce", _rx(r"multimem_all_reduce_kernel", r"multimem_one_shot_all_reduce_kernel",
                                      r"multimem_one_shot_reduce_kernel", r"one_shot_all_reduce_kernel",
                                      r"two_shot_all_reduce_kernel"),

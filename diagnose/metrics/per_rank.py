@@ -19,6 +19,8 @@ from diagnose.metrics.idle import idle_breakdown, training_evidence
 from diagnose.metrics.layout import pg_sizes, slim_pg_config
 from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
+from diagnose.metrics.elementwise import elementwise_facts
+from diagnose.metrics.profiler_options import profiler_facts
 from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.accum import forward_counts, regather_ms
 from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
@@ -129,6 +131,8 @@ def _run(job: RankJob) -> RankOutput:
         training=training_evidence(t, wins),
     )
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
+    profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
+    elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
     p2p, no_peers = p2p_records(t, wins)
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv

@@ -104,6 +104,17 @@ class Hints:
     compute_capability: float | None  # e.g. 8.0, for tensor-core questions
     gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM ms per step by input precision
     # (fp32, tf32, bf16, fp16, fp8, mxfp4, ..., "unknown")
+    # Profiler options the trace shows (metrics/profiler_options.py): None where not measured
+    python_events_per_step: float | None = None  # `python_function` events (with_stack=True)
+    host_ops_per_step: float | None = None  # cpu_op events
+    memory_events_per_step: float | None = None  # `[memory]` instants (profile_memory=True)
+    shapes_recorded: bool | None = None  # ops carry Input Dims / Input type (record_shapes=True); None: no evidence
+    # Unfused elementwise/reduction kernels (metrics/elementwise.py): None on CPU traces or without kernels
+    elementwise_frac: float | None = None  # share of compute kernel time
+    elementwise_per_step: float | None = None  # kernels per step
+    elementwise_median_us: float | None = None
+    elementwise_ms_by_pattern: dict[str, float] = field(default_factory=dict)  # ms per step by launching-op pattern
+    elementwise_fusable_ms: float | None = None  # per step: the patterns' time beyond one pass of their data
 
 
 @dataclass
@@ -153,8 +164,10 @@ class RankMetrics:
 
     @property
     def memory_peak(self) -> int | None:
-        """Peak allocated bytes over this rank's devices."""
-        return max((m.peak_allocated for m in self.memory), default=None)
+        """Peak allocated bytes over this rank's devices. A GPU trace's peak is its devices' only: where all its
+        `[memory]` events are CPU-side (Device Type 0) the device peak was not recorded (None), never the CPU's."""
+        mem = [m for m in self.memory if m.device != "cpu"] if self.trace_kind == "gpu" else self.memory
+        return max((m.peak_allocated for m in mem), default=None)
 
 
 @dataclass

@@ -84,3 +84,29 @@ def device_from_categories(cats) -> str:
             if str(c).startswith(prefix):
                 return name
     return ""
+
+
+# Compute capability by device name, for traces whose deviceProperties lack computeMajor/computeMinor (the
+# trace's own numbers win: kernels.py reads them). NVIDIA's CUDA GPUs table (developer.nvidia.com/cuda-gpus);
+# checked in order, the first pattern found in the upper-cased name wins. AMD/Intel parts are absent: their
+# runtimes report no NVIDIA compute capability.
+_CC: tuple[tuple[str, float], ...] = (
+    (r"GB200|B200|B100|\bB40\b", 10.0), (r"RTX PRO \d{4} BLACKWELL|RTX 50\d0", 12.0),
+    (r"H100|H200|H800|H20\b|GH200", 9.0),
+    (r"L40|\bL4\b|\bL20\b|RTX 40\d0|RTX \d{4} ADA|RTX 6000 ADA", 8.9),
+    (r"A100|A800|\bA30\b", 8.0),
+    (r"\bA10G?\b|\bA16\b|\bA2\b|\bA40\b|RTX 30\d0|RTX A\d{4}|\bA\d{4}\b", 8.6),
+    (r"\bT4\b|RTX 20\d0|TITAN RTX|QUADRO RTX|GTX 16\d0", 7.5),
+    (r"V100|TITAN V\b", 7.0),
+    (r"P100", 6.0), (r"P40|\bP4\b|GTX 10\d0|TITAN XP", 6.1), (r"K80", 3.7),
+)
+_CC_COMPILED = tuple((re.compile(p), v) for p, v in _CC)
+
+
+def compute_capability(device_name: str | None) -> float | None:
+    """NVIDIA compute capability of a device by its name (`Tesla V100-SXM2-16GB` → 7.0), or None (unknown, or
+    not an NVIDIA GPU)."""
+    name = (device_name or "").upper()[:200]
+    if not name or _NOT_GPU.search(name) or re.search(r"AMD|INSTINCT|RADEON|\bMI\d{3}", name):
+        return None
+    return next((v for rx, v in _CC_COMPILED if rx.search(name)), None)

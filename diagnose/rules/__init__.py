@@ -10,8 +10,11 @@ from __future__ import annotations
 from diagnose.model.analysis import Analysis, Finding
 from diagnose.rules.base import Ctx
 from diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
-from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy, fp32_gemm,
+from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
+from diagnose.rules.precision import fp32_gemm
+from diagnose.rules.fusion import unfused_elementwise
+from diagnose.rules.profiler import profiler_overhead
 from diagnose.rules.memory import memory_near_capacity, memory_unused
 from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from diagnose.rules.accum import accum_fsdp_regather
@@ -28,6 +31,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
     ("accum_fsdp_regather", accum_fsdp_regather),
     ("host_op_stall", host_op_stall),
+    ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
 ]
 
 

@@ -1,19 +1,17 @@
-"""Host-side rules: launch-bound GPUs, DataLoader waits, fp32 matmuls, and timings that cannot be trusted."""
+"""Host-side rules: launch-bound GPUs, DataLoader waits, exposed copies, and timings that cannot be trusted."""
 
 from __future__ import annotations
 
-import re
 import statistics
 
 from diagnose.model.analysis import Finding
 from diagnose.model.format import fmt, plural
-from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for, steps_where
+from diagnose.rules.base import Ctx, severity_for, steps_where
 from diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
 
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
 MANY_LAUNCHES = 50  # kernels per step below which launch overhead cannot be what keeps the device idle
-AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 
 
 def host_bound(c: Ctx) -> list[Finding]:
@@ -109,25 +107,6 @@ def dataloader(c: Ctx) -> list[Finding]:
     return [c.finding("dataloader", severity_for(gain, c.step_ms), "Steps wait for the DataLoader", ev,
                       [r.rank for r, _ in gains], steps_where([w]), act, eg, gain, "ranks[].hints.dataloader_frac",
                       gain_kind="bound", events=["DataLoader __next__ spans"])]
-
-
-def fp32_gemm(c: Ctx) -> list[Finding]:
-    """fp32 GEMMs on a tensor-core GPU (sm80+) leave most of the matmul throughput unused."""
-    if AMD_RE.search(c.device):  # gfx9 reports computeMajor 9: not NVIDIA's sm90; matrix cores run fp32 too
-        return []
-    bad = [r for r in c.ranks if (r.hints.fp32_gemm_frac or 0) > 0.10 and (r.hints.compute_capability or 0) >= 8.0]
-    if not bad:
-        return []
-    gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms for r in bad) * (1 - 1 / FP32_TO_BF16_SPEEDUP)
-    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac)
-    ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
-          f"fp32 GEMMs on compute capability {fmt(w.hints.compute_capability, 'num')} ({plural(len(bad), 'rank')})")
-    act = ("`torch.autocast(\"cuda\", dtype=torch.bfloat16)` around forward and loss (or at least "
-           "`torch.set_float32_matmul_precision(\"high\")` for TF32)")
-    eg = c.gain_text(gain, f"fp32 GEMM time × (1 − 1/{FP32_TO_BF16_SPEEDUP:g}), a conservative bf16 speed-up")
-    return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), "fp32 matmuls on a tensor-core GPU", ev,
-                      [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
-                      events=["fp32 GEMM kernels (sgemm, simt)", "deviceProperties.computeMajor"])]
 
 
 def contaminated_timings(c: Ctx) -> list[Finding]:

@@ -1,0 +1,89 @@
+"""Precision rule: fp32 GEMMs on a GPU whose tensor (matrix) cores would run them several times faster.
+
+Which lower precision to advise depends on the architecture: compute capability 7.x (V100, T4, RTX 20xx) has
+fp16 tensor cores and no bf16 ones, so the change is fp16 autocast with a GradScaler (fp16's range needs loss
+scaling); 8.0 and later have bf16 tensor cores (bf16 autocast, no scaler) and TF32, which runs the same fp32
+code on the tensor cores with one flag. Below 7.0 there are no tensor cores: silent. The compute capability is
+the trace's (deviceProperties computeMajor/computeMinor), else the device name's (model/devices.py).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from diagnose.model.analysis import Finding, RankMetrics
+from diagnose.model.devices import compute_capability
+from diagnose.model.format import fmt, plural
+from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for
+
+FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
+AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
+_AMD_MATRIX = re.compile(r"\bMI(2\d\d|3\d\d)", re.I)  # CDNA2/3: bf16 matrix cores 4-8x their fp32 matrix rate
+_CONSUMER = re.compile(r"GEFORCE|\bRTX \d{4}\b|TITAN RTX", re.I)  # fp32-accumulate tensor rate halved
+# Assumed GEMM speed-ups (estimate): at most half the tensor-core peak ratio over the fp32 path, because
+# training GEMMs reach a smaller share of the tensor-core peak than of the fp32 one.
+CONSUMER_SPEEDUP = 1.5  # GeForce RTX 20xx-40xx: fp16/bf16 with fp32 accumulate is 2x the fp32 peak
+AMD_SPEEDUP = 2.0  # MI250X: bf16 matrix 383 vs fp32 matrix 95.7 TFLOPS (4x); MI300X 8x
+
+
+def _cc(c: Ctx, r: RankMetrics) -> float | None:
+    return r.hints.compute_capability or compute_capability(r.device or c.device)
+
+
+def _speedup(device: str) -> tuple[float, str]:
+    """(assumed fp32 → 16-bit GEMM speed-up, why) for a device."""
+    if AMD_RE.search(device):
+        return AMD_SPEEDUP, "half the bf16/fp32 matrix-core peak ratio of an MI250X (4×; 8× on MI300X)"
+    if _CONSUMER.search(device) and not re.search(r"QUADRO|RTX A\d|ADA GENERATION", device, re.I):
+        return CONSUMER_SPEEDUP, ("three quarters of a GeForce part's 2× tensor-core (fp32 accumulate) over "
+                                  "fp32 peak ratio")
+    return FP32_TO_BF16_SPEEDUP, "half or less of the 8-16× tensor-core over fp32 peak ratio (V100, T4, A100, H100)"
+
+
+def _eligible(c: Ctx, r: RankMetrics) -> bool:
+    if r.trace_kind != "gpu" or (r.hints.fp32_gemm_frac or 0) <= FP32_FLOOR:
+        return False
+    dev = r.device or c.device
+    if AMD_RE.search(dev):  # ROCm reports gfx9 as computeMajor 9: not NVIDIA's; only CDNA2/3 are advised
+        return bool(_AMD_MATRIX.search(dev))
+    cc = _cc(c, r)
+    return cc is not None and cc >= 7.0
+
+
+def fp32_gemm(c: Ctx) -> list[Finding]:
+    """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is an estimate: the fp32 GEMM
+    time × (1 − 1/speed-up), the speed-up assumed from the device's peak ratio (`_speedup`)."""
+    bad = [r for r in c.ranks if _eligible(c, r)]
+    if not bad:
+        return []
+    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac)
+    dev = w.device or c.device
+    amd = bool(AMD_RE.search(dev))
+    cc = None if amd else _cc(c, w)
+    speedup, why = _speedup(dev)
+    gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms for r in bad) * (1 - 1 / speedup)
+    where = f"{dev or 'the GPU'}" + (f", compute capability {fmt(cc, 'avg')}" if cc else "")
+    ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
+          f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
+    training = c.training is not False or any(r.training and (r.training.ddp_ops or r.training.fsdp_ops)
+                                              for r in c.ranks)  # DDP/FSDP wrap only models being trained
+    if cc is not None and cc < 8.0:
+        act = ("`torch.autocast(\"cuda\", dtype=torch.float16)` around forward and loss"
+               + (" with a `torch.amp.GradScaler(\"cuda\")` scaling the loss (fp16's range needs it)"
+                  if training else "")
+               + f": compute capability {fmt(cc, 'avg')} has fp16 tensor cores but no bf16 ones, so bf16 and "
+               "TF32 do not apply")
+        title = "fp32 matmuls on a GPU with fp16 tensor cores"
+    else:
+        act = "`torch.autocast(\"cuda\", dtype=torch.bfloat16)` around forward and loss (no GradScaler needed)"
+        tf32 = (w.hints.gemm_ms_by_precision or {}).get("tf32", 0) > 0
+        if not amd and not tf32:  # no GEMM runs in TF32: the flag is off, and turning it on is one line
+            act += ("; or at least TF32 for the fp32 matmuls, with no dtype change: "
+                    "`torch.backends.cuda.matmul.allow_tf32 = True` / `torch.set_float32_matmul_precision(\"high\")`")
+        title = "fp32 matmuls on a tensor-core GPU"
+    eg = c.gain_text(gain, f"fp32 GEMM time × (1 − 1/{speedup:g}), an assumed {speedup:g}× GEMM speed-up: {why}")
+    return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
+                      [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
+                      events=["fp32 GEMM kernels (sgemm, simt; GEMM ops' Input type float)",
+                              "deviceProperties.computeMajor / device name"])]
