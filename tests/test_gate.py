@@ -204,7 +204,8 @@ def test_github_annotations_escaped():
     v.notes.append("50% done,\nnext")
     lines = github_annotations(v)
     assert lines[0].startswith("::error title=llmdiag check%3A overlap_ratio max_drop 0.05::overlap_ratio")
-    assert lines[-1] == "::notice title=llmdiag check::50%25 done,%0Anext"
+    # a newline in the data is written as the two characters `\n` (escape.terminal first): no second line at all
+    assert lines[-1] == "::notice title=llmdiag check::50%25 done,\\nnext"
     assert all("\n" not in line for line in lines)
 
 

@@ -23,6 +23,7 @@ from diagnose.gate.config import FLAG_GATES, build_gates
 from diagnose.gate.format import github_annotations, markdown_summary, render_verdict
 from diagnose.gate.junit import error_junit, to_junit, write_text
 from diagnose.gate.sides import load_side
+from diagnose.model.escape import markdown, terminal
 
 
 def _one_line_errors(f):
@@ -118,7 +119,7 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
-        _job_summary(f"### llmdiag check: ERROR\n\n{e.line()}\n")
+        _job_summary(f"### llmdiag check: ERROR\n\n{markdown(e.line())}\n")
         raise
     strict = bool(opts.get("strict", False) if strict is None else strict)
     flags = {"failed-run": allow_failed_run, "missing-ranks": allow_missing_ranks,
@@ -132,8 +133,8 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     text = render_verdict(verdict)
     if quiet:
         lines = text.splitlines()
-        text = "\n".join([r.message for r in verdict.failed()] + [c.message for c in verdict.failed_inputs()]
-                         + lines[-1:])
+        text = "\n".join([terminal(r.message) for r in verdict.failed()]
+                         + [terminal(c.message) for c in verdict.failed_inputs()] + lines[-1:])
     click.echo(text)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(verdict):
