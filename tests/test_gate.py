@@ -236,7 +236,7 @@ def files(tmp_path):
 def test_cli_exit_codes(cli, files, tmp_path):
     base = files("base.json", make_summary(overlap=0.8))
     good = files("good.json", make_summary(overlap=0.79))
-    bad = files("bad.json", make_summary(overlap=0.5))
+    bad = files("bad.json", make_summary(overlap=0.3))  # CPU traces: the default overlap gate is max_drop 0.35
     r = cli("check", good, "--baseline", base)
     assert r.exit_code == 0, r.output
     assert "overlap_ratio" in r.output and "PASS" in r.output
@@ -294,6 +294,30 @@ def test_cli_config_junit_json_and_annotations(cli, files, tmp_path):
     cfg.write_text("[overlap_ratio]\nmax_drop = 0.05\nmax_dorp = 0.1\n")
     r = cli("check", cur, "-b", base, "-c", cfg)
     assert r.exit_code == 2 and "max_dorp" in r.output and "did you mean 'max_drop'" in r.output
+
+
+def _gpu(s: dict) -> dict:
+    s["trace_kind"] = "gpu"
+    for r in s["ranks"]:
+        r["trace_kind"] = "gpu"
+    return s
+
+
+def test_default_gates_are_wider_on_cpu_traces(cli, files):
+    """Without a config, CPU traces (noisy shared runners) get the wide CPU defaults on the mean over ranks, GPU
+    traces the tight ones on the worst rank: a 10-point overlap drop fails on GPU and passes on CPU."""
+    for kind, make in (("cpu", lambda s: s), ("gpu", _gpu)):
+        base = files(f"base-{kind}.json", make(make_summary(overlap=0.8, exposed=0.1)))
+        cur = files(f"cur-{kind}.json", make(make_summary(overlap=0.7, exposed=0.2)))
+        r = cli("check", cur, "--baseline", base)
+        if kind == "cpu":
+            assert r.exit_code == 0, r.output
+            assert "max_drop 0.35" in r.output and "max_rise 0.25" in r.output and "mean" in r.output
+            assert "default gates for noisy shared runners" in r.output
+        else:
+            assert r.exit_code == 1 and "max_drop 0.05" in r.output and "noisy" not in r.output
+        far = files(f"far-{kind}.json", make(make_summary(overlap=0.3, exposed=0.5)))
+        assert cli("check", far, "--baseline", base).exit_code == 1
 
 
 def test_cli_default_gates_and_input_error_junit(cli, files, tmp_path):

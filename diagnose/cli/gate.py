@@ -109,8 +109,6 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
         if not gates and baseline is None:
             raise LlmdiagError("nothing to check", None,
                                "give --baseline, a --config, or an absolute limit such as --min-overlap")
-        if not gates:
-            gates = default_gates(agg or opts.get("agg", "worst"))
         relative = [f"{g.metric} {g.rule}" for g in gates if g.relative]
         if relative and baseline is None:
             raise LlmdiagError(f"gates against a baseline need --baseline ({', '.join(relative)})")
@@ -125,7 +123,12 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     flags = {"failed-run": allow_failed_run, "missing-ranks": allow_missing_ranks,
              "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
     allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ()))
+    cpu = not gates and cur.trace_kind == "cpu"
+    gates = gates or default_gates(agg or opts.get("agg"), cpu)
     verdict = evaluate(cur, base, gates, strict, allow)
+    if cpu:
+        verdict.notes.insert(0, "CPU traces: default gates for noisy shared runners (docs/ci.md, \"Default gates\"); "
+                                "give --config or limits to choose your own")
     if junit_path:
         write_text(junit_path, to_junit(verdict, time.perf_counter() - t0))
     if json_path:

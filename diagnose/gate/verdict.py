@@ -47,9 +47,23 @@ DEFAULT_GATES = (
 )
 
 
-def default_gates(agg: str = "worst") -> list[Gate]:
-    """What `check --baseline` gates when no flag or config names a gate."""
-    return [Gate(n, r, parse_limit(v, METRICS[n], r), agg, "default") for n, r, v in DEFAULT_GATES]
+# On CPU traces (gloo on a shared CI runner) timings are noisy: over 10 repeats of the project's own dp2 run on a
+# shared 2-core machine the mean exposed comm rose by up to 0.14 and the mean overlap dropped by up to 0.21 against
+# baselines/dp2-cpu.json, step time varied 64-228 ms (docs/ci.md, "Default gates"). The memory peak is exact.
+CPU_DEFAULT_GATES = (
+    ("overlap_ratio", "max_drop", 0.35),
+    ("exposed_comm", "max_rise", 0.25),
+    ("bubble", "max_rise", 0.15),
+    ("step_time", "max_rise", "500%"),
+    ("memory_peak", "max_rise", "10%"),
+)
+
+
+def default_gates(agg: str | None = None, cpu: bool = False) -> list[Gate]:
+    """What `check --baseline` gates when no flag or config names a gate: on CPU traces wider limits on the mean
+    over ranks (`agg` replaces the aggregation)."""
+    table, agg = (CPU_DEFAULT_GATES, agg or "mean") if cpu else (DEFAULT_GATES, agg or "worst")
+    return [Gate(n, r, parse_limit(v, METRICS[n], r), agg, "default") for n, r, v in table]
 
 
 # --- metric extraction -------------------------------------------------------------------------
