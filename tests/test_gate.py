@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
 
 import orjson
 import pytest
@@ -84,6 +85,11 @@ def gates(*specs, agg="worst"):
     ("20%", "bubble", "max", 0.20, False),  # an absolute share: 20% and 0.2 are the same limit
     (0.2, "bubble", "max", 0.20, False),
     ("15%", "overlap_ratio", "min", 0.15, False),
+    (1, "overlap_ratio", "max_drop", 1.0, False),  # the edges of the ranges are limits too
+    ("100%", "exposed_comm", "max", 1.0, False),
+    ("100%", "step_time", "max_drop", 1.0, True),
+    ("500%", "step_time", "max_rise", 5.0, True),  # a relative rise has no upper bound
+    (0, "memory_peak", "max_rise", 0.0, False),
 ])
 def test_parse_limit(raw, metric, rule, value, relative):
     lim = parse_limit(raw, METRICS[metric], rule)
@@ -94,6 +100,9 @@ def test_parse_limit(raw, metric, rule, value, relative):
     (-1, "overlap_ratio", "max_drop"), ("10%", "step_time", "max"), ("5ms", "memory_peak", "max"),
     ("1e999", "step_time", "max_rise"), ("1e999%", "bubble", "max"),
     ("lots", "step_time", "max"), (True, "step_time", "max"), (float("nan"), "bubble", "max"),
+    # limits a value of the metric could never exceed (issue 29): ratios outside [0, 1], drops above 100 %
+    (1.5, "overlap_ratio", "min"), ("101%", "bubble", "max"), (5, "exposed_comm", "max_rise"),
+    (10, "overlap_ratio", "max_drop"), ("150%", "step_time", "max_drop"), ("100.5%", "overlap_ratio", "max_drop"),
 ])
 def test_parse_limit_rejects(raw, metric, rule):
     with pytest.raises(LlmdiagError):
@@ -376,3 +385,26 @@ def test_check_notes_runs_made_with_other_options():
     (note,) = [n for n in notes if n.startswith("the runs were made differently")]
     assert "bucket_cap_mb: A 25.0, B 0.25" in note and "moe_experts" not in note
     assert not any(n.startswith("the runs were made differently") for n in evaluate(typed(base), typed(base), gs).notes)
+
+
+# --- escaping per sink (diagnose/model/escape.py) ------------------------------------------------------------
+
+HOSTILE = "a\n::error::x\r%\x1b]52;c;Zg==\x07\x00\x0b\x85\u202e\ud800\uffff<img src=y>|*_b_ [l](u) &amp;"
+
+
+def test_each_sink_escapes_what_its_syntax_gives_meaning_to():
+    from diagnose.model.escape import github_data, github_property, junit_xml, markdown, terminal
+
+    t = terminal(HOSTILE)
+    assert not any(c in t for c in "\n\r\x1b\x07\x00\x0b\x85\u202e\ud800") and "\\x1b]52" in t
+    g = github_data(HOSTILE)
+    assert "\n" not in g and "%25" in g and "\x1b" not in g
+    assert "%3A" in github_property("a:b,c") and "%2C" in github_property("a:b,c")
+    m = markdown(HOSTILE)
+    assert "<img" not in m and "&lt;img" in m and "&amp;amp;" in m and "\\|" in m and "\\*" in m
+    assert "\\_b\\_" in m and "\\[l\\]" in m and "overlap_ratio" == markdown("overlap_ratio")
+    x = junit_xml(HOSTILE)
+    ET.fromstring(f"<a v={quoteattr(x)}>{escape(junit_xml(HOSTILE, multiline=True))}</a>")  # well-formed
+    assert "\n" not in x and "\\uffff" in x and "\n" in junit_xml("l1\nl2", multiline=True)
+    for f in (terminal, github_data, markdown, junit_xml):
+        assert f("plain text 12.5 ms") == "plain text 12.5 ms"

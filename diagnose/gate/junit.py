@@ -46,7 +46,7 @@ def _xml(root: ET.Element) -> str:
     for el in root.iter():
         el.attrib.update({k: junit_xml(x) for k, x in el.attrib.items()})
         if el.text:
-            el.text = junit_xml(el.text)
+            el.text = junit_xml(el.text, multiline=True)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -48,12 +48,19 @@ _XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
                       "|[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def junit_xml(s: object) -> str:
+def junit_xml(s: object, multiline: bool = False) -> str:
     """Text for a JUnit XML attribute or element (ElementTree escapes `&<>"` itself): characters XML 1.0 cannot
     hold even as a character reference (NUL, other C0 controls, lone surrogates, U+FFFE/U+FFFF), C1 controls
-    and bidi overrides written as `\\x1b`-style escapes, so the file stays well-formed. Tab and newline stay:
-    the failure texts are multi-line."""
+    and bidi overrides written as `\\x1b`-style escapes, so the file stays well-formed. An attribute (a message,
+    a property: shown on one line by CI tools) escapes tab, CR and LF too; an element's text (`multiline`, the
+    failure details we write line by line) keeps them."""
     text = str(s)
+    if not multiline:
+        return terminal(text) if _XML_BAD.search(text) is None else _XML_BAD.sub(_escaped, terminal(text))
     if not _XML_BAD.search(text):
         return text
-    return _XML_BAD.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _XML_BAD.sub(_escaped, text)
+
+
+def _escaped(m: re.Match) -> str:
+    return m.group().encode("unicode_escape").decode("ascii")

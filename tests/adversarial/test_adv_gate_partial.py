@@ -143,11 +143,12 @@ def test_manifest_strings_escaped_at_every_sink(tmp_path, base):
         assert not line.lstrip().startswith("::") or line.startswith(("::notice title=llmdiag",
                                                                        "::error title=llmdiag",
                                                                        "::warning title=llmdiag"))
-        assert "::stop-commands" not in line.split("::", 2)[-1] or "\\n::stop-commands" in line
+    assert "\\n::stop-commands::tok" in r.output  # quoted, on the note's own line
     assert not any(c in r.output for c in "\x1b\x07\x00\x0b\u202e")
     root = ET.parse(junit).getroot()  # well-formed XML 1.0
     notes = [p.get("value") for p in root.iter("property") if p.get("name", "").startswith("note")]
-    assert any("\\x1b]52" in n and "\\x00" in n for n in notes), notes
+    assert any("\\x1b]52" in n and "\\x00" in n and "\\n::error::pwned" in n for n in notes), notes
+    assert all("\n" not in n for n in notes)  # a property is one line: a log printing it starts no command
     md = summary_md.read_text()
     assert "<img" not in md and "&lt;img src=x\\>" in md and "\\|\\*" in md
     assert not any(c in md for c in "\x1b\x07\x00\x0b\u202e")
