@@ -408,3 +408,11 @@ def test_each_sink_escapes_what_its_syntax_gives_meaning_to():
     assert "\n" not in x and "\\uffff" in x and "\n" in junit_xml("l1\nl2", multiline=True)
     for f in (terminal, github_data, markdown, junit_xml):
         assert f("plain text 12.5 ms") == "plain text 12.5 ms"
+
+
+def test_rank_by_rank_gate_on_a_vanished_metric_fails():
+    """Found by `make fuzz`: with `agg = "rank"` and one rank, overlap null in the current run left the gate
+    n/a with no side named, so it passed."""
+    v = evaluate(make_analysis(n=1, overlap=None), make_analysis(n=1, overlap=0.5),
+                 gates(("overlap_ratio", "max_rise", 1.0), agg="rank"))
+    assert v.status == "fail" and [c.reason for c in v.failed_inputs()] == ["metric_undefined"]

@@ -52,14 +52,14 @@ def _verdict_json(v) -> dict:
 
 
 _LIMIT_HELP = {
-    "max_overlap_drop": "Fail if overlap_ratio drops by more than this (ratio points, or \"5%\").",
-    "max_exposed_comm_rise": "Fail if exposed comm / step time rises by more than this.",
-    "max_bubble_rise": "Fail if the pipeline bubble rises by more than this.",
+    "max_overlap_drop": "Fail if overlap_ratio drops by more than this (ratio points 0-1, or \"5%\").",
+    "max_exposed_comm_rise": "Fail if exposed comm / step time rises by more than this (ratio points 0-1).",
+    "max_bubble_rise": "Fail if the pipeline bubble rises by more than this (ratio points 0-1).",
     "max_step_time_rise": "Fail if step time rises by more than this (ms, or \"10%\").",
     "max_memory_rise": "Fail if the memory peak rises by more than this (bytes, \"512MiB\", or \"10%\").",
-    "min_overlap": "Absolute: fail if overlap_ratio is below this (no baseline needed).",
-    "max_exposed_comm": "Absolute: fail if exposed comm / step time is above this.",
-    "max_bubble": "Absolute: fail if the pipeline bubble is above this.",
+    "min_overlap": "Absolute: fail if overlap_ratio is below this (0-1 or \"60%\"; no baseline needed).",
+    "max_exposed_comm": "Absolute: fail if exposed comm / step time is above this (0-1 or \"20%\").",
+    "max_bubble": "Absolute: fail if the pipeline bubble is above this (0-1 or \"20%\").",
     "max_step_time_ms": "Absolute: fail if step time (ms) is above this.",
     "max_memory": "Absolute: fail if the memory peak is above this (bytes or \"40GiB\").",
 }

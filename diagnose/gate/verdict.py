@@ -229,8 +229,9 @@ def _relative(gate: Gate, m: Metric, base: Analysis, cur: Analysis, matched: boo
                    None, None, None, "n/a", None, "", gate.source)
     if agg == "rank":
         worst = _per_rank(gate, m, base, cur)
-        if worst is None:
-            r.message = f"{m.name} is undefined on every matched rank"
+        if worst is None:  # the sides' values say which one lacks it (gate/inputs.py fails that side)
+            r.baseline, r.current = aggregate(base, m, "worst")[0], aggregate(cur, m, "worst")[0]
+            r.message = f"{m.name} is undefined on every matched rank, or its baseline is 0 there"
             return r
         _, r.worst, r.baseline, r.current, allowed = worst
     else:

@@ -41,7 +41,7 @@ ratio = st.floats(0.0, 1.0)
 @st.composite
 def side(draw, n: int, stages: int) -> dict:
     per = {r: {"overlap": draw(ratio), "exposed": draw(ratio), "step": draw(st.floats(1.0, 1000.0)),
-               "mem": draw(st.integers(1, 8 * GiB))} for r in range(n)}
+               "mem": draw(st.integers(1 << 20, 8 * GiB))} for r in range(n)}  # 1 % of it is >= 10 kB
     pipe = make_pipeline([draw(ratio) for _ in range(stages)]) if stages else None
     return make_summary(n=n, ranks=per, pipeline=pipe)
 
