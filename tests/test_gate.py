@@ -416,3 +416,32 @@ def test_rank_by_rank_gate_on_a_vanished_metric_fails():
     v = evaluate(make_analysis(n=1, overlap=None), make_analysis(n=1, overlap=0.5),
                  gates(("overlap_ratio", "max_rise", 1.0), agg="rank"))
     assert v.status == "fail" and [c.reason for c in v.failed_inputs()] == ["metric_undefined"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_options(line: str) -> dict[str, str]:
+    words = line.split("#")[0].split()
+    return {w.removeprefix("--").replace("-", "_"): v for w, v in zip(words, words[1:]) if w.startswith("--")}
+
+
+def test_readme_ci_recipe_runs_as_the_baseline_was_recorded():
+    """Issue 28: the README's recipe ran `llmdiag run --workload dp2 --out run` against a baseline recorded with
+    `--bucket-cap-mb 0.25 --profile-steps 1,1,8`, and failed on overlap. Every CI recipe here (README, docs/ci.md)
+    must pass the options the committed baseline's manifest records, and `run/` must be git-ignored."""
+    from diagnose.gate.sides import load_side
+
+    recorded = load_side(str(ROOT / "baselines" / "dp2-cpu.json")).manifest.options
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### In CI"):]
+    docs = (ROOT / "docs" / "ci.md").read_text()
+    runs = [ln for text in (section[:section.index("\n### ", 5)], docs[docs.index("## GitHub Actions"):])
+            for ln in text.splitlines() if "llmdiag run --workload dp2" in ln]
+    assert len(runs) == 2, runs
+    for line in runs:
+        opts = _run_options(line[line.index("llmdiag run"):])
+        assert opts.pop("out") == "run"
+        assert {k: str(v) for k, v in recorded.items() if k in opts} == opts, line
+        assert {"workload", "bucket_cap_mb", "profile_steps"} <= opts.keys()
+    assert "run/" in (ROOT / ".gitignore").read_text().split()
