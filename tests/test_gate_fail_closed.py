@@ -273,3 +273,22 @@ def test_verdict_table_matches_the_tests():
     assert sorted(named) == sorted(defined)
     reasons = {m for row in table for m in re.findall(r"^\| `(\w+)`", row)}
     assert set(OPT_OUTS) <= reasons
+
+
+def test_undefined_allowed_by_metric_name(tmp_path, base):
+    """`--allow-undefined-metric M` (config: `allow = ["undefined:M"]`) accepts a hole in M alone: a hole in another
+    gated metric still fails."""
+    def holes(s):
+        s["ranks"][1]["overlap_ratio"] = None
+        s["ranks"][1]["memory"] = []
+    p = _summary(base, tmp_path, "holes.json", holes)
+    args = (p, "--baseline", base, "--max-overlap-drop", "1", "--max-memory-rise", "100%")
+    r = run(*args, "--allow-undefined-metric", "memory_peak")
+    assert r.exit_code == 1 and "or --allow-undefined-metric overlap_ratio" in r.output, r.output
+    assert run(*args, "--allow-undefined-metric", "memory_peak", "--allow-undefined-metric", "overlap").exit_code == 0
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('allow = ["undefined:memory_peak", "undefined:overlap_ratio"]\n')
+    assert run(*args, "--config", cfg).exit_code == 0
+    cfg.write_text('allow = ["undefined:memroy_peak"]\n')
+    assert run(*args, "--config", cfg).exit_code == 2
+    assert run(*args, "--allow-undefined-metric", "nonsense").exit_code == 2

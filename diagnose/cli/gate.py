@@ -18,7 +18,7 @@ import click
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate.verdict import AGGS, default_gates, evaluate
+from diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
 from diagnose.gate.config import FLAG_GATES, build_gates
 from diagnose.gate.format import github_annotations, markdown_summary, render_verdict
 from diagnose.gate.junit import error_junit, to_junit, write_text
@@ -89,13 +89,15 @@ def _limit_options(f):
 @click.option("--allow-duplicate-ranks", "allow_duplicate_ranks", is_flag=True,
               help="Do not fail when a rank had several trace files and one was chosen.")
 @click.option("--allow-undefined", "allow_undefined", is_flag=True,
-              help="Do not fail when a gated metric is undefined in the current run but not in the baseline.")
+              help="Do not fail when a gated metric is undefined on a side or on some ranks (any metric).")
+@click.option("--allow-undefined-metric", "allow_undefined_metric", multiple=True, metavar="METRIC",
+              help="As --allow-undefined, for this metric only (repeatable).")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
 def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
-          allow_duplicate_ranks, allow_undefined, **limits):
+          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
@@ -106,6 +108,7 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     t0 = time.perf_counter()
     try:
         gates, opts = build_gates(config, limits, agg)
+        one_metric = {f"undefined:{metric_named(m, '--allow-undefined-metric').name}" for m in allow_undefined_metric}
         if not gates and baseline is None:
             raise LlmdiagError("nothing to check", None,
                                "give --baseline, a --config, or an absolute limit such as --min-overlap")
@@ -122,7 +125,7 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     strict = bool(opts.get("strict", False) if strict is None else strict)
     flags = {"failed-run": allow_failed_run, "missing-ranks": allow_missing_ranks,
              "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
-    allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ()))
+    allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ())) | one_metric
     cpu = not gates and cur.trace_kind == "cpu"
     gates = gates or default_gates(agg or opts.get("agg"), cpu)
     verdict = evaluate(cur, base, gates, strict, allow)

@@ -38,11 +38,13 @@ class InputCheck:
     side: str  # "current" or "baseline"
     message: str
     allowed: bool = False
+    metric: str = ""  # the gated metric a metric_undefined check is about (`undefined:<metric>` allows it alone)
 
     @property
     def opt_out(self) -> str:
         name = OPT_OUTS.get(self.reason, "")
-        return f"--allow-{name}" if name else ""
+        one = f" (or --allow-undefined-metric {self.metric})" if self.metric else ""
+        return f"--allow-{name}{one}" if name else ""
 
     @property
     def fails(self) -> bool:
@@ -126,13 +128,13 @@ def partial_checks(result, per: str, base: dict | None, cur: dict, same_world: b
         gone = (b_def - c_def) if same_world else (b_def & cur.keys()) - c_def
         if gone and (c_def or result.current is not None):
             out.append(InputCheck("metric_undefined", "current", f"current: {result.metric} is undefined on "
-                                  f"{_where(per, gone)}, where the baseline has it: {gate}"))
+                                  f"{_where(per, gone)}, where the baseline has it: {gate}", metric=result.metric))
         if b_def and b_undef:
             out.append(InputCheck("metric_undefined", "baseline", f"baseline: {result.metric} is undefined on "
-                                  f"{_where(per, b_undef)} and defined on {_where(per, b_def)}: {gate}"))
+                                  f"{_where(per, b_undef)} and defined on {_where(per, b_def)}: {gate}", metric=result.metric))
     if c_def and c_undef and not out:
         out.append(InputCheck("metric_undefined", "current", f"current: {result.metric} is undefined on "
-                              f"{_where(per, c_undef)} and defined on {_where(per, c_def)}: {gate}"))
+                              f"{_where(per, c_undef)} and defined on {_where(per, c_def)}: {gate}", metric=result.metric))
     return out
 
 
@@ -145,15 +147,18 @@ def undefined_check(result, has_baseline: bool, strict: bool) -> InputCheck | No
         return None
     if result.current is None and not (has_baseline and result.baseline is None):
         return InputCheck("metric_undefined", "current", f"current: {result.metric} is undefined, so the gate "
-                                                         f"'{result.limit}' cannot be evaluated ({result.message})")
+                                                         f"'{result.limit}' cannot be evaluated ({result.message})", metric=result.metric)
     if has_baseline and result.baseline is None and result.current is not None:
         return InputCheck("metric_undefined", "baseline", f"baseline: {result.metric} is undefined while the "
                           f"current run has it, so the gate '{result.limit}' cannot be evaluated (re-record the "
-                          "baseline)")
+                          "baseline)", metric=result.metric)
     return None
 
 
 def apply_allow(checks: list[InputCheck], allow: set[str]) -> list[InputCheck]:
+    """Mark the checks the user allowed: by reason (`undefined`), or a metric_undefined one by its metric name
+    (`undefined:memory_peak`: a trace set without memory events on some ranks, the other gates still closed)."""
     for c in checks:
-        c.allowed = bool(OPT_OUTS.get(c.reason)) and OPT_OUTS[c.reason] in allow
+        c.allowed = (bool(OPT_OUTS.get(c.reason)) and OPT_OUTS[c.reason] in allow) or (
+            bool(c.metric) and f"undefined:{c.metric}" in allow)
     return checks
