@@ -42,6 +42,11 @@ test: $(STAMP) browser
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests -m "not slow and not exhaustive and not browser"
 
+# Long property runs: 10,000 mutated summaries against the gate (no FAIL may turn into a PASS); the suite runs 300.
+.PHONY: fuzz
+fuzz: $(STAMP)
+	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-10000} $(PY) -m pytest -q -p no:cacheprovider tests/adversarial/test_adv_gate_mutations.py
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
 
 import orjson
 import pytest
@@ -84,6 +85,11 @@ def gates(*specs, agg="worst"):
     ("20%", "bubble", "max", 0.20, False),  # an absolute share: 20% and 0.2 are the same limit
     (0.2, "bubble", "max", 0.20, False),
     ("15%", "overlap_ratio", "min", 0.15, False),
+    (1, "overlap_ratio", "max_drop", 1.0, False),  # the edges of the ranges are limits too
+    ("100%", "exposed_comm", "max", 1.0, False),
+    ("100%", "step_time", "max_drop", 1.0, True),
+    ("500%", "step_time", "max_rise", 5.0, True),  # a relative rise has no upper bound
+    (0, "memory_peak", "max_rise", 0.0, False),
 ])
 def test_parse_limit(raw, metric, rule, value, relative):
     lim = parse_limit(raw, METRICS[metric], rule)
@@ -94,6 +100,9 @@ def test_parse_limit(raw, metric, rule, value, relative):
     (-1, "overlap_ratio", "max_drop"), ("10%", "step_time", "max"), ("5ms", "memory_peak", "max"),
     ("1e999", "step_time", "max_rise"), ("1e999%", "bubble", "max"),
     ("lots", "step_time", "max"), (True, "step_time", "max"), (float("nan"), "bubble", "max"),
+    # limits a value of the metric could never exceed (issue 29): ratios outside [0, 1], drops above 100 %
+    (1.5, "overlap_ratio", "min"), ("101%", "bubble", "max"), (5, "exposed_comm", "max_rise"),
+    (10, "overlap_ratio", "max_drop"), ("150%", "step_time", "max_drop"), ("100.5%", "overlap_ratio", "max_drop"),
 ])
 def test_parse_limit_rejects(raw, metric, rule):
     with pytest.raises(LlmdiagError):
@@ -204,7 +213,8 @@ def test_github_annotations_escaped():
     v.notes.append("50% done,\nnext")
     lines = github_annotations(v)
     assert lines[0].startswith("::error title=llmdiag check%3A overlap_ratio max_drop 0.05::overlap_ratio")
-    assert lines[-1] == "::notice title=llmdiag check::50%25 done,%0Anext"
+    # a newline in the data is written as the two characters `\n` (escape.terminal first): no second line at all
+    assert lines[-1] == "::notice title=llmdiag check::50%25 done,\\nnext"
     assert all("\n" not in line for line in lines)
 
 
@@ -235,7 +245,7 @@ def files(tmp_path):
 def test_cli_exit_codes(cli, files, tmp_path):
     base = files("base.json", make_summary(overlap=0.8))
     good = files("good.json", make_summary(overlap=0.79))
-    bad = files("bad.json", make_summary(overlap=0.5))
+    bad = files("bad.json", make_summary(overlap=0.3))  # CPU traces: the default overlap gate is max_drop 0.35
     r = cli("check", good, "--baseline", base)
     assert r.exit_code == 0, r.output
     assert "overlap_ratio" in r.output and "PASS" in r.output
@@ -295,6 +305,30 @@ def test_cli_config_junit_json_and_annotations(cli, files, tmp_path):
     assert r.exit_code == 2 and "max_dorp" in r.output and "did you mean 'max_drop'" in r.output
 
 
+def _gpu(s: dict) -> dict:
+    s["trace_kind"] = "gpu"
+    for r in s["ranks"]:
+        r["trace_kind"] = "gpu"
+    return s
+
+
+def test_default_gates_are_wider_on_cpu_traces(cli, files):
+    """Without a config, CPU traces (noisy shared runners) get the wide CPU defaults on the mean over ranks, GPU
+    traces the tight ones on the worst rank: a 10-point overlap drop fails on GPU and passes on CPU."""
+    for kind, make in (("cpu", lambda s: s), ("gpu", _gpu)):
+        base = files(f"base-{kind}.json", make(make_summary(overlap=0.8, exposed=0.1)))
+        cur = files(f"cur-{kind}.json", make(make_summary(overlap=0.7, exposed=0.2)))
+        r = cli("check", cur, "--baseline", base)
+        if kind == "cpu":
+            assert r.exit_code == 0, r.output
+            assert "max_drop 0.35" in r.output and "max_rise 0.25" in r.output and "mean" in r.output
+            assert "default gates for noisy shared runners" in r.output
+        else:
+            assert r.exit_code == 1 and "max_drop 0.05" in r.output and "noisy" not in r.output
+        far = files(f"far-{kind}.json", make(make_summary(overlap=0.3, exposed=0.5)))
+        assert cli("check", far, "--baseline", base).exit_code == 1
+
+
 def test_cli_default_gates_and_input_error_junit(cli, files, tmp_path):
     base = files("base.json", make_summary())
     r = cli("check", base, "--baseline", base)
@@ -351,3 +385,63 @@ def test_check_notes_runs_made_with_other_options():
     (note,) = [n for n in notes if n.startswith("the runs were made differently")]
     assert "bucket_cap_mb: A 25.0, B 0.25" in note and "moe_experts" not in note
     assert not any(n.startswith("the runs were made differently") for n in evaluate(typed(base), typed(base), gs).notes)
+
+
+# --- escaping per sink (diagnose/model/escape.py) ------------------------------------------------------------
+
+HOSTILE = "a\n::error::x\r%\x1b]52;c;Zg==\x07\x00\x0b\x85\u202e\ud800\uffff<img src=y>|*_b_ [l](u) &amp;"
+
+
+def test_each_sink_escapes_what_its_syntax_gives_meaning_to():
+    from diagnose.model.escape import github_data, github_property, junit_xml, markdown, terminal
+
+    t = terminal(HOSTILE)
+    assert not any(c in t for c in "\n\r\x1b\x07\x00\x0b\x85\u202e\ud800") and "\\x1b]52" in t
+    g = github_data(HOSTILE)
+    assert "\n" not in g and "%25" in g and "\x1b" not in g
+    assert "%3A" in github_property("a:b,c") and "%2C" in github_property("a:b,c")
+    m = markdown(HOSTILE)
+    assert "<img" not in m and "&lt;img" in m and "&amp;amp;" in m and "\\|" in m and "\\*" in m
+    assert "\\_b\\_" in m and "\\[l\\]" in m and "overlap_ratio" == markdown("overlap_ratio")
+    x = junit_xml(HOSTILE)
+    ET.fromstring(f"<a v={quoteattr(x)}>{escape(junit_xml(HOSTILE, multiline=True))}</a>")  # well-formed
+    assert "\n" not in x and "\\uffff" in x and "\n" in junit_xml("l1\nl2", multiline=True)
+    for f in (terminal, github_data, markdown, junit_xml):
+        assert f("plain text 12.5 ms") == "plain text 12.5 ms"
+
+
+def test_rank_by_rank_gate_on_a_vanished_metric_fails():
+    """Found by `make fuzz`: with `agg = "rank"` and one rank, overlap null in the current run left the gate
+    n/a with no side named, so it passed."""
+    v = evaluate(make_analysis(n=1, overlap=None), make_analysis(n=1, overlap=0.5),
+                 gates(("overlap_ratio", "max_rise", 1.0), agg="rank"))
+    assert v.status == "fail" and [c.reason for c in v.failed_inputs()] == ["metric_undefined"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_options(line: str) -> dict[str, str]:
+    words = line.split("#")[0].split()
+    return {w.removeprefix("--").replace("-", "_"): v for w, v in zip(words, words[1:]) if w.startswith("--")}
+
+
+def test_readme_ci_recipe_runs_as_the_baseline_was_recorded():
+    """Issue 28: the README's recipe ran `llmdiag run --workload dp2 --out run` against a baseline recorded with
+    `--bucket-cap-mb 0.25 --profile-steps 1,1,8`, and failed on overlap. Every CI recipe here (README, docs/ci.md)
+    must pass the options the committed baseline's manifest records, and `run/` must be git-ignored."""
+    from diagnose.gate.sides import load_side
+
+    recorded = load_side(str(ROOT / "baselines" / "dp2-cpu.json")).manifest.options
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### In CI"):]
+    docs = (ROOT / "docs" / "ci.md").read_text()
+    runs = [ln for text in (section[:section.index("\n### ", 5)], docs[docs.index("## GitHub Actions"):])
+            for ln in text.splitlines() if "llmdiag run --workload dp2" in ln]
+    assert len(runs) == 2, runs
+    for line in runs:
+        opts = _run_options(line[line.index("llmdiag run"):])
+        assert opts.pop("out") == "run"
+        assert {k: str(v) for k, v in recorded.items() if k in opts} == opts, line
+        assert {"workload", "bucket_cap_mb", "profile_steps"} <= opts.keys()
+    assert "run/" in (ROOT / ".gitignore").read_text().split()

@@ -1,12 +1,18 @@
-"""The gate fails closed (issue 17 case 1, issue 15's check items): a run that did not really run never
-passes `llmdiag check`, each reason is in the output, the JUnit and the job summary, and each can be allowed
-explicitly (`--allow-*`). Sides are real folders of generated traces or summaries analysed from them.
+"""The gate fails closed (issue 17 case 1, issue 15's check items, issue 29): a run that did not really run
+never passes `llmdiag check`, each reason is in the output, the JUnit and the job summary, and each can be
+allowed explicitly (`--allow-*`). Sides are real folders of generated traces or summaries analysed from them.
+
+Each row of docs/ci.md's verdict table names one `test_verdict_*` test here, and each such test is one row
+(`test_verdict_table_matches_the_tests`).
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import orjson
 import pytest
@@ -54,12 +60,12 @@ def junit_failures(path) -> dict[str, str]:
             if c.find("failure") is not None}
 
 
-def test_good_run_passes(tmp_path, base):
+def test_verdict_pass(tmp_path, base):
     r = run(folder(tmp_path / "cur"), "--baseline", base)
     assert r.exit_code == 0, r.output
 
 
-def test_run_marked_failed_fails_even_when_numbers_pass(tmp_path, base):
+def test_verdict_run_failed(tmp_path, base):
     cur = folder(tmp_path / "cur")
     (cur / "manifest.json").write_text(json.dumps({
         "schema_version": 1, "status": "failed", "world_size": 2, "failure": {"reason": "rank 1: CUDA OOM"},
@@ -85,7 +91,7 @@ def test_running_manifest_is_not_a_finished_run(tmp_path, base):
     assert r.exit_code == 1 and "marked running" in r.output
 
 
-def test_missing_rank_fails_and_ranks_print_as_ranges(tmp_path, base):
+def test_verdict_ranks_missing(tmp_path, base):
     cur = folder(tmp_path / "cur", ranks=(0, 1), world=128)
     r = run(cur, "--min-overlap", "0")
     assert r.exit_code == 1, r.output
@@ -93,7 +99,7 @@ def test_missing_rank_fails_and_ranks_print_as_ranges(tmp_path, base):
     assert run(cur, "--min-overlap", "0", "--allow-missing-ranks").exit_code == 0
 
 
-def test_stray_duplicate_of_a_slow_rank_never_passes(tmp_path, base):
+def test_verdict_ranks_left_out(tmp_path, base):
     """rank 1 is slow; a stray (different) copy of a fast rank 1 lies beside it: which one is right cannot be
     told, so the rank is left out, and the gate fails instead of passing on rank 0 alone."""
     cur = folder(tmp_path / "cur", slow=(1,))
@@ -103,7 +109,7 @@ def test_stray_duplicate_of_a_slow_rank_never_passes(tmp_path, base):
     assert "ranks_left_out" in r.output or "left out" in r.output
 
 
-def test_identical_duplicate_is_resolved_but_fails_unless_allowed(tmp_path, base):
+def test_verdict_ranks_duplicate(tmp_path, base):
     cur = folder(tmp_path / "cur", slow=(1,))
     (cur / "backup").mkdir()
     (cur / "backup" / "rank1.json").write_bytes((cur / "rank1.json").read_bytes())
@@ -115,7 +121,7 @@ def test_identical_duplicate_is_resolved_but_fails_unless_allowed(tmp_path, base
     assert run(cur, "--baseline", base, "--allow-duplicate-ranks").exit_code == 1
 
 
-def test_empty_summary_always_fails(tmp_path, base):
+def test_verdict_empty(tmp_path, base):
     s = orjson.loads(base.read_bytes())
     s["ranks"] = []
     p = tmp_path / "empty.json"
@@ -125,7 +131,7 @@ def test_empty_summary_always_fails(tmp_path, base):
         assert r.exit_code == 1 and "empty summary" in r.output, r.output
 
 
-def test_metric_as_string_is_an_input_error_in_junit_and_job_summary(tmp_path, base):
+def test_verdict_input_error(tmp_path, base):
     s = orjson.loads(base.read_bytes())
     s["ranks"][0]["step_time_ms"] = "12"
     p, junit = tmp_path / "s.json", tmp_path / "j.xml"
@@ -138,7 +144,7 @@ def test_metric_as_string_is_an_input_error_in_junit_and_job_summary(tmp_path, b
     assert "ERROR" in (tmp_path / "step.md").read_text()
 
 
-def test_communication_that_vanished_fails(tmp_path, base):
+def test_verdict_metric_undefined(tmp_path, base):
     """Renamed communication kernels: the current run has no communication, so no overlap ratio."""
     s = orjson.loads(base.read_bytes())
     for r in s["ranks"]:
@@ -163,3 +169,126 @@ def test_ratio_limits_in_percent_or_fraction(tmp_path, base, limit):
 def test_infinite_limit_is_refused_like_toml_does(tmp_path, base):
     r = run(base, "--baseline", base, "--max-step-time-rise", "1e999")
     assert r.exit_code == 2 and "finite" in r.output
+
+
+def _summary(base, tmp_path, name, edit):
+    s = orjson.loads(base.read_bytes())
+    edit(s)
+    p = tmp_path / name
+    p.write_bytes(orjson.dumps(s))
+    return p
+
+
+def test_verdict_ranks_absent_from_summary(tmp_path, base):
+    """A summary whose rank list lacks a rank of its world, without naming it missing (truncated, hand-edited):
+    the absent rank is missing all the same."""
+    p = _summary(base, tmp_path, "cut.json", lambda s: s["ranks"].pop())
+    r = run(p, "--baseline", base, "--agg", "mean")
+    assert r.exit_code == 1 and "1 of 2 ranks have no analysed trace (ranks 1)" in r.output, r.output
+    # allowed, the rank is still gone from a metric the baseline has on it
+    assert run(p, "--baseline", base, "--allow-missing-ranks").exit_code == 1
+    assert run(p, "--baseline", base, "--allow-missing-ranks", "--allow-undefined").exit_code == 0
+
+
+def test_verdict_rank_listed_twice(tmp_path, base):
+    def twice(s):
+        s["ranks"].append({**s["ranks"][0], "overlap_ratio": 0.99})
+    p = _summary(base, tmp_path, "twice.json", twice)
+    r = run(p, "--baseline", base, "--agg", "mean")
+    assert r.exit_code == 1 and "ranks 0 appear more than once in the rank list" in r.output, r.output
+    assert run(p, "--baseline", base, "--agg", "mean", "--allow-duplicate-ranks").exit_code == 0
+
+
+def test_verdict_metric_vanished_on_some_ranks(tmp_path, base):
+    """Issue 29: overlap null on rank 1 only; the mean over rank 0 alone passed every aggregation."""
+    p = _summary(base, tmp_path, "hole.json", lambda s: s["ranks"][1].update(overlap_ratio=None))
+    for agg in ("mean", "rank", "worst", "min", "max"):
+        r = run(p, "--baseline", base, "--agg", agg)
+        assert r.exit_code == 1 and "overlap_ratio is undefined on ranks 1, where the baseline has it" in r.output
+    assert run(p, "--baseline", base, "--allow-undefined").exit_code == 0
+
+
+def test_verdict_metric_partial_in_a_side(tmp_path, base):
+    """Without a baseline (absolute gates) a metric defined on some ranks only fails too; so does a baseline
+    with such a hole, against a complete current run."""
+    p = _summary(base, tmp_path, "hole.json", lambda s: s["ranks"][0].update(overlap_ratio=None))
+    r = run(p, "--min-overlap", "0")
+    assert r.exit_code == 1 and "overlap_ratio is undefined on ranks 0 and defined on ranks 1" in r.output, r.output
+    r = run(base, "--baseline", p, "--max-overlap-drop", "1")
+    assert r.exit_code == 1 and "baseline: overlap_ratio is undefined on ranks 0" in r.output, r.output
+
+
+def test_verdict_metric_missing_from_baseline(tmp_path, base):
+    """A gate against a baseline that lacks the metric the current run has: stale baseline, cannot compare."""
+    def nocomm(s):
+        for r in s["ranks"]:
+            r["overlap_ratio"] = None
+    p = _summary(base, tmp_path, "nocomm.json", nocomm)
+    r = run(base, "--baseline", p, "--max-overlap-drop", "0.05")
+    assert r.exit_code == 1 and "baseline: overlap_ratio is undefined while the current run has it" in r.output
+    assert run(base, "--baseline", p, "--max-overlap-drop", "0.05", "--allow-undefined").exit_code == 0
+
+
+def test_verdict_undefined_on_both_sides(tmp_path, base):
+    def nocomm(s):
+        for r in s["ranks"]:
+            r["overlap_ratio"] = None
+    p = _summary(base, tmp_path, "nocomm.json", nocomm)
+    r = run(p, "--baseline", p, "--max-overlap-drop", "0.05")
+    assert r.exit_code == 0 and "n/a" in r.output, r.output
+    assert run(p, "--baseline", p, "--max-overlap-drop", "0.05", "--strict").exit_code == 1
+
+
+def test_verdict_regression(tmp_path, base):
+    """Numbers past a limit: the gate fails (the generated slow rank takes 2 ms more per step)."""
+    r = run(folder(tmp_path / "cur", slow=(1,)), "--baseline", base)
+    assert r.exit_code == 1 and "step_time" in r.output and "FAIL" in r.output, r.output
+
+
+def test_verdict_limit_out_of_range(tmp_path, base):
+    """A limit its metric can never exceed (a ratio above 1, a drop above 100 %): refused, flag and config alike."""
+    r = run(base, "--baseline", base, "--max-overlap-drop", "10")
+    assert r.exit_code == 2 and "ratio in [0, 1]" in r.output, r.output
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[step_time]\nmax_drop = \"150%\"\n")
+    r = run(base, "--baseline", base, "--config", cfg)
+    assert r.exit_code == 2 and "at most 100%" in r.output and str(cfg) in r.output, r.output
+
+
+CI_MD = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
+
+
+def test_verdict_table_matches_the_tests():
+    """docs/ci.md's verdict table and the `test_verdict_*` tests are one to one: each row names its test, each
+    such test is named by exactly one row, and every fail-closed reason has a row."""
+    from diagnose.gate.inputs import OPT_OUTS
+
+    text = CI_MD.read_text()
+    table = text[text.index("| reason | fires when |"):].split("\n\n")[0].splitlines()[2:]
+    named = [m.group(1) for row in table for m in [re.search(r"`(test_verdict_\w+)`\s*\|\s*$", row)] if m]
+    assert len(named) == len(table), [row for row in table if "test_verdict_" not in row]
+    tree = ast.parse(Path(__file__).read_text())
+    defined = [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_verdict_")
+               and f.name != "test_verdict_table_matches_the_tests"]
+    assert sorted(named) == sorted(defined)
+    reasons = {m for row in table for m in re.findall(r"^\| `(\w+)`", row)}
+    assert set(OPT_OUTS) <= reasons
+
+
+def test_undefined_allowed_by_metric_name(tmp_path, base):
+    """`--allow-undefined-metric M` (config: `allow = ["undefined:M"]`) accepts a hole in M alone: a hole in another
+    gated metric still fails."""
+    def holes(s):
+        s["ranks"][1]["overlap_ratio"] = None
+        s["ranks"][1]["memory"] = []
+    p = _summary(base, tmp_path, "holes.json", holes)
+    args = (p, "--baseline", base, "--max-overlap-drop", "1", "--max-memory-rise", "100%")
+    r = run(*args, "--allow-undefined-metric", "memory_peak")
+    assert r.exit_code == 1 and "or --allow-undefined-metric overlap_ratio" in r.output, r.output
+    assert run(*args, "--allow-undefined-metric", "memory_peak", "--allow-undefined-metric", "overlap").exit_code == 0
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('allow = ["undefined:memory_peak", "undefined:overlap_ratio"]\n')
+    assert run(*args, "--config", cfg).exit_code == 0
+    cfg.write_text('allow = ["undefined:memroy_peak"]\n')
+    assert run(*args, "--config", cfg).exit_code == 2
+    assert run(*args, "--allow-undefined-metric", "nonsense").exit_code == 2

@@ -18,11 +18,12 @@ import click
 import orjson
 
 from diagnose.errors import LlmdiagError
-from diagnose.gate.verdict import AGGS, default_gates, evaluate
+from diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
 from diagnose.gate.config import FLAG_GATES, build_gates
 from diagnose.gate.format import github_annotations, markdown_summary, render_verdict
 from diagnose.gate.junit import error_junit, to_junit, write_text
 from diagnose.gate.sides import load_side
+from diagnose.model.escape import markdown, terminal
 
 
 def _one_line_errors(f):
@@ -51,14 +52,14 @@ def _verdict_json(v) -> dict:
 
 
 _LIMIT_HELP = {
-    "max_overlap_drop": "Fail if overlap_ratio drops by more than this (ratio points, or \"5%\").",
-    "max_exposed_comm_rise": "Fail if exposed comm / step time rises by more than this.",
-    "max_bubble_rise": "Fail if the pipeline bubble rises by more than this.",
+    "max_overlap_drop": "Fail if overlap_ratio drops by more than this (ratio points 0-1, or \"5%\").",
+    "max_exposed_comm_rise": "Fail if exposed comm / step time rises by more than this (ratio points 0-1).",
+    "max_bubble_rise": "Fail if the pipeline bubble rises by more than this (ratio points 0-1).",
     "max_step_time_rise": "Fail if step time rises by more than this (ms, or \"10%\").",
     "max_memory_rise": "Fail if the memory peak rises by more than this (bytes, \"512MiB\", or \"10%\").",
-    "min_overlap": "Absolute: fail if overlap_ratio is below this (no baseline needed).",
-    "max_exposed_comm": "Absolute: fail if exposed comm / step time is above this.",
-    "max_bubble": "Absolute: fail if the pipeline bubble is above this.",
+    "min_overlap": "Absolute: fail if overlap_ratio is below this (0-1 or \"60%\"; no baseline needed).",
+    "max_exposed_comm": "Absolute: fail if exposed comm / step time is above this (0-1 or \"20%\").",
+    "max_bubble": "Absolute: fail if the pipeline bubble is above this (0-1 or \"20%\").",
     "max_step_time_ms": "Absolute: fail if step time (ms) is above this.",
     "max_memory": "Absolute: fail if the memory peak is above this (bytes or \"40GiB\").",
 }
@@ -88,13 +89,15 @@ def _limit_options(f):
 @click.option("--allow-duplicate-ranks", "allow_duplicate_ranks", is_flag=True,
               help="Do not fail when a rank had several trace files and one was chosen.")
 @click.option("--allow-undefined", "allow_undefined", is_flag=True,
-              help="Do not fail when a gated metric is undefined in the current run but not in the baseline.")
+              help="Do not fail when a gated metric is undefined on a side or on some ranks (any metric).")
+@click.option("--allow-undefined-metric", "allow_undefined_metric", multiple=True, metavar="METRIC",
+              help="As --allow-undefined, for this metric only (repeatable).")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
 def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
-          allow_duplicate_ranks, allow_undefined, **limits):
+          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
@@ -105,11 +108,10 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     t0 = time.perf_counter()
     try:
         gates, opts = build_gates(config, limits, agg)
+        one_metric = {f"undefined:{metric_named(m, '--allow-undefined-metric').name}" for m in allow_undefined_metric}
         if not gates and baseline is None:
             raise LlmdiagError("nothing to check", None,
                                "give --baseline, a --config, or an absolute limit such as --min-overlap")
-        if not gates:
-            gates = default_gates(agg or opts.get("agg", "worst"))
         relative = [f"{g.metric} {g.rule}" for g in gates if g.relative]
         if relative and baseline is None:
             raise LlmdiagError(f"gates against a baseline need --baseline ({', '.join(relative)})")
@@ -118,13 +120,18 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
-        _job_summary(f"### llmdiag check: ERROR\n\n{e.line()}\n")
+        _job_summary(f"### llmdiag check: ERROR\n\n{markdown(e.line())}\n")
         raise
     strict = bool(opts.get("strict", False) if strict is None else strict)
     flags = {"failed-run": allow_failed_run, "missing-ranks": allow_missing_ranks,
              "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
-    allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ()))
+    allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ())) | one_metric
+    cpu = not gates and cur.trace_kind == "cpu"
+    gates = gates or default_gates(agg or opts.get("agg"), cpu)
     verdict = evaluate(cur, base, gates, strict, allow)
+    if cpu:
+        verdict.notes.insert(0, "CPU traces: default gates for noisy shared runners (docs/ci.md, \"Default gates\"); "
+                                "give --config or limits to choose your own")
     if junit_path:
         write_text(junit_path, to_junit(verdict, time.perf_counter() - t0))
     if json_path:
@@ -132,8 +139,8 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     text = render_verdict(verdict)
     if quiet:
         lines = text.splitlines()
-        text = "\n".join([r.message for r in verdict.failed()] + [c.message for c in verdict.failed_inputs()]
-                         + lines[-1:])
+        text = "\n".join([terminal(r.message) for r in verdict.failed()]
+                         + [terminal(c.message) for c in verdict.failed_inputs()] + lines[-1:])
     click.echo(text)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(verdict):

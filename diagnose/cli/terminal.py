@@ -13,7 +13,7 @@ from contextvars import ContextVar
 
 import click
 
-from diagnose.errors import printable
+from diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
 from diagnose.gate.format import table
 from diagnose.model import views
 from diagnose.model.analysis import Analysis

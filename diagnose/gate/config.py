@@ -79,8 +79,10 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
         opts["strict"] = data["strict"]
     if "allow" in data:  # opt-outs of the fail-closed input checks, as the --allow-* flags
         allow = data["allow"]
-        if not isinstance(allow, list) or any(a not in ALLOW_NAMES for a in allow):
-            raise LlmdiagError(f"bad allow = {allow!r}", where, f"a list of {', '.join(ALLOW_NAMES)}")
+        ok = (*ALLOW_NAMES, *(f"undefined:{m}" for m in METRICS))
+        if not isinstance(allow, list) or any(a not in ok for a in allow):
+            raise LlmdiagError(f"bad allow = {allow!r}", where, f"a list of {', '.join(ALLOW_NAMES)}, or "
+                                                                "\"undefined:<metric>\" for one metric")
         opts["allow"] = list(allow)
     agg_default = default_agg or opts.get("agg", "worst")
     gates: list[Gate] = []

@@ -20,12 +20,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from diagnose.errors import printable
 from diagnose.gate.format import ranks_text, table
 from diagnose.gate.settings import differences
 from diagnose.gate.verdict import METRICS, Side, describe, units
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
+from diagnose.model.escape import terminal
 from diagnose.model.format import fmt, fmt_delta
 from diagnose.model.manifest import layout_text
 
@@ -287,19 +287,20 @@ def change_text(r: Row) -> str:
 
 
 def _name(r: Row) -> str:
-    return printable(r.name)[:70]
+    return terminal(r.name)[:70]
 
 
 def render_text(c: Comparison) -> str:
-    out = [f"{k}: {s.label} ({ranks_text(s)}, {s.trace_kind})  {s.source}" for k, s in (("A", c.a), ("B", c.b))]
+    out = [f"{k}: {terminal(s.label)} ({ranks_text(s)}, {terminal(s.trace_kind)})  {terminal(s.source)}"
+           for k, s in (("A", c.a), ("B", c.b))]
     if c.aggregate_only:
         out.append("AGGREGATE-ONLY COMPARISON")
-    out += [f"differs: {printable(d)}" for d in c.differs or []]
-    out += [f"note: {n}" for n in c.notes]
-    out += ["", f"verdict: {printable(c.verdict)}"]
+    out += [f"differs: {terminal(d)}" for d in c.differs or []]
+    out += [f"note: {terminal(n)}" for n in c.notes]
+    out += ["", f"verdict: {terminal(c.verdict)}"]
     for s in c.sections:
         if s.rows:
-            rows = [[printable(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change, r.effect]
+            rows = [[terminal(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change, r.effect]
                     for r in s.rows]
             out += ["", s.title, table(["", "A", "B", "B - A", "direction", "effect"], rows, right={1, 2, 3})]
     k = c.kernels
@@ -307,7 +308,7 @@ def render_text(c: Comparison) -> str:
               "shrank": "Kernels/ops that shrank"}
     for key, rs in (("grew", k.grew), ("shrank", k.shrank)):
         if rs:
-            rows = [[_name(r), r.kind, fmt(r.a, "ms"), fmt(r.b, "ms"), change_text(r)] for r in rs]
+            rows = [[_name(r), terminal(r.kind), fmt(r.a, "ms"), fmt(r.b, "ms"), change_text(r)] for r in rs]
             out += ["", titles[key], table(["name", "kind", "A", "B", "B - A"], rows, right={2, 3, 4})]
     if k.new:
         out += ["", "New in B (not in A's top kernels)",

@@ -1,11 +1,14 @@
 """Terminal tables and GitHub Actions annotations for `check` and `diff`.
 
-Plain text (no colour codes) so the same output reads in a terminal, a CI log and a pasted issue.
+Plain text (no colour codes) so the same output reads in a terminal, a CI log and a pasted issue. Every string
+goes out through its sink's escaping function (diagnose/model/escape.py): notes and messages quote manifests and
+file names, which are untrusted.
 """
 
 from __future__ import annotations
 
 from diagnose.gate.verdict import GateResult, Side, Verdict, shown
+from diagnose.model.escape import github_data, github_property, markdown, terminal
 from diagnose.model.format import fmt, fmt_delta, plural
 
 
@@ -44,19 +47,19 @@ def _status(r, strict: bool) -> str:
 
 def render_verdict(v: Verdict) -> str:
     cur, base = v.current, v.baseline
-    head = [f"llmdiag check: {cur.label} ({ranks_text(cur)})"]
+    head = [f"llmdiag check: {terminal(cur.label)} ({ranks_text(cur)})"]
     if base:
-        head[0] += f" vs baseline {base.label} ({ranks_text(base)})"
-    rows = [_cells(r, v.strict) for r in v.results]
+        head[0] += f" vs baseline {terminal(base.label)} ({ranks_text(base)})"
+    rows = [[terminal(c) for c in _cells(r, v.strict)] for r in v.results]
     out = head + [""] + [table(["metric", "agg", "baseline", "current", "delta", "limit", "status",
                                 "worst"], rows, right={2, 3, 4})]
     for n in v.notes:
-        out.append(f"note: {n}")
+        out.append(f"note: {terminal(n)}")
     for r in v.results:
         if r.status == "n/a":
-            out.append(f"n/a: {r.message}")
+            out.append(f"n/a: {terminal(r.message)}")
     for c in v.inputs:
-        out.append(f"input: {c.message}" + (f" (allowed by {c.opt_out})" if c.allowed else
+        out.append(f"input: {terminal(c.message)}" + (f" (allowed by {c.opt_out})" if c.allowed else
                                               f" (fails the check; {c.opt_out} to allow)" if c.opt_out else ""))
     failed, na = v.failed(), sum(r.status == "n/a" for r in v.results)
     bad_inputs = v.failed_inputs()
@@ -71,14 +74,6 @@ def render_verdict(v: Verdict) -> str:
     return "\n".join(out)
 
 
-def _esc_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _esc_prop(s: str) -> str:
-    return _esc_data(s).replace(":", "%3A").replace(",", "%2C")
-
-
 def github_annotations(v: Verdict) -> list[str]:
     """Workflow commands: `::error` per failed gate, `::warning` per n/a gate and note."""
     out = []
@@ -90,26 +85,26 @@ def github_annotations(v: Verdict) -> list[str]:
         else:
             continue
         title = f"llmdiag check: {r.metric} {r.limit}"
-        out.append(f"::{level} title={_esc_prop(title)}::{_esc_data(r.message)}")
+        out.append(f"::{level} title={github_property(title)}::{github_data(r.message)}")
     for c in v.inputs:
         level = "warning" if c.allowed else "error"
-        out.append(f"::{level} title={_esc_prop('llmdiag check: ' + c.reason)}::{_esc_data(c.message)}")
+        out.append(f"::{level} title={github_property('llmdiag check: ' + c.reason)}::{github_data(c.message)}")
     for n in v.notes:
-        out.append(f"::notice title={_esc_prop('llmdiag check')}::{_esc_data(n)}")
+        out.append(f"::notice title={github_property('llmdiag check')}::{github_data(n)}")
     return out
 
 
 def markdown_summary(v: Verdict) -> str:
     """The verdict as a Markdown table, for GitHub's job summary page ($GITHUB_STEP_SUMMARY)."""
-    title = f"### llmdiag check: {'PASS' if v.status == 'pass' else 'FAIL'} — {v.current.label}"
+    title = f"### llmdiag check: {'PASS' if v.status == 'pass' else 'FAIL'} — {markdown(v.current.label)}"
     if v.baseline:
-        title += f" vs baseline {v.baseline.label}"
+        title += f" vs baseline {markdown(v.baseline.label)}"
     lines = [title, "", "| metric | agg | baseline | current | delta | limit | status | worst |",
              "|---|---|---:|---:|---:|---|---|---|"]
     for r in v.results:
         cells = _cells(r, v.strict)
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += [""] + [f"- **{'allowed' if c.allowed else 'FAIL'}** ({c.reason}): {c.message}".replace("|", "\\|")
+        lines.append("| " + " | ".join(markdown(c) for c in cells) + " |")
+    lines += [""] + [f"- **{'allowed' if c.allowed else 'FAIL'}** ({c.reason}): {markdown(c.message)}"
                      for c in v.inputs]
-    lines += [""] + [f"- {n}" for n in v.notes]
+    lines += [""] + [f"- {markdown(n)}" for n in v.notes]
     return "\n".join(lines) + "\n"

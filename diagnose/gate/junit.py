@@ -11,6 +11,7 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 
+from diagnose.model.escape import junit_xml
 from diagnose.model.files import write_atomic
 from diagnose.gate.verdict import Verdict
 
@@ -40,6 +41,12 @@ def _suite(root: ET.Element, cases: list[ET.Element], elapsed: float, props: dic
 
 
 def _xml(root: ET.Element) -> str:
+    """The document, every attribute and text escaped for XML 1.0 on the way out (messages quote manifests and
+    file names: a control byte there would make the file ill-formed, and CI would show no test results)."""
+    for el in root.iter():
+        el.attrib.update({k: junit_xml(x) for k, x in el.attrib.items()})
+        if el.text:
+            el.text = junit_xml(el.text, multiline=True)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

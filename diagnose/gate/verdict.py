@@ -1,4 +1,4 @@
-"""Regression gates: which numbers of an Analysis are gated, how limits read, and the verdict.
+"""Regression gates: which numbers of an Analysis are gated (limits read in gate/limits.py), and the verdict.
 
 Both sides are typed `Analysis` objects that went through the same JSON round trip (gate/sides.py), so a
 check gives the same answer from a summary file as from the run folder it came from. A gate on an undefined
@@ -9,102 +9,20 @@ caller decides with `strict` whether n/a fails.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from diagnose.errors import LlmdiagError, printable
+from diagnose.errors import printable
 from diagnose.gate.settings import run_differences
-from diagnose.gate.inputs import InputCheck, apply_allow, side_checks, undefined_check
+from diagnose.gate.inputs import InputCheck, apply_allow, partial_checks, side_checks, undefined_check
+from diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
+                                  metric_named, parse_limit)
 from diagnose.model.analysis import Analysis, RankMetrics
 from diagnose.model.format import fmt, ranges
 
 VERDICT_SCHEMA = 1
 AGGS = ("worst", "min", "max", "mean", "rank")
-RULES = ("max_rise", "max_drop", "min", "max")
-RELATIVE_RULES = ("max_rise", "max_drop")
 EPS = 1e-12  # a value exactly at its limit passes, whatever the float rounding
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    title: str
-    unit: str  # "ratio", "ms" or "bytes"
-    higher_is_better: bool
-    per: str = "rank"  # "rank", or "stage" for pipeline bubbles
-
-
-METRICS = {
-    m.name: m
-    for m in (
-        Metric("overlap_ratio", "comm/compute overlap", "ratio", True),
-        Metric("exposed_comm", "exposed comm / step time", "ratio", False),
-        Metric("step_time", "step time", "ms", False),
-        Metric("memory_peak", "memory peak (allocated)", "bytes", False),
-        Metric("bubble", "pipeline bubble", "ratio", False, per="stage"),
-    )
-}
-ALIASES = {
-    "overlap": "overlap_ratio",
-    "exposed_comm_frac": "exposed_comm",
-    "step_time_ms": "step_time",
-    "memory": "memory_peak",
-    "memory_peak_allocated": "memory_peak",
-    "pipeline_bubble": "bubble",
-}
-
-
-def metric_named(name: str, where: str | None = None) -> Metric:
-    m = METRICS.get(ALIASES.get(name, name))
-    if m is None:
-        raise LlmdiagError(f"unknown metric {name!r}", where, f"use one of {', '.join(METRICS)}")
-    return m
-
-
-@dataclass(frozen=True)
-class Limit:
-    value: float  # in the metric's unit (ratio, ms, bytes), or a fraction of the baseline when relative
-    relative: bool
-    text: str  # as the user wrote it, for messages
-
-
-_UNITS = {
-    "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3,
-    "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-}
-_LIMIT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Zµ]+)?\s*$")
-
-
-def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Limit:
-    """A number in the metric's unit, "10%" (of the baseline; rise/drop rules only), "5ms", "512MiB"."""
-    bad = f"bad limit {rule} = {raw!r} for {metric.name}"
-    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-        raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\"")
-    if isinstance(raw, str):
-        m = _LIMIT_RE.match(raw)
-        if not m:
-            raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\", \"5ms\", \"512MiB\"")
-        num, unit = float(m.group(1)), (m.group(2) or "").lower()
-        if not math.isfinite(num):
-            raise LlmdiagError(bad, where, "limits are finite and >= 0")
-        if unit == "%":
-            if rule not in RELATIVE_RULES:
-                if metric.unit == "ratio":  # an absolute share: "20%" is 0.2, as the report prints it
-                    return Limit(num / 100.0, False, raw.strip())
-                raise LlmdiagError(bad, where, "a percentage is relative to the baseline: use it with "
-                                               "max_rise/max_drop, or with a ratio metric's min/max")
-            return Limit(num / 100.0, True, raw.strip())
-        if unit:
-            ok = (metric.unit == "ms" and unit in ("ms", "s", "us", "µs")) or (
-                metric.unit == "bytes" and unit in ("b", "kb", "mb", "gb", "kib", "mib", "gib"))
-            if not ok:
-                raise LlmdiagError(bad, where, f"{metric.name} is measured in {metric.unit}")
-            num *= _UNITS[unit]
-        return Limit(num, False, raw.strip())
-    if not math.isfinite(raw) or raw < 0:
-        raise LlmdiagError(bad, where, "limits are finite and >= 0")
-    return Limit(float(raw), False, format(raw, "g"))
 
 
 @dataclass(frozen=True)
@@ -129,9 +47,23 @@ DEFAULT_GATES = (
 )
 
 
-def default_gates(agg: str = "worst") -> list[Gate]:
-    """What `check --baseline` gates when no flag or config names a gate."""
-    return [Gate(n, r, parse_limit(v, METRICS[n], r), agg, "default") for n, r, v in DEFAULT_GATES]
+# On CPU traces (gloo on a shared CI runner) timings are noisy: over 10 repeats of the project's own dp2 run on a
+# shared 2-core machine the mean exposed comm rose by up to 0.14 and the mean overlap dropped by up to 0.21 against
+# baselines/dp2-cpu.json, step time varied 64-228 ms (docs/ci.md, "Default gates"). The memory peak is exact.
+CPU_DEFAULT_GATES = (
+    ("overlap_ratio", "max_drop", 0.35),
+    ("exposed_comm", "max_rise", 0.25),
+    ("bubble", "max_rise", 0.15),
+    ("step_time", "max_rise", "500%"),
+    ("memory_peak", "max_rise", "10%"),
+)
+
+
+def default_gates(agg: str | None = None, cpu: bool = False) -> list[Gate]:
+    """What `check --baseline` gates when no flag or config names a gate: on CPU traces wider limits on the mean
+    over ranks (`agg` replaces the aggregation)."""
+    table, agg = (CPU_DEFAULT_GATES, agg or "mean") if cpu else (DEFAULT_GATES, agg or "worst")
+    return [Gate(n, r, parse_limit(v, METRICS[n], r), agg, "default") for n, r, v in table]
 
 
 # --- metric extraction -------------------------------------------------------------------------
@@ -145,7 +77,9 @@ _RANK_VALUE: dict[str, Callable[[RankMetrics], float | int | None]] = {
 
 
 def _float(v) -> float | None:
-    return None if v is None else float(v)
+    """None for an undefined value; NaN or infinity (never written by llmdiag) is undefined too, never a number
+    that compares false against every limit."""
+    return None if v is None or not math.isfinite(v) else float(v)
 
 
 def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
@@ -295,8 +229,9 @@ def _relative(gate: Gate, m: Metric, base: Analysis, cur: Analysis, matched: boo
                    None, None, None, "n/a", None, "", gate.source)
     if agg == "rank":
         worst = _per_rank(gate, m, base, cur)
-        if worst is None:
-            r.message = f"{m.name} is undefined on every matched rank"
+        if worst is None:  # the sides' values say which one lacks it (gate/inputs.py fails that side)
+            r.baseline, r.current = aggregate(base, m, "worst")[0], aggregate(cur, m, "worst")[0]
+            r.message = f"{m.name} is undefined on every matched rank, or its baseline is 0 there"
             return r
         _, r.worst, r.baseline, r.current, allowed = worst
     else:
@@ -384,6 +319,12 @@ def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], st
         results.append(_relative(g, m, baseline, current, matched) if g.relative
                        else _absolute(g, m, baseline, current))
     inputs += [c for r in results if (c := undefined_check(r, baseline is not None, strict)) is not None]
+    same_world = baseline is not None and world_size(baseline) == world_size(current)
+    for name in dict.fromkeys(r.metric for r in results):  # once per metric, however many gates it has
+        m, mine = METRICS[name], [r for r in results if r.metric == name]
+        rel = [r for r in mine if r.rule in RELATIVE_RULES]  # only these read the baseline's values
+        inputs += partial_checks((rel or mine)[0], m.per, units(baseline, m) if rel else None, units(current, m),
+                                 same_world)
     v = Verdict("pass", strict, describe(current), describe(baseline) if baseline is not None else None,
                 not matched, results, notes, apply_allow(inputs, set(allow)))
     v.status = "fail" if v.failed() or v.failed_inputs() else "pass"

@@ -1,0 +1,110 @@
+"""The gated metrics and their limits: how a limit reads, and which values it may take.
+
+A limit is validated against its metric's unit, in flags and config alike (docs/ci.md, "Limits"), because a
+limit that can never be exceeded turns its gate off silently: a ratio (overlap, exposed comm, bubble) lies in
+[0, 1], so its absolute limits and its rise/drop in points are in [0, 1] (written as percentages: 0-100 %);
+a relative drop ("10%" of the baseline) is at most 100 %, since a value that cannot go below 0 cannot drop by
+more than itself. A relative rise has no upper bound ("500%": six times the baseline is a real slowdown), and
+times and sizes are only >= 0. Every limit is finite.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from diagnose.errors import LlmdiagError
+
+RULES = ("max_rise", "max_drop", "min", "max")
+RELATIVE_RULES = ("max_rise", "max_drop")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    title: str
+    unit: str  # "ratio", "ms" or "bytes"
+    higher_is_better: bool
+    per: str = "rank"  # "rank", or "stage" for pipeline bubbles
+
+
+METRICS = {
+    m.name: m
+    for m in (
+        Metric("overlap_ratio", "comm/compute overlap", "ratio", True),
+        Metric("exposed_comm", "exposed comm / step time", "ratio", False),
+        Metric("step_time", "step time", "ms", False),
+        Metric("memory_peak", "memory peak (allocated)", "bytes", False),
+        Metric("bubble", "pipeline bubble", "ratio", False, per="stage"),
+    )
+}
+ALIASES = {
+    "overlap": "overlap_ratio",
+    "exposed_comm_frac": "exposed_comm",
+    "step_time_ms": "step_time",
+    "memory": "memory_peak",
+    "memory_peak_allocated": "memory_peak",
+    "pipeline_bubble": "bubble",
+}
+
+
+def metric_named(name: str, where: str | None = None) -> Metric:
+    m = METRICS.get(ALIASES.get(name, name))
+    if m is None:
+        raise LlmdiagError(f"unknown metric {name!r}", where, f"use one of {', '.join(METRICS)}")
+    return m
+
+
+@dataclass(frozen=True)
+class Limit:
+    value: float  # in the metric's unit (ratio, ms, bytes), or a fraction of the baseline when relative
+    relative: bool
+    text: str  # as the user wrote it, for messages
+
+
+_UNITS = {
+    "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3,
+    "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+_LIMIT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Zµ]+)?\s*$")
+
+
+def _in_range(lim: Limit, metric: Metric, rule: str, bad: str, where: str | None) -> Limit:
+    """`lim` if its value can be exceeded by some value of the metric (see the module's docstring)."""
+    if not math.isfinite(lim.value) or lim.value < 0:
+        raise LlmdiagError(bad, where, "limits are finite and >= 0")
+    if lim.relative and rule == "max_drop" and lim.value > 1:
+        raise LlmdiagError(bad, where, "a relative drop is at most 100% of the baseline: a larger one can never "
+                                       "happen, so the gate could never fail")
+    if not lim.relative and metric.unit == "ratio" and lim.value > 1:
+        raise LlmdiagError(bad, where, f"{metric.name} is a ratio in [0, 1]: give its limit as 0 to 1 (0.35) or "
+                                       "0% to 100% (\"35%\"); a larger one could never fail")
+    return lim
+
+
+def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Limit:
+    """A number in the metric's unit, "10%" (of the baseline; rise/drop rules only), "5ms", "512MiB"."""
+    bad = f"bad limit {rule} = {raw!r} for {metric.name}"
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\"")
+    if not isinstance(raw, str):
+        return _in_range(Limit(float(raw), False, format(raw, "g")), metric, rule, bad, where)
+    m = _LIMIT_RE.match(raw)
+    if not m:
+        raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\", \"5ms\", \"512MiB\"")
+    num, unit = float(m.group(1)), (m.group(2) or "").lower()
+    if unit == "%":
+        if rule not in RELATIVE_RULES:
+            if metric.unit != "ratio":
+                raise LlmdiagError(bad, where, "a percentage is relative to the baseline: use it with "
+                                               "max_rise/max_drop, or with a ratio metric's min/max")
+            return _in_range(Limit(num / 100.0, False, raw.strip()), metric, rule, bad, where)  # a share: 0.2
+        return _in_range(Limit(num / 100.0, True, raw.strip()), metric, rule, bad, where)
+    if unit:
+        ok = (metric.unit == "ms" and unit in ("ms", "s", "us", "µs")) or (
+            metric.unit == "bytes" and unit in ("b", "kb", "mb", "gb", "kib", "mib", "gib"))
+        if not ok:
+            raise LlmdiagError(bad, where, f"{metric.name} is measured in {metric.unit}")
+        num *= _UNITS[unit]
+    return _in_range(Limit(num, False, raw.strip()), metric, rule, bad, where)
