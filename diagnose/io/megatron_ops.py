@@ -22,6 +22,7 @@ from diagnose.model.manifest import MAX_WORLD
 
 COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
 MAX_OPS = 50_000_000  # ~2 GB of columns: beyond this the table is not one job's trace (the footer says)
+MAX_SECONDS = 1e9  # ~31 years: times in int64 ns stay far from overflow
 META_BUDGET = 1 << 20  # the artifact's meta is ~100 bytes
 SIZES = ("dp_size", "pp_size", "tp_size", "vpp_size", "dsp_size", "world_size")
 
@@ -60,7 +61,21 @@ def find_op_table(path: str) -> str | None:
     if len(found) > 1:
         raise LlmdiagError(f"{len(found)} straggler-study op tables in one folder", path,
                            "analyze one: " + ", ".join(os.path.basename(f) for f in found[:4]))
+    if found and (others := _traces_beside(path)):
+        raise LlmdiagError(f"a straggler-study op table and {len(others)} Kineto trace file(s) in one folder "
+                           f"({', '.join(others[:2])})", path,
+                           f"analyze {os.path.basename(found[0])} or the traces, each given on its own")
     return found[0] if found else None
+
+
+ARTIFACT_JSON = ("timeline-", "ideal-timeline-", "result-", "ms-", "mw-")  # the artifact's own JSON files
+
+
+def _traces_beside(folder: str) -> list[str]:
+    """Trace-like files (*.json, *.json.gz) in `folder` that are not the artifact's own: analysing the table
+    alone would leave them out without a word."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith((".json", ".json.gz")) and not n.startswith(ARTIFACT_JSON))
+    return names
 
 
 def _need(module: str):
@@ -193,12 +208,14 @@ def _ints(col, c: str, path: str) -> np.ndarray:
 
 def _check(t: OpTable, meta_path: str) -> None:
     dp, pp = t.meta["dp_size"], t.meta["pp_size"]
+    if not (np.isfinite(t.start).all() and np.isfinite(t.duration).all()) or (t.duration < 0).any():
+        raise LlmdiagError("start_ts/duration hold negative, NaN or infinite values", t.path)
+    if np.abs(t.start).max() > MAX_SECONDS or t.duration.max() > MAX_SECONDS:  # int64 ns would overflow
+        raise LlmdiagError(f"start_ts/duration beyond {MAX_SECONDS:.0e} s (not seconds of one job)", t.path)
+    if t.dp_rank.min() < 0 or t.dp_rank.max() >= dp or t.stage.min() < 0 or t.stage.max() >= pp:
+        raise LlmdiagError(f"dp_rank/stage outside the meta's dp_size {dp} × pp_size {pp}", t.path,
+                           f"check {os.path.basename(meta_path)}")
     world = t.meta.get("world_size") or dp * pp * (t.meta.get("tp_size") or 1)
     if t.rank.min() < 0 or t.rank.max() >= world:
         raise LlmdiagError(f"rank outside the meta's world of {world} workers (ranks {int(t.rank.min())} to "
                            f"{int(t.rank.max())})", t.path, f"check {os.path.basename(meta_path)}")
-    if not (np.isfinite(t.start).all() and np.isfinite(t.duration).all()) or (t.duration < 0).any():
-        raise LlmdiagError("start_ts/duration hold negative, NaN or infinite values", t.path)
-    if t.dp_rank.min() < 0 or t.dp_rank.max() >= dp or t.stage.min() < 0 or t.stage.max() >= pp:
-        raise LlmdiagError(f"dp_rank/stage outside the meta's dp_size {dp} × pp_size {pp}", t.path,
-                           f"check {os.path.basename(meta_path)}")
