@@ -12,7 +12,7 @@ NPROC  := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
 DEMO   ?= $(if $(shell [ $(NPROC) -ge 4 ] && echo big),tp2pp2,pp2)
 DEMO_OUT ?= runs/demo-$(DEMO)
 
-.PHONY: demo test test-fast bench browser clean
+.PHONY: demo test test-fast fuzz bench browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ test: $(STAMP) browser
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests -m "not slow"
+
+# The property tests with 20,000 fresh random examples each (about an hour on 2 cores), and the adversarial suite.
+fuzz: $(STAMP)
+	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-20000} LLMDIAG_FUZZ_SEED=$${LLMDIAG_FUZZ_SEED:-random} $(PY) -m pytest -q -x tests/test_properties.py tests/adversarial
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

@@ -20,7 +20,8 @@ except ImportError:  # pragma: no cover - an optional speed-and-readability depe
 # A mangled name is untrusted: Itanium back-references (`S_`, `S3_`, `T_`) let 234 bytes demangle to 109 MB in
 # 11 s, and the library has no bound. A name with at most SAFE_REFS back-references cannot grow much (each at
 # most doubles the text) and is demangled here; any other in a forked child, PER_NAME_S each and OUT_CAP
-# characters at most, BUDGET_S in all per process. Beyond a bound the name stays mangled, said once on stderr.
+# characters at most, BUDGET_S in all per call. Beyond a bound the name stays mangled (remembered, so the terminal
+# and the report pay once), said once per process on stderr.
 SAFE_REFS = 4
 OUT_CAP = 256 * 1024  # the longest real kernel name seen demangles to ~10 k characters
 PER_NAME_S = 0.5
@@ -28,7 +29,7 @@ BUDGET_S = 2.0
 CACHE_MAX = 4096
 _REFS = re.compile(r"[ST][0-9A-Z]*_")
 _cache: dict[str, str] = {}
-_state = {"spent": 0.0, "said": False}
+_state = {"said": False}
 
 
 def demangle(name: str) -> str:
@@ -83,17 +84,16 @@ def _refused(name: str) -> str:
 
 def _forked(names: list[str]) -> dict[str, str | None]:
     """Each name demangled in a forked child, in order, each within PER_NAME_S and OUT_CAP; None: refused (a
-    timeout kills the child; the rest go to a fresh one). Without fork (or past the budget) all None."""
+    timeout kills the child; the rest go to a fresh one). Without fork, or past BUDGET_S, None."""
     res: dict[str, str | None] = {}
     todo = list(names)
+    end = time.monotonic() + BUDGET_S
     while todo:
-        left = BUDGET_S - _state["spent"]
+        left = end - time.monotonic()
         if left <= 0 or not hasattr(os, "fork"):
             res.update({n: None for n in todo})
             break
-        t0 = time.monotonic()
         got = _child(todo, min(PER_NAME_S, left))
-        _state["spent"] += time.monotonic() - t0
         res.update(got)
         todo = todo[len(got):]
         if todo:  # the next name ran out of time: refused, the others go on

@@ -36,6 +36,7 @@ if fsize:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 sys.argv = ['llmdiag'] + sys.argv[4:]
+sys.path = [p for p in sys.path if p not in ('', os.getcwd())]  # as the installed `llmdiag` script: no cwd
 try:
     from diagnose.cli.main import main
     main()

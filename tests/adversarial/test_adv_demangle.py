@@ -21,9 +21,9 @@ def _sub(i: int) -> str:  # the i-th substitution: S_, S0_, S1_, ... (base 36)
             return f"S{s}_"
 
 
-def bomb(levels: int = 7, fan: int = 9) -> str:
+def bomb(levels: int = 7, fan: int = 9, fn: str = "f") -> str:
     """f(B<A, A, ...>, B<that, that, ...>, ...): S_ = B, S0_ = A, S1_ = the first B<...>, each level one more."""
-    s = "_Z1f1BI1A" + "S0_" * (fan - 1) + "E"
+    s = f"_Z{len(fn)}{fn}1BI1A" + "S0_" * (fan - 1) + "E"
     for level in range(levels):
         s += "S_I" + _sub(level + 2) * fan + "E"
     return s
@@ -57,3 +57,18 @@ def test_two_bombs_in_a_two_rank_trace(tmp_path):
     assert set(names) <= kept  # the analysis is whole; only the display is mangled
     html = (tmp_path / "r.html").read_text()
     assert names[0][:40] in html and (tmp_path / "r.html").stat().st_size < 5 << 20
+
+
+def test_twelve_bombs_stay_within_the_per_call_budget(tmp_path):
+    """Twelve distinct bombs among the top kernels: the terminal pays at most the budget (2 s), the report
+    reads the names it remembered."""
+    run = tmp_path / "run"
+    names = [bomb(7, 9, f"f{i:02d}") for i in range(12)]
+    for r in (0, 1):
+        b = gpu_rank(r, world_size=2)
+        for i, n in enumerate(names):
+            b.kernel(n, 2000 + 10 * i, 5, stream=7)
+        b.write(run / f"rank{r}.json")
+    res = attack("analyze", run, "--report", tmp_path / "r.html", "--json", tmp_path / "s.json", cwd=tmp_path)
+    check(res, 0, "demangling it exceeds its bound")
+    assert sum("demangling" in x for x in res.lines) == 1
