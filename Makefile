@@ -12,7 +12,7 @@ NPROC  := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
 DEMO   ?= $(if $(shell [ $(NPROC) -ge 4 ] && echo big),tp2pp2,pp2)
 DEMO_OUT ?= runs/demo-$(DEMO)
 
-.PHONY: demo test test-fast bench browser clean
+.PHONY: demo test test-fast fuzz bench browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,11 @@ test: $(STAMP) browser
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests -m "not slow and not exhaustive and not browser"
 
-# Long property runs: 10,000 mutated summaries against the gate (no FAIL may turn into a PASS); the suite runs 300.
-.PHONY: fuzz
+# The property tests and the adversarial suite with many fresh random examples each (LLMDIAG_FUZZ_EXAMPLES,
+# default 10,000: the gate's mutated summaries, where no FAIL may turn into a PASS, among them; about an hour
+# on 2 cores). The suite itself runs a few hundred, derandomized.
 fuzz: $(STAMP)
-	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-10000} $(PY) -m pytest -q -p no:cacheprovider tests/adversarial/test_adv_gate_mutations.py
+	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-10000} LLMDIAG_FUZZ_SEED=$${LLMDIAG_FUZZ_SEED:-random} $(PY) -m pytest -q -x -p no:cacheprovider tests/test_properties.py tests/adversarial
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

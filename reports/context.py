@@ -21,7 +21,7 @@ from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from diagnose.model.format import column_unit, fmt, header_unit, ranges
 from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from diagnose.model.manifest import layout_text
-from diagnose.model.names import demangle, short_names
+from diagnose.model.names import demangle_many, short_names
 from diagnose.model.pack import file_schema
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
@@ -175,7 +175,7 @@ def comm_rows(a: Analysis, paths: Paths) -> list[CommView]:
 def kernel_rows(a: Analysis, top: int = TOP_KERNELS) -> list[dict]:
     """`views.kernel_table`: per step, mean over the ranks whose top-K list holds the kernel (all derived)."""
     rows = views.kernel_table(a, top)
-    full = {k.name: demangle(k.name) for k in rows}
+    full = demangle_many(k.name for k in rows)
     short = short_names(list(dict.fromkeys(full.values())), KERNEL_NAME_WIDTH)
     return [{"k": k, "full": full[k.name], "short": short[full[k.name]], "ms": Num(k.ms_per_step, None, "ms"),
              "count": Num(k.count_per_step, None, "avg"), "mean": Num(k.mean_us, None, "us"),

@@ -15,7 +15,7 @@ import hashlib
 import os
 import tempfile
 
-from jinja2 import Environment, FileSystemBytecodeCache, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from diagnose.model.analysis import SEVERITIES, Analysis
@@ -54,14 +54,11 @@ def _anchor(metric) -> str:
 
 
 def _env() -> Environment:
-    # Compiling the template is most of a small report's cost (~0.1 s): jinja2's own bytecode cache keeps the
-    # compiled form in a per-user temp folder (keyed by the template's source checksum, so edits recompile).
-    try:
-        cache = FileSystemBytecodeCache()
-    except OSError:  # pragma: no cover - no usable temp folder: compile every time
-        cache = None
+    # No bytecode cache on disk: jinja2's default folder, `$TMPDIR/_jinja2-cache-<uid>`, is a name anyone can
+    # plant (a link there made it chmod the link's target 0700 and fail), and a report writes nothing but
+    # itself. The template compiles once per process (~0.1 s).
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True, bytecode_cache=cache)
+                      trim_blocks=True, lstrip_blocks=True, bytecode_cache=None)
     env.filters["fmt"] = fmt
     env.filters["code"] = _code
     env.filters["anchor"] = _anchor

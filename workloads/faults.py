@@ -8,6 +8,7 @@ Torch-free.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -16,16 +17,18 @@ from workloads.errors import WorkloadError
 KINDS = ("raise", "kill", "hang")
 
 
-def parse(spec: str | None) -> tuple[int, str, int | None] | None:
+def parse(spec: str | None, world: int | None = None) -> tuple[int, str, int | None] | None:
     if not spec:
         return None
     parts = spec.split(":")
-    try:
-        if parts[0] != "rank" or len(parts) not in (3, 4) or parts[2] not in KINDS:
-            raise ValueError
-        return int(parts[1]), parts[2], (int(parts[3]) if len(parts) == 4 else None)
-    except ValueError:
-        raise WorkloadError(f"bad fault spec {spec!r}", hint="rank:<R>:raise|kill|hang[:<step>]") from None
+    hint = "rank:<R>:raise|kill|hang[:<step>]"
+    if (parts[0] != "rank" or len(parts) not in (3, 4) or parts[2] not in KINDS
+            or not all(re.fullmatch(r"[0-9]{1,7}", p) for p in parts[1:2] + parts[3:])):
+        raise WorkloadError(f"bad fault spec {spec!r}", hint=hint)  # digits only: int() reads "1_0" as 10
+    rank = int(parts[1])
+    if world is not None and rank >= world:
+        raise WorkloadError(f"fault spec {spec!r}: rank {rank} is outside the world of {world} ranks", hint=hint)
+    return rank, parts[2], (int(parts[3]) if len(parts) == 4 else None)
 
 
 class Fault:

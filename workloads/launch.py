@@ -25,6 +25,7 @@ from workloads import manifest as man
 from workloads.grammar import Plan
 from workloads.options import LaunchOptions, RunOptions
 from workloads.rankio import die_with_parent, now_iso
+from workloads.tracecheck import fresh_file, incomplete_trace
 
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -136,7 +137,12 @@ class Launch:
     def env(self) -> dict:
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        # This package only: `python -m` puts the current folder first on the path (a ./workloads/train.py
+        # there would run once per rank), so PYTHONSAFEPATH (3.11+) keeps it off, for torchrun and the ranks
+        # alike; an empty PYTHONPATH entry means the current folder too, so those go.
+        user = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([root, *user])
+        env["PYTHONSAFEPATH"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         if self.opts.device == "cpu" and "OMP_NUM_THREADS" not in env:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.nproc))
@@ -157,10 +163,14 @@ class Launch:
         """Run torchrun to its end. Returns (torchrun exit code, None | "timeout" | "interrupted (SIGINT)")."""
         log_name = "torchrun.log" if self.nnodes == 1 else f"torchrun-node{self.node_rank}.log"
         stopped = None
-        with open(os.path.join(self.out, "logs", log_name), "w") as logfile:
+        for r in self.local_ranks:  # the ranks append to these: fresh files, not links planted in a reused --out
+            os.close(fresh_file(os.path.join(self.out, "logs", f"rank{r}.log")))
+        # Python 3.10 has no PYTHONSAFEPATH: there torchrun and the ranks start in the run's logs/ folder instead
+        cwd = None if sys.version_info >= (3, 11) else os.path.join(self.out, "logs")
+        with os.fdopen(fresh_file(os.path.join(self.out, "logs", log_name)), "w") as logfile:
             proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     errors="replace", env=self.env(), start_new_session=True,
-                                    preexec_fn=_torchrun_dies_with_us)
+                                    preexec_fn=_torchrun_dies_with_us, cwd=cwd)
             pump = threading.Thread(target=self._pump, args=(proc.stdout, logfile), daemon=True)
             pump.start()
             # torchrun has its own session (no terminal Ctrl-C reaches it): forward our end to the ranks.
@@ -316,6 +326,11 @@ def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = N
     results = man.read_results(opts.out, plan.layout.world_size)
     for r, rec in results.items():
         manifest["ranks"][str(r)]["host"] = rec.get("host")
+    for r in run.local_ranks:  # "ok" is the rank's word; its trace must say so too (a full disk, RLIMIT_FSIZE)
+        rec = results.get(r)
+        if rec and rec.get("status") == "ok" and (why := incomplete_trace(
+                os.path.join(opts.out, "traces", f"rank{r}.pt.trace.json.gz"))):
+            results[r] = {**rec, "status": "failed", "error": f"its trace is incomplete: {why}"}
     status, failure = judge(opts.out, plan.layout.world_size, run.local_ranks, results,
                             run.torchrun_exit_codes(), stopped, timeout)
     manifest.update(rank_status=status, failure=failure, status="ok" if failure is None else "failed",

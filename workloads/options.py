@@ -224,7 +224,7 @@ class LaunchOptions:
         # --print-slurm picks the node count itself; otherwise ranks per node x nodes must be the world size.
         per_node = self.nproc_per_node
         available = per_node * self.nnodes if per_node and not self.print_slurm else None
-        opts.plan(ranks_available=available, ranks_reason=f"{self.nnodes} node(s) x {per_node} per node")
+        plan = opts.plan(ranks_available=available, ranks_reason=f"{self.nnodes} node(s) x {per_node} per node")
         opts.total_steps()
-        faults.parse(self.inject_fault)
-        slow.parse(opts.inject_slow)
+        faults.parse(self.inject_fault, plan.layout.world_size)
+        slow.parse(opts.inject_slow, plan.layout.world_size)

@@ -66,7 +66,7 @@ def redirect_output(out_dir: str, rank: int) -> int:
     die_with_parent()
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     original = os.dup(1)
-    fd = os.open(os.path.join(out_dir, "logs", f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(os.path.join(out_dir, "logs", f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

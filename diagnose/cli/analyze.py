@@ -116,7 +116,8 @@ def parse_ranks(text: str | None) -> list[int] | None:
 @click.option("--scheduler-file", metavar="FILE", help="The Dask scheduler named in this file "
               "(`dask scheduler --scheduler-file FILE`).")
 @click.option("--dask-local", type=click.IntRange(1, 4096), metavar="N",
-              help="Start a Dask LocalCluster of N worker processes for this analysis.")
+              help="Start a Dask LocalCluster of N worker processes for this analysis (at most one per trace and "
+              "per core).")
 @click.option("--top", "top_k", type=click.IntRange(1, 1000), default=20, show_default=True, help="Top kernels kept per rank.")
 @click.option("--cross-check", type=click.Choice(["hta"]), help="Also run HTA on the same traces and print both overlaps.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")

@@ -18,7 +18,9 @@ from workloads.options import CliOption, LaunchOptions, RunOptions, cli_options,
 
 def _click_option(o: CliOption):
     decls = [f"{o.flag}/{o.negative}" if o.kind == "tristate" else o.flag] + ([o.short] if o.short else [])
-    kw = {"help": o.help, "hidden": o.hidden, "required": o.required, "default": o.default}
+    kw = {"help": o.help, "hidden": o.hidden, "required": o.required}
+    if not o.required:  # click 8.3 counts an explicit default=None as given: a required option then goes unchecked
+        kw["default"] = o.default
     if o.shown:  # a default decided later: say which, without click's parentheses
         kw.update(help=f"{o.help}  [default: {o.shown}]", show_default=False)
     if o.kind == "flag":

@@ -20,7 +20,7 @@ from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from diagnose.model.names import demangle, middle, short_names
+from diagnose.model.names import demangle_many, middle, short_names
 from diagnose.model.steps import step_span, steps_of
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
@@ -241,7 +241,7 @@ def _memory(a: Analysis) -> str:
 
 def _kernels(a: Analysis) -> str:
     kernels = views.kernel_table(a, TOP_KERNELS)
-    full = {k.name: demangle(k.name) for k in kernels}
+    full = demangle_many(k.name for k in kernels)
     short = short_names(list(dict.fromkeys(full.values())), NAME_WIDTH)
     rows = [[short[full[k.name]], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
              fmt(k.mean_us, "us", suffix=False), _pct(k.share)] for k in kernels]

@@ -22,6 +22,7 @@ Dask is imported only here, and this module only when a Dask option is given.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -34,18 +35,22 @@ from collections.abc import Callable
 from diagnose.engine.pool import failed
 from diagnose.engine.progress import Progress
 from diagnose.errors import LlmdiagError
+from diagnose.model.files import read_bounded
 from diagnose.metrics.per_rank import RankJob, RankOutput
 
 EXTRA = "pip install 'llmdiag[cluster]'"
 WAIT_FLOOR_S = 600.0  # the longest wait for the next result, whatever the sizes: covers queueing and slow disks
 MB_PER_S = 1.0  # plus a second per MB (on disk) of the largest pending trace: over 10x a parse's time
 POLL_S = 0.05
+SCHEDULER_FILE_BUDGET = 1 << 20  # `dask scheduler --scheduler-file` writes ~1 kB
 SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one it runs; see _local_cluster)
 
 
 def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
              bar: Progress) -> list[RankOutput]:
     """Outputs in the order of `jobs`, computed on the cluster `spec` names (diagnose.engine.EngineSpec)."""
+    if spec.dask_local:  # no more workers than traces or cores: 4,096 processes for 2 traces help nobody
+        spec = dataclasses.replace(spec, dask_local=min(spec.dask_local, max(1, len(jobs)), os.cpu_count() or 1))
     bar.describe(f"starting a Dask LocalCluster of {spec.dask_local} workers" if spec.dask_local
                  else "connecting to the Dask scheduler")
     try:
@@ -91,6 +96,7 @@ def _client(spec):
     else:
         address = spec.scheduler or _address_from_file(spec.scheduler_file, timeout)
         where = f"the Dask scheduler at {address}"
+        _probe(address, timeout)
     try:
         try:
             client = Client(cluster or address, timeout=timeout)
@@ -132,19 +138,49 @@ def _address_from_file(path: str, timeout: float) -> str:
     """The address in a scheduler file (`dask scheduler --scheduler-file`), waiting up to `timeout` for the file
     to appear (a batch job starts the scheduler beside us). Dask's own wait for the file has no bound."""
     end = time.monotonic() + timeout
-    while not os.path.exists(path) and time.monotonic() < end:
+    while not os.path.lexists(path) and time.monotonic() < end:
         time.sleep(0.2)
-    try:
-        with open(path, encoding="utf-8") as f:
-            address = json.load(f)["address"]
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise LlmdiagError(f"no Dask scheduler file here after waiting {timeout:g} s",
-                           path, "start one with `dask scheduler --scheduler-file FILE`") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise LlmdiagError(f"not a Dask scheduler file ({type(e).__name__}: {e})", path) from None
-    if not isinstance(address, str):
-        raise LlmdiagError("not a Dask scheduler file (its address is not a string)", path)
+                           path, "start one with `dask scheduler --scheduler-file FILE`")
+    raw = read_bounded(path, SCHEDULER_FILE_BUDGET, "scheduler file", gunzip=False)  # a FIFO, /dev/zero: refused
+    try:
+        address = json.loads(raw)["address"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise LlmdiagError(f"not a Dask scheduler file ({type(e).__name__}: {str(e)[:200]})", path) from None
+    if not isinstance(address, str) or len(address) > 1024:
+        raise LlmdiagError("not a Dask scheduler file (its address is not a short string)", path)
     return address
+
+
+def _probe(address: str, timeout: float) -> None:
+    """A tcp:// scheduler, checked within `timeout` before Dask's client tries it: a malformed address or port
+    (99999) and a refused connection fail at once (Dask retries them for the whole connect timeout), and a
+    listener that accepts but never speaks (a Dask scheduler sends its handshake first) fails at the timeout
+    (Dask's handshake waited without bound). Other schemes (tls://, ucx://) are left to Dask."""
+    scheme, sep, loc = address.partition("://")
+    if sep and scheme != "tcp":
+        return
+    where = f"the Dask scheduler at {address}"
+    host, colon, port = (sep and loc or address).rpartition(":")
+    if not colon or "]" in port:  # no port: Dask's default
+        host, port = (sep and loc or address), "8786"
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise LlmdiagError(f"cannot reach {where} (not HOST:PORT with a port from 1 to 65535)")
+    end = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as s:
+            s.settimeout(max(0.1, end - time.monotonic()))
+            if not s.recv(1):
+                raise LlmdiagError(f"cannot reach {where} (it closed the connection without a word; not a Dask "
+                                   "scheduler?)")
+    except TimeoutError:
+        raise LlmdiagError(f"cannot reach {where} (no Dask handshake within {timeout:g} s; is it a Dask "
+                           "scheduler?)") from None
+    except OSError as e:
+        raise LlmdiagError(f"cannot reach {where} ({e.strerror or e}); is it running, and is the address "
+                           "right?") from None
 
 
 def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar: Progress) -> list[RankOutput]:

@@ -186,13 +186,17 @@ def _seq(args: dict) -> int:
     return v if type(v) is int and 0 <= v < 2**62 else -1
 
 
+MAX_NELEMS = 1 << 62  # elements of one message: far beyond any real one, and int64-safe when summed
+
+
 def _nelems(args: dict, side: str) -> int:
     """Elements sent (In) or received (Out): all_to_all(v)'s per-peer splits summed, else the msg nelems; -1."""
     split = args.get(f"{side} split size")
-    if isinstance(split, list) and split and all(type(x) is int for x in split):
-        return sum(split)
-    n = args.get(f"{side} msg nelems")
-    return n if type(n) is int and n >= 0 else -1
+    if isinstance(split, list) and split and all(type(x) is int and x >= 0 for x in split):
+        n = sum(split)
+    else:
+        n = args.get(f"{side} msg nelems")
+    return n if type(n) is int and 0 <= n < MAX_NELEMS else -1  # unknown beyond: the skew's int64 columns
 
 
 def _small(dist: dict) -> dict:

@@ -12,6 +12,7 @@ It lives in the model stage so the summary reader there, io, gate and the CLI ca
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -118,17 +119,28 @@ def write_atomic(path: str, data: bytes | str, mode: int = 0o644) -> None:
 def write_atomic_with(path: str, write, mode: int = 0o644) -> None:
     """`write(binary file)` into a fresh temp file beside `path`, renamed over it (write_atomic for writers
     that stream, such as pyarrow's): readers never see a half-written file."""
+    with open_atomic(path, mode) as f:
+        write(f)
+
+
+@contextlib.contextmanager
+def open_atomic(path: str, mode: int = 0o644):
+    """A binary file to write `path` through: `with open_atomic(p) as f: f.write(...)` (or gzip.GzipFile(
+    fileobj=f), or a streaming JSON writer). The file is a `tempfile.mkstemp` file in the target folder
+    (O_CREAT|O_EXCL|O_NOFOLLOW, a random name: nothing planted there is followed or overwritten), renamed over
+    `path` when the block ends (a link planted at `path` is replaced, never written through); an exception in
+    the block or an OSError removes it. OSError becomes LlmdiagError `cannot write: <reason>` in one line."""
     target = os.path.abspath(path)
     folder, base = os.path.split(target)
     tmp = None
     try:
-        if os.path.isdir(target):
+        if os.path.isdir(target) and not os.path.islink(target):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{base[:64]}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode & ~_umask())
-            write(f)
+            yield f
         os.replace(tmp, target)
         tmp = None
     except OSError as e:

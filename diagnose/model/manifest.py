@@ -11,6 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 DIMS = ("dp", "fsdp", "tp", "pp", "cp")
+MAX_WORLD = 1 << 20  # as metrics/ranks.MAX_RANK: beyond the largest jobs; a larger size is not a real one
+# run options the analysis reads as numbers (rules, accum, memory): a string there is a hand-edited manifest
+NUMERIC_OPTIONS = ("bucket_cap_mb", "global_batch", "grad_accum", "micro_batch")
 
 
 def layout_text(layout: dict[str, int] | None) -> str:
@@ -107,8 +110,26 @@ class Manifest:
         return max(Counter(hosts).values()) if hosts else None
 
     def option(self, name: str):
-        """A run option as `llmdiag run` recorded it, or None when the manifest does not say."""
-        return self.options.get(name)
+        """A run option as `llmdiag run` recorded it, or None when the manifest does not say (or, for a
+        numeric option, says something that is not a positive number: `problems` names it)."""
+        v = self.options.get(name) if isinstance(self.options, dict) else None
+        if name in NUMERIC_OPTIONS and not _positive(v):
+            return None
+        return v
+
+    def problems(self) -> list[str]:
+        """Values of the right JSON type but not of a real run, one phrase each: a numeric option that is not a
+        positive number, a world or mesh size outside 1..MAX_WORLD."""
+        out = []
+        opts = self.options if isinstance(self.options, dict) else {}
+        for k in NUMERIC_OPTIONS:
+            if opts.get(k) is not None and not _positive(opts[k]):
+                out.append(f"options.{k} is not a positive number ({str(opts[k])[:40]!r})")
+        sizes = [("world_size", self.world_size)] + [(f"layout.{k}", v) for k, v in (self.layout or {}).items()]
+        for k, v in sizes:
+            if v is not None and not (type(v) is int and 1 <= v <= MAX_WORLD):
+                out.append(f"{k} is not a size from 1 to {MAX_WORLD} ({str(v)[:40]})")
+        return out
 
     def failed_ranks(self) -> dict[str, dict]:
         """rank -> status record, for ranks whose status is not "ok"."""
@@ -125,3 +146,7 @@ class Manifest:
             return None
         lay = self.layout or {}
         return max(1, int(gb) // max(1, int(lay.get("dp") or 1) * int(lay.get("fsdp") or 1)))
+
+
+def _positive(v) -> bool:
+    return type(v) in (int, float) and 0 < v < float("inf")

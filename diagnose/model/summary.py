@@ -19,9 +19,12 @@ _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llm
 
 def manifest_from_dict(data: dict, where: str) -> Manifest:
     try:
-        return build(Manifest, data)
+        man = build(Manifest, data)
     except Invalid as e:
         raise LlmdiagError(f"invalid manifest: {e}", where) from None
+    if bad := man.problems():
+        raise LlmdiagError(f"invalid manifest: {bad[0]}", where, f"{len(bad)} such values" if len(bad) > 1 else None)
+    return man
 
 
 def slim(a: Analysis) -> dict:

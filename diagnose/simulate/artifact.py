@@ -22,8 +22,12 @@ def whatif_of_table(t: OpTable) -> WhatIf:
     steps = np.unique(t.step)
     jg = build(t)
     stages, imbalance = stage_loads(t, names)
-    if jg.graph is None:
-        return WhatIf("megatron-ops", len(np.unique(t.rank)), len(steps), t.n, missing=jg.missing, stages=stages,
+    timed = np.bincount(np.searchsorted(steps, t.step), weights=t.duration, minlength=len(steps)) > 0
+    missing = jg.missing if jg.graph is None else [] if timed.all() else [
+        f"{int((~timed).sum())} of {len(steps)} steps have no op that takes time (every duration 0): nothing to "
+        "replay"]
+    if missing:
+        return WhatIf("megatron-ops", len(np.unique(t.rank)), len(steps), t.n, missing=missing, stages=stages,
                       imbalance=imbalance)
     job = SimJob("megatron-ops", jg.graph, jg.in_group, t.start * MS, t.duration * MS, names,
                  np.isin(names, list(COMM_TYPES)), t.stage, t.dp_rank, t.rank, np.searchsorted(steps, t.step),
