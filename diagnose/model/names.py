@@ -21,7 +21,7 @@ def demangle(name: str) -> str:
         return name
     try:
         return _demangle(name)
-    except Exception:  # noqa: BLE001 - a name that is not a valid mangling stays as the trace wrote it
+    except Exception:  # a name that is not a valid mangling stays as the trace wrote it
         return name
 
 
