@@ -12,7 +12,7 @@ NPROC  := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
 DEMO   ?= $(if $(shell [ $(NPROC) -ge 4 ] && echo big),tp2pp2,pp2)
 DEMO_OUT ?= runs/demo-$(DEMO)
 
-.PHONY: demo test test-fast fuzz bench browser clean
+.PHONY: demo test test-fast lint fuzz bench browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ browser:
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q tests
+
+# ruff and mypy at the versions pinned in pyproject.toml's dev extra; both read their settings from pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Under two minutes on two cores: no torchrun workloads, property sweeps, Dask clusters or browser (CI runs all).
 test-fast: $(STAMP)

@@ -329,7 +329,7 @@ def machine() -> dict:
     for mod in ("numpy", "orjson", "pandas", "hta"):
         try:
             info[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - optional
+        except Exception:  # optional
             pass
     return info
 

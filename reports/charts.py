@@ -112,7 +112,7 @@ def heatmap(a: Analysis) -> str:
     h = top + cell_h * len(rows) + 8
     out = [f'<svg class="fig heat" id="fig-heatmap" viewBox="0 0 {width} {h}" role="img" '
            f'aria-label="rank by metric heatmap" xmlns="http://www.w3.org/2000/svg">']
-    col = lambda i: i // per  # noqa: E731 - the column a rank index falls in
+    col = lambda i: i // per  # the column a rank index falls in
     for g, (label, i0, i1) in enumerate(groups if len(groups) <= HEAT_MAX_BANDS else []):
         x0, x1 = left + col(i0) * cw, left + (col(i1) + 1) * cw
         out.append(f'<rect x="{x0:.2f}" y="{top - 16}" width="{x1 - x0:.2f}" height="12" '

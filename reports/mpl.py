@@ -13,8 +13,8 @@ import re
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
 
 RC = {"svg.fonttype": "none", "svg.hashsalt": "llmdiag", "text.usetex": False, "text.parse_math": False,
       "font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif"}

@@ -48,7 +48,7 @@ def test_every_python_block_runs(tmp_path, monkeypatch):
     ns: dict = {}
     for i, code in enumerate(blocks):
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            exec(compile(code, f"docs/python.md block {i + 1}", "exec"), ns)  # noqa: S102: the doc's own code
+            exec(compile(code, f"docs/python.md block {i + 1}", "exec"), ns)  # the doc's own code
         assert out.getvalue().strip(), f"block {i + 1} printed nothing"
     a = ns["a"]
     assert len(a.ranks) == 4 and a.findings, "the demo run should have findings to show"

@@ -38,7 +38,7 @@ def test_slowdown_and_launch_slowdown(st, published):
 
 
 def test_step_times(st, published):
-    mean = lambda d: sum(d.values()) / len(d)  # noqa: E731
+    mean = lambda d: sum(d.values()) / len(d)
     assert st.steps == len(published["step_t_base"]) == 32
     assert st.measured_step_ms == pytest.approx(mean(published["step_t_base"]) * 1e3, rel=TOL)
     assert st.no_delay_step_ms == pytest.approx(mean(published["step_t_nodelay"]) * 1e3, rel=TOL)

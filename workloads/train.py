@@ -193,7 +193,7 @@ class Trainer:
         vec = vec.to(self.device)
         dist.all_reduce(vec)
         vec = vec.cpu()
-        mean = lambda xs: round(sum(xs) / len(xs), 3) if xs else None  # noqa: E731
+        mean = lambda xs: round(sum(xs) / len(xs), 3) if xs else None
         tail = times[first_active + active:]
         self.record.update(
             losses=[float(v) for v in (vec[:n] / vec[n])],
@@ -246,7 +246,7 @@ def _exit_cleanly(code: int) -> None:
             if dist.is_initialized():
                 dist.barrier()
                 dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - the record already says ok; never turn a finished run into a crash
+        except Exception:  # the record already says ok; never turn a finished run into a crash
             traceback.print_exc()
     gc.collect()
     sys.stdout.flush()
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         Trainer(opts, rank, world, local_rank, record, progress_fd).run()
         record.finish("ok")
-    except BaseException as e:  # noqa: BLE001 - any failure is recorded, then this rank exits 1
+    except BaseException as e:  # any failure is recorded, then this rank exits 1
         traceback.print_exc()
         record.finish("failed", _summary(e) + "\n" + traceback.format_exc()[-4000:])
         _exit_cleanly(1)

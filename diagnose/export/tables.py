@@ -136,7 +136,7 @@ def schema_markdown() -> str:
 def require_pyarrow() -> None:
     """LlmdiagError (one line, exit 2) when pyarrow is missing, before any analysis runs."""
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         raise LlmdiagError("--tables needs pyarrow, which is not installed", hint=EXTRA) from None

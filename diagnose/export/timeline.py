@@ -84,7 +84,7 @@ def build_timeline(a: Analysis, ranks: list[int] | None = None, max_events: int 
     for r in chosen:  # one trace held at a time: 16k ranks' traces at once would not fit
         try:
             t = load_trace(r.file)
-        except Exception as e:  # noqa: BLE001 - one clear line, not a traceback
+        except Exception as e:  # one clear line, not a traceback
             raise LlmdiagError(f"cannot re-read the trace for the timeline ({type(e).__name__}: {e})", r.file)
         classify(t, a.options.comm_regex)
         wins, _ = windows(t, a.options.exclude_last_step)

@@ -192,6 +192,7 @@ MAX_NELEMS = 1 << 62  # elements of one message: far beyond any real one, and in
 def _nelems(args: dict, side: str) -> int:
     """Elements sent (In) or received (Out): all_to_all(v)'s per-peer splits summed, else the msg nelems; -1."""
     split = args.get(f"{side} split size")
+    n: object
     if isinstance(split, list) and split and all(type(x) is int and x >= 0 for x in split):
         n = sum(split)
     else:

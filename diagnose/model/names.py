@@ -60,7 +60,7 @@ def demangle_many(names) -> dict[str, str]:
 def _direct(name: str) -> str:
     try:
         d = _demangle(name)
-    except Exception:  # noqa: BLE001 - a name that is not a valid mangling stays as the trace wrote it
+    except Exception:  # a name that is not a valid mangling stays as the trace wrote it
         return name
     return d if len(d) <= OUT_CAP else name
 

@@ -133,7 +133,7 @@ def step_summary(ranks, factor: float = OUTLIER_FACTOR) -> StepSummary | None:
     for n in sorted(acc):
         xs = acc[n]
         slow, rank = max(xs, key=lambda x: (x[0].time_ms, -x[1]))
-        med = lambda f: float(statistics.median([f(st) for st, _ in xs]))  # noqa: E731
+        med = lambda f: float(statistics.median([f(st) for st, _ in xs]))
         rows.append(StepStat(n, len(xs), med(lambda s: s.time_ms), float(slow.time_ms), rank,
                              med(lambda s: s.compute_ms), med(lambda s: s.exposed_comm_ms), med(lambda s: s.idle_ms)))
     median = float(statistics.median([s.time_ms for s in rows]))

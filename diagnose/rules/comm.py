@@ -274,7 +274,7 @@ def stragglers(c: Ctx) -> list[Finding]:
         return []
     gain = min(max(v[0] for v in found.values()), step)
     known = {r.rank: r.host for r in c.ranks if r.host}
-    where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")  # noqa: E731
+    where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")
     ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
     if len(found) > 5:
         ev += f"; and {len(found) - 5} more"

@@ -65,7 +65,7 @@ def _ranks(t: OpTable, names) -> list[RankMetrics]:
             busy = iv.total(iv.union_of(cu, mu))
             rows.append(StepBreakdown(int(k), (first[k] - origin) / 1e6, time / 1e6, c / 1e6, x / 1e6, ov / 1e6,
                                       (x - ov) / 1e6, (c - ov) / 1e6, 0.0, (time - busy) / 1e6, ov / x if x else None))
-        mean = lambda f: float(np.mean([getattr(s, f) for s in rows]))  # noqa: E731
+        mean = lambda f: float(np.mean([getattr(s, f) for s in rows]))
         step = mean("time_ms")
         comm_sum = sum(s.comm_ms for s in rows)
         out.append(RankMetrics(

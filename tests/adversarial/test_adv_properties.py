@@ -19,8 +19,8 @@ from diagnose.errors import LlmdiagError
 from diagnose.model import names
 
 pytest.importorskip("yaml")
-from diagnose.io.megatron_ops import SIZES, read_meta  # noqa: E402
-from diagnose.model.manifest import MAX_WORLD  # noqa: E402
+from diagnose.io.megatron_ops import SIZES, read_meta
+from diagnose.model.manifest import MAX_WORLD
 
 EXAMPLES = int(os.environ.get("LLMDIAG_FUZZ_EXAMPLES", "200"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize="LLMDIAG_FUZZ_SEED" not in os.environ,

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.adversarial.conftest import REPO, attack, check
+from tests.adversarial.conftest import attack, check
 from workloads.tracecheck import fresh_file, incomplete_trace
 
 RUN = ["--device", "cpu", "--profile-steps", "0,1,1", "--steps", "3", "--timeout", "300"]
