@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from diagnose.analyze import analyze_path
 from diagnose.cli.main import main
+from diagnose.export.passthrough import PID_STRIDE
 from diagnose.export.timeline import build_timeline
 from diagnose.metrics.idle import CAUSES
 from tests.builder import TraceBuilder, gpu_rank
@@ -23,15 +24,17 @@ approx = pytest.approx
 
 
 def _analyse(tmp_path, builders, **kw):
+    """The analysis and the timeline intervals of its own pass."""
     d = tmp_path / "run"
     for b in builders:
         b.write(d / f"rank{b.rank}.json")
-    return analyze_path(str(d), jobs=1, **kw)
+    tracks = {}
+    return analyze_path(str(d), jobs=1, tracks=tracks, **kw), tracks
 
 
 def _track(tl, rank, name):
     """A track's intervals; "idle" takes the idle track whole, whatever the cause in each interval's name."""
-    return [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["cat"] == "llmdiag" and e["pid"] == rank
+    return [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["cat"] == "llmdiag" and e["pid"] == rank * PID_STRIDE
             and (e["name"] == name or e["name"].startswith(f"{name}: "))]
 
 
@@ -51,8 +54,8 @@ def _uneven(rank: int, world: int = 4, **kw) -> TraceBuilder:
 
 
 def test_added_intervals_equal_the_step_breakdown(tmp_path):
-    a = _analyse(tmp_path, [_uneven(r) for r in range(4)])
-    tl = json.loads(json.dumps(build_timeline(a)))  # plain JSON through and through
+    a, tracks = _analyse(tmp_path, [_uneven(r) for r in range(4)])
+    tl = json.loads(json.dumps(build_timeline(a, tracks)))  # plain JSON through and through
     for r in a.ranks:
         for name, attr in (("exposed comm", "exposed_comm_ms"), ("idle", "idle_ms")):
             per_step = defaultdict(float)
@@ -69,9 +72,9 @@ def test_straggler_waits_are_the_arrival_skew_on_the_aligned_clock(tmp_path):
     again, and per collective the longest wait (the earliest rank's) is its skew."""
     bs = [_uneven(r, host_name="h0") for r in range(2)]
     bs += [_uneven(r, host_name="h1", base_us=1_700_000_000_000 + 5000) for r in (2, 3)]
-    a = _analyse(tmp_path, bs)
+    a, tracks = _analyse(tmp_path, bs)
     assert a.skew and a.skew.host_shift_ms["h1"] == approx(-5.0)
-    tl = build_timeline(a)
+    tl = build_timeline(a, tracks)
     ends = defaultdict(set)
     for e in tl["traceEvents"]:
         if e.get("ph") == "X" and e["name"].startswith("ncclKernel_AllReduce"):
@@ -88,8 +91,8 @@ def test_straggler_waits_are_the_arrival_skew_on_the_aligned_clock(tmp_path):
 
 
 def test_pipeline_bubble_per_stage_is_window_minus_busy(tmp_path):
-    a = _analyse(tmp_path, _one_f_one_b_ranks())
-    tl = build_timeline(a)
+    a, tracks = _analyse(tmp_path, _one_f_one_b_ranks())
+    tl = build_timeline(a, tracks)
     p = a.pipeline
     for sb in p.stage_bubbles:
         gaps = sum(e["dur"] for e in _track(tl, sb.rank, "pipeline bubble")) / 1000
@@ -99,20 +102,23 @@ def test_pipeline_bubble_per_stage_is_window_minus_busy(tmp_path):
 
 
 def test_findings_are_instants_and_the_size_is_capped(tmp_path):
-    a = _analyse(tmp_path, [_uneven(r) for r in range(4)])
+    a, tracks = _analyse(tmp_path, [_uneven(r) for r in range(4)])
     assert a.findings, "the planted exposed all-reduce should fire a rule"
-    tl = build_timeline(a, max_events=8)
+    tl = build_timeline(a, tracks, max_events=8)
     inst = [e for e in tl["traceEvents"] if e.get("ph") == "i"]
     assert [e["args"]["rule"] for e in inst] == [f.id for f in a.findings]
     own = [e for e in tl["traceEvents"] if e.get("ph") == "X" and not e["cat"].startswith("llmdiag")]
     assert len(own) <= 8 and tl["llmdiag"]["events_dropped"] > 0
-    full = build_timeline(a)
+    full = build_timeline(a, tracks)
     assert full["llmdiag"]["events_dropped"] == 0 and full["llmdiag"]["track_intervals_dropped"] == 0
     assert tl["llmdiag"]["track_cap_per_rank"] == 1000  # the floor: the tracks stay whole at this size
     # the cap keeps the longest events: the step annotations survive
     assert all(e["dur"] >= 1900 for e in own)
-    sub = build_timeline(a, ranks=[1, 3])
-    assert {e["pid"] for e in sub["traceEvents"] if e.get("ph") == "X"} == {1, 3}
+    sub = build_timeline(a, tracks, ranks=[1, 3])
+    assert {e["pid"] // PID_STRIDE for e in sub["traceEvents"] if e.get("ph") == "X"} == {1, 3}
+    cut = tl["llmdiag"]["ranks"]["0"]["complete_events_cut"]  # what was cut is said in the trace
+    assert cut > 0 and any(e["name"] == "process_labels" and e["pid"] == 0 and f"{cut} complete events cut"
+                           in e["args"]["labels"] for e in tl["traceEvents"])
 
 
 def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
@@ -125,7 +131,7 @@ def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
     assert res.exit_code == 0, res.output
     assert f"timeline: {out}" in res.output
     tl = json.loads(out.read_text())
-    assert {e["pid"] for e in tl["traceEvents"] if e.get("ph") == "X"} == {1}
+    assert {e["pid"] // PID_STRIDE for e in tl["traceEvents"] if e.get("ph") == "X"} == {1}
     for bad in ("1-0", "x", "7"):
         res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--no-report", "--json", str(tmp_path / "s.json"),
                                         "--timeline", str(out), "--ranks", bad])
@@ -133,11 +139,11 @@ def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
 
 
 def test_a_track_past_its_cap_keeps_its_longest_intervals_in_time_order():
-    from diagnose.export.timeline import _track_events
-    from diagnose.export.tracks import RankTracks
+    from diagnose.export.tracks import track_events
+    from diagnose.metrics.track_intervals import RankTracks
 
     tr = RankTracks(idle=[(0, 5, 1), (10, 40, 1), (50, 52, 1), (60, 100, 1), (200, 210, 2)])
-    ev, dropped = _track_events(3, tr, 1000, cap=3)
+    ev, dropped = track_events(3, tr, 1000, cap=3)
     xs = [(e["ts"], e["dur"]) for e in ev if e["ph"] == "X"]
     assert dropped == 2 and xs == [(1.01, 0.03), (1.06, 0.04), (1.2, 0.01)]
 
@@ -148,10 +154,12 @@ def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
     import os
 
     src = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta", "sampled_pair")
-    a = analyze_path(src, jobs=1)
-    tl = json.loads(json.dumps(build_timeline(a)))
+    tracks = {}
+    a = analyze_path(src, jobs=1, tracks=tracks)
+    tl = json.loads(json.dumps(build_timeline(a, tracks)))
     for r in a.ranks:
-        own = [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["pid"] == r.rank and e["cat"] != "llmdiag"]
+        own = [e for e in tl["traceEvents"] if e.get("ph") == "X" and e["pid"] // PID_STRIDE == r.rank
+               and e["cat"] != "llmdiag"]
         lo, hi = min(e["ts"] for e in own), max(e["ts"] + e["dur"] for e in own)
         for name, attr in (("exposed comm", "exposed_comm_ms"), ("idle", "idle_ms")):
             per_step = defaultdict(float)
@@ -173,8 +181,8 @@ def test_a_lone_surrogate_in_a_trace_name_is_written_not_raised(tmp_path):
 
     b = gpu_rank(0, world_size=1)
     b.kernel("bad\ud800name", 950, 10, stream=7, launch_at=940)
-    a = _analyse(tmp_path, [b])
-    out = write_timeline(a, str(tmp_path / "t.json"))
+    a, tracks = _analyse(tmp_path, [b])
+    out = write_timeline(a, str(tmp_path / "t.json"), tracks)
     names = {e.get("name") for e in json.loads(open(out, encoding="utf-8").read())["traceEvents"]}
     assert any(n and n.startswith("bad") for n in names)
 
@@ -206,7 +214,7 @@ def test_idle_track_is_split_by_cause_and_sums_to_the_idle_attribution(tmp_path)
     idle attribution's own total; their union is each step's window − busy (the idle track before the split)."""
     import numpy as np
 
-    from diagnose.export.tracks import step_tracks
+    from diagnose.metrics.track_intervals import step_tracks
     from diagnose.io.loader import load_trace
     from diagnose.metrics import intervals as iv
     from diagnose.metrics.classify import classify
@@ -214,10 +222,10 @@ def test_idle_track_is_split_by_cause_and_sums_to_the_idle_attribution(tmp_path)
     from diagnose.metrics.steps import windows
     from diagnose.model.format import NS_PER_MS
 
-    a = _analyse(tmp_path, [_idle_causes_rank()])
+    a, tracks = _analyse(tmp_path, [_idle_causes_rank()])
     (r,) = a.ranks
     i = r.idle
-    tl = json.loads(json.dumps(build_timeline(a)))
+    tl = json.loads(json.dumps(build_timeline(a, tracks)))
     ev = _track(tl, r.rank, "idle")
     by_cause, by_op = defaultdict(int), defaultdict(int)
     for e in ev:

@@ -100,6 +100,19 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
+def _ranks_fit(target, ranks: list[int]) -> None:
+    """--ranks against the input before any trace is parsed: more ranks than its trace files, or a rank at or
+    past the manifest's world size, cannot be held (the exact check follows once the ranks are read)."""
+    from diagnose.io.discover import discover
+
+    src = discover(target)
+    world = (src.manifest or {}).get("world_size") if isinstance(src.manifest, dict) else None
+    if len(ranks) > len(src.files) or (type(world) is int and world > 0 and max(ranks) >= world):
+        held = f"{len(src.files)} trace file(s)" + (f", world size {world}" if type(world) is int else "")
+        raise LlmdiagError(f"--ranks asks for {len(ranks)} rank(s) up to {max(ranks)}; the input holds {held}",
+                           src.path)
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON summary here (default: beside the report).")
@@ -124,8 +137,9 @@ def parse_ranks(text: str | None) -> list[int] | None:
               help="Also write one merged, annotated Chrome-trace JSON of the ranks (open in Perfetto).")
 @click.option("--ranks", "timeline_ranks", metavar="LIST", callback=lambda c, p, v: parse_ranks(v),
               help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
-@click.option("--timeline-max-events", type=click.IntRange(1000, 10_000_000), default=300_000, show_default=True,
-              help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
+@click.option("--timeline-max-events", type=click.IntRange(1000, 10**9),
+              help="Cap on the traces' own complete events in the timeline (default: none; the longest kept, "
+                   "what was cut said in the trace).")
 @click.option("--tables", "tables_dir", metavar="DIR",
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
@@ -150,9 +164,18 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
 
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
+    if timeline_ranks and not timeline_path:
+        raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
+    if timeline_ranks:  # before any work: more ranks than the input can hold is known from the files alone
+        _ranks_fit(target, timeline_ranks)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
+    tracks = {} if timeline_path else None  # the timeline's intervals, from this same pass
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
-                            progress=not quiet, top_k=top_k)
+                            progress=not quiet, top_k=top_k, tracks=tracks)
+    if timeline_ranks:  # ranks read from the traces: checked before any output is written
+        from diagnose.export.timeline import check_ranks
+
+        check_ranks([r.rank for r in analysis.ranks], timeline_ranks, analysis.source)
     analysis.provenance = provenance(click.get_current_context(), analysis)
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built
         summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
@@ -185,7 +208,8 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         if timeline_path:
             from diagnose.export.timeline import write_timeline
 
-            click.echo(f"timeline: {write_timeline(analysis, timeline_path, timeline_ranks, timeline_max_events)}")
+            out = write_timeline(analysis, timeline_path, tracks, timeline_ranks, timeline_max_events)
+            click.echo(f"timeline: {printable(out)}")
         if tables_dir:
             from diagnose.export.tables import write_tables
 

@@ -29,6 +29,7 @@ from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
+from diagnose.metrics.track_intervals import RankTracks, step_tracks
 from diagnose.io.trace import COMM
 from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
 
@@ -42,6 +43,7 @@ class RankJob:
     cpu_capacity: int | None = None
     top_k: int = 20
     helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
+    tracks: bool = False  # also return the exposed-comm and idle intervals (`analyze --timeline`)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class RankOutput:
     regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
     action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
     host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
+    tracks: RankTracks | None = None  # the timeline's per-step intervals, where the job asked for them
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -142,6 +145,7 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
+        tracks=step_tracks(t, wins) if job.tracks else None,
     )
 
 
