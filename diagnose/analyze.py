@@ -25,11 +25,13 @@ from diagnose.simulate.replay import complete_from_outputs
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
-                 timings: dict | None = None, tracks: dict | None = None) -> Analysis:
+                 timings: dict | None = None, tracks: dict | None = None,
+                 track_ranks: list[int] | None = None) -> Analysis:
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
     per-rank jobs on the engine), reduce (assemble) and rules. `tracks`, when given, gets each rank's timeline
-    intervals from this same pass (`analyze --timeline`: metrics/track_intervals.py)."""
+    intervals from this same pass (`analyze --timeline`: metrics/track_intervals.py), of `track_ranks` only
+    where given."""
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
@@ -46,7 +48,8 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k,
-                       tracks=tracks is not None) for f in src.files]
+                       tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False)
+                for f in src.files]
     t0 = time.perf_counter()
     outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
     t1 = time.perf_counter()

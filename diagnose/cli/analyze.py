@@ -171,7 +171,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     tracks = {} if timeline_path else None  # the timeline's intervals, from this same pass
     analysis = analyze_path(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
-                            progress=not quiet, top_k=top_k, tracks=tracks)
+                            progress=not quiet, top_k=top_k, tracks=tracks, track_ranks=timeline_ranks)
     if timeline_ranks:  # ranks read from the traces: checked before any output is written
         from diagnose.export.timeline import check_ranks
 

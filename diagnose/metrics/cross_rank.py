@@ -29,7 +29,7 @@ from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.skew import skew
-from diagnose.metrics.track_intervals import RankTracks, bubble_tracks, wait_tracks
+from diagnose.metrics.track_intervals import bubble_tracks, wait_tracks
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
 from diagnose.model.format import NS_PER_MS, ranges
@@ -103,12 +103,13 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         sk = sk or SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[])
         sk.p2p = pairs
 
-    if tracks is not None:  # each rank's own intervals; the pipeline adds its bubbles
-        tracks.update({o.rank: o.tracks or RankTracks() for o in good})
+    if tracks is not None:  # each rank's own intervals (of the ranks asked for); the pipeline adds its bubbles
+        tracks.update({o.rank: o.tracks for o in good if o.tracks is not None})
     pipeline = _pipeline(good, man, shift, issues, source, tracks)
     if tracks is not None and records:  # the straggler waits of the skew's own matching, on the aligned clock
         for r, xs in wait_tracks({o.rank: o.collectives.shifted(shift[o.rank]) for o in good}, shift).items():
-            tracks[r].waits = xs
+            if r in tracks:
+                tracks[r].waits = xs
     if pipeline and pipeline.inferred and int((layout or {}).get("pp") or 1) <= 1:
         layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
@@ -227,7 +228,8 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
                            bool(man and man.oversubscribed))
     for g in groups if tracks is not None and res is not None else []:  # the bubbles this pipeline measured
         for r, xs in bubble_tracks([x for x in g if x in acts], acts, shift).items():
-            tracks.setdefault(r, RankTracks()).bubble = xs
+            if r in tracks:
+                tracks[r].bubble = xs
     if res is not None and links:
         res.inferred = True
         how = (V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else (

@@ -43,7 +43,8 @@ class RankJob:
     cpu_capacity: int | None = None
     top_k: int = 20
     helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
-    tracks: bool = False  # also return the exposed-comm and idle intervals (`analyze --timeline`)
+    tracks: bool | frozenset = False  # also return the exposed-comm and idle intervals (`analyze --timeline`):
+    # of every rank, or of the ranks in the set
 
 
 @dataclass
@@ -145,7 +146,7 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
-        tracks=step_tracks(t, wins) if job.tracks else None,
+        tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
     )
 
 
