@@ -21,7 +21,7 @@ from diagnose.io.loader import load_trace
 from diagnose.metrics.memory import memory_stats
 from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.accum import forward_counts, regather_ms
-from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
+from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, step_breakdowns, timeline
 from diagnose.metrics.pipeline.actions import Action, extract_actions
 from diagnose.metrics.pipeline.infer import Links, infer_actions
 from diagnose.metrics.pipeline.p2p import Record, p2p_records
@@ -29,6 +29,7 @@ from diagnose.model.bounds import bound_values
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
+from diagnose.metrics.groups import resolve as resolve_groups
 from diagnose.metrics.track_intervals import RankTracks, step_tracks
 from diagnose.io.trace import COMM
 from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
@@ -158,15 +159,14 @@ def collective_records(t, wins) -> Collectives:
     """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
+    groups = resolve_groups(t, idx)
     out = []
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
         kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
         if kind in P2P_KINDS:
             continue
-        pg = pg_label(args)
-        if args.get("Process Group Ranks"):
-            pg = f"{pg}{args['Process Group Ranks']}"
+        pg = groups[i].key  # name and members: two groups of one name are never matched together
         out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
                     _seq(args)))
     return collectives_from(out)

@@ -1,0 +1,127 @@
+"""Which process group each collective of a rank ran on: the group's name and its members.
+
+Two groups can share a name (DeviceMesh names every tensor-parallel group `mesh_tp`; Megatron every one
+TENSOR_MODEL_PARALLEL_GROUP): a group is its name and its ranks, and the cross-rank matching is keyed on
+both (`Group.key`, e.g. `mesh_tp[0, 1]`), so no collective is matched, and no wait drawn, across groups.
+Evidence, in order:
+
+1. the collective's own args (NCCL kernels, `record_param_comms`): `Process Group Description` (else
+   `Process Group Name`) and `Process Group Ranks`;
+2. the rank's `distributedInfo.pg_config`: a group name's description and full rank list (Kineto cuts
+   `Process Group Ranks` after 30 ranks);
+3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's work on that group's
+   own worker threads (`pt_gloo_runloop`, created together when the group is created), so the span's
+   thread names its group: the threads that ran spans, in id order, cut where ids stop being consecutive,
+   are the groups of the rank's `pg_config` (its own groups, in creation order). Assigned only where the
+   counts agree (or the one group left over is the default group, first created, which DeviceMesh
+   training never uses); otherwise the group stays unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.io.trace import RankTrace
+from diagnose.metrics.layout import pg_config
+
+_LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str  # the group's description, else its name ("mesh_tp", "default_pg", "3"); "" unknown
+    ranks: tuple[int, ...] | str | None = None  # its members; the trace's own text where it is cut ("[0, 8, ...]")
+
+    @property
+    def key(self) -> str:
+        """What the cross-rank matching is keyed on: name and members, as Kineto writes them (`mesh_tp[0, 1]`)."""
+        if isinstance(self.ranks, str):
+            return f"{self.label}{self.ranks}"
+        return f"{self.label}[{', '.join(map(str, self.ranks))}]" if self.ranks else self.label
+
+    @property
+    def size(self) -> int | None:
+        return len(self.ranks) if isinstance(self.ranks, tuple) and self.ranks else None
+
+
+def _label(desc, name) -> str:
+    desc, name = str(desc or ""), str(name or "")
+    return desc if desc and desc not in ("undefined", "None") else name
+
+
+def parse_ranks(v) -> tuple[int, ...] | None:
+    """A rank list from a list or its text ("[0, 1]"); None where it is absent, cut or not a list of ranks."""
+    if isinstance(v, list) and v and all(type(x) is int and x >= 0 for x in v):
+        return tuple(v)
+    if isinstance(v, str) and len(v) < 1_000_000 and (m := _LIST.match(v.strip())) and m.group(1):
+        return tuple(int(x) for x in m.group(1).split(","))
+    return None
+
+
+def own_groups(dist: dict, rank: int | None) -> list[Group]:
+    """The rank's groups from its pg_config, in creation order (the order PyTorch lists them)."""
+    out = []
+    for g in pg_config(dist):
+        ranks = parse_ranks(g.get("ranks"))
+        if ranks and (rank is None or rank in ranks):
+            out.append(Group(_label(g.get("pg_desc"), g.get("pg_name")), ranks))
+    return out
+
+
+def _is_default(dist: dict, g: Group) -> bool:
+    first = next(iter(pg_config(dist)), {})
+    return g.label == "default_pg" or (g.label == str(first.get("pg_name", "")) and str(first.get("pg_name")) == "0")
+
+
+def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
+    """The group of each communication event `idx` (indices into the trace)."""
+    cfg = pg_config(t.distributed)
+    by_name = {str(g.get("pg_name")): g for g in cfg if g.get("pg_name") is not None}
+    gloo = _gloo_groups(t, idx)
+    out = {}
+    for i in idx.tolist():
+        args = t.comm_args.get(i, {})
+        name = args.get("Process Group Name")
+        label = _label(args.get("Process Group Description"), name)
+        raw = args.get("Process Group Ranks")
+        ranks = parse_ranks(raw)
+        cfg_g = by_name.get(str(name)) if name is not None else None
+        if cfg_g is not None:
+            label = _label(cfg_g.get("pg_desc"), name) if label == str(name) else label
+            ranks = ranks or parse_ranks(cfg_g.get("ranks"))
+        if ranks is None and isinstance(raw, str) and raw:
+            ranks = raw[:2000]  # cut by Kineto and not in pg_config: the trace's own text still tells groups apart
+        if not label and ranks is None and i in gloo:
+            out[i] = gloo[i]
+        else:
+            out[i] = Group(label, ranks)
+    return out
+
+
+def _gloo_groups(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
+    """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
+    names = t.names
+    spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
+    if not spans:
+        return {}
+    groups = own_groups(t.distributed, t.rank)
+    every = np.flatnonzero(np.isin(t.name, t.name_ids(lambda n: n.startswith("gloo:"))))  # the threads of all
+    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}  # spans, in the windows or not
+    if not groups or len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
+        return {}
+    tids = sorted(tid for _, tid in keys)
+    clusters = [[tids[0]]]
+    for tid in tids[1:]:
+        if tid == clusters[-1][-1] + 1:
+            clusters[-1].append(tid)
+        else:
+            clusters.append([tid])
+    if len(clusters) == len(groups) - 1 and _is_default(t.distributed, groups[0]):
+        groups = groups[1:]
+    if len(clusters) != len(groups):
+        return {}
+    of_tid = {tid: g for c, g in zip(clusters, groups) for tid in c}
+    return {i: of_tid[t.threads[int(t.thread[i])][1]] for i in spans}
