@@ -157,3 +157,12 @@ def test_gloo_threads_that_do_not_read_as_groups_leave_the_group_unknown(tmp_pat
     assert {k for k, _ in o.collectives.keys} == {""}
     a = analyze_path(str(tmp_path), jobs=1)
     assert not (a.skew and a.skew.matched)
+
+
+def test_a_named_group_gives_the_role_and_expert_all_to_alls_on_dp_ranks_stay_ep():
+    lay = {"dp": 2, "fsdp": 1, "tp": 2, "pp": 1, "cp": 1}
+    assert pg_role("allreduce", "mesh_tp", 2, lay) == "tp" and pg_role("allreduce", "mesh_dp", 2, lay) == "dp"
+    assert pg_role("allgather", "mesh_fsdp", 2, lay) == "dp" and pg_role("recv", "mesh_pp", 2, lay) == "pp"
+    moe = {**lay, "tp": 1, "ep": 2}
+    assert pg_role("alltoall", "mesh_dp", 2, moe) == "ep" and pg_role("allreduce", "mesh_dp", 2, moe) == "dp"
+    assert pg_role("alltoall", "mesh_dp", 2, lay) == "dp"  # no expert parallelism: the name says it
