@@ -62,7 +62,7 @@ def _pg_config(r: int, dims: dict) -> list[dict]:
 
 
 def _mesh(dims: dict, gloo: bool = False, args_ranks: bool = False, steps: int = 2, per_dim: int = 2,
-          tid_gap: int = 7) -> list[TraceBuilder]:
+          tid_gap: int = 7, no_pg_config: bool = False) -> list[TraceBuilder]:
     world = 1
     for n in dims.values():
         world *= n
@@ -70,6 +70,8 @@ def _mesh(dims: dict, gloo: bool = False, args_ranks: bool = False, steps: int =
     for r in range(world):
         b = TraceBuilder(rank=r, world_size=world, backend="gloo" if gloo else "nccl", pg_config=_pg_config(r, dims))
         cfg = b.pg_config
+        if no_pg_config:  # a trace that names its groups (mesh_tp) but nowhere lists their members
+            b.pg_config = cfg[:1]
         for k in range(1, steps + 1):
             k0 = (k - 1) * STEP_US
             b.step(k, k0, k0 + STEP_US)
@@ -166,3 +168,25 @@ def test_a_named_group_gives_the_role_and_expert_all_to_alls_on_dp_ranks_stay_ep
     moe = {**lay, "tp": 1, "ep": 2}
     assert pg_role("alltoall", "mesh_dp", 2, moe) == "ep" and pg_role("allreduce", "mesh_dp", 2, moe) == "dp"
     assert pg_role("alltoall", "mesh_dp", 2, lay) == "dp"  # no expert parallelism: the name says it
+
+
+def test_the_manifest_mesh_gives_members_where_the_trace_names_only_the_group(tmp_path):
+    """NCCL kernels say `mesh_tp` / `mesh_dp` without rank lists, pg_config lists no mesh group: the run's
+    manifest (mesh_dim_names and each rank's coordinates) gives the members, so each group is matched alone.
+    Without the manifest the bare names would match the two tp groups together (the silent twin below)."""
+    import json
+
+    dims = {"dp": 2, "tp": 2}
+    _write(tmp_path, _mesh(dims, no_pg_config=True))
+    ranks = {str(r): {**{d: 0 for d in ("pp", "dp", "fsdp", "cp", "tp")}, **_coords(r, dims)} for r in range(4)}
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "workload": "dp2tp2", "world_size": 4, "mesh_dim_names": list(dims),
+        "layout": {"dp": 2, "fsdp": 1, "tp": 2, "pp": 1, "cp": 1}, "ranks": ranks, "status": "ok"}))
+    a = analyze_path(str(tmp_path), jobs=1)
+    got = sorted(round(c.max_skew_ms, 6) for c in a.skew.by_collective)
+    want = sorted(DELAY_US * (max(g) - min(g)) / 1000 for d in dims
+                  for g in {tuple(group_of(r, d, dims)) for r in range(4)})
+    assert got == [round(x, 6) for x in want] and all(c.matched == 4 for c in a.skew.by_collective)
+    (tmp_path / "manifest.json").unlink()
+    bare = analyze_path(str(tmp_path), jobs=1)
+    assert {c.pg for c in bare.skew.by_collective} == {"mesh_dp", "mesh_tp"}  # what the trace alone can say

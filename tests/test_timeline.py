@@ -407,3 +407,11 @@ def test_ranks_past_the_input_fail_before_any_output(tmp_path):
                                     str(tmp_path / "t.json"), "--ranks", "0-7"])
     assert res.exit_code == 2 and "--ranks" in res.output and "Traceback" not in res.output, res.output
     assert not s.exists() and not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.skipif(not (REAL / "bytedance").is_dir(), reason="../shared/fixtures/real not present")
+def test_an_op_table_has_no_timeline_and_says_so_before_any_work(tmp_path):
+    s = tmp_path / "s.json"
+    res = CliRunner().invoke(main, ["analyze", str(REAL / "bytedance" / "trace-ST.parquet"), "-q", "--no-report",
+                                    "--json", str(s), "--timeline", str(tmp_path / "t.json")])
+    assert res.exit_code == 2 and "op table" in res.output and not s.exists(), res.output

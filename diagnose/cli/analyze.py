@@ -166,6 +166,11 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     target = list(paths) if len(paths) > 1 else paths[0]
     if timeline_ranks and not timeline_path:
         raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
+    if timeline_path and isinstance(target, str):
+        from diagnose.io.megatron_ops import find_op_table
+
+        if find_op_table(target):
+            raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
     if timeline_ranks:  # before any work: more ranks than the input can hold is known from the files alone
         _ranks_fit(target, timeline_ranks)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)

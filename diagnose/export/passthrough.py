@@ -52,7 +52,7 @@ def _pieces(path: str, what: Stream | None = None):
         s.header = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
         yield events if isinstance(events, list) else []
     except (TraceError, Malformed, orjson.JSONDecodeError) as e:
-        raise LlmdiagError(f"cannot re-read the trace for the timeline ({e})", path) from None
+        raise LlmdiagError(f"cannot re-read the trace for the timeline: not the Kineto JSON it was ({e})", path) from None
 
 
 class _Longest:

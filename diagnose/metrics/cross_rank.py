@@ -28,6 +28,7 @@ from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
+from diagnose.metrics.groups import mesh_members, with_mesh_members
 from diagnose.metrics.skew import skew
 from diagnose.metrics.track_intervals import bubble_tracks, wait_tracks
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
@@ -82,6 +83,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         for o in good:
             o.metrics.coords = man.coords_of(o.rank)
 
+    _mesh_members(good, man)
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
@@ -138,6 +140,16 @@ def _drop_timelines(metrics: list[RankMetrics]) -> None:
                             x[1]))
     for m, _ in mem[MEMORY_TIMELINES:]:
         m.timeline = []
+
+
+def _mesh_members(good: list[RankOutput], man: Manifest | None) -> None:
+    """Members from the manifest's mesh for collectives whose group is a bare DeviceMesh name (metrics/groups.py)."""
+    if not man or not any(pg.startswith("mesh_") and "[" not in pg for o in good for pg, _ in o.collectives.keys):
+        return
+    members = mesh_members(man, [o.rank for o in good])
+    for o in good:
+        if members and (keys := with_mesh_members(o.collectives.keys, o.rank, members)):
+            o.collectives = dataclasses.replace(o.collectives, keys=keys)
 
 
 def _wrapper_layout(good: list[RankOutput], world: int | None) -> dict | None:

@@ -8,7 +8,8 @@ Evidence, in order:
 1. the collective's own args (NCCL kernels, `record_param_comms`): `Process Group Description` (else
    `Process Group Name`) and `Process Group Ranks`;
 2. the rank's `distributedInfo.pg_config`: a group name's description and full rank list (Kineto cuts
-   `Process Group Ranks` after 30 ranks);
+   `Process Group Ranks` after 30 ranks); where neither gives the members of a DeviceMesh group
+   (`mesh_tp`), the run's manifest does (its mesh coordinates; `with_mesh_members`, in the cross-rank pass);
 3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's work on that group's
    own worker threads (`pt_gloo_runloop`, created together when the group is created), so the span's
    thread names its group: the threads that ran spans, in id order, cut where ids stop being consecutive,
@@ -125,3 +126,33 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
         return {}
     of_tid = {tid: g for c, g in zip(clusters, groups) for tid in c}
     return {i: of_tid[t.threads[int(t.thread[i])][1]] for i in spans}
+
+
+def mesh_members(man, ranks: list[int]) -> dict[tuple[int, str], tuple[int, ...]]:
+    """(rank, dim) -> the rank's group along each mesh dim of the manifest (the ranks sharing every other
+    coordinate, as DeviceMesh builds its groups), for `ranks`; O(world) per dim."""
+    dims = [d for d in (getattr(man, "mesh_dim_names", None) or []) if isinstance(d, str)]
+    if not dims or not man.ranks:
+        return {}
+    coords = {int(r): man.coords_of(int(r)) for r in man.ranks if str(r).isdigit()}
+    if not coords or any(d not in c for d in dims for c in coords.values()):
+        return {}  # a mesh dim without coordinates: its groups cannot be built
+    out = {}
+    for d in dims:
+        rows: dict[tuple, list[int]] = {}
+        for r, c in coords.items():
+            rows.setdefault(tuple(c.get(x) for x in dims if x != d), []).append(r)
+        for r in ranks:
+            if r in coords:
+                out[(r, d)] = tuple(sorted(rows[tuple(coords[r].get(x) for x in dims if x != d)]))
+    return out
+
+
+def with_mesh_members(keys: list[tuple[str, str]], rank: int, members: dict) -> list[tuple[str, str]] | None:
+    """A rank's matching keys with the manifest's members added where a key is a mesh group's bare name
+    (`mesh_tp`: no rank list in the args or pg_config); None where nothing changes or two keys would merge."""
+    new = []
+    for pg, kind in keys:
+        m = members.get((rank, pg[5:])) if pg.startswith("mesh_") else None
+        new.append((Group(pg, m).key if m else pg, kind))
+    return new if new != keys and len(set(new)) == len(new) else None
