@@ -62,26 +62,26 @@ def parse_ranks(v) -> tuple[int, ...] | None:
     return None
 
 
-def own_groups(dist: dict, rank: int | None) -> list[Group]:
-    """The rank's groups from its pg_config, in creation order (the order PyTorch lists them)."""
+def own_groups(cfg: list[dict], rank: int | None) -> list[Group]:
+    """The rank's groups from its parsed pg_config, in creation order (the order PyTorch lists them)."""
     out = []
-    for g in pg_config(dist):
+    for g in cfg:
         ranks = parse_ranks(g.get("ranks"))
         if ranks and (rank is None or rank in ranks):
             out.append(Group(_label(g.get("pg_desc"), g.get("pg_name")), ranks))
     return out
 
 
-def _is_default(dist: dict, g: Group) -> bool:
-    first = next(iter(pg_config(dist)), {})
+def _is_default(cfg: list[dict], g: Group) -> bool:
+    first = cfg[0] if cfg else {}
     return g.label == "default_pg" or (g.label == str(first.get("pg_name", "")) and str(first.get("pg_name")) == "0")
 
 
 def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
     """The group of each communication event `idx` (indices into the trace)."""
-    cfg = pg_config(t.distributed)
+    cfg = pg_config(t.distributed)  # parsed once (older traces write it as a Python repr, megabytes at scale)
     by_name = {str(g.get("pg_name")): g for g in cfg if g.get("pg_name") is not None}
-    gloo = _gloo_groups(t, idx)
+    gloo = _gloo_groups(t, idx, cfg)
     out = {}
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
@@ -102,13 +102,13 @@ def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
     return out
 
 
-def _gloo_groups(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
+def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Group]:
     """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
     names = t.names
     spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
     if not spans:
         return {}
-    groups = own_groups(t.distributed, t.rank)
+    groups = own_groups(cfg, t.rank)
     every = np.flatnonzero(np.isin(t.name, t.name_ids(lambda n: n.startswith("gloo:"))))  # the threads of all
     keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}  # spans, in the windows or not
     if not groups or len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
@@ -120,7 +120,7 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
             clusters[-1].append(tid)
         else:
             clusters.append([tid])
-    if len(clusters) == len(groups) - 1 and _is_default(t.distributed, groups[0]):
+    if len(clusters) == len(groups) - 1 and _is_default(cfg, groups[0]):
         groups = groups[1:]
     if len(clusters) != len(groups):
         return {}

@@ -149,14 +149,15 @@ def pg_label(args: dict) -> str:
 
 
 def comm_stats(t: RankTrace, tl: Timeline, wins: list[Window], pg_sizes: dict[str, int],
-               world_size: int | None) -> list[CommGroupStats]:
-    """Per (kind, process group): count, time, overlapped time, bytes and bandwidth."""
+               world_size: int | None, groups: dict | None = None) -> list[CommGroupStats]:
+    """Per (kind, process group): count, time, overlapped time, bytes and bandwidth. `groups`: each comm
+    event's group where the caller resolved them already (metrics/groups.py)."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     if len(idx) == 0:
         return []
     ov = iv.overlap_each(t.ts[idx], t.ts[idx] + t.dur[idx], tl.compute)
     relabel = gloo_collective_labels(t, idx)
-    of = resolve_groups(t, idx)  # the group's name from args, pg_config or the gloo thread (metrics/groups.py)
+    of = groups if groups is not None else resolve_groups(t, idx)  # name from args, pg_config or gloo thread
     groups: dict[tuple[str, str], dict] = {}
     for j, i in enumerate(idx.tolist()):
         args = t.comm_args.get(i, {})

@@ -105,6 +105,7 @@ def _run(job: RankJob) -> RankOutput:
     dist = t.distributed
     host = str(t.meta.get("host_name", "") or "")
     top, kernel_ms = top_kernels(t, wins, job.top_k)
+    groups = resolve_groups(t, np.flatnonzero(in_windows(t, t.kind == COMM, wins)))  # once, for both users
     metrics = RankMetrics(
         rank=t.rank if t.rank is not None else -1,
         file=job.path,
@@ -122,7 +123,7 @@ def _run(job: RankJob) -> RankOutput:
         overlap_ratio=(sum(s.overlapped_comm_ms for s in steps) / comm_total) if comm_total > 0 else None,
         exposed_comm_frac=mean("exposed_comm_ms") / step_ms if step_ms > 0 else 0.0,
         idle_frac=mean("idle_ms") / step_ms if step_ms > 0 else 0.0,
-        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size),
+        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size, groups),
         top_kernels=top,
         kernel_time_ms=kernel_ms,
         memory=memory_stats(t, job.cpu_capacity),
@@ -143,7 +144,7 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=collective_records(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        collectives=collective_records(t, wins, groups), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
@@ -155,11 +156,12 @@ def _run(job: RankJob) -> RankOutput:
 # and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
 
 
-def collective_records(t, wins) -> Collectives:
-    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them."""
+def collective_records(t, wins, groups: dict | None = None) -> Collectives:
+    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them,
+    each keyed on its process group's name and members (metrics/groups.py)."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
-    groups = resolve_groups(t, idx)
+    groups = groups if groups is not None else resolve_groups(t, idx)
     out = []
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
