@@ -134,7 +134,8 @@ def _ranks_fit(target, ranks: list[int]) -> None:
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output paths and problems.")
 @click.option("--timeline", "timeline_path", metavar="FILE",
-              help="Also write one merged, annotated Chrome-trace JSON of the ranks (open in Perfetto).")
+              help="Also write one merged Chrome-trace JSON of the ranks' own traces with llmdiag's tracks "
+                   "(open in Perfetto; gzip when FILE ends in .gz).")
 @click.option("--ranks", "timeline_ranks", metavar="LIST", callback=lambda c, p, v: parse_ranks(v),
               help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
 @click.option("--timeline-max-events", type=click.IntRange(1000, 10**9),
