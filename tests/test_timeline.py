@@ -415,3 +415,25 @@ def test_an_op_table_has_no_timeline_and_says_so_before_any_work(tmp_path):
     res = CliRunner().invoke(main, ["analyze", str(REAL / "bytedance" / "trace-ST.parquet"), "-q", "--no-report",
                                     "--json", str(s), "--timeline", str(tmp_path / "t.json")])
     assert res.exit_code == 2 and "op table" in res.output and not s.exists(), res.output
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+def test_a_real_trace_loader_reads_the_merged_timeline(tmp_path):
+    """HTA's own Kineto parser (llmdiag[hta]; a real loader: no trace processor binary installs from a registry)
+    reads the merged .gz timeline: every complete event it reads from the source alone, plus llmdiag's, with
+    the source's streams and correlation ids intact."""
+    tp = pytest.importorskip("hta.common.trace_parser")
+    from hta.configs.parser_config import ParserConfig
+
+    from diagnose.export.timeline import write_timeline
+
+    src = str(REAL / "hta" / "nccl_data.json.gz")
+    tracks = {}
+    a = analyze_path(src, jobs=1, tracks=tracks)
+    out = write_timeline(a, str(tmp_path / "t.json.gz"), tracks)
+    _, merged, _ = tp.parse_trace_dataframe(out, ParserConfig())
+    _, alone, _ = tp.parse_trace_dataframe(src, ParserConfig())
+    added = sum(len(getattr(tr, k)) for tr in tracks.values() for k in ("exposed", "idle", "bubble", "waits"))
+    assert len(merged) == len(alone) + added
+    for col in ("stream", "correlation"):
+        assert sorted(merged[col][merged[col] > 0].tolist()) == sorted(alone[col][alone[col] > 0].tolist())
