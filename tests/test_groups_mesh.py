@@ -190,3 +190,14 @@ def test_the_manifest_mesh_gives_members_where_the_trace_names_only_the_group(tm
     (tmp_path / "manifest.json").unlink()
     bare = analyze_path(str(tmp_path), jobs=1)
     assert {c.pg for c in bare.skew.by_collective} == {"mesh_dp", "mesh_tp"}  # what the trace alone can say
+
+
+def test_a_large_groups_key_stays_short_and_unique():
+    from diagnose.metrics.groups import Group
+
+    dp = Group("mesh_dp", tuple(range(0, 16384, 8)))
+    assert dp.key == "mesh_dp[0-16376 step 8]"
+    sq = [i * i for i in range(40)]  # no run of three: ranges() writes 20 pieces, then the count left
+    odd = [Group("g", tuple(sq + [last])).key for last in (2000, 2001)]
+    assert odd[0] != odd[1] and odd[0].split("#")[0] == odd[1].split("#")[0] and all(len(k) < 300 for k in odd)
+    assert Group("mesh_tp", (0, 1)).key == "mesh_tp[0, 1]" and Group("x").key == "x"

@@ -21,13 +21,16 @@ Evidence, in order:
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from diagnose.io.trace import RankTrace
 from diagnose.metrics.layout import pg_config
+from diagnose.model.format import ranges
 
+LONG = 30  # members written out in full up to this many (Kineto's own cut)
 _LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
 
@@ -38,10 +41,20 @@ class Group:
 
     @property
     def key(self) -> str:
-        """What the cross-rank matching is keyed on: name and members, as Kineto writes them (`mesh_tp[0, 1]`)."""
+        """What the cross-rank matching is keyed on: name and members, as Kineto writes them (`mesh_tp[0, 1]`);
+        past LONG members as ranges (`mesh_dp[0-16376 step 8]`, a checksum where even those are cut), so a
+        16k-rank job's keys stay short."""
         if isinstance(self.ranks, str):
             return f"{self.label}{self.ranks}"
-        return f"{self.label}[{', '.join(map(str, self.ranks))}]" if self.ranks else self.label
+        if not self.ranks:
+            return self.label
+        if len(self.ranks) <= LONG:
+            return f"{self.label}[{', '.join(map(str, self.ranks))}]"
+        r = sorted(self.ranks)
+        text = ranges(r)
+        if text.endswith("more)"):
+            text += f" #{zlib.crc32(','.join(map(str, r)).encode()):08x}"
+        return f"{self.label}[{text}]"
 
     @property
     def size(self) -> int | None:
