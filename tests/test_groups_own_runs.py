@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -56,7 +57,7 @@ def _want(m: dict, r: int) -> dict[str, str]:
 @pytest.mark.parametrize("workload", ["dp2tp2", "dp2tp2pp2", "fsdp2tp2"])
 def test_own_runs_every_collective_has_its_group_and_role(runs, workload):
     out = runs(workload)
-    m = json.load(open(os.path.join(out, "manifest.json")))
+    m = json.loads(Path(out, "manifest.json").read_text())
     tracks = {}
     a = analyze_path(out, jobs=1, tracks=tracks)
     for r in range(m["world_size"]):
@@ -87,10 +88,10 @@ def _label(key: str) -> str:
 
 def test_own_dp2tp2_ddp_buckets_are_the_dp_group_and_activations_the_tp_group(runs):
     out = runs("dp2tp2")
-    m = json.load(open(os.path.join(out, "manifest.json")))
+    m = json.loads(Path(out, "manifest.json").read_text())
     for r in range(4):
         path = os.path.join(out, "traces", f"rank{r}.pt.trace.json.gz")
-        ev = json.load(gzip.open(path))["traceEvents"]
+        ev = json.loads(gzip.decompress(Path(path).read_bytes()))["traceEvents"]
         flat = sum(1 for e in ev if e.get("name") == "gloo:all_reduce" and len(e["args"]["Input Dims"][0]) == 1
                    and _in_steps(e, ev))
         acts = sum(1 for e in ev if e.get("name") == "gloo:all_reduce" and len(e["args"]["Input Dims"][0]) == 3

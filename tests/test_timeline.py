@@ -297,7 +297,7 @@ def check_chrome_trace(tl: dict) -> None:
 def _source(path) -> list[dict]:
     import gzip
 
-    raw = open(path, "rb").read()
+    raw = __import__("pathlib").Path(path).read_bytes()
     while raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     d = orjson.loads(raw)
@@ -363,7 +363,7 @@ def test_real_traces_keep_every_event_args_and_flow(tmp_path, src):
     tracks = {}
     a = analyze_path(str(REAL / src), jobs=1, tracks=tracks)
     out = write_timeline(a, str(tmp_path / "t.json.gz"), tracks)
-    raw = open(out, "rb").read()
+    raw = __import__("pathlib").Path(out).read_bytes()
     assert raw[:2] == b"\x1f\x8b"
     tl = orjson.loads(gzip.decompress(raw))
     check_chrome_trace(tl)

@@ -95,24 +95,28 @@ def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
     cfg = pg_config(t.distributed)  # parsed once (older traces write it as a Python repr, megabytes at scale)
     by_name = {str(g.get("pg_name")): g for g in cfg if g.get("pg_name") is not None}
     gloo = _gloo_groups(t, idx, cfg)
-    out = {}
+    out, seen = {}, {}
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
-        name = args.get("Process Group Name")
-        label = _label(args.get("Process Group Description"), name)
-        raw = args.get("Process Group Ranks")
-        ranks = parse_ranks(raw)
-        cfg_g = by_name.get(str(name)) if name is not None else None
-        if cfg_g is not None:
-            label = _label(cfg_g.get("pg_desc"), name) if label == str(name) else label
-            ranks = ranks or parse_ranks(cfg_g.get("ranks"))
-        if ranks is None and isinstance(raw, str) and raw:
-            ranks = raw[:2000]  # cut by Kineto and not in pg_config: the trace's own text still tells groups apart
-        if not label and ranks is None and i in gloo:
-            out[i] = gloo[i]
-        else:
-            out[i] = Group(label, ranks)
+        name, desc, raw = args.get("Process Group Name"), args.get("Process Group Description"), args.get("Process Group Ranks")
+        memo = (str(name), str(desc), raw if isinstance(raw, str) else repr(raw)[:4000])
+        g = seen.get(memo)  # thousands of collectives, a handful of groups: each read once
+        if g is None:
+            g = seen[memo] = _group(name, desc, raw, by_name)
+        out[i] = gloo[i] if not g.label and g.ranks is None and i in gloo else g
     return out
+
+
+def _group(name, desc, raw, by_name: dict) -> Group:
+    label = _label(desc, name)
+    ranks = parse_ranks(raw)
+    cfg_g = by_name.get(str(name)) if name is not None else None
+    if cfg_g is not None:
+        label = _label(cfg_g.get("pg_desc"), name) if label == str(name) else label
+        ranks = ranks or parse_ranks(cfg_g.get("ranks"))
+    if ranks is None and isinstance(raw, str) and raw:
+        ranks = raw[:2000]  # cut by Kineto and not in pg_config: the trace's own text still tells groups apart
+    return Group(label, ranks)
 
 
 def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Group]:
