@@ -27,21 +27,30 @@ from diagnose.simulate.replay import complete_from_outputs
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
-                 timings: dict | None = None, run: str | int = "newest") -> Analysis:
+                 timings: dict | None = None, run: str | int = "newest", tracks: dict | None = None,
+                 track_ranks: list[int] | None = None) -> Analysis:
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
     per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
     (diagnose.metrics.runs): "newest" (default: the newest complete run, else the newest) or its number, 1 the
-    oldest."""
-    return analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
-                        top_k=top_k, rules=rules, engine=engine, timings=timings, run=run)[0]
+    oldest. `tracks`, when given, gets each rank's timeline intervals from this same pass (`analyze --timeline`:
+    metrics/track_intervals.py), of `track_ranks` only where given."""
+    per_run: dict | None = {} if tracks is not None else None
+    a = analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
+                     top_k=top_k, rules=rules, engine=engine, timings=timings, run=run, tracks=per_run,
+                     track_ranks=track_ranks)[0]
+    if tracks is not None and per_run is not None:
+        tracks.update(per_run.get(a.name, {}))
+    return a
 
 
 def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
-                 timings: dict | None = None, run: str | int = "newest") -> list[Analysis]:
+                 timings: dict | None = None, run: str | int = "newest", tracks: dict | None = None,
+                 track_ranks: list[int] | None = None) -> list[Analysis]:
     """As `analyze_path`, one Analysis per run analysed: `run` "all" gives every run of the input, oldest first
-    (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2)."""
+    (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2). `tracks`, when
+    given, gets {analysis name: {rank: its timeline intervals}}, one entry per run analysed."""
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
@@ -58,7 +67,9 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
-    job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k) for f in src.files]
+    job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k,
+                       tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False)
+                for f in src.files]
     t0 = time.perf_counter()
     all_outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
     t1 = time.perf_counter()
@@ -70,8 +81,11 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(outputs),
                                run_folder=bool(src.run_folder))
         name = src.name if len(groups) == 1 else f"{src.name}-run{k + 1}"  # outputs of two runs never overwrite
+        run_tracks: dict | None = {} if tracks is not None else None
         analysis = assemble(outputs, man, source=src.path, name=name, skipped=src.skipped, opts=opts,
-                            version=__version__)
+                            version=__version__, tracks=run_tracks)
+        if tracks is not None:
+            tracks[name] = run_tracks
         complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
         analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
         add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in

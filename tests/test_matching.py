@@ -127,7 +127,8 @@ def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
             if with_seq:
                 b.events[-1]["args"]["Seq"] = n + 1 if r == 0 else str(n + 1)  # a number or its text
         b.write(tmp_path / f"rank{r}.json")
-    a = analyze_path(str(tmp_path), jobs=1)
+    tracks = {}
+    a = analyze_path(str(tmp_path), jobs=1, tracks=tracks)
     (c,) = a.skew.by_collective
     if with_seq:
         assert (c.matched, c.max_skew_ms) == (3, pytest.approx(0.1))
@@ -136,7 +137,7 @@ def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
     # The timeline's straggler waits use the same matching: one wait per matched collective, the skew's size.
     from diagnose.export.timeline import build_timeline
 
-    waits = [e["dur"] / 1000 for e in build_timeline(a)["traceEvents"]
+    waits = [e["dur"] / 1000 for e in build_timeline(a, tracks)["traceEvents"]
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("straggler wait")]
     assert len(waits) == 3 and max(waits) == pytest.approx(c.max_skew_ms, abs=1e-6)
 

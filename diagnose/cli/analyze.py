@@ -101,6 +101,19 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
+def _ranks_fit(target, ranks: list[int]) -> None:
+    """--ranks against the input before any trace is parsed: more ranks than its trace files, or a rank at or
+    past the manifest's world size, cannot be held (the exact check follows once the ranks are read)."""
+    from diagnose.io.discover import discover
+
+    src = discover(target)
+    world = (src.manifest or {}).get("world_size") if isinstance(src.manifest, dict) else None
+    if len(ranks) > len(src.files) or (type(world) is int and world > 0 and max(ranks) >= world):
+        held = f"{len(src.files)} trace file(s)" + (f", world size {world}" if type(world) is int else "")
+        raise LlmdiagError(f"--ranks asks for {len(ranks)} rank(s) up to {max(ranks)}; the input holds {held}",
+                           src.path)
+
+
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON summary here (default: beside the report).")
@@ -123,11 +136,13 @@ def parse_ranks(text: str | None) -> list[int] | None:
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output paths and problems.")
 @click.option("--timeline", "timeline_path", metavar="FILE",
-              help="Also write one merged, annotated Chrome-trace JSON of the ranks (open in Perfetto).")
+              help="Also write one merged Chrome-trace JSON of the ranks' own traces with llmdiag's tracks "
+                   "(open in Perfetto; gzip when FILE ends in .gz).")
 @click.option("--ranks", "timeline_ranks", metavar="LIST", callback=lambda c, p, v: parse_ranks(v),
               help="Ranks in the timeline, e.g. 0-3,8 (default: all).")
-@click.option("--timeline-max-events", type=click.IntRange(1000, 10_000_000), default=300_000, show_default=True,
-              help="Cap on the traces' own events in the timeline (longest kept); added tracks are never cut.")
+@click.option("--timeline-max-events", type=click.IntRange(1000, 10**9),
+              help="Cap on the traces' own complete events in the timeline (default: none; the longest kept, "
+                   "what was cut said in the trace).")
 @click.option("--tables", "tables_dir", metavar="DIR",
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
 @click.option("--run", "run", metavar="newest|N|all", default="newest", show_default=True,
@@ -158,11 +173,27 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
 
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
+    if timeline_ranks and not timeline_path:
+        raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
+    if timeline_path and isinstance(target, str):
+        from diagnose.io.megatron_ops import find_op_table
+
+        if find_op_table(target):
+            raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
+    if timeline_ranks:  # before any work: more ranks than the input can hold is known from the files alone
+        _ranks_fit(target, timeline_ranks)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
+    tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
-                            progress=not quiet, top_k=top_k, run=run)
+                            progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks)
+    if timeline_ranks:  # ranks read from the traces: checked before any output is written
+        from diagnose.export.timeline import check_ranks
+
+        for a in analyses:
+            check_ranks([r.rank for r in a.ranks], timeline_ranks, a.source)
     codes = [_outputs(a, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
-                      timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1)
+                      timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1,
+                      tracks=(tracks or {}).get(a.name))
              for a in analyses]
     sys.exit(max(codes))
 
@@ -177,7 +208,8 @@ def _run_path(path: str | None, analysis: Analysis, several: bool) -> str | None
 
 
 def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
-             timeline_path, timeline_ranks, timeline_max_events, tables_dir, several: bool = False) -> int:
+             timeline_path, timeline_ranks, timeline_max_events, tables_dir, several: bool = False,
+             tracks: dict | None = None) -> int:
     """The summary, terminal tables, report and extras of one analysis; its exit code (1: files left out)."""
     json_path, report_path, timeline_path, tables_dir = (_run_path(p, analysis, several) for p in
                                                          (json_path, report_path, timeline_path, tables_dir))
@@ -216,7 +248,8 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
         if timeline_path:
             from diagnose.export.timeline import write_timeline
 
-            click.echo(f"timeline: {write_timeline(analysis, timeline_path, timeline_ranks, timeline_max_events)}")
+            out = write_timeline(analysis, timeline_path, tracks, timeline_ranks, timeline_max_events)
+            click.echo(f"timeline: {printable(out)}")
         if tables_dir:
             from diagnose.export.tables import write_tables
 

@@ -1,93 +1,69 @@
-"""The intervals the metrics measure, per rank, as tracks for the annotated timeline.
+"""llmdiag's own tracks in the merged timeline: one process per rank ("rank R: llmdiag"), one named thread
+per track (exposed comm, idle, pipeline bubble, straggler wait), and the findings as global instants.
 
-Each track is computed by the same functions the metrics use (`overlap.timeline`, `steps.windows`,
-`pipeline.actions.extract_actions`, the skew's matching key), on the rank's own clock (int ns); the caller
-shifts them onto the aligned clock. So the exposed-communication intervals of a step sum to the step's
-`exposed_comm_ms`, its idle intervals to `idle_ms`, and a stage's bubble intervals to window − busy. On a GPU
-trace the idle intervals are those of the idle attribution (`idle.idle_intervals`), one per cause (and op, for
-blocking runtime calls): per cause they sum to the rank's `IdleBreakdown`, and together they are window − busy.
+The intervals come from the analysis (metrics/track_intervals.py, on each rank's own clock); here they are
+only shifted by the rank's `clock_shift_ns` and written. Where the user capped the timeline's size, a track
+keeps its longest intervals (at least 1,000) and the count of what it dropped goes in the trace.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from diagnose.metrics.track_intervals import RankTracks
 
-import numpy as np
-
-from diagnose.io.trace import RankTrace
-from diagnose.metrics import intervals as iv
-from diagnose.metrics.idle import idle_intervals
-from diagnose.metrics.overlap import timeline
-from diagnose.metrics.pipeline.actions import Action
-from diagnose.metrics.skew import Collectives, arrival_waits, group_label
-from diagnose.metrics.steps import Window
+TRACKS = {"exposed": ("llmdiag: exposed comm", 1), "idle": ("llmdiag: idle", 2),
+          "bubble": ("llmdiag: pipeline bubble", 3), "waits": ("llmdiag: straggler wait", 4)}
+FINDINGS_PID = -1
+MIN_TRACK_CAP = 1000
 
 
-@dataclass
-class RankTracks:
-    """Intervals (start ns, end ns, step) on the rank's own clock, by track name."""
-
-    exposed: list[tuple[int, int, int]] = field(default_factory=list)
-    idle: list[tuple] = field(default_factory=list)  # (start, end, step, cause, op) on GPU, (start, end, step) on CPU
-    bubble: list[tuple[int, int, int]] = field(default_factory=list)
-    waits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, "kind pg")
-
-
-def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
-    s, e = u
-    a = np.searchsorted(e, lo, side="right")
-    b = np.searchsorted(s, hi, side="left")
-    return np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi)
-
-
-def _pairs(u: iv.Union, step: int) -> list[tuple[int, int, int]]:
-    return [(int(s), int(e), step) for s, e in zip(u[0].tolist(), u[1].tolist()) if e > s]
-
-
-def step_tracks(t: RankTrace, wins: list[Window]) -> RankTracks:
-    """Exposed communication (comm − compute) and idle (the window − everything) per analysis window; on a GPU
-    trace the idle comes split by cause, as the idle attribution splits it."""
-    tl = timeline(t)
-    split = idle_intervals(t, wins)
-    out = RankTracks()
-    for j, w in enumerate(wins):
-        comp, comm, other = (_clip(u, w.start, w.end) for u in (tl.compute, tl.comm, tl.other))
-        out.exposed += _pairs(iv.difference(comm, comp), w.step)
-        if split is None:
-            whole = (np.array([w.start], np.int64), np.array([w.end], np.int64))
-            out.idle += _pairs(iv.difference(whole, iv.union_of(comp, comm, other)), w.step)
-        else:
-            out.idle += sorted((s, e, w.step, cause, op) for cause, op, u in split[j].parts
-                               for s, e, _ in _pairs(u, w.step))
+def rank_header(pid: int, rank: int, host: str, note: str = "") -> list[dict]:
+    name = f"rank {rank}: llmdiag" + (f" ({host})" if host else "")
+    out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
+           {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+    if note:  # what the size cap cut from this rank, said where the rank is drawn
+        out.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": note}})
     return out
 
 
-def bubble_tracks(group: list[int], actions: dict[int, list[Action]], shift: dict[int, int]) -> dict[int, list]:
-    """Per rank of one pipeline replica: each step's pipeline window (earliest action start to latest end
-    over the replica, on the aligned clock) minus the rank's busy union, as `_measure` counts it. Returned
-    on each rank's own clock."""
-    g = [r for r in group if actions.get(r)]
-    if not g:
-        return {}
-    steps = sorted(set.intersection(*[{a.step for a in actions[r]} for r in g]))
-    out: dict[int, list] = defaultdict(list)
-    for step in steps:
-        acts = {r: [a for a in actions[r] if a.step == step] for r in g}
-        lo = min(a.start + shift[r] for r in g for a in acts[r])
-        hi = max(a.end + shift[r] for r in g for a in acts[r])
-        for r in g:
-            busy = iv.union(np.array([a.start + shift[r] for a in acts[r]], np.int64),
-                            np.array([a.end + shift[r] for a in acts[r]], np.int64))
-            gaps = iv.difference((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
-            out[r] += [(s - shift[r], e - shift[r], step) for s, e, _ in _pairs(gaps, step)]
+def track_events(pid: int, tr: RankTracks, sh: int, cap: int | None) -> tuple[list[dict], int]:
+    """The rank's tracks as events on the aligned clock (µs), and how many intervals the cap dropped."""
+    out, dropped = [], 0
+    for key, (label, tid) in TRACKS.items():
+        xs = getattr(tr, key)
+        if not xs:
+            continue
+        if cap is not None and len(xs) > cap:  # keep the longest intervals, in time order
+            dropped += len(xs) - cap
+            xs = sorted(sorted(xs, key=lambda x: x[0] - x[1])[:cap])
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        name0 = label.removeprefix("llmdiag: ")
+        for s, e, tag, *why in xs:
+            name = name0
+            args = {"step": tag} if key != "waits" else {"collective": tag}
+            if why:  # an idle interval's cause, and the op of a blocking runtime call: "idle: runtime hipFree"
+                cause, op = why
+                name = f"{name}: {cause} {op}" if op else f"{name}: {cause}"
+                args = {**args, "cause": cause, **({"op": op} if op else {})}
+            out.append({"ph": "X", "name": name, "cat": "llmdiag", "pid": pid, "tid": tid,
+                        "ts": round((s + sh) / 1000.0, 3), "dur": round((e - s) / 1000.0, 3), "args": args})
+    return out, dropped
+
+
+def finding_events(findings, chosen) -> list[dict]:
+    """Each finding as a global instant at the start of the first analysed step of the first rank it names
+    (else the lowest rank shown)."""
+    if not findings or not chosen:
+        return []
+    out = [{"ph": "M", "name": "process_name", "pid": FINDINGS_PID, "tid": 0, "args": {"name": "llmdiag findings"}},
+           {"ph": "M", "name": "process_sort_index", "pid": FINDINGS_PID, "tid": 0, "args": {"sort_index": -1}}]
+    first = min(chosen, key=lambda r: r.rank)
+    for i, f in enumerate(findings):
+        named = set(f.evidence.ranks or [])
+        r = next((x for x in chosen if x.rank in named), first)
+        at = (r.steps[0].start_ms * 1000.0 if r.steps else 0.0) + r.clock_shift_ns / 1000.0
+        out.append({"ph": "i", "s": "g", "name": f"[{f.severity}] {f.title}", "cat": "llmdiag.finding",
+                    "pid": FINDINGS_PID, "tid": 0, "ts": round(at, 3),
+                    "args": {"rule": f.id, "evidence": f.evidence.text, "action": f.action,
+                             "expected_gain": f.expected_gain, "ranks": f.evidence.ranks, "index": i}})
     return out
-
-
-def wait_tracks(colls: dict[int, Collectives], shift: dict[int, int]) -> dict[int, list]:
-    """Straggler waits: at each collective matched on >= 2 of these ranks (the skew analysis's own matching,
-    on the aligned clock), every rank waits from its own arrival to the last arrival; the earliest rank's wait
-    is that collective's skew. Times come back on each rank's own clock."""
-    waits = arrival_waits({r: c.shifted(shift[r]) for r, c in colls.items()})
-    return {r: [(s - shift[r], e - shift[r], f"{kind} {group_label(pg)}".strip()) for s, e, (pg, kind) in xs]
-            for r, xs in waits.items()}

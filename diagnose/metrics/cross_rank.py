@@ -28,7 +28,9 @@ from diagnose.metrics.ranks import resolve_ranks
 from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
+from diagnose.metrics.groups import mesh_members, with_mesh_members
 from diagnose.metrics.skew import skew
+from diagnose.metrics.track_intervals import bubble_tracks, wait_tracks
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
 from diagnose.model.format import NS_PER_MS, ranges
@@ -37,8 +39,10 @@ from diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
 
 
 def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
-             version: str) -> Analysis:
-    """The Analysis of one job from its ranks' outputs (in file order); LlmdiagError when no rank is usable."""
+             version: str, tracks: dict | None = None) -> Analysis:
+    """The Analysis of one job from its ranks' outputs (in file order); LlmdiagError when no rank is usable.
+    `tracks`, when given, gets each rank's timeline intervals (metrics/track_intervals.py): its own, plus the
+    bubbles and straggler waits of this pass's pipeline and matching."""
     issues = [Issue(o.path, o.error, None, "error") for o in outputs if o.error]
     issues += [Issue(p, f"llmdiag: {p}: not a regular file ({why}); left out", None, "error") for p, why in skipped]
     good = [o for o in outputs if not o.error]
@@ -79,6 +83,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         for o in good:
             o.metrics.coords = man.coords_of(o.rank)
 
+    _mesh_members(good, man)
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
@@ -89,14 +94,24 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                     "on their message size: where no sequence number (Seq) pairs them, the traces "
                                     "likely start at different collectives and matching by order pairs different ones",
                             None, "warning"))
-    recover_peers(good, {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
-    pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p},
-                      {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good})
+    # One clock shift per rank (its origin against the earliest, plus its host's skew shift; whole ns, as
+    # skew.py), kept on the rank for every later reader (the timeline).
+    shift = {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good}
+    for o in good:
+        o.metrics.clock_shift_ns = shift[o.rank]
+    recover_peers(good, shift)
+    pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
         sk = sk or SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[])
         sk.p2p = pairs
 
-    pipeline = _pipeline(good, man, offset, hosts, shift_ns, issues, source)
+    if tracks is not None:  # each rank's own intervals (of the ranks asked for); the pipeline adds its bubbles
+        tracks.update({o.rank: o.tracks for o in good if o.tracks is not None})
+    pipeline = _pipeline(good, man, shift, issues, source, tracks)
+    if tracks is not None and records:  # the straggler waits of the skew's own matching, on the aligned clock
+        for r, xs in wait_tracks({o.rank: o.collectives.shifted(shift[o.rank]) for o in good}, shift).items():
+            if r in tracks:
+                tracks[r].waits = xs
     if pipeline and pipeline.inferred and int((layout or {}).get("pp") or 1) <= 1:
         layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
@@ -125,6 +140,16 @@ def _drop_timelines(metrics: list[RankMetrics]) -> None:
                             x[1]))
     for m, _ in mem[MEMORY_TIMELINES:]:
         m.timeline = []
+
+
+def _mesh_members(good: list[RankOutput], man: Manifest | None) -> None:
+    """Members from the manifest's mesh for collectives whose group is a bare DeviceMesh name (metrics/groups.py)."""
+    if not man or not any(pg.startswith("mesh_") and "[" not in pg for o in good for pg, _ in o.collectives.keys):
+        return
+    members = mesh_members(man, [o.rank for o in good])
+    for o in good:
+        if members and (keys := with_mesh_members(o.collectives.keys, o.rank, members)):
+            o.collectives = dataclasses.replace(o.collectives, keys=keys)
 
 
 def _wrapper_layout(good: list[RankOutput], world: int | None) -> dict | None:
@@ -177,10 +202,10 @@ def _can_match(records: dict, layout: dict | None) -> bool:
     return not layout or sum(1 for d in DIMS if (layout.get(d) or 1) > 1) <= 1
 
 
-def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
-    acts, shift = {}, {}
+def _pipeline(good, man, shift, issues, source, tracks=None):
+    acts = {}
     for o in good:
-        sh = shift[o.rank] = offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0))  # whole ns, as skew.py
+        sh = shift[o.rank]
         acts[o.rank] = [dataclasses.replace(a, start=a.start + sh, end=a.end + sh) for a in o.actions]
     with_actions = [r for r, a in acts.items() if a]
     links = {o.rank: o.links for o in good if o.links is not None}
@@ -213,6 +238,10 @@ def _pipeline(good, man, offset, hosts, shift_ns, issues, source):
                                           else _infer_schedule(acts, with_actions))
     res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank or v,
                            bool(man and man.oversubscribed))
+    for g in groups if tracks is not None and res is not None else []:  # the bubbles this pipeline measured
+        for r, xs in bubble_tracks([x for x in g if x in acts], acts, shift).items():
+            if r in tracks:
+                tracks[r].bubble = xs
     if res is not None and links:
         res.inferred = True
         how = (V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else (

@@ -13,6 +13,7 @@ import numpy as np
 
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import collective_kind
+from diagnose.metrics.groups import resolve as resolve_groups
 from diagnose.model.analysis import CommGroupStats, StepBreakdown
 from diagnose.metrics.steps import Window
 from diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
@@ -148,18 +149,20 @@ def pg_label(args: dict) -> str:
 
 
 def comm_stats(t: RankTrace, tl: Timeline, wins: list[Window], pg_sizes: dict[str, int],
-               world_size: int | None) -> list[CommGroupStats]:
-    """Per (kind, process group): count, time, overlapped time, bytes and bandwidth."""
+               world_size: int | None, groups: dict | None = None) -> list[CommGroupStats]:
+    """Per (kind, process group): count, time, overlapped time, bytes and bandwidth. `groups`: each comm
+    event's group where the caller resolved them already (metrics/groups.py)."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     if len(idx) == 0:
         return []
     ov = iv.overlap_each(t.ts[idx], t.ts[idx] + t.dur[idx], tl.compute)
     relabel = gloo_collective_labels(t, idx)
+    of = groups if groups is not None else resolve_groups(t, idx)  # name from args, pg_config or gloo thread
     groups: dict[tuple[str, str], dict] = {}
     for j, i in enumerate(idx.tolist()):
         args = t.comm_args.get(i, {})
         kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
-        pg = pg_label(args)
+        pg = of[i].label
         g = groups.setdefault((kind, pg), {"n": 0, "dur": 0, "ov": 0, "bytes": 0, "sized": 0, "sized_dur": 0,
                                            "size": None})
         d = int(t.dur[i])
@@ -171,7 +174,7 @@ def comm_stats(t: RankTrace, tl: Timeline, wins: list[Window], pg_sizes: dict[st
             g["bytes"] += b
             g["sized"] += 1
             g["sized_dur"] += d
-        gs = _int(args.get("Group size")) or pg_sizes.get(pg) or None
+        gs = _int(args.get("Group size")) or pg_sizes.get(pg) or of[i].size or None
         g["size"] = gs or g["size"]
     out = []
     for (kind, pg), g in sorted(groups.items(), key=lambda kv: -kv[1]["dur"]):

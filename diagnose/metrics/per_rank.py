@@ -23,7 +23,7 @@ from diagnose.metrics.elementwise import elementwise_facts
 from diagnose.metrics.profiler_options import profiler_facts
 from diagnose.metrics.moe import RankMoe, rank_moe
 from diagnose.metrics.accum import forward_counts, regather_ms
-from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, pg_label, step_breakdowns, timeline
+from diagnose.metrics.overlap import comm_stats, gloo_collective_labels, in_windows, step_breakdowns, timeline
 from diagnose.metrics.pipeline.actions import Action, extract_actions
 from diagnose.metrics.pipeline.infer import Links, infer_actions
 from diagnose.metrics.pipeline.p2p import Record, p2p_records
@@ -32,6 +32,8 @@ from diagnose.model.devices import device_from_categories
 from diagnose.model.analysis import RankMetrics
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
+from diagnose.metrics.groups import resolve as resolve_groups
+from diagnose.metrics.track_intervals import RankTracks, step_tracks
 from diagnose.io.trace import COMM
 from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
 
@@ -45,6 +47,8 @@ class RankJob:
     cpu_capacity: int | None = None
     top_k: int = 20
     helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
+    tracks: bool | frozenset = False  # also return the exposed-comm and idle intervals (`analyze --timeline`):
+    # of every rank, or of the ranks in the set
 
 
 @dataclass
@@ -68,6 +72,7 @@ class RankOutput:
     regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
     action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
     host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
+    tracks: RankTracks | None = None  # the timeline's per-step intervals, where the job asked for them
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -103,6 +108,7 @@ def _run(job: RankJob) -> RankOutput:
     dist = t.distributed
     host = str(t.meta.get("host_name", "") or "")
     top, kernel_ms = top_kernels(t, wins, job.top_k)
+    groups = resolve_groups(t, np.flatnonzero(in_windows(t, np.asarray(t.kind == COMM), wins)))  # once, for both users
     metrics = RankMetrics(
         rank=t.rank if t.rank is not None else -1,
         file=job.path,
@@ -120,7 +126,7 @@ def _run(job: RankJob) -> RankOutput:
         overlap_ratio=(sum(s.overlapped_comm_ms for s in steps) / comm_total) if comm_total > 0 else None,
         exposed_comm_frac=mean("exposed_comm_ms") / step_ms if step_ms > 0 else 0.0,
         idle_frac=mean("idle_ms") / step_ms if step_ms > 0 else 0.0,
-        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size),
+        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size, groups),
         top_kernels=top,
         kernel_time_ms=kernel_ms,
         memory=memory_stats(t, job.cpu_capacity),
@@ -144,10 +150,11 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=collective_records(t, wins), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        collectives=collective_records(t, wins, groups), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
+        tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
     )
 
 
@@ -155,19 +162,19 @@ def _run(job: RankJob) -> RankOutput:
 # and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
 
 
-def collective_records(t, wins) -> Collectives:
-    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them."""
+def collective_records(t, wins, groups: dict | None = None) -> Collectives:
+    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them,
+    each keyed on its process group's name and members (metrics/groups.py)."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
+    groups = groups if groups is not None else resolve_groups(t, idx)
     out = []
     for i in idx.tolist():
         args = t.comm_args.get(i, {})
         kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
         if kind in P2P_KINDS:
             continue
-        pg = pg_label(args)
-        if args.get("Process Group Ranks"):
-            pg = f"{pg}{args['Process Group Ranks']}"
+        pg = groups[i].key  # name and members: two groups of one name are never matched together
         out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
                     _seq(args)))
     return collectives_from(out)

@@ -157,6 +157,8 @@ class RankMetrics:
     idle: IdleBreakdown | None = None  # device idle split by what the host did meanwhile (GPU traces)
     training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
     device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
+    clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
+    # (its origin against the earliest rank's, plus its host's skew shift): metrics/cross_rank.py sets it once
 
     @property
     def nsteps(self) -> int:

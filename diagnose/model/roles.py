@@ -27,10 +27,13 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
     inferred from the send/recv chain): all_to_all on old NCCL, ring attention and MoE also send point to
     point.
     """
+    ep = int((layout or {}).get("ep") or 1) > 1
     for tok in re.split(r"[^a-z0-9]+", (pg or "").lower()):
         if tok in _ROLE_TOKENS:
-            return _ROLE_TOKENS[tok]
-    if kind == "alltoall" and int((layout or {}).get("ep") or 1) > 1:
+            role = _ROLE_TOKENS[tok]
+            # expert parallelism carved from the data-parallel ranks: its all-to-alls run on a dp-named group
+            return "ep" if kind == "alltoall" and ep and role == "dp" else role
+    if kind == "alltoall" and ep:
         return "ep"  # with expert parallelism the all-to-alls are its dispatch/combine (gloo spans name no group)
     if kind == "alltoall":
         return "?"  # unnamed all-to-alls: embedding sharding (TorchRec), Ulysses CP or MoE, never data parallel

@@ -75,8 +75,6 @@ def _next_pids(n: int) -> range:
     return range(last + 1, last + 1 + n)
 
 
-@pytest.mark.xfail(reason="diagnose/export/timeline.py moves to model/files.open_atomic on the timeline branch; "
-                          "until merged it writes through <path>.tmp<pid>", strict=False)
 def test_timeline_temp_names_are_not_guessable(tmp_path, run):
     """Links planted at `<path>.tmp<pid>` for the next pids: the victim was overwritten and the output became
     the link."""

@@ -1,0 +1,176 @@
+"""Which process group each collective of a rank ran on: the group's name and its members.
+
+Two groups can share a name (DeviceMesh names every tensor-parallel group `mesh_tp`; Megatron every one
+TENSOR_MODEL_PARALLEL_GROUP): a group is its name and its ranks, and the cross-rank matching is keyed on
+both (`Group.key`, e.g. `mesh_tp[0, 1]`), so no collective is matched, and no wait drawn, across groups.
+Evidence, in order:
+
+1. the collective's own args (NCCL kernels, `record_param_comms`): `Process Group Description` (else
+   `Process Group Name`) and `Process Group Ranks`;
+2. the rank's `distributedInfo.pg_config`: a group name's description and full rank list (Kineto cuts
+   `Process Group Ranks` after 30 ranks); where neither gives the members of a DeviceMesh group
+   (`mesh_tp`), the run's manifest does (its mesh coordinates; `with_mesh_members`, in the cross-rank pass);
+3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's work on that group's
+   own worker threads (`pt_gloo_runloop`, created together when the group is created), so the span's
+   thread names its group: the threads that ran spans, in id order, cut where ids stop being consecutive,
+   are the groups of the rank's `pg_config` (its own groups, in creation order). Assigned only where the
+   counts agree (or the one group left over is the default group, first created, which DeviceMesh
+   training never uses); otherwise the group stays unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from diagnose.io.trace import RankTrace
+from diagnose.metrics.layout import pg_config
+from diagnose.model.format import ranges
+
+LONG = 30  # members written out in full up to this many (Kineto's own cut)
+_LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str  # the group's description, else its name ("mesh_tp", "default_pg", "3"); "" unknown
+    ranks: tuple[int, ...] | str | None = None  # its members; the trace's own text where it is cut ("[0, 8, ...]")
+
+    @property
+    def key(self) -> str:
+        """What the cross-rank matching is keyed on: name and members, as Kineto writes them (`mesh_tp[0, 1]`);
+        past LONG members as ranges (`mesh_dp[0-16376 step 8]`, a checksum where even those are cut), so a
+        16k-rank job's keys stay short."""
+        if isinstance(self.ranks, str):
+            return f"{self.label}{self.ranks}"
+        if not self.ranks:
+            return self.label
+        if len(self.ranks) <= LONG:
+            return f"{self.label}[{', '.join(map(str, self.ranks))}]"
+        r = sorted(self.ranks)
+        text = ranges(r)
+        if text.endswith("more)"):
+            text += f" #{zlib.crc32(','.join(map(str, r)).encode()):08x}"
+        return f"{self.label}[{text}]"
+
+    @property
+    def size(self) -> int | None:
+        return len(self.ranks) if isinstance(self.ranks, tuple) and self.ranks else None
+
+
+def _label(desc, name) -> str:
+    desc, name = str(desc or ""), str(name or "")
+    return desc if desc and desc not in ("undefined", "None") else name
+
+
+def parse_ranks(v) -> tuple[int, ...] | None:
+    """A rank list from a list or its text ("[0, 1]"); None where it is absent, cut or not a list of ranks."""
+    if isinstance(v, list) and v and all(type(x) is int and x >= 0 for x in v):
+        return tuple(v)
+    if isinstance(v, str) and len(v) < 1_000_000 and (m := _LIST.match(v.strip())) and m.group(1):
+        return tuple(int(x) for x in m.group(1).split(","))
+    return None
+
+
+def own_groups(cfg: list[dict], rank: int | None) -> list[Group]:
+    """The rank's groups from its parsed pg_config, in creation order (the order PyTorch lists them)."""
+    out = []
+    for g in cfg:
+        ranks = parse_ranks(g.get("ranks"))
+        if ranks and (rank is None or rank in ranks):
+            out.append(Group(_label(g.get("pg_desc"), g.get("pg_name")), ranks))
+    return out
+
+
+def _is_default(cfg: list[dict], g: Group) -> bool:
+    first = cfg[0] if cfg else {}
+    return g.label == "default_pg" or (g.label == str(first.get("pg_name", "")) and str(first.get("pg_name")) == "0")
+
+
+def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
+    """The group of each communication event `idx` (indices into the trace)."""
+    cfg = pg_config(t.distributed)  # parsed once (older traces write it as a Python repr, megabytes at scale)
+    by_name = {str(g.get("pg_name")): g for g in cfg if g.get("pg_name") is not None}
+    gloo = _gloo_groups(t, idx, cfg)
+    out: dict = {}
+    seen: dict = {}
+    for i in idx.tolist():
+        args = t.comm_args.get(i, {})
+        name, desc, raw = args.get("Process Group Name"), args.get("Process Group Description"), args.get("Process Group Ranks")
+        memo = (str(name), str(desc), raw if isinstance(raw, str) else repr(raw)[:4000])
+        g = seen.get(memo)  # thousands of collectives, a handful of groups: each read once
+        if g is None:
+            g = seen[memo] = _group(name, desc, raw, by_name)
+        out[i] = gloo[i] if not g.label and g.ranks is None and i in gloo else g
+    return out
+
+
+def _group(name, desc, raw, by_name: dict) -> Group:
+    label = _label(desc, name)
+    ranks: tuple[int, ...] | str | None = parse_ranks(raw)
+    cfg_g = by_name.get(str(name)) if name is not None else None
+    if cfg_g is not None:
+        label = _label(cfg_g.get("pg_desc"), name) if label == str(name) else label
+        ranks = ranks or parse_ranks(cfg_g.get("ranks"))
+    if ranks is None and isinstance(raw, str) and raw:
+        ranks = raw[:2000]  # cut by Kineto and not in pg_config: the trace's own text still tells groups apart
+    return Group(label, ranks)
+
+
+def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Group]:
+    """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
+    names = t.names
+    spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
+    if not spans:
+        return {}
+    groups = own_groups(cfg, t.rank)
+    every = np.flatnonzero(np.isin(t.name, t.name_ids(lambda n: n.startswith("gloo:"))))  # the threads of all
+    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}  # spans, in the windows or not
+    if not groups or len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
+        return {}
+    tids = sorted(tid for _, tid in keys)
+    clusters = [[tids[0]]]
+    for tid in tids[1:]:
+        if tid == clusters[-1][-1] + 1:
+            clusters[-1].append(tid)
+        else:
+            clusters.append([tid])
+    if len(clusters) == len(groups) - 1 and _is_default(cfg, groups[0]):
+        groups = groups[1:]
+    if len(clusters) != len(groups):
+        return {}
+    of_tid = {tid: g for c, g in zip(clusters, groups) for tid in c}
+    return {i: of_tid[t.threads[int(t.thread[i])][1]] for i in spans}
+
+
+def mesh_members(man, ranks: list[int]) -> dict[tuple[int, str], tuple[int, ...]]:
+    """(rank, dim) -> the rank's group along each mesh dim of the manifest (the ranks sharing every other
+    coordinate, as DeviceMesh builds its groups), for `ranks`; O(world) per dim."""
+    dims = [d for d in (getattr(man, "mesh_dim_names", None) or []) if isinstance(d, str)]
+    if not dims or not man.ranks:
+        return {}
+    coords = {int(r): man.coords_of(int(r)) for r in man.ranks if str(r).isdigit()}
+    if not coords or any(d not in c for d in dims for c in coords.values()):
+        return {}  # a mesh dim without coordinates: its groups cannot be built
+    out = {}
+    for d in dims:
+        rows: dict[tuple, list[int]] = {}
+        for r, c in coords.items():
+            rows.setdefault(tuple(c.get(x) for x in dims if x != d), []).append(r)
+        for r in ranks:
+            if r in coords:
+                out[(r, d)] = tuple(sorted(rows[tuple(coords[r].get(x) for x in dims if x != d)]))
+    return out
+
+
+def with_mesh_members(keys: list[tuple[str, str]], rank: int, members: dict) -> list[tuple[str, str]] | None:
+    """A rank's matching keys with the manifest's members added where a key is a mesh group's bare name
+    (`mesh_tp`: no rank list in the args or pg_config); None where nothing changes or two keys would merge."""
+    new = []
+    for pg, kind in keys:
+        m = members.get((rank, pg[5:])) if pg.startswith("mesh_") else None
+        new.append((Group(pg, m).key if m else pg, kind))
+    return new if new != keys and len(set(new)) == len(new) else None
