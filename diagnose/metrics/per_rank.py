@@ -32,6 +32,9 @@ from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
 from diagnose.io.trace import COMM
 from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
+from diagnose.metrics.launch_stats import launch_stats
+from diagnose.metrics.op_kernels import op_kernels
+from diagnose.metrics.roofline import roofline
 
 
 @dataclass
@@ -137,6 +140,9 @@ def _run(job: RankJob) -> RankOutput:
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
+    if t.is_gpu:  # the HTA / TraceLens views (diagnose.model.kernel_views)
+        metrics.op_kernels, metrics.roofline = op_kernels(t, wins), roofline(t, wins, device)
+        metrics.launch = launch_stats(t, wins)
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,

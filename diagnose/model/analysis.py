@@ -14,6 +14,7 @@ from diagnose.errors import LlmdiagError
 from diagnose.model.codec import Invalid, build, to_json_dict
 from diagnose.model.moe import AccumSummary, MoeSummary
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from diagnose.model.kernel_views import LaunchStats, OpKernels, RooflineRow
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
@@ -145,6 +146,9 @@ class RankMetrics:
     idle: IdleBreakdown | None = None  # device idle split by what the host did meanwhile (GPU traces)
     training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
     device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
+    op_kernels: list[OpKernels] = field(default_factory=list)  # host op -> device events it launched (top ops)
+    roofline: list[RooflineRow] = field(default_factory=list)  # GEMM/attention TFLOP/s vs the device's peaks
+    launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
 
     @property
     def nsteps(self) -> int:

@@ -1,0 +1,54 @@
+"""Kernel launch statistics and queue length (HTA's cuda_kernel_launch_stats and queue_length_summary).
+
+Launch delay: a device event's start minus its launch call's start (diagnose.metrics.launches), over the
+device events launched inside the windows; median, p90 and max. Launch overhead: CPU time spent inside those
+launch calls, per step. Queue length of a stream: device events launched on it and not yet finished, sampled
+just after each launch call and at each device event's start (HTA samples the same moments); per stream its
+max and mean over the samples, the QUEUE_STREAMS streams with the longest queues kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnose.io.trace import RankTrace
+from diagnose.metrics.launches import device_events, launch_calls
+from diagnose.metrics.steps import Window
+from diagnose.model.kernel_views import LaunchStats, QueueStat
+
+QUEUE_STREAMS = 4
+
+
+def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
+    """None for a trace without launched device events (CPU traces, traces without correlation ids)."""
+    dev = device_events(t, wins)
+    rt = launch_calls(t, dev) if len(dev) else np.zeros(0, np.int64)
+    ok = rt >= 0
+    if not ok.any():
+        return None
+    dev, rt = dev[ok], rt[ok]
+    delay = (t.ts[dev] - t.ts[rt]) / 1e3
+    calls = np.unique(rt)
+    n_steps = max(1, len(wins))
+    return LaunchStats(
+        launches=len(calls), launches_per_step=len(calls) / n_steps,
+        delay_median_us=float(np.median(delay)), delay_p90_us=float(np.percentile(delay, 90)),
+        delay_max_us=float(delay.max()), launch_ms_per_step=float(t.dur[calls].sum()) / 1e6 / n_steps,
+        queue=queue_lengths(t, dev, rt))
+
+
+def queue_lengths(t: RankTrace, dev: np.ndarray, rt: np.ndarray) -> list[QueueStat]:
+    """Per stream: launched-but-unfinished device events at each launch (just after it) and each start."""
+    out = []
+    for s in np.unique(t.stream[dev]).tolist():
+        m = t.stream[dev] == s
+        launch, start, end = t.ts[rt[m]], t.ts[dev[m]], t.ts[dev[m]] + t.dur[dev[m]]
+        launch = np.minimum(launch, start)  # a skewed clock never queues a kernel after it started
+        ls, es = np.sort(launch), np.sort(end)
+        samples = np.concatenate([launch, start])
+        # launched at or before the sample, minus finished at or before it
+        q = np.searchsorted(ls, samples, side="right") - np.searchsorted(es, samples, side="right")
+        q = np.maximum(q, 0)
+        out.append(QueueStat(stream=int(s), max=int(q.max()), mean=float(q.mean()), samples=len(q)))
+    out.sort(key=lambda x: (-x.max, -x.mean, x.stream))
+    return out[:QUEUE_STREAMS]
