@@ -2,9 +2,10 @@
 
 Launch delay: a device event's start minus its launch call's start (diagnose.metrics.launches), over the
 device events launched inside the windows; median, p90 and max. Launch overhead: CPU time spent inside those
-launch calls, per step. Queue length of a stream: device events launched on it and not yet finished, sampled
-just after each launch call and at each device event's start (HTA samples the same moments); per stream its
-max and mean over the samples, the QUEUE_STREAMS streams with the longest queues kept.
+launch calls, per step. Queue length of a stream: device events launched on it and not yet started (HTA's
+definition: +1 at each launch call, −1 when the event starts executing), sampled just after each launch and
+each start, the moments HTA's time series changes; per stream its max and mean over the samples, the
+QUEUE_STREAMS streams with the longest queues kept. A queue near 1024 stalls the launching thread (HTA).
 """
 
 from __future__ import annotations
@@ -38,16 +39,16 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
 
 
 def queue_lengths(t: RankTrace, dev: np.ndarray, rt: np.ndarray) -> list[QueueStat]:
-    """Per stream: launched-but-unfinished device events at each launch (just after it) and each start."""
+    """Per stream: launched-but-not-started device events just after each launch and each start."""
     out = []
     for s in np.unique(t.stream[dev]).tolist():
         m = t.stream[dev] == s
-        launch, start, end = t.ts[rt[m]], t.ts[dev[m]], t.ts[dev[m]] + t.dur[dev[m]]
-        launch = np.minimum(launch, start)  # a skewed clock never queues a kernel after it started
-        ls, es = np.sort(launch), np.sort(end)
+        launch, start = t.ts[rt[m]], t.ts[dev[m]]
+        launch = np.minimum(launch, start)  # a skewed clock never starts a kernel before its launch
+        ls, ss = np.sort(launch), np.sort(start)
         samples = np.concatenate([launch, start])
-        # launched at or before the sample, minus finished at or before it
-        q = np.searchsorted(ls, samples, side="right") - np.searchsorted(es, samples, side="right")
+        # launched at or before the sample, minus started at or before it
+        q = np.searchsorted(ls, samples, side="right") - np.searchsorted(ss, samples, side="right")
         q = np.maximum(q, 0)
         out.append(QueueStat(stream=int(s), max=int(q.max()), mean=float(q.mean()), samples=len(q)))
     out.sort(key=lambda x: (-x.max, -x.mean, x.stream))

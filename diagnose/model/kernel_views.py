@@ -44,7 +44,7 @@ class RooflineRow:
 
 @dataclass
 class QueueStat:
-    """Launched-but-unfinished device events on one stream, sampled at each launch and each start (HTA's
+    """Launched-but-not-started device events on one stream, sampled at each launch and each start (HTA's
     queue_length_summary)."""
 
     stream: int
