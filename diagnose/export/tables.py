@@ -131,10 +131,10 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("rank", "i64", "global rank"), ("op", "str", "aten::mm, aten::addmm, aten::_scaled_dot_product_*, ..."),
         ("shape", "str", "the op's Input Dims"), ("dtype", "str", "input precision ('' unknown)"),
         ("count", "i64", "calls that launched kernels"), ("kernel_ms", "f64", "summed kernel time"),
-        ("gflop", "f64", "summed FLOPs / 1e9"), ("gbytes", "f64", "summed input + output bytes / 1e9"),
-        ("tflops", "f64", "achieved TFLOP/s"), ("gbps", "f64", "achieved GB/s (bytes / kernel time)"),
-        ("intensity", "f64", "FLOPs per byte"), ("peak_tflops", "f64", "the device's dense peak; null unknown"),
-        ("peak_frac", "f64", "tflops / peak_tflops; null unknown"),
+        ("work_gflop", "f64", "summed FLOPs / 1e9"), ("traffic_gb", "f64", "summed input + output bytes / 1e9"),
+        ("achieved_tflops", "f64", "achieved TFLOP/s"), ("achieved_gbps", "f64", "achieved GB/s (bytes / kernel time)"),
+        ("intensity_flop_per_byte", "f64", "FLOPs per byte"), ("peak_tflops", "f64", "the device's dense peak; null unknown"),
+        ("peak_frac", "f64", "achieved_tflops / peak_tflops; null unknown"),
         ("bound", "str", "compute or memory (intensity vs the device's ridge point); '' unknown device or dtype")]),
     "launches": ("one GPU rank's kernel launch statistics over its steps", [
         ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
@@ -145,7 +145,7 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("queue_max", "i64", "longest launch queue on any stream (launched, not yet started)")]),
     "queue": ("one stream of a rank: launched-but-not-started device events (HTA's queue length; 4 longest per rank)", [
         ("rank", "i64", "global rank"), ("stream", "i64", "device stream"),
-        ("max", "i64", "longest queue"), ("mean", "f64", "mean over the samples"),
+        ("max_events", "i64", "longest queue"), ("mean_events", "f64", "mean queue over the samples"),
         ("samples", "i64", "launches and starts sampled")]),
 }
 OPTIONAL = ("p2p", "pipeline_stages", "pipeline_actions", "moe_ranks", "moe_layers")  # written only when present
