@@ -4,13 +4,12 @@ the terminal prints too); per-rank numbers carry their summary path, numbers sum
 from __future__ import annotations
 
 from diagnose.model.analysis import Analysis
-from diagnose.model.devices import compute_peak
 from diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
                                              launch_rows, op_rows, roof_rows)
 from diagnose.model.names import demangle
 
-MAX_OPS = 20
-MAX_ROOF = 20
+MAX_OPS = 30
+MAX_ROOF = 30
 MAX_LAUNCH = 32
 
 
@@ -24,16 +23,19 @@ def kernel_views(a: Analysis, num) -> dict | None:
     out = {"ops": None, "roof": None, "launch": None}
     if ops:
         out["ops"] = {"header": OP_HEADER, "note": OP_NOTE, "more": n_ops - len(ops), "rows": [
-            {"op": x.op, "ranks": x.ranks, "cells": [num(x.kernels_per_step, None, "avg"), num(x.ms_per_step, None, "ms"),
-                                                    num(x.mean_us, None, "us"), num(x.launch_delay_us, None, "us")],
-             "kernel": demangle(x.top_kernel)} for x in ops]}
+            {"op": x.op, "ranks": x.ranks, "cells": [num(x.count, p + "count", "int"), num(x.ms_per_step, p + "ms_per_step", "ms"),
+                                                    num(x.mean_us, p + "mean_us", "us"),
+                                                    num(x.launch_delay_us, p + "launch_delay_us", "us")],
+             "max": num(x.max_rank_ms, p + "max_rank_ms", "ms"), "max_rank": x.max_rank,
+             "kernel": demangle(x.kernel)} for i, x in enumerate(ops) for p in [f"kernel_views.ops.{i}."]]}
     if roof:
         out["roof"] = {"header": ROOF_HEADER, "note": ROOF_NOTE, "more": n_roof - len(roof), "rows": [
             {"op": x.op, "shape": x.shape, "dtype": x.dtype or "?", "bound": x.bound or "—",
-             "cells": [num(x.calls, None, "int"), num(x.kernel_ms, None, "ms"), num(x.tflops, None, "tflops"),
-                       num(x.gbps, None, "gbps"), num(x.intensity, None, "avg"), num(x.peak_frac, None, "pct", True)]}
-            for x in roof]}
-        unknown = sorted({r.device or "unnamed" for r in a.ranks if r.roofline and compute_peak(r.device) is None})
+             "cells": [num(x.ranks, None, "int"), num(x.calls, p + "calls", "int"), num(x.kernel_ms, p + "kernel_ms", "ms"),
+                       num(x.tflops, p + "tflops", "tflops"), num(x.gbps, p + "gbps", "gbps"),
+                       num(x.intensity, p + "intensity", "avg"), num(x.peak_frac, p + "peak_frac", "pct", True)]}
+            for i, x in enumerate(roof) for p in [f"kernel_views.roofline.{i}."]]}
+        unknown = a.kernel_views.devices_without_peak
         if unknown:
             out["roof"]["note"] += (" No datasheet peak is listed for " + ", ".join(unknown[:4])
                                     + ": no compute/memory class and no share of peak there.")

@@ -47,9 +47,13 @@ def _build(device=H100) -> TraceBuilder:
 
 
 def _rank(tmp_path, b):
+    """The rank's metrics, with the job's op → kernel and roofline rows (one rank: its own) as `ops`, `roof`."""
     d = tmp_path / "run"
     b.write(d / "rank0.json")
-    (m,) = analyze_path(str(d), rules=False, jobs=1).ranks
+    a = analyze_path(str(d), rules=False, jobs=1)
+    (m,) = a.ranks
+    kv = a.kernel_views
+    m.ops, m.roof = (kv.ops, kv.roofline) if kv else ([], [])
     return m
 
 
@@ -62,34 +66,39 @@ def test_op_kernel_rows(tmp_path):
         w[1] += dur
         w[2].append(start - launch)
         w[3].add(kname)
-    got = {o.op: o for o in m.op_kernels}
+    got = {o.op: o for o in m.ops}
     assert set(got) == set(want)
     for op, (n, tot, delays, kernels) in want.items():
         o = got[op]
-        assert (o.count, o.distinct) == (n, len(kernels)), op
+        assert (o.count, o.ranks, o.max_rank) == (n, 1, 0), op
         assert o.total_ms == pytest.approx(tot / 1e3) and o.mean_us == pytest.approx(tot / n)
+        assert o.ms_per_step == pytest.approx(tot / 1e3) == o.max_rank_ms  # one step, one rank
         assert o.launch_delay_us == pytest.approx(sum(delays) / n)
-        assert o.kernels[0] in kernels
-    named = [o.op for o in m.op_kernels if o.op != "(no host op)"]
+        assert o.kernel in kernels
+    named = [o.op for o in m.ops if o.op != "(no host op)"]
     assert named == sorted(named, key=lambda op: -want[op][1])  # most device time first
-    assert got["aten::add"].kernels == ["add_kernel2"]  # the one with more time
+    assert got["aten::add"].kernel == "add_kernel2"  # the one with more time
 
 
 def test_op_kernel_rows_are_bounded(tmp_path):
-    """More ops than kept: the top ones by time, the rest in one '(other ops)' row holding their sum."""
+    """More ops than kept: the top ones by time, the rest in one '(other ops)' row holding their sum (cut once in
+    the rank's worker, once over the job)."""
+    from diagnose.metrics.kernel_world import WORLD_TOP
+    from diagnose.metrics.op_kernels import TOP_OPS
+
+    n = TOP_OPS + 5
     b = TraceBuilder(rank=0, world_size=1, device_properties=H100)
-    b.step(1, 0, 20000)
-    for k in range(12):
+    b.step(1, 0, 60000)
+    for k in range(n):
         b.cpu_op(f"aten::op{k}", 100 * k, 50)
         b.kernel(f"k{k}", 5000 + 1000 * k, 10 + k, launch_at=100 * k + 5)
     m = _rank(tmp_path, b)
-    from diagnose.metrics.op_kernels import TOP_OPS
-
-    assert [o.op for o in m.op_kernels[:TOP_OPS]] == [f"aten::op{k}" for k in range(11, 11 - TOP_OPS, -1)]
-    other = m.op_kernels[TOP_OPS]
-    assert other.op == "(other ops)" and other.count == 12 - TOP_OPS
-    assert other.total_ms == pytest.approx(sum(10 + k for k in range(12 - TOP_OPS)) / 1e3)
-    assert len(m.op_kernels) == TOP_OPS + 1
+    top = min(TOP_OPS, WORLD_TOP)
+    assert [o.op for o in m.ops[:top]] == [f"aten::op{k}" for k in range(n - 1, n - 1 - top, -1)]
+    other = m.ops[top]
+    assert other.op == "(other ops)" and other.count == n - top
+    assert other.total_ms == pytest.approx(sum(10 + k for k in range(n - top)) / 1e3)
+    assert len(m.ops) == top + 1
 
 
 def _roof(dims, name):
@@ -107,13 +116,13 @@ def _roof(dims, name):
 def test_roofline_rows(tmp_path):
     m = _rank(tmp_path, _build())
     peak_tflops, peak_gbps = 989.5, 3350.0  # H100 SXM datasheet, dense bf16 and HBM3
-    got = {x.op: x for x in m.roofline}
+    got = {x.op: x for x in m.roof}
     assert set(got) == {"aten::mm", "aten::addmm", "aten::_scaled_dot_product_flash_attention"}  # not aten::add
     for op, dims, calls, kernel_us in (("aten::mm", MM_DIMS, 2, 100), ("aten::addmm", ADDMM_DIMS, 1, 40),
                                        ("aten::_scaled_dot_product_flash_attention", SDPA_DIMS, 1, 200)):
         flops, nbytes = _roof(dims, op)
         x = got[op]
-        assert (x.count, x.dtype) == (calls, "bf16")
+        assert (x.calls, x.dtype, x.ranks) == (calls, "bf16", 1)
         assert x.kernel_ms == pytest.approx(kernel_us / 1e3)
         assert x.gflop == pytest.approx(calls * flops / 1e9) and x.gbytes == pytest.approx(calls * nbytes / 1e9)
         assert x.tflops == pytest.approx(calls * flops / (kernel_us * 1e-6) / 1e12)
@@ -126,8 +135,8 @@ def test_roofline_rows(tmp_path):
 
 def test_roofline_unknown_device_names_no_class(tmp_path):
     m = _rank(tmp_path, _build(device=[{"name": "Some Future GPU", "computeMajor": 12, "computeMinor": 0}]))
-    assert m.roofline and all(x.bound == "" and x.peak_tflops is None and x.peak_frac is None for x in m.roofline)
-    assert all(x.tflops is not None for x in m.roofline)  # achieved is still measured
+    assert m.roof and all(x.bound == "" and x.peak_tflops is None and x.peak_frac is None for x in m.roof)
+    assert all(x.tflops is not None for x in m.roof)  # achieved is still measured
 
 
 def test_attention_backward_counts_two_and_a_half(tmp_path):
@@ -136,7 +145,7 @@ def test_attention_backward_counts_two_and_a_half(tmp_path):
     dims = [[2, 8, 1024, 64]] * 4  # grad_out, q, k, v
     b.cpu_op("aten::_scaled_dot_product_flash_attention_backward", 10, 50, args={"Input type": [BF16] * 4, "Input Dims": dims})
     b.kernel("flash_bwd", 100, 500, launch_at=20)
-    (x,) = _rank(tmp_path, b).roofline
+    (x,) = _rank(tmp_path, b).roof
     assert x.gflop == pytest.approx(2.5 * 4 * 2 * 8 * 1024 * 1024 * 64 / 1e9)
 
 
@@ -168,7 +177,7 @@ def test_cpu_trace_has_no_views(tmp_path):
     b.step(1, 0, 1000)
     b.cpu_op("aten::mm", 10, 500, args={"Input type": ["float", "float"], "Input Dims": [[8, 8], [8, 8]]})
     m = _rank(tmp_path, b)
-    assert m.op_kernels == [] and m.roofline == [] and m.launch is None
+    assert m.ops == [] and m.roof == [] and m.launch is None  # no kernel_views at all
 
 
 @pytest.mark.real
@@ -195,8 +204,32 @@ def test_real_kernel_counts_per_op():
         inner = [o for o in ops[(r["pid"], r["tid"])] if o["ts"] <= r["ts"] <= o["ts"] + o["dur"]]
         if inner:
             count[min(inner, key=lambda o: (o["dur"], -o["ts"]))["name"]] += 1
-    (m,) = analyze_path(path, rules=False, jobs=1).ranks
-    named = {o.op: o.count for o in m.op_kernels if not o.op.startswith("(")}
-    assert len(named) == 5 and named == {op: count[op] for op in named}
-    other = next(o for o in m.op_kernels if o.op == "(other ops)")
-    assert other.count == sum(count.values()) - sum(named.values())
+    kv = analyze_path(path, rules=False, jobs=1).kernel_views
+    named = {o.op: o.count for o in kv.ops if not o.op.startswith("(")}
+    assert len(named) >= 5 and named == {op: count[op] for op in named}
+    other = sum(o.count for o in kv.ops if o.op == "(other ops)")
+    assert other == sum(count.values()) - sum(named.values())
+
+
+def test_op_rows_sum_over_ranks(tmp_path):
+    """Rank r runs r + 1 steps of 1000 µs, each with aten::mm launching a (100 + 50·r) µs kernel 30 µs after
+    its call: per step the job spends Σ_r (100 + 50·r) µs in aten::mm, rank 2 the most; roofline rows sum the
+    ranks' calls and FLOPs."""
+    d = tmp_path / "run"
+    for r in range(3):
+        b = TraceBuilder(rank=r, world_size=3, device_properties=H100)
+        for k in range(1, r + 2):
+            k0 = (k - 1) * 1000
+            b.step(k, k0, k0 + 1000)
+            b.cpu_op("aten::mm", k0 + 10, 30, args={"Input type": [BF16, BF16], "Input Dims": MM_DIMS})
+            b.kernel("gemm_a", k0 + 50, 100 + 50 * r, launch_at=k0 + 20)
+        b.write(d / f"rank{r}.json")
+    kv = analyze_path(str(d), rules=False, jobs=1).kernel_views
+    (o,) = kv.ops
+    assert (o.op, o.ranks, o.count, o.max_rank) == ("aten::mm", 3, 1 + 2 + 3, 2)
+    assert o.ms_per_step == pytest.approx(sum(100 + 50 * r for r in range(3)) / 1e3)
+    assert o.max_rank_ms == pytest.approx(0.2) and o.launch_delay_us == pytest.approx(30)
+    assert o.total_ms == pytest.approx(sum((r + 1) * (100 + 50 * r) for r in range(3)) / 1e3)
+    (x,) = kv.roofline
+    flops, _ = _roof(MM_DIMS, "aten::mm")
+    assert (x.ranks, x.calls) == (3, 6) and x.tflops == pytest.approx(6 * flops / (o.total_ms * 1e-3) / 1e12)

@@ -355,9 +355,9 @@ def _op_kernels(a: Analysis) -> str:
     from diagnose.model.kernel_view_rows import OP_HEADER, OP_NOTE, op_rows
 
     rows, n = op_rows(a, 10)
-    body = [[x.op, str(x.ranks), fmt(x.kernels_per_step, "avg"), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
-             fmt(x.launch_delay_us, "us", False), demangle(x.top_kernel)] for x in rows]
-    return _table("Op → kernel (host op that launched the device events; per step, summed over ranks)", OP_HEADER, body,
+    body = [[x.op, str(x.ranks), str(x.count), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
+             fmt(x.launch_delay_us, "us", False), f"{_ms(x.max_rank_ms)} ({x.max_rank})", demangle(x.kernel)] for x in rows]
+    return _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
                   (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
 
 

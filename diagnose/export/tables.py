@@ -119,23 +119,25 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("rank", "i64", "a rank of the EP group"), ("received_rows", "i64", "rows it received"),
         ("imbalance", "f64", "the layer's max / mean of received")]),
     # the HTA / TraceLens views (diagnose.model.kernel_views; docs/metrics.md "Op → kernel, roofline, launches")
-    "op_kernels": ("one host op (by name) of a rank and the device events it launched, summed over its steps (the "
-                   "top 5 ops by device time, then '(other ops)' and '(no host op)')", [
-        ("rank", "i64", "global rank"), ("op", "str", "innermost host op enclosing the launch call"),
+    "op_kernels": ("one host op (by name) and the device events it launched, summed over the ranks (the top 20 ops by "
+                   "time per step, then '(other ops)' and '(no host op)')", [
+        ("op", "str", "innermost host op enclosing the launch call"), ("ranks", "i64", "ranks that ran it"),
+        ("count", "i64", "device events launched, all ranks and steps"), ("total_ms", "f64", "their summed duration"),
+        ("ms_per_step", "f64", "Σ over ranks of the rank's time per step"), ("mean_us", "f64", "mean duration"),
+        ("launch_delay_us", "f64", "mean of kernel start − launch call start; null where no launch call is seen"),
         ("top_kernel", "str", "the kernel it launched with the most time ('' none)"),
-        ("distinct_kernels", "i64", "distinct kernel names it launched"), ("count", "i64", "device events launched"),
-        ("total_ms", "f64", "their summed duration"), ("mean_us", "f64", "their mean duration"),
-        ("launch_delay_us", "f64", "mean of kernel start − launch call start; null where no launch call is seen")]),
-    "roofline": ("GEMM or attention calls of one (op, shape, dtype) on a rank against the device's datasheet peaks "
-                 "(the top 6 by kernel time, then '(other)')", [
-        ("rank", "i64", "global rank"), ("op", "str", "aten::mm, aten::addmm, aten::_scaled_dot_product_*, ..."),
+        ("max_rank", "i64", "the rank with the most time per step in it"), ("max_rank_ms", "f64", "that rank's time per step")]),
+    "roofline": ("GEMM or attention calls of one (op, shape, dtype) over the ranks against the device's datasheet peaks "
+                 "(the top 20 by kernel time, then '(other)')", [
+        ("op", "str", "aten::mm, aten::addmm, aten::_scaled_dot_product_*, ..."),
         ("shape", "str", "the op's Input Dims"), ("dtype", "str", "input precision ('' unknown)"),
-        ("count", "i64", "calls that launched kernels"), ("kernel_ms", "f64", "summed kernel time"),
-        ("work_gflop", "f64", "summed FLOPs / 1e9"), ("traffic_gb", "f64", "summed input + output bytes / 1e9"),
-        ("achieved_tflops", "f64", "achieved TFLOP/s"), ("achieved_gbps", "f64", "achieved GB/s (bytes / kernel time)"),
-        ("intensity_flop_per_byte", "f64", "FLOPs per byte"), ("peak_tflops", "f64", "the device's dense peak; null unknown"),
+        ("ranks", "i64", "ranks that ran it"), ("count", "i64", "calls that launched kernels"),
+        ("kernel_ms", "f64", "summed kernel time"), ("work_gflop", "f64", "summed FLOPs / 1e9"),
+        ("traffic_gb", "f64", "summed input + output bytes / 1e9"), ("achieved_tflops", "f64", "FLOPs / kernel time"),
+        ("achieved_gbps", "f64", "bytes / kernel time"), ("intensity_flop_per_byte", "f64", "FLOPs per byte"),
+        ("peak_tflops", "f64", "the device's dense peak; null unknown or ranks' devices differ"),
         ("peak_frac", "f64", "achieved_tflops / peak_tflops; null unknown"),
-        ("bound", "str", "compute or memory (intensity vs the device's ridge point); '' unknown device or dtype")]),
+        ("bound", "str", "compute or memory (intensity vs the device's ridge point); '' unknown, 'mixed'")]),
     "launches": ("one GPU rank's kernel launch statistics over its steps", [
         ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
         ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "kernel start − launch call start"),
@@ -143,7 +145,7 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("launch_ms_per_step", "f64", "CPU time inside the launch calls per step"),
         ("short_kernel_frac", "f64", "share of compute/comm kernels under 10 µs"),
         ("queue_max", "i64", "longest launch queue on any stream (launched, not yet started)")]),
-    "queue": ("one stream of a rank: launched-but-not-started device events (HTA's queue length; 4 longest per rank)", [
+    "queue": ("one stream of a rank: launched-but-not-started device events (HTA's queue length; 2 longest per rank)", [
         ("rank", "i64", "global rank"), ("stream", "i64", "device stream"),
         ("max_events", "i64", "longest queue"), ("mean_events", "f64", "mean queue over the samples"),
         ("samples", "i64", "launches and starts sampled")]),
@@ -197,11 +199,12 @@ def columns(a: Analysis) -> dict[str, dict[str, list]]:
 
 
 def _views(a: Analysis) -> dict[str, dict[str, list]]:
-    """The op → kernel, roofline, launch and queue tables (empty on CPU traces)."""
-    ok = [(r.rank, o.op, o.kernels[0] if o.kernels else "", o.distinct, o.count, o.total_ms, o.mean_us,
-           o.launch_delay_us) for r in a.ranks for o in r.op_kernels]
-    roof = [(r.rank, x.op, x.shape, x.dtype, x.count, x.kernel_ms, x.gflop, x.gbytes, x.tflops, x.gbps, x.intensity,
-             x.peak_tflops, x.peak_frac, x.bound) for r in a.ranks for x in r.roofline]
+    """The op → kernel and roofline tables of the job, the launch and queue tables per rank (empty on CPU traces)."""
+    kv = a.kernel_views
+    ok = [(o.op, o.ranks, o.count, o.total_ms, o.ms_per_step, o.mean_us, o.launch_delay_us, o.kernel, o.max_rank,
+           o.max_rank_ms) for o in (kv.ops if kv else [])]
+    roof = [(x.op, x.shape, x.dtype, x.ranks, x.calls, x.kernel_ms, x.gflop, x.gbytes, x.tflops, x.gbps, x.intensity,
+             x.peak_tflops, x.peak_frac, x.bound) for x in (kv.roofline if kv else [])]
     la = [(r.rank, x.launches, x.launches_per_step, x.delay_median_us, x.delay_p90_us, x.delay_max_us,
            x.launch_ms_per_step, r.hints.short_kernel_frac, x.queue_max) for r in a.ranks if (x := r.launch)]
     qu = [(r.rank, q.stream, q.max, q.mean, q.samples) for r in a.ranks if r.launch for q in r.launch.queue]

@@ -17,7 +17,7 @@ from diagnose.metrics.launches import device_events, launch_calls
 from diagnose.metrics.steps import Window
 from diagnose.model.kernel_views import LaunchStats, QueueStat
 
-QUEUE_STREAMS = 4
+QUEUE_STREAMS = 2
 
 
 def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
@@ -31,10 +31,11 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
     delay = (t.ts[dev] - t.ts[rt]) / 1e3
     calls = np.unique(rt)
     n_steps = max(1, len(wins))
+    # rounded to the trace's ns resolution: the summary holds one LaunchStats per rank, so digits count
     return LaunchStats(
-        launches=len(calls), launches_per_step=len(calls) / n_steps,
-        delay_median_us=float(np.median(delay)), delay_p90_us=float(np.percentile(delay, 90)),
-        delay_max_us=float(delay.max()), launch_ms_per_step=float(t.dur[calls].sum()) / 1e6 / n_steps,
+        launches=len(calls), launches_per_step=round(len(calls) / n_steps, 3),
+        delay_median_us=round(float(np.median(delay)), 3), delay_p90_us=round(float(np.percentile(delay, 90)), 3),
+        delay_max_us=round(float(delay.max()), 3), launch_ms_per_step=round(float(t.dur[calls].sum()) / 1e6 / n_steps, 6),
         queue=queue_lengths(t, dev, rt))
 
 
@@ -50,6 +51,6 @@ def queue_lengths(t: RankTrace, dev: np.ndarray, rt: np.ndarray) -> list[QueueSt
         # launched at or before the sample, minus started at or before it
         q = np.searchsorted(ls, samples, side="right") - np.searchsorted(ss, samples, side="right")
         q = np.maximum(q, 0)
-        out.append(QueueStat(stream=int(s), max=int(q.max()), mean=float(q.mean()), samples=len(q)))
+        out.append(QueueStat(stream=int(s), max=int(q.max()), mean=round(float(q.mean()), 3), samples=len(q)))
     out.sort(key=lambda x: (-x.max, -x.mean, x.stream))
     return out[:QUEUE_STREAMS]

@@ -17,7 +17,7 @@ from diagnose.metrics.launches import device_events, launch_calls
 from diagnose.metrics.steps import Window
 from diagnose.model.kernel_views import OpKernels
 
-TOP_OPS = 5  # rows kept per rank (the rest summed into "(other ops)")
+TOP_OPS = 20  # rows kept per rank (the rest summed into "(other ops)")
 KERNEL_NAMES = 1  # kernel names kept per op row
 NAME_CUT = 96  # characters kept of a kernel name
 OTHER, NO_OP = "(other ops)", "(no host op)"

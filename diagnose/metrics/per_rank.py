@@ -69,6 +69,8 @@ class RankOutput:
     regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
     action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
     host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
+    op_kernels: list = field(default_factory=list)  # OpKernels rows (diagnose.metrics.op_kernels): summed over ranks
+    roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -140,9 +142,8 @@ def _run(job: RankJob) -> RankOutput:
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
-    if t.is_gpu:  # the HTA / TraceLens views (diagnose.model.kernel_views)
-        metrics.op_kernels, metrics.roofline = op_kernels(t, wins), roofline(t, wins, device)
-        metrics.launch = launch_stats(t, wins)
+    views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
+    metrics.launch = launch_stats(t, wins) if t.is_gpu else None
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
@@ -150,6 +151,7 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
+        op_kernels=views[0], roofline=views[1],
     )
 
 

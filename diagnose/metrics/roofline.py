@@ -33,7 +33,7 @@ from diagnose.metrics.steps import Window
 from diagnose.model.devices import ComputePeak, compute_peak
 from diagnose.model.kernel_views import RooflineRow
 
-TOP_ROWS = 6
+TOP_ROWS = 12
 BACKWARD_FACTOR = 2.5  # attention backward: dQ, dK, dV and the recomputed P (FlashAttention-2's count)
 OTHER = "(other)"
 # name -> (index of A in Input Dims, rank both operands must have; 0: any, as matmul broadcasts)

@@ -64,8 +64,56 @@ class LaunchStats:
     delay_max_us: float | None
     launch_ms_per_step: float  # CPU time inside those launch calls, per step
     # (short kernels, under 10 µs: Hints.short_kernel_frac, computed once there)
-    queue: list[QueueStat] = field(default_factory=list)  # longest queues first (at most 4 streams)
+    queue: list[QueueStat] = field(default_factory=list)  # longest queues first (at most 2 streams)
 
     @property
     def queue_max(self) -> int:
         return max((q.max for q in self.queue), default=0)
+
+
+@dataclass
+class OpRow:
+    """One host op name over all ranks: its per-rank OpKernels rows summed (Analysis.kernel_views.ops)."""
+
+    op: str
+    ranks: int  # ranks whose rows name it
+    count: int  # device events, all ranks and steps
+    total_ms: float  # their summed duration, all ranks and steps
+    ms_per_step: float  # Σ over ranks of the rank's total / its steps
+    mean_us: float
+    launch_delay_us: float | None  # mean over the events with a launch call
+    kernel: str  # the kernel name with the most time among the ranks' top kernels of this op
+    max_rank: int  # the rank with the most time per step in this op
+    max_rank_ms: float  # its time per step
+
+
+@dataclass
+class RoofRow:
+    """GEMM / attention calls of one (op, shape, dtype) over all ranks (Analysis.kernel_views.roofline)."""
+
+    op: str
+    shape: str
+    dtype: str
+    ranks: int
+    calls: int
+    kernel_ms: float
+    gflop: float
+    gbytes: float
+    tflops: float | None  # Σ FLOPs / Σ kernel time
+    gbps: float | None
+    intensity: float | None
+    peak_tflops: float | None  # where every rank's device has the same listed peak
+    peak_frac: float | None
+    bound: str  # compute, memory, "" unknown, "mixed" where ranks' devices disagree
+
+
+@dataclass
+class KernelViews:
+    """The op → kernel and roofline views over the job: each rank's rows (computed in its worker, kept out of
+    the per-rank summary so it does not grow with them) summed by op / (op, shape, dtype), the top rows kept."""
+
+    ops: list[OpRow] = field(default_factory=list)
+    roofline: list[RoofRow] = field(default_factory=list)
+    ops_total: int = 0  # distinct op rows before the cut
+    roofline_total: int = 0
+    devices_without_peak: list[str] = field(default_factory=list)  # device names with no listed peak (no class)
