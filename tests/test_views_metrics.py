@@ -233,3 +233,18 @@ def test_op_rows_sum_over_ranks(tmp_path):
     (x,) = kv.roofline
     flops, _ = _roof(MM_DIMS, "aten::mm")
     assert (x.ranks, x.calls) == (3, 6) and x.tflops == pytest.approx(6 * flops / (o.total_ms * 1e-3) / 1e12)
+
+
+def test_float_gemm_on_tensor_cores_is_tf32(tmp_path):
+    """An aten::mm of float inputs whose kernel name says TF32 (CUTLASS tensorop s1688): the TF32 peak and ridge
+    (A100 80GB: 156 TFLOP/s over 2,039 GB/s, ridge 76.5 FLOP/B), not fp32's (19.5 TFLOP/s, ridge 9.6)."""
+    b = TraceBuilder(rank=0, world_size=1, device_properties=[{"name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8}])
+    b.step(1, 0, 5000)
+    dims = [[64, 4096], [4096, 2798]]
+    b.cpu_op("aten::mm", 10, 30, args={"Input type": ["float", "float"], "Input Dims": dims})
+    b.kernel("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align1>()", 100, 500, launch_at=20)
+    (x,) = _rank(tmp_path, b).roof
+    flops, nbytes = 2 * 64 * 4096 * 2798, 4 * (64 * 4096 + 4096 * 2798 + 64 * 2798)
+    assert x.dtype == "tf32" and x.intensity == pytest.approx(flops / nbytes)
+    assert 9.6 < flops / nbytes < 76.5 and x.bound == "memory"
+    assert x.peak_frac == pytest.approx(flops / 500e-6 / 1e12 / 156.0)

@@ -13,8 +13,8 @@ gives the work:
 Achieved TFLOP/s = FLOPs / kernel time, GB/s = bytes / kernel time, intensity = FLOPs / byte. Against the
 device's datasheet peaks (diagnose.model.devices.compute_peak) an op is compute-bound when its intensity is
 above the ridge point (peak FLOP/s / peak bytes/s of its precision), else memory-bound; an unknown device or
-precision names no class. A float GEMM faster than the fp32 peak ran on tensor cores (TF32): its tf32 peak is
-used. Rows: the TOP_ROWS (op, shape, dtype) with the most kernel time; the rest summed into "(other)".
+precision names no class. A float GEMM whose kernel name says TF32 (metrics/precision.py), or that runs faster
+than the fp32 peak, ran on tensor cores: its dtype reads tf32 and the TF32 peak is used. Rows: the TOP_ROWS (op, shape, dtype) with the most kernel time; the rest summed into "(other)".
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
 from diagnose.metrics import host_ops
 from diagnose.metrics.launches import device_events
 from diagnose.metrics.overlap import DTYPE_BYTES
-from diagnose.metrics.precision import host_precision
+from diagnose.metrics.precision import host_precision, name_precision
 from diagnose.metrics.steps import Window
 from diagnose.model.devices import ComputePeak, compute_peak
 from diagnose.model.kernel_views import RooflineRow
@@ -109,9 +109,12 @@ def roofline(t: RankTrace, wins: list[Window], device: str, top: int = TOP_ROWS)
     dev = device_events(t, wins)
     dev = set(dev[t.kind[dev] == COMPUTE].tolist())
     time_of: dict[int, int] = {}
+    tf32: set[int] = set()  # ops with a kernel whose name says TF32 (a float GEMM on tensor cores)
     for d, o in host_ops.launching_ops(t, ops, t.kind).items():
         if d in dev:
             time_of[o] = time_of.get(o, 0) + int(t.dur[d])
+            if name_precision(t.names[t.name[d]]) == "tf32":
+                tf32.add(o)
     groups: dict[tuple, list] = {}  # (op, shape, dtype) -> [calls, ns, flops, bytes]
     memo: dict[tuple, tuple | None] = {}
     for o, ns in time_of.items():
@@ -125,7 +128,8 @@ def roofline(t: RankTrace, wins: list[Window], device: str, top: int = TOP_ROWS)
         m = memo[key]
         if m is None:
             continue
-        g = groups.setdefault(m[0], [0, 0, 0, 0])
+        gk = (m[0][0], m[0][1], "tf32") if m[0][2] == "fp32" and o in tf32 else m[0]
+        g = groups.setdefault(gk, [0, 0, 0, 0])
         g[0] += 1
         g[1] += ns
         g[2] += m[1]
