@@ -13,7 +13,7 @@ from collections import defaultdict
 import pytest
 
 from diagnose.analyze import analyze_path
-from tests.builder import MAIN_TID, TraceBuilder
+from tests.builder import TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85_000_000_000}]
 BF16 = "c10::BFloat16"
