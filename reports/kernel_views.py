@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from diagnose.model.analysis import Analysis
 from diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
-                                             launch_rows, op_rows, roof_rows)
+                                             STREAM_HEADER, STREAM_NOTE, launch_rows, op_rows, roof_rows, stream_rows)
 from diagnose.model.names import demangle
 
 MAX_OPS = 30
@@ -20,7 +20,14 @@ def kernel_views(a: Analysis, num) -> dict | None:
     launch, n_launch = launch_rows(a, MAX_LAUNCH)
     if not (ops or roof or launch):
         return None
-    out = {"ops": None, "roof": None, "launch": None}
+    out = {"ops": None, "roof": None, "launch": None, "streams": None}
+    streams = stream_rows(a, 16)
+    if streams:
+        out["streams"] = {"header": STREAM_HEADER, "note": STREAM_NOTE, "rows": [
+            {"stream": x.stream, "ranks": x.ranks,
+             "cells": [num(getattr(x, f), p + f, "ms") for f in ("idle_ms", "host_wait_ms", "other_ms")],
+             "max": num(x.max_rank_ms, p + "max_rank_ms", "ms"), "max_rank": x.max_rank}
+            for i, x in enumerate(streams) for p in [f"kernel_views.streams.{i}."]]}
     if ops:
         out["ops"] = {"header": OP_HEADER, "note": OP_NOTE, "more": n_ops - len(ops), "rows": [
             {"op": x.op, "ranks": x.ranks, "cells": [num(x.count, p + "count", "int"), num(x.ms_per_step, p + "ms_per_step", "ms"),

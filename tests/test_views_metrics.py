@@ -248,3 +248,26 @@ def test_float_gemm_on_tensor_cores_is_tf32(tmp_path):
     assert x.dtype == "tf32" and x.intensity == pytest.approx(flops / nbytes)
     assert 9.6 < flops / nbytes < 76.5 and x.bound == "memory"
     assert x.peak_frac == pytest.approx(flops / 500e-6 / 1e12 / 156.0)
+
+
+def test_stream_idle_split_by_host_wait(tmp_path):
+    """Stream 7: kernels [100, 200], [300, 400] launched at 250, [500, 550] launched at 20: gaps 100 µs (50 before
+    its launch: host wait) and 100 µs (launched long before: other). Stream 8: [1000, 1010], [1100, 1110] launched
+    at 1050: a 90 µs gap, 40 of it host wait. Two ranks, rank 1 with every time doubled."""
+    d = tmp_path / "run"
+    for r in range(2):
+        f = r + 1
+        b = TraceBuilder(rank=r, world_size=2, device_properties=H100)
+        b.step(1, 0, 5000)
+        for start, dur, at, stream in ((100, 100, 10, 7), (300, 100, 250, 7), (500, 50, 20, 7),
+                                       (1000, 10, 900, 8), (1100, 10, 1050, 8)):
+            b.cpu_op("aten::op", f * at - 1, 2)
+            b.kernel("k", f * start, f * dur, stream=stream, launch_at=f * at)
+        b.write(d / f"rank{r}.json")
+    kv = analyze_path(str(d), rules=False, jobs=1).kernel_views
+    got = {s.stream: s for s in kv.streams}
+    s7, s8 = got[7], got[8]
+    assert (s7.ranks, s7.max_rank) == (2, 1) and [x.stream for x in kv.streams] == [7, 8]
+    assert s7.idle_ms == pytest.approx((0.2 + 0.4) / 2) and s7.host_wait_ms == pytest.approx((0.05 + 0.1) / 2)
+    assert s7.other_ms == pytest.approx(s7.idle_ms - s7.host_wait_ms) and s7.max_rank_ms == pytest.approx(0.4)
+    assert s8.idle_ms == pytest.approx((0.09 + 0.18) / 2) and s8.host_wait_ms == pytest.approx((0.04 + 0.08) / 2)

@@ -138,6 +138,12 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("peak_tflops", "f64", "the device's dense peak; null unknown or ranks' devices differ"),
         ("peak_frac", "f64", "achieved_tflops / peak_tflops; null unknown"),
         ("bound", "str", "compute or memory (intensity vs the device's ridge point); '' unknown, 'mixed'")]),
+    "stream_idle": ("one device stream id over the ranks that use it: idle between its events, ms per step", [
+        ("stream", "i64", "device stream"), ("ranks", "i64", "ranks with events on it"),
+        ("idle_ms", "f64", "mean over those ranks of the gaps between its events inside a step"),
+        ("host_wait_ms", "f64", "of which before the next event's launch call (waiting on the host)"),
+        ("other_ms", "f64", "of which launched and waiting on a dependency"),
+        ("max_rank", "i64", "the rank where it idles most"), ("max_rank_ms", "f64", "that rank's idle per step")]),
     "launches": ("one GPU rank's kernel launch statistics over its steps", [
         ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
         ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "kernel start − launch call start"),
@@ -208,8 +214,10 @@ def _views(a: Analysis) -> dict[str, dict[str, list]]:
     la = [(r.rank, x.launches, x.launches_per_step, x.delay_median_us, x.delay_p90_us, x.delay_max_us,
            x.launch_ms_per_step, r.hints.short_kernel_frac, x.queue_max) for r in a.ranks if (x := r.launch)]
     qu = [(r.rank, q.stream, q.max, q.mean, q.samples) for r in a.ranks if r.launch for q in r.launch.queue]
+    si = [(x.stream, x.ranks, x.idle_ms, x.host_wait_ms, x.other_ms, x.max_rank, x.max_rank_ms)
+          for x in (kv.streams if kv else [])]
     return {"op_kernels": _flat(ok, "op_kernels"), "roofline": _flat(roof, "roofline"), "launches": _flat(la, "launches"),
-            "queue": _flat(qu, "queue")}
+            "queue": _flat(qu, "queue"), "stream_idle": _flat(si, "stream_idle")}
 
 
 def _flat(rows: list[tuple], table: str) -> dict[str, list]:

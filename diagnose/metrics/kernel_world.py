@@ -6,18 +6,22 @@ these bounded sums reach the summary, so it does not grow per rank. Rows past WO
 from __future__ import annotations
 
 from diagnose.model.devices import compute_peak
-from diagnose.model.kernel_views import KernelViews, OpKernels, OpRow, RooflineRow, RoofRow
+from diagnose.model.kernel_views import KernelViews, OpKernels, OpRow, RooflineRow, RoofRow, StreamIdle
 
 WORLD_TOP = 20
+STREAMS = 16  # stream rows kept
 
 
-def world_views(ranks: list[tuple[int, int, str, list[OpKernels], list[RooflineRow]]]) -> KernelViews | None:
-    """From (rank, steps, device, op rows, roofline rows) per rank; None where no rank has either."""
+def world_views(ranks: list[tuple[int, int, str, list[OpKernels], list[RooflineRow]]],
+                idle: list[tuple[int, int, list]] | None = None) -> KernelViews | None:
+    """From (rank, steps, device, op rows, roofline rows) per rank, and (rank, steps, [(stream, idle ns, host
+    wait ns)]) per rank; None where no rank has op rows or roofline rows."""
     if not any(ops or roof for _, _, _, ops, roof in ranks):
         return None
     ops, n_ops = _ops(ranks)
     roof, n_roof = _roof(ranks)
-    return KernelViews(ops=ops, roofline=roof, ops_total=n_ops, roofline_total=n_roof, devices_without_peak=sorted({(d or "unnamed")[:200] for _, _, d, _, roof in ranks
+    return KernelViews(ops=ops, roofline=roof, ops_total=n_ops, roofline_total=n_roof, streams=_streams(idle or []),
+                       devices_without_peak=sorted({(d or "unnamed")[:200] for _, _, d, _, roof in ranks
                                                     if roof and compute_peak(d) is None})[:8])
 
 
@@ -95,3 +99,19 @@ def _roof_row(op: str, shape: str, dtype: str, gs: list, mixed: bool = False) ->
                    kernel_ms=ms, gflop=gflop, gbytes=gb, tflops=tflops, gbps=gb / ms * 1e3 if ms else None,
                    intensity=gflop / gb if gb else None, peak_tflops=peak,
                    peak_frac=tflops / peak if peak and tflops is not None else None, bound=bound)
+
+
+def _streams(idle: list[tuple[int, int, list]]) -> list[StreamIdle]:
+    acc: dict[int, list] = {}  # stream -> [ranks, Σ idle/step, Σ host/step, (idle/step, -rank)]
+    for rank, steps, rows in idle:
+        for stream, idle_ns, host_ns in rows:
+            x = acc.setdefault(stream, [0, 0.0, 0.0, (-1.0, 0)])
+            per = idle_ns / 1e6 / max(1, steps)
+            x[0] += 1
+            x[1] += per
+            x[2] += host_ns / 1e6 / max(1, steps)
+            x[3] = max(x[3], (per, -rank))
+    rows = [StreamIdle(stream=s, ranks=x[0], idle_ms=x[1] / x[0], host_wait_ms=x[2] / x[0],
+                       other_ms=(x[1] - x[2]) / x[0], max_rank=-x[3][1], max_rank_ms=x[3][0]) for s, x in acc.items()]
+    rows.sort(key=lambda r: (-r.idle_ms, r.stream))
+    return rows[:STREAMS]

@@ -35,6 +35,7 @@ from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
 from diagnose.metrics.launch_stats import launch_stats
 from diagnose.metrics.op_kernels import op_kernels
 from diagnose.metrics.roofline import roofline
+from diagnose.metrics.stream_idle import stream_idle
 
 
 @dataclass
@@ -71,6 +72,7 @@ class RankOutput:
     host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
     op_kernels: list = field(default_factory=list)  # OpKernels rows (diagnose.metrics.op_kernels): summed over ranks
     roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
+    stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -151,7 +153,7 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
-        op_kernels=views[0], roofline=views[1],
+        op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
     )
 
 

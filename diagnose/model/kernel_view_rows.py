@@ -16,6 +16,11 @@ ROOF_NOTE = ("GEMM and attention ops whose Input Dims the trace records: FLOPs f
              "4·B·H·S²·D, ×2.5 backward, causal masks counted in full), bytes = inputs + output once (a lower bound). "
              "Bound: compute when FLOP/B exceeds the device's ridge point (datasheet peak FLOP/s ÷ HBM bytes/s), "
              "else memory; blank where the device or precision has no listed peak.")
+STREAM_HEADER = ["stream", "ranks", "idle ms/step", "host wait", "other", "most idle (rank)"]
+STREAM_NOTE = ("Per device stream, mean over the ranks that use it: the gaps between its consecutive events inside a "
+               "step (HTA's per-stream idle), split into host wait (the next event was not launched yet) and other "
+               "(launched, waiting on a dependency: another stream, an event, a sync). The device's idle across all "
+               "streams is the idle table above.")
 LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
 LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
                "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
@@ -32,6 +37,12 @@ def roof_rows(a: Analysis, limit: int) -> tuple[list[RoofRow], int]:
     """(the job's roofline rows, most kernel time first, at most `limit`; how many rows it has)."""
     kv = a.kernel_views
     return (kv.roofline[:limit], len(kv.roofline)) if kv else ([], 0)
+
+
+def stream_rows(a: Analysis, limit: int) -> list:
+    """The job's per-stream idle rows (Analysis.kernel_views.streams), most idle first, at most `limit`."""
+    kv = a.kernel_views
+    return kv.streams[:limit] if kv else []
 
 
 def launch_rows(a: Analysis, limit: int) -> tuple[list, int]:

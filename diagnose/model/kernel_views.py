@@ -108,6 +108,19 @@ class RoofRow:
 
 
 @dataclass
+class StreamIdle:
+    """Idle of one device stream id over the ranks that use it (HTA's per-stream idle time), ms per step."""
+
+    stream: int
+    ranks: int
+    idle_ms: float  # mean over those ranks of the stream's idle per step (gaps between its events in a step)
+    host_wait_ms: float  # of which the next event was not launched yet
+    other_ms: float  # of which it was launched and waited on a dependency
+    max_rank: int  # the rank where this stream idles most
+    max_rank_ms: float
+
+
+@dataclass
 class KernelViews:
     """The op → kernel and roofline views over the job: each rank's rows (computed in its worker, kept out of
     the per-rank summary so it does not grow with them) summed by op / (op, shape, dtype), the top rows kept."""
@@ -117,3 +130,4 @@ class KernelViews:
     ops_total: int = 0  # distinct op rows before the cut
     roofline_total: int = 0
     devices_without_peak: list[str] = field(default_factory=list)  # device names with no listed peak (no class)
+    streams: list[StreamIdle] = field(default_factory=list)  # idle per stream id, most idle first (at most 16)
