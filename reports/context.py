@@ -26,6 +26,7 @@ from diagnose.model.pack import file_schema
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
 from reports import charts
+from reports.kernel_views import kernel_views
 from reports.steps import step_view
 
 MAX_RANKS = 32
@@ -352,6 +353,7 @@ def build(a: Analysis) -> dict:
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
         "idle": idle_view(a),
+        "kv": kernel_views(a, Num),
     }
 
 

@@ -164,7 +164,7 @@ def test_schema_and_metadata_round_trip(skewed, tmp_path):
             assert f.metadata[b"doc"] == doc.encode()
             assert str(f.type) == {"i64": "int64", "f64": "double", "str": "large_string", "bool": "bool"}[typ]
         for col, typ, _ in spec:  # a number's unit is in its name, or it is a ratio
-            assert typ != "f64" or col.endswith(("_ms", "_us", "_gbps", "_frac", "_ratio")) or col in RATIOS, col
+            assert typ != "f64" or col.endswith(("_ms", "_us", "_gbps", "_frac", "_ratio", "_tflops", "_gflop", "_gb", "_per_step", "_per_byte", "_events")) or col in RATIOS, col
 
 
 RATIOS = {"share", "bubble", "bubble_replay", "bubble_theory", "bubble_gap", "imbalance"}

@@ -145,12 +145,14 @@ def _ranks_fit(target, ranks: list[int]) -> None:
                    "what was cut said in the trace).")
 @click.option("--tables", "tables_dir", metavar="DIR",
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
+@click.option("--format", "tables_format", type=click.Choice(["parquet", "csv", "both"]), default="parquet",
+              show_default=True, help="What --tables writes: Parquet, CSV (Excel; no pyarrow needed) or both.")
 @click.option("--run", "run", metavar="newest|N|all", default="newest", show_default=True,
               help="A folder holding several runs (the same job run twice): analyse the newest complete one, run N "
                    "(1 = the oldest), or each (outputs named NAME-runN).")
 def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
             dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events,
-            tables_dir, run):
+            tables_dir, run, tables_format):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
@@ -168,7 +170,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
             re.compile(comm_regex)
         except re.error as e:
             raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
-    if tables_dir:  # before the analysis: a missing extra is one line, not minutes of work thrown away
+    if tables_dir and tables_format != "csv":  # before the analysis: a missing extra is one line, not minutes lost
         from diagnose.export.tables import require_pyarrow
 
         require_pyarrow()
@@ -251,9 +253,15 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
             out = write_timeline(analysis, timeline_path, tracks, timeline_ranks, timeline_max_events)
             click.echo(f"timeline: {printable(out)}")
         if tables_dir:
+            from diagnose.export.csv_tables import write_csv
             from diagnose.export.tables import write_tables
 
-            click.echo(f"tables:  {printable(os.path.abspath(tables_dir))} ({len(write_tables(shown, tables_dir))} Parquet files)")
+            fmt = click.get_current_context().params.get("tables_format") or "parquet"
+            n = {"parquet": lambda: f"{len(write_tables(shown, tables_dir))} Parquet files",
+                 "csv": lambda: f"{len(write_csv(shown, tables_dir))} CSV files",
+                 "both": lambda: f"{len(write_tables(shown, tables_dir))} Parquet files, "
+                                 f"{len(write_csv(shown, tables_dir))} CSV files"}[fmt]()
+            click.echo(f"tables:  {printable(os.path.abspath(tables_dir))} ({n})")
     errors = [i for i in analysis.issues if i.severity == "error"]
     for i in errors:
         msg = i.message if i.message.startswith("llmdiag: ") else f"llmdiag: {i.file}: {i.message}"

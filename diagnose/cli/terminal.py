@@ -20,7 +20,7 @@ from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from diagnose.model.names import demangle_many, middle, short_names
+from diagnose.model.names import demangle, demangle_many, middle, short_names
 from diagnose.model.steps import step_span, steps_of
 from diagnose.model.views import DISTRIBUTIONS
 from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
@@ -344,9 +344,31 @@ def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
     extra dependency, and click.echo drops the codes where the output is piped)."""
     tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
     try:
-        parts = [_headline(a), _ranks(a), _idle(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _memory(a),
+        parts = [_headline(a), _ranks(a), _idle(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _op_kernels(a), _launches(a), _memory(a),
                  _skew(a), _whatif(a), _findings(a), _issues(a)]
     finally:
         WIDTH.reset(tw)
         COLOUR.reset(tc)
     return "\n".join(x for x in parts if x)
+
+
+# ---- op → kernel and launch statistics (diagnose.model.kernel_view_rows; the report prints the same rows) ----
+def _op_kernels(a: Analysis) -> str:
+    from diagnose.model.kernel_view_rows import OP_HEADER, OP_NOTE, op_rows
+
+    rows, n = op_rows(a, 10)
+    body = [[x.op, str(x.ranks), str(x.count), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
+             fmt(x.launch_delay_us, "us", False), f"{_ms(x.max_rank_ms)} ({x.max_rank})", demangle(x.kernel)] for x in rows]
+    return _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
+                  (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
+
+
+def _launches(a: Analysis) -> str:
+    from diagnose.model.kernel_view_rows import LAUNCH_HEADER, LAUNCH_NOTE, launch_rows
+
+    rows, n = launch_rows(a, MAX_ROWS)
+    body = [[str(r.rank), fmt(r.launch.launches_per_step, "avg"), fmt(r.launch.delay_median_us, "us", False),
+             fmt(r.launch.delay_p90_us, "us", False), _ms(r.launch.launch_ms_per_step), _pct(r.hints.short_kernel_frac),
+             str(r.launch.queue_max)] for _, r in rows]
+    return _table("Kernel launches per rank (longest launch queue first)", LAUNCH_HEADER, body,
+                  (LAUNCH_NOTE + " " + _more(n - len(rows), "ranks")).strip())

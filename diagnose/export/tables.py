@@ -118,8 +118,46 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("step", "i64", "index among the analysed steps"), ("layer", "i64", "dispatch ordinal within the step"),
         ("rank", "i64", "a rank of the EP group"), ("received_rows", "i64", "rows it received"),
         ("imbalance", "f64", "the layer's max / mean of received")]),
+    # the HTA / TraceLens views (diagnose.model.kernel_views; docs/metrics.md "Op → kernel, roofline, launches")
+    "op_kernels": ("one host op (by name) and the device events it launched, summed over the ranks (the top 20 ops by "
+                   "time per step, then '(other ops)' and '(no host op)')", [
+        ("op", "str", "innermost host op enclosing the launch call"), ("ranks", "i64", "ranks that ran it"),
+        ("count", "i64", "device events launched, all ranks and steps"), ("total_ms", "f64", "their summed duration"),
+        ("ms_per_step", "f64", "Σ over ranks of the rank's time per step"), ("mean_us", "f64", "mean duration"),
+        ("launch_delay_us", "f64", "mean of kernel start − launch call start; null where no launch call is seen"),
+        ("top_kernel", "str", "the kernel it launched with the most time ('' none)"),
+        ("max_rank", "i64", "the rank with the most time per step in it"), ("max_rank_ms", "f64", "that rank's time per step")]),
+    "roofline": ("GEMM or attention calls of one (op, shape, dtype) over the ranks against the device's datasheet peaks "
+                 "(the top 20 by kernel time, then '(other)')", [
+        ("op", "str", "aten::mm, aten::addmm, aten::_scaled_dot_product_*, ..."),
+        ("shape", "str", "the op's Input Dims"), ("dtype", "str", "input precision ('' unknown)"),
+        ("ranks", "i64", "ranks that ran it"), ("count", "i64", "calls that launched kernels"),
+        ("kernel_ms", "f64", "summed kernel time"), ("work_gflop", "f64", "summed FLOPs / 1e9"),
+        ("traffic_gb", "f64", "summed input + output bytes / 1e9"), ("achieved_tflops", "f64", "FLOPs / kernel time"),
+        ("achieved_gbps", "f64", "bytes / kernel time"), ("intensity_flop_per_byte", "f64", "FLOPs per byte"),
+        ("peak_tflops", "f64", "the device's dense peak; null unknown or ranks' devices differ"),
+        ("peak_frac", "f64", "achieved_tflops / peak_tflops; null unknown"),
+        ("bound", "str", "compute or memory (intensity vs the device's ridge point); '' unknown, 'mixed'")]),
+    "stream_idle": ("one device stream id over the ranks that use it: idle between its events, ms per step", [
+        ("stream", "i64", "device stream"), ("ranks", "i64", "ranks with events on it"),
+        ("idle_ms", "f64", "mean over those ranks of the gaps between its events inside a step"),
+        ("host_wait_ms", "f64", "of which before the next event's launch call (waiting on the host)"),
+        ("other_ms", "f64", "of which launched and waiting on a dependency"),
+        ("max_rank", "i64", "the rank where it idles most"), ("max_rank_ms", "f64", "that rank's idle per step")]),
+    "launches": ("one GPU rank's kernel launch statistics over its steps", [
+        ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
+        ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "kernel start − launch call start"),
+        ("delay_p90_us", "f64", "90th percentile of the launch delay"), ("delay_max_us", "f64", "longest launch delay"),
+        ("launch_ms_per_step", "f64", "CPU time inside the launch calls per step"),
+        ("short_kernel_frac", "f64", "share of compute/comm kernels under 10 µs"),
+        ("queue_max", "i64", "longest launch queue on any stream (launched, not yet started)")]),
+    "queue": ("one stream of a rank: launched-but-not-started device events (HTA's queue length; 2 longest per rank)", [
+        ("rank", "i64", "global rank"), ("stream", "i64", "device stream"),
+        ("max_events", "i64", "longest queue"), ("mean_events", "f64", "mean queue over the samples"),
+        ("samples", "i64", "launches and starts sampled")]),
 }
 OPTIONAL = ("p2p", "pipeline_stages", "pipeline_actions", "moe_ranks", "moe_layers")  # written only when present
+FORMATS = ("parquet", "csv", "both")  # analyze --format: what --tables writes
 
 
 def schema_markdown() -> str:
@@ -149,7 +187,7 @@ def columns(a: Analysis) -> dict[str, dict[str, list]]:
            "kernels": _rows(a, "top_kernels"), "memory": _rows(a, "memory"), "memory_timeline": _timeline(a),
            "collectives": _records(sk.by_collective if sk else [], ["pg", "kind", "matched", "mean_skew_ms",
                                                                    "max_skew_ms", "mean_transfer_ms"]),
-           "late_arrivals": _late(a)}
+           "late_arrivals": _late(a), **_views(a)}
     if sk and sk.p2p:
         out["p2p"] = _records(sk.p2p, [c for c, _, _ in TABLES["p2p"][1]])
     if a.pipeline:
@@ -164,6 +202,22 @@ def columns(a: Analysis) -> dict[str, dict[str, list]]:
             out["moe_layers"] = _flat([(lay.step, lay.layer, r, n, lay.imbalance) for lay in a.moe.layers
                                        for r, n in zip(lay.group, lay.received)], "moe_layers")
     return out
+
+
+def _views(a: Analysis) -> dict[str, dict[str, list]]:
+    """The op → kernel and roofline tables of the job, the launch and queue tables per rank (empty on CPU traces)."""
+    kv = a.kernel_views
+    ok = [(o.op, o.ranks, o.count, o.total_ms, o.ms_per_step, o.mean_us, o.launch_delay_us, o.kernel, o.max_rank,
+           o.max_rank_ms) for o in (kv.ops if kv else [])]
+    roof = [(x.op, x.shape, x.dtype, x.ranks, x.calls, x.kernel_ms, x.gflop, x.gbytes, x.tflops, x.gbps, x.intensity,
+             x.peak_tflops, x.peak_frac, x.bound) for x in (kv.roofline if kv else [])]
+    la = [(r.rank, x.launches, x.launches_per_step, x.delay_median_us, x.delay_p90_us, x.delay_max_us,
+           x.launch_ms_per_step, r.hints.short_kernel_frac, x.queue_max) for r in a.ranks if (x := r.launch)]
+    qu = [(r.rank, q.stream, q.max, q.mean, q.samples) for r in a.ranks if r.launch for q in r.launch.queue]
+    si = [(x.stream, x.ranks, x.idle_ms, x.host_wait_ms, x.other_ms, x.max_rank, x.max_rank_ms)
+          for x in (kv.streams if kv else [])]
+    return {"op_kernels": _flat(ok, "op_kernels"), "roofline": _flat(roof, "roofline"), "launches": _flat(la, "launches"),
+            "queue": _flat(qu, "queue"), "stream_idle": _flat(si, "stream_idle")}
 
 
 def _flat(rows: list[tuple], table: str) -> dict[str, list]:
@@ -284,14 +338,12 @@ def _text(values: list) -> list:
 
 def write_tables(a: Analysis, folder: str) -> list[str]:
     """Write every table as `<folder>/<name>.parquet` (each atomically); an optional table this analysis lacks
-    is removed where an earlier llmdiag run left one, so the folder never mixes two analyses. Returns the paths."""
+    is removed where an earlier llmdiag run left one, so the folder never mixes two analyses. Returns the paths.
+    (CSV: diagnose.export.csv_tables.write_csv.)"""
     import pyarrow.parquet as pq
 
     tables = arrow_tables(a)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise LlmdiagError(f"cannot create the tables folder: {e.strerror or e}", folder) from None
+    make_folder(folder)
     paths = []
     for name, t in tables.items():
         path = os.path.join(folder, f"{name}.parquet")
@@ -302,6 +354,13 @@ def write_tables(a: Analysis, folder: str) -> list[str]:
         if name not in tables and os.path.isfile(stale) and _ours(pq, stale):
             os.unlink(stale)
     return paths
+
+
+def make_folder(folder: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise LlmdiagError(f"cannot create the tables folder: {e.strerror or e}", folder) from None
 
 
 def _ours(pq, path: str) -> bool:

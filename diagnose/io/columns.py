@@ -80,6 +80,11 @@ def _hashable(v):
 GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                       "aten::_scaled_mm", "aten::addmv", "aten::mv", "aten::_addmm_activation", "aten::_grouped_mm",
                       "aten::_scaled_grouped_mm", "aten::_int_mm"))
+# SDPA-family attention ops ([B, H, S, D] inputs): their Input Dims size the roofline view (metrics/roofline.py).
+ATTENTION_OPS = frozenset(("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                           "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_backward",
+                           "aten::_scaled_dot_product_efficient_attention_backward",
+                           "aten::_scaled_dot_product_cudnn_attention_backward"))
 
 
 # gloo's all-to-all records its split sizes only in its Concrete Inputs (4th: output splits, 5th: input splits);
@@ -223,7 +228,7 @@ class Columns:
                 d = _gloo_splits(d) if i in a2a else {k: x for k, x in d.items() if k != "Concrete Inputs"}
             self.comm_args[self.n + i] = d
         if len(self.gemm_name) < len(self.names):
-            self.gemm_name += [n in GEMM_OPS for n in list(self.names)[len(self.gemm_name):]]
+            self.gemm_name += [n in GEMM_OPS or n in ATTENTION_OPS for n in list(self.names)[len(self.gemm_name):]]
         if any(self.gemm_name):  # GEMM ops: only their Input type, shared between equal ones
             for i in np.flatnonzero(np.array(self.gemm_name, bool)[name_ids]).tolist():
                 if i not in comm and (g := v.gemm(args[i])) is not None:

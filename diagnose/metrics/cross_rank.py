@@ -20,6 +20,7 @@ from diagnose.io.discover import rank_from_name
 from diagnose.metrics.moe import moe_summary
 from diagnose.metrics.accum import accum_summary
 from diagnose.metrics.layout import DIMS, layout_from_pg, pipeline_groups
+from diagnose.metrics.kernel_world import world_views
 from diagnose.metrics.per_rank import RankOutput
 from diagnose.metrics.pipeline.p2p import match_p2p
 from diagnose.metrics.pipeline.timematch import recover_peers
@@ -126,6 +127,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
+        kernel_views=world_views([(o.metrics.rank, o.metrics.nsteps, o.metrics.device, o.op_kernels, o.roofline)
+                                  for o in good], [(o.metrics.rank, o.metrics.nsteps, o.stream_idle) for o in good]),
     )
 
 

@@ -126,6 +126,8 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
         o = o[np.lexsort((-t.dur[o], t.ts[o]))]
         r = rt[t.thread[rt] == th]
         us, ue = iv.union(t.ts[o], ends[o])  # only calls inside some op go through the Python sweep
+        if not len(us):  # the thread's ops are all zero-length (no dur): none encloses a call
+            continue
         k = np.searchsorted(us, t.ts[r], side="right") - 1
         r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
         r = r[np.argsort(t.ts[r], kind="stable")]

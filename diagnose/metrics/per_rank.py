@@ -36,6 +36,10 @@ from diagnose.metrics.groups import resolve as resolve_groups
 from diagnose.metrics.track_intervals import RankTracks, step_tracks
 from diagnose.io.trace import COMM
 from diagnose.metrics.action_costs import action_fixed_ns, host_p2p
+from diagnose.metrics.launch_stats import launch_stats
+from diagnose.metrics.op_kernels import op_kernels
+from diagnose.metrics.roofline import roofline
+from diagnose.metrics.stream_idle import stream_idle
 
 
 @dataclass
@@ -73,6 +77,9 @@ class RankOutput:
     action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
     host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
     tracks: RankTracks | None = None  # the timeline's per-step intervals, where the job asked for them
+    op_kernels: list = field(default_factory=list)  # OpKernels rows (diagnose.metrics.op_kernels): summed over ranks
+    roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
+    stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -147,6 +154,8 @@ def _run(job: RankJob) -> RankOutput:
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
+    views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
+    metrics.launch = launch_stats(t, wins) if t.is_gpu else None
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
@@ -155,6 +164,7 @@ def _run(job: RankJob) -> RankOutput:
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
         tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
+        op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
     )
 
 

@@ -14,6 +14,7 @@ from diagnose.errors import LlmdiagError
 from diagnose.model.codec import Invalid, build, to_json_dict
 from diagnose.model.moe import AccumSummary, MoeSummary
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from diagnose.model.kernel_views import KernelViews, LaunchStats
 from diagnose.model.manifest import Manifest
 from diagnose.model.matching import LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
@@ -159,6 +160,7 @@ class RankMetrics:
     device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
     # (its origin against the earliest rank's, plus its host's skew shift): metrics/cross_rank.py sets it once
+    launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
 
     @property
     def nsteps(self) -> int:
@@ -306,6 +308,7 @@ class Analysis:
     whatif: WhatIf | None = None  # what-if simulation (diagnose.simulate), None where no dependency graph was built
     steps: StepSummary | None = None  # every step over ranks, the median step, outlier steps (diagnose.metrics.step_stats)
     runs: list[RunInfo] = field(default_factory=list)  # the runs the input holds where more than one (diagnose.metrics.runs)
+    kernel_views: KernelViews | None = None  # op → kernel and roofline over the ranks (diagnose.metrics.kernel_world)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

@@ -110,3 +110,41 @@ def compute_capability(device_name: str | None) -> float | None:
     if not name or _NOT_GPU.search(name) or re.search(r"AMD|INSTINCT|RADEON|\bMI\d{3}", name):
         return None
     return next((v for rx, v in _CC_COMPILED if rx.search(name)), None)
+# ---- compute and memory peaks, for the roofline view (diagnose.metrics.roofline) ------------------------------
+@dataclass(frozen=True)
+class ComputePeak:
+    """Dense (no sparsity) peak TFLOP/s per input precision and HBM bandwidth, as the vendor's datasheet states."""
+
+    tflops: dict  # precision (fp32, tf32, bf16, fp16, fp8) -> dense peak TFLOP/s
+    hbm_gbps: float  # peak memory bandwidth, GB/s
+    source: str
+
+    def ridge(self, precision: str) -> float | None:
+        """FLOPs per byte above which an op of this precision is compute-bound (peak FLOP/s / peak bytes/s)."""
+        p = self.tflops.get(precision)
+        return p * 1e12 / (self.hbm_gbps * 1e9) if p else None
+
+
+# Datasheet numbers with sparsity are halved to dense. First match in the upper-cased name wins.
+_COMPUTE: tuple[tuple[str, ComputePeak], ...] = (
+    (r"H100.{0,8}PCIE", ComputePeak({"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}, 2000.0,
+                                    "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (sparse figures halved)")),
+    (r"H200", ComputePeak({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0}, 4800.0,
+                          "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column (sparse figures halved)")),
+    (r"H100", ComputePeak({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0}, 3350.0,
+                          "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column (sparse figures halved)")),
+    (r"A100.{0,20}80GB", ComputePeak({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, 2039.0,
+                                     "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column")),
+    (r"A100", ComputePeak({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, 1555.0,
+                          "NVIDIA A100 Tensor Core GPU datasheet, A100 40GB column")),
+    (r"V100", ComputePeak({"fp32": 15.7, "fp16": 125.0}, 900.0, "NVIDIA V100 datasheet, V100 SXM2 column")),
+    (r"MI300X", ComputePeak({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 5300.0,
+                            "AMD Instinct MI300X datasheet (dense matrix figures)")),
+)
+_COMPUTE_RX = tuple((re.compile(p), v) for p, v in _COMPUTE)
+
+
+def compute_peak(device_name: str | None) -> ComputePeak | None:
+    """The device's datasheet peaks, None for a device not listed (the roofline then names no class)."""
+    name = (device_name or "").upper()[:200]
+    return next((v for rx, v in _COMPUTE_RX if rx.search(name)), None) if name else None

@@ -1,0 +1,137 @@
+"""`diagnose.export.events.events(path, rank=R)`: one rank's events as a DataFrame (HTA's `t.get_trace(rank)`).
+
+Every complete event of the rank's trace, one row each, in start order, with what llmdiag derived for it: its
+kind (compute, comm, memcpy, ..., as the metrics classify it), the step it starts in, and its op parent — for
+a device event the innermost host op enclosing its launch call (diagnose.metrics.host_ops) and the launch
+delay, for a host event the innermost host op enclosing it on its thread. A pandas DataFrame when pandas is
+installed (and `pandas` is not False), else a pyarrow Table; neither is an llmdiag dependency
+(`pip install 'llmdiag[tables]'`). One rank at a time: the table holds every event, so it is as large as the
+trace (the summary's per-rank views are the bounded ones).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from diagnose.errors import LlmdiagError
+from diagnose.io.discover import discover, rank_from_name
+from diagnose.io.loader import load_trace
+from diagnose.io.trace import CPU_OP, KIND_NAMES, RankTrace
+from diagnose.metrics import host_ops
+from diagnose.metrics.classify import classify
+from diagnose.metrics.launches import launch_calls
+from diagnose.metrics.steps import windows
+
+# (column, meaning), in table order (docs/python.md lists them)
+EVENT_COLUMNS = (
+    ("name", "event name as the trace writes it"), ("cat", "Kineto category (kernel, cpu_op, cuda_runtime, ...)"),
+    ("kind", "llmdiag's class: compute, comm, memcpy, memset, sync, cpu_op, runtime, annotation, other"),
+    ("ts_us", "start, µs on the trace's own clock"), ("dur_us", "duration, µs"),
+    ("step", "ProfilerStep it starts in, -1 outside the analysed steps"),
+    ("pid", "process (device for device events), as text"), ("tid", "thread (stream for device events), as text"),
+    ("stream", "device stream, -1 for host events"), ("correlation", "launch ↔ device event id, -1 none"),
+    ("external_id", "Kineto External id, -1 none"),
+    ("op", "device event: innermost host op enclosing its launch; host event: innermost host op enclosing it; '' none"),
+    ("launch_delay_us", "device event: its start − its launch call's start; NaN otherwise"),
+)
+
+
+def events(path: str, rank: int | None = None, *, pandas: bool | None = None, comm_regex: str | None = None):
+    """The events of rank `rank` of the traces at `path` (a trace file, or a folder: the file whose name says
+    rank<R>, else the first whose distributedInfo does); a DataFrame, or a pyarrow Table with pandas=False."""
+    t = _load(path, rank)
+    classify(t, comm_regex)
+    cols = event_columns(t)
+    return _frame(cols, pandas, t.path)
+
+
+def _load(path: str, rank: int | None) -> RankTrace:
+    files = discover(path).files
+    if rank is None:
+        if len(files) > 1:
+            raise LlmdiagError(f"{len(files)} trace files: say which rank", path, "events(path, rank=R)")
+        return load_trace(files[0])
+    named = [f for f in files if rank_from_name(f) == rank]
+    for f in named + [f for f in files if f not in named and rank_from_name(f) is None]:
+        t = load_trace(f)
+        if t.rank == rank or (t.rank is None and f in named):
+            return t
+    raise LlmdiagError(f"no trace of rank {rank} among {len(files)} files", path, "check the rank, or give the file")
+
+
+def event_columns(t: RankTrace) -> dict[str, object]:
+    """The table as {column: numpy array or list}, rows in start order (classified trace)."""
+    n = len(t)
+    wins, _ = windows(t, False)
+    step = np.full(n, -1, np.int64)
+    if wins:
+        starts = np.array([w.start for w in wins], np.int64)
+        ends = np.array([w.end for w in wins], np.int64)
+        k = np.searchsorted(starts, t.ts, side="right") - 1
+        inside = (k >= 0) & (t.ts < ends[np.maximum(k, 0)])
+        step[inside] = np.array([w.step for w in wins], np.int64)[k[inside]]
+    op = np.full(n, -1, np.int64)
+    host_parent(t, op)
+    ops = np.flatnonzero((t.kind == CPU_OP) & (t.stream < 0))
+    for d, o in (host_ops.launching_ops(t, ops, t.kind) if len(ops) else {}).items():
+        op[d] = o
+    dev = np.flatnonzero(t.stream >= 0)
+    delay = np.full(n, np.nan)
+    rt = launch_calls(t, dev) if len(dev) else np.zeros(0, np.int64)
+    hit = rt >= 0
+    delay[dev[hit]] = (t.ts[dev[hit]] - t.ts[rt[hit]]) / 1e3
+    names, cats = np.array(t.names, object), np.array(t.cats, object)
+    pid = np.array([str(p) for p, _ in t.threads], object)
+    tid = np.array([str(x) for _, x in t.threads], object)
+    op_name = np.where(op >= 0, names[t.name[np.maximum(op, 0)]] if n else names[:0], "")
+    return {
+        "name": names[t.name].tolist(), "cat": cats[t.cat].tolist(),
+        "kind": np.array(KIND_NAMES, object)[t.kind].tolist(),
+        "ts_us": t.ts / 1e3 + t.origin_us, "dur_us": t.dur / 1e3, "step": step,
+        "pid": pid[t.thread].tolist(), "tid": tid[t.thread].tolist(),
+        "stream": t.stream.astype(np.int64), "correlation": t.corr, "external_id": t.ext,
+        "op": list(op_name), "launch_delay_us": delay,
+    }
+
+
+def host_parent(t: RankTrace, out: np.ndarray) -> None:
+    """out[i] = the innermost host op (cpu_op) enclosing host event i on its thread, other than itself: one
+    stack sweep per thread, events by start (the longer first at equal starts)."""
+    host = np.flatnonzero(t.stream < 0)
+    if not len(host):
+        return
+    order = host[np.lexsort((-t.dur[host], t.ts[host], t.thread[host]))]
+    is_op = (t.kind[order] == CPU_OP).tolist()
+    ts, end, th = t.ts[order].tolist(), (t.ts[order] + t.dur[order]).tolist(), t.thread[order].tolist()
+    stack: list[tuple[int, int]] = []  # (end, index) of the open ops of the current thread
+    cur = None
+    for j, i in enumerate(order.tolist()):
+        if th[j] != cur:
+            stack, cur = [], th[j]
+        while stack and stack[-1][0] <= ts[j]:
+            stack.pop()
+        if stack:
+            out[i] = stack[-1][1]
+        if is_op[j]:
+            stack.append((end[j], i))
+
+
+def _frame(cols: dict, want_pandas: bool | None, path: str):
+    if want_pandas is not False:
+        try:
+            import pandas as pd
+        except ImportError:
+            if want_pandas:
+                raise LlmdiagError("events(pandas=True) needs pandas, which is not installed",
+                                   hint="pip install pandas") from None
+        else:
+            return pd.DataFrame({c: cols[c] for c, _ in EVENT_COLUMNS})
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise LlmdiagError("events() needs pandas or pyarrow, neither is installed",
+                           hint="pip install 'llmdiag[tables]'") from None
+    return pa.table({c: cols[c] for c, _ in EVENT_COLUMNS},
+                    metadata={"llmdiag.table": "events", "llmdiag.source": os.path.basename(path)})

@@ -1,0 +1,53 @@
+"""The op → kernel, roofline and launch views as the terminal and the report print them: the job's op and
+roofline rows (Analysis.kernel_views, summed over ranks by diagnose.metrics.kernel_world) and one launch row
+per rank (RankMetrics.launch). Headers and captions live here, once."""
+
+from __future__ import annotations
+
+from diagnose.model.analysis import Analysis
+from diagnose.model.kernel_views import OpRow, RoofRow
+
+OP_HEADER = ["op", "ranks", "events", "ms/step", "mean µs", "launch delay µs", "most ms/step (rank)", "top kernel"]
+OP_NOTE = ("Device events by the innermost host op enclosing their launch call, summed over the ranks (ms/step: the "
+           "sum of each rank's per-step time; events: over all steps). Launch delay: kernel start − launch call "
+           "start, the mean (queueing plus launch latency). Ops past the top 20 are '(other ops)'.")
+ROOF_HEADER = ["op", "shape", "dtype", "ranks", "calls", "kernel ms", "TFLOP/s", "GB/s", "FLOP/B", "of peak", "bound"]
+ROOF_NOTE = ("GEMM and attention ops whose Input Dims the trace records: FLOPs from the shapes (GEMM 2·M·N·K, attention "
+             "4·B·H·S²·D, ×2.5 backward, causal masks counted in full), bytes = inputs + output once (a lower bound). "
+             "Bound: compute when FLOP/B exceeds the device's ridge point (datasheet peak FLOP/s ÷ HBM bytes/s), "
+             "else memory; blank where the device or precision has no listed peak.")
+STREAM_HEADER = ["stream", "ranks", "idle ms/step", "host wait", "other", "most idle (rank)"]
+STREAM_NOTE = ("Per device stream, mean over the ranks that use it: the gaps between its consecutive events inside a "
+               "step (HTA's per-stream idle), split into host wait (the next event was not launched yet) and other "
+               "(launched, waiting on a dependency: another stream, an event, a sync). The device's idle across all "
+               "streams is the idle table above.")
+LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
+LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
+               "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
+               "stalls.")
+
+
+def op_rows(a: Analysis, limit: int) -> tuple[list[OpRow], int]:
+    """(the job's op rows, most device time per step first, at most `limit`; how many rows it has)."""
+    kv = a.kernel_views
+    return (kv.ops[:limit], len(kv.ops)) if kv else ([], 0)
+
+
+def roof_rows(a: Analysis, limit: int) -> tuple[list[RoofRow], int]:
+    """(the job's roofline rows, most kernel time first, at most `limit`; how many rows it has)."""
+    kv = a.kernel_views
+    return (kv.roofline[:limit], len(kv.roofline)) if kv else ([], 0)
+
+
+def stream_rows(a: Analysis, limit: int) -> list:
+    """The job's per-stream idle rows (Analysis.kernel_views.streams), most idle first, at most `limit`."""
+    kv = a.kernel_views
+    return kv.streams[:limit] if kv else []
+
+
+def launch_rows(a: Analysis, limit: int) -> tuple[list, int]:
+    """(ranks with launch statistics, longest launch queue first then largest p90 delay, at most `limit`;
+    how many have them): (index in a.ranks, RankMetrics)."""
+    rows = [(i, r) for i, r in enumerate(a.ranks) if r.launch is not None]
+    rows.sort(key=lambda x: (-x[1].launch.queue_max, -(x[1].launch.delay_p90_us or 0.0), x[1].rank))
+    return rows[:limit], len(rows)
