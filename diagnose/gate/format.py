@@ -5,21 +5,56 @@ Plain text (no colour codes) so the same output reads in a terminal, a CI log an
 
 from __future__ import annotations
 
+import io
+import os
+import shutil
+import sys
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from diagnose.gate.verdict import GateResult, Side, Verdict, shown
 from diagnose.model.format import fmt, fmt_delta, plural
 
 
-def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
-    """Columns padded to the widest cell; columns in `right` are right-aligned (numbers)."""
+DEFAULT_WIDTH = 100  # columns off a terminal (a pipe, a CI log) when COLUMNS is not set
+
+
+def terminal_width() -> int:
+    """The width every table and paragraph is fitted to: `COLUMNS` when set (a pipe or CI log can say its
+    width), else the terminal's own width on a tty, else DEFAULT_WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+# Header underlined with '-', no other rules, two spaces between columns (with the cell's one right pad).
+_BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None) -> str:
+    """Columns through rich, fitted to `width` (the terminal's, `terminal_width()`, when None): columns in
+    `right` are right-aligned numbers that never wrap; text columns fold where the table would be too wide,
+    so a long kernel name costs lines, not the width. Plain text: no colour codes, no markup read."""
     right = right or set()
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def line(r):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+    width = terminal_width() if width is None else width
+    t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
+    for i, h in enumerate(headers):
+        num = i in right
+        t.add_column(Text(str(h)), justify="right" if num else "left", no_wrap=num, overflow="fold",
+                     min_width=len(str(h)) if num else None)
+    for r in rows:
+        t.add_row(*(Text(str(c)) for c in r))
+    console = Console(width=max(20, width), file=io.StringIO(), color_system=None, force_terminal=False,
+                      legacy_windows=False, soft_wrap=False, emoji=False, highlight=False, markup=False)
+    with console.capture() as cap:
+        console.print(t)
+    return "\n".join(line.rstrip() for line in cap.get().rstrip("\n").splitlines())
 
 
 def ranks_text(side: Side) -> str:

@@ -1,0 +1,61 @@
+"""Terminal tables at the reader's width: `COLUMNS` when set, the terminal's width on a tty, 100 off one;
+`analyze`, `check` and `diff` alike (one table function, `diagnose.gate.format.table`, through rich)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from diagnose.gate.format import DEFAULT_WIDTH, table, terminal_width
+from tests.test_gate import make_analysis, make_summary
+
+LONG = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, "
+        "at::detail::Array<char*, 2> >(int, at::native::GeluCUDAKernelImpl, at::detail::Array<char*, 2>)")
+
+
+def test_width_from_columns_else_default_off_a_tty(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "73")
+    assert terminal_width() == 73
+    monkeypatch.delenv("COLUMNS")
+    assert terminal_width() == DEFAULT_WIDTH == 100  # pytest captures stdout: not a tty
+
+
+@pytest.mark.parametrize("width", [40, 80, 120])
+def test_table_fits_and_keeps_every_character(width):
+    rows = [[LONG, "kernel", "12.00", "+1.00 (+9.1%)"], ["aten::mm", "op", "3.50", "-0.20 (-5.4%)"]]
+    text = table(["name", "kind", "A", "B - A"], rows, right={2, 3}, width=width)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= width, text
+    assert set(LONG.replace(" ", "")) <= set("".join(lines).replace(" ", ""))
+    assert "".join(lines).replace(" ", "").count("+1.00(+9.1%)") == 1  # numbers never fold
+    assert lines[1].startswith("----")
+
+
+def _cli(args, columns):
+    from diagnose.cli.gate import check, diff
+
+    cmd = {"check": check, "diff": diff}[args[0]]
+    return CliRunner().invoke(cmd, [str(a) for a in args[1:]], env={"COLUMNS": str(columns), "GITHUB_ACTIONS": ""})
+
+
+@pytest.mark.parametrize("columns", [80, 132])
+def test_check_and_diff_follow_columns(tmp_path, columns):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(orjson.dumps(make_summary(n=2, name="baseline-run", kernels={LONG: 30.0, "aten::mm": 5.0})))
+    b.write_bytes(orjson.dumps(make_summary(n=2, name="current-run", overlap=0.5, kernels={LONG: 45.0})))
+    for args in (["diff", a, b], ["check", b, "--baseline", a]):
+        r = _cli(args, columns)
+        assert r.exit_code in (0, 1), r.output
+        tables = [line for line in r.output.splitlines() if "  " in line.strip()]  # table rows, not prose
+        assert tables and max(map(len, tables)) <= columns, (args[0], [t for t in tables if len(t) > columns][:3])
+
+
+def test_analyze_tables_follow_columns(monkeypatch):
+    from diagnose.cli.terminal import render
+
+    a = make_analysis(n=4, kernels={LONG: 30.0, "aten::mm": 5.0})
+    for cols in (70, 150):
+        monkeypatch.setenv("COLUMNS", str(cols))
+        lines = render(a).splitlines()
+        assert max(map(len, lines)) <= cols, [x for x in lines if len(x) > cols][:3]
