@@ -59,3 +59,14 @@ def test_analyze_tables_follow_columns(monkeypatch):
         monkeypatch.setenv("COLUMNS", str(cols))
         lines = render(a).splitlines()
         assert max(map(len, lines)) <= cols, [x for x in lines if len(x) > cols][:3]
+
+
+def test_flops_row_names_no_unit_its_values_do_not_use():
+    """0.45 TFLOP/s prints as 450.0 GFLOP/s: the row's name must not say TFLOP/s beside it."""
+    from diagnose.gate.diff import compare, render_text
+
+    a, b = make_analysis(n=2), make_analysis(n=2)
+    a.aggregate.achieved_tflops_per_device, b.aggregate.achieved_tflops_per_device = 0.45, 1.5
+    line = next(x for x in render_text(compare(a, b)).splitlines() if "FLOP/s per device" in x)
+    assert "450.0 GFLOP/s" in line and "1.5 TFLOP/s" in line
+    assert not line.split("450.0")[0].strip().endswith("TFLOP/s per device"), line

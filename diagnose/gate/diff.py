@@ -185,7 +185,7 @@ def _comm(a: Analysis, b: Analysis) -> Section:
 def _throughput(a: Analysis, b: Analysis) -> Section:
     x, y = a.aggregate, b.aggregate
     rows = [row("tokens/s", "tokens", x.tokens_per_s, y.tokens_per_s), row("MFU", "mfu", x.mfu, y.mfu),
-            row("TFLOP/s per device", "tflops", x.achieved_tflops_per_device, y.achieved_tflops_per_device)]
+            row("achieved FLOP/s per device", "tflops", x.achieved_tflops_per_device, y.achieved_tflops_per_device)]
     return Section("Throughput", _defined(rows))
 
 
