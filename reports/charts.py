@@ -257,7 +257,8 @@ def per_step(a: Analysis) -> str:
                    f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     out.append(f'<text x="{left}" y="14" class="hl">ms per step: parts stacked (mean over ranks), whisker = '
                'slowest and fastest rank</text>')
-    label_every = max(1, len(series) // 20)
+    label_w = 7.5 * max(len(str(s["step"])) for s in series) + 10  # a step number at 12 px and a gap
+    label_every = max(1, math.ceil(label_w / bw))
     for i, s in enumerate(series):
         x = left + i * bw
         y = top + plot_h

@@ -110,7 +110,7 @@ def test_generated_report_figures(tmp_path, n):
     """Breakdown, per-step chart, pipeline, memory and the rank heatmap (binned past 512 ranks)."""
     from tests.summaries import busy, typed
 
-    figs = {"fig-heatmap", "fig-pipeline", "fig-memory"} | ({"fig-breakdown"} if n <= 8 else set())
+    figs = {"fig-heatmap", "fig-pipeline", "fig-memory", "fig-steps"} | ({"fig-breakdown"} if n <= 8 else set())
     check(tmp_path, _report(typed(busy(n=n))), figs)
 
 
@@ -170,12 +170,29 @@ def test_diff_page_chart(tmp_path):
     check(tmp_path, html, {"fig-diff"})
 
 
+REAL_SETS = ["hta/nccl_data.json.gz", "hta/sampled_pair", "tracelens/mi300_ddp8_actckpt_rank0.json.gz",
+             "torchrec/sst_long_a2a_optimizer_3", "bytedance/trace-ST.parquet"]
+
+
 @pytest.mark.real
 @pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
-def test_real_fixture_reports(tmp_path):
-    """Reports of the real trace sets (every folder or trace named in the fixtures' top level)."""
+@pytest.mark.parametrize("name", REAL_SETS)
+def test_real_fixture_reports(tmp_path, name):
+    """Reports of real trace sets: one GPU rank, a sampled pair, ROCm, four-rank DLRM, and the OSDI'25 Megatron
+    op table (what-if section, eight workers)."""
     from diagnose.analyze import analyze_path
 
-    src = REAL / "hta" / "nccl_data.json.gz"
-    a = analyze_path(str(src), jobs=1)
-    check(tmp_path, _report(a), set())
+    a = analyze_path(str(REAL / name), jobs=1)
+    check(tmp_path, _report(a), {"fig-heatmap"} if len(a.ranks) > 1 else set())
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+def test_real_diff_page(tmp_path):
+    """`diff` of HTA's trace_diff pair: one rank of an 8-rank job before and after a change."""
+    from diagnose.analyze import analyze_path
+    from diagnose.gate.diff import compare
+    from reports.diff_render import render_diff_html
+
+    a, b = (analyze_path(str(REAL / "hta" / "trace_diff" / f), jobs=1) for f in ("control.json.gz", "test.json.gz"))
+    check(tmp_path, render_diff_html(compare(a, b)), {"fig-diff"})
