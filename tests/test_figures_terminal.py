@@ -21,7 +21,7 @@ def test_width_from_columns_else_default_off_a_tty(monkeypatch):
     assert terminal_width() == DEFAULT_WIDTH == 100  # pytest captures stdout: not a tty
 
 
-@pytest.mark.parametrize("width", [40, 80, 120])
+@pytest.mark.parametrize("width", [50, 80, 120])
 def test_table_fits_and_keeps_every_character(width):
     rows = [[LONG, "kernel", "12.00", "+1.00 (+9.1%)"], ["aten::mm", "op", "3.50", "-0.20 (-5.4%)"]]
     text = table(["name", "kind", "A", "B - A"], rows, right={2, 3}, width=width)
@@ -70,3 +70,13 @@ def test_flops_row_names_no_unit_its_values_do_not_use():
     line = next(x for x in render_text(compare(a, b)).splitlines() if x.startswith("achieved FLOP/s"))
     assert "450.0 GFLOP/s" in line and "1.5 TFLOP/s" in line
     assert not line.split("450.0")[0].strip().endswith("TFLOP/s per device"), line
+
+
+def test_a_table_too_wide_to_fit_keeps_every_number():
+    """Nine columns of '12,345.67 ms' cannot fit 60 columns: the table runs wider, never cuts a number (it
+    may put the unit under the value: numbers wrap between words only)."""
+    rows = [["aten::mm_very_long_name"] + [f"{k},345.67 ms" for k in range(10, 18)]]
+    text = table(["name"] + [f"col{i}" for i in range(8)], rows, right=set(range(1, 9)), width=60)
+    assert all(f"{k},345.67" in text for k in range(10, 18)), text
+    assert text.count("ms") == 8
+    assert "aten::mm_v" in text and "ery_long_n" in text  # the name folds at MIN_TEXT, whole

@@ -286,7 +286,7 @@ def test_terminal_and_report_print_the_same_numbers():
     from diagnose.model.views import comm_by_group, kernel_table
 
     a = analysed(busy())
-    text, html = render(a, width=160), render_html(a)  # one line per title: the row parser skips 3 lines
+    text, html = render(a), render_html(a)
     term = _terminal_rows(text, "Communication per collective and process group (per step")
     rep = _report_rows(html, "overlap")
     assert len(term) == len(rep) == len(comm_by_group(a)) >= 1

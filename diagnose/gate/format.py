@@ -37,21 +37,41 @@ def terminal_width() -> int:
 _BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 
 
+MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
+
+
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None) -> str:
     """Columns through rich, fitted to `width` (the terminal's, `terminal_width()`, when None): columns in
-    `right` are right-aligned numbers that never wrap; text columns fold where the table would be too wide,
-    so a long kernel name costs lines, not the width. Plain text: no colour codes, no markup read."""
+    `right` are right-aligned numbers, wrapped only between words ("+2.00 ms" over "(+2.0%)"), never cut;
+    text columns fold where the table would be too wide, down to MIN_TEXT, so a long kernel name costs
+    lines, not the width. A table that cannot fit even so is printed wider than `width` rather than lose a
+    character. Plain text: no colour codes, no markup read."""
     right = right or set()
     width = terminal_width() if width is None else width
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    n = len(headers)
+    widths = [max(len(r[i]) for r in cells) for i in range(n)]
+    word = [max(len(x) for r in cells for x in r[i].split() or [""]) for i in range(n)]
+    least = [word[i] if i in right else min(widths[i], MIN_TEXT) for i in range(n)]
+    excess = sum(widths) + 2 * (n - 1) - width
+    while excess > 0:  # narrow the widest text column first (numbers last), never below its least
+        free = [i for i in range(n) if widths[i] > least[i]]
+        if not free:
+            break
+        group = [i for i in free if i not in right] or free
+        i = max(group, key=lambda k: widths[k])
+        rest = max([widths[k] for k in group if k != i] + [least[i]])
+        step = max(1, min(excess, widths[i] - max(rest, least[i])))
+        widths[i] -= step
+        excess -= step
     t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
-    for i, h in enumerate(headers):
-        num = i in right
-        t.add_column(Text(str(h)), justify="right" if num else "left", no_wrap=num, overflow="fold",
-                     min_width=len(str(h)) if num else None)
-    for r in rows:
-        t.add_row(*(Text(str(c)) for c in r))
-    console = Console(width=max(20, width), file=io.StringIO(), color_system=None, force_terminal=False,
-                      legacy_windows=False, soft_wrap=False, emoji=False, highlight=False, markup=False)
+    for i, h in enumerate(cells[0]):
+        t.add_column(Text(h), justify="right" if i in right else "left", overflow="fold", width=widths[i])
+    for r in cells[1:]:
+        t.add_row(*(Text(c) for c in r))
+    console = Console(width=sum(widths) + 2 * n + 2, file=io.StringIO(), color_system=None, force_terminal=False,
+                      force_jupyter=False, legacy_windows=False, soft_wrap=False, emoji=False, highlight=False,
+                      markup=False)
     with console.capture() as cap:
         console.print(t)
     return "\n".join(line.rstrip() for line in cap.get().rstrip("\n").splitlines())
