@@ -40,6 +40,20 @@ _BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
 
 
+def _narrow(widths: list[int], cols: list[int], floor: list[int], excess: int) -> int:
+    """Take up to `excess` characters from `cols`, widest first, none below its `floor`; what is left over."""
+    while excess > 0:
+        free = [i for i in cols if widths[i] > floor[i]]
+        if not free:
+            break
+        i = max(free, key=lambda k: widths[k])
+        rest = max([widths[k] for k in free if k != i] + [floor[i]])
+        step = max(1, min(excess, widths[i] - rest))
+        widths[i] -= step
+        excess -= step
+    return excess
+
+
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None) -> str:
     """Columns through rich, fitted to `width` (the terminal's, `terminal_width()`, when None): columns in
     `right` are right-aligned numbers, wrapped only between words ("+2.00 ms" over "(+2.0%)"), never cut;
@@ -52,18 +66,14 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     n = len(headers)
     widths = [max(len(r[i]) for r in cells) for i in range(n)]
     word = [max(len(x) for r in cells for x in r[i].split() or [""]) for i in range(n)]
-    least = [word[i] if i in right else min(widths[i], MIN_TEXT) for i in range(n)]
+    text = [i for i in range(n) if i not in right]
     excess = sum(widths) + 2 * (n - 1) - width
-    while excess > 0:  # narrow the widest text column first (numbers last), never below its least
-        free = [i for i in range(n) if widths[i] > least[i]]
-        if not free:
-            break
-        group = [i for i in free if i not in right] or free
-        i = max(group, key=lambda k: widths[k])
-        rest = max([widths[k] for k in group if k != i] + [least[i]])
-        step = max(1, min(excess, widths[i] - max(rest, least[i])))
-        widths[i] -= step
-        excess -= step
+    # Narrow in stages, each widest column first: text to its longest word or MIN_TEXT (wraps between words),
+    # numbers to their longest word, then text down to MIN_TEXT (folds inside a long name). Nothing is cut.
+    short = [min(w, MIN_TEXT) for w in widths]
+    for cols, floor in ((text, [max(a, b) for a, b in zip(word, short)]), (sorted(right & set(range(n))), word),
+                        (text, short)):
+        excess = _narrow(widths, cols, floor, excess)
     t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
     for i, h in enumerate(cells[0]):
         t.add_column(Text(h), justify="right" if i in right else "left", overflow="fold", width=widths[i])
