@@ -38,6 +38,7 @@ _BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 
 
 MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
+WORD_TEXT = 20  # a text column's word longer than this (an identifier) folds before any number wraps
 
 
 def _narrow(widths: list[int], cols: list[int], floor: list[int], excess: int) -> int:
@@ -68,10 +69,10 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     word = [max(len(x) for r in cells for x in r[i].split() or [""]) for i in range(n)]
     text = [i for i in range(n) if i not in right]
     excess = sum(widths) + 2 * (n - 1) - width
-    # Narrow in stages, each widest column first: text to its longest word or MIN_TEXT (wraps between words),
-    # numbers to their longest word, then text down to MIN_TEXT (folds inside a long name). Nothing is cut.
+    # Narrow in stages, each widest column first: text to its longest word (at most WORD_TEXT: a kernel name
+    # folds before a number wraps) or MIN_TEXT, numbers to their longest word, then text down to MIN_TEXT.
     short = [min(w, MIN_TEXT) for w in widths]
-    for cols, floor in ((text, [max(a, b) for a, b in zip(word, short)]), (sorted(right & set(range(n))), word),
+    for cols, floor in ((text, [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]), (sorted(right & set(range(n))), word),
                         (text, short)):
         excess = _narrow(widths, cols, floor, excess)
     t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
