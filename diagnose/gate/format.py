@@ -72,8 +72,8 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     # Narrow in stages, each widest column first: text to its longest word (at most WORD_TEXT: a kernel name
     # folds before a number wraps) or MIN_TEXT, numbers to their longest word, then text down to MIN_TEXT.
     short = [min(w, MIN_TEXT) for w in widths]
-    for cols, floor in ((text, [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]), (sorted(right & set(range(n))), word),
-                        (text, short)):
+    first = [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]
+    for cols, floor in ((text, first), (sorted(right & set(range(n))), word), (text, short)):
         excess = _narrow(widths, cols, floor, excess)
     t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
     for i, h in enumerate(cells[0]):
