@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from diagnose.errors import printable
-from diagnose.gate.format import ranks_text, table
+from diagnose.gate.format import prose, ranks_text, table
 from diagnose.gate.settings import differences
 from diagnose.gate.verdict import METRICS, Side, describe, units
 from diagnose.model import views
@@ -316,7 +316,7 @@ def render_text(c: Comparison) -> str:
         out += ["", "Vanished in B (not in B's top kernels)",
                 table(["name", "kind", "A"], [[_name(r), r.kind, fmt(r.a, "ms")] for r in k.vanished], {2})]
     out += ["", LEGEND]
-    return "\n".join(out)
+    return prose(out)
 
 
 LEGEND = ('direction: "up"/"down", "same" under 2 % (1 point for percentages, whose changes are in points); '

@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import sys
+import textwrap
 
 from rich import box
 from rich.console import Console
@@ -39,6 +40,15 @@ _BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 
 MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
 WORD_TEXT = 20  # a text column's word longer than this (an identifier) folds before any number wraps
+
+
+def prose(lines: list[str], width: int | None = None) -> str:
+    """`lines` joined, each single line of prose wrapped to the width (words kept whole, a hanging indent);
+    an element holding several lines (a table, already fitted) is kept as it is."""
+    width = terminal_width() if width is None else width
+    return "\n".join(x if "\n" in x or len(x) <= width else
+                     textwrap.fill(x, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+                     for x in lines)
 
 
 def _narrow(widths: list[int], cols: list[int], floor: list[int], excess: int) -> int:
@@ -134,7 +144,7 @@ def render_verdict(v: Verdict) -> str:
     else:
         n = len(v.results)
         out.append(f"PASS: {plural(n, 'gate')}" + (f" ({na} n/a)" if na else ""))
-    return "\n".join(out)
+    return prose(out)
 
 
 def _esc_data(s: str) -> str:
