@@ -57,11 +57,13 @@ def _host_label(host: str, i: int) -> str:
 
 
 def mesh_dims(a: Analysis) -> list[str]:
-    """The mesh dimensions every rank has a coordinate in, outermost first: the manifest's mesh order when it
-    names one, else MESH_ORDER (then any other dimension, by name); [] without coordinates."""
+    """The mesh dimensions every rank has a coordinate in and that take more than one value, outermost first:
+    the manifest's mesh order when it names one, else MESH_ORDER (then any other dimension, by name); []
+    without coordinates."""
     coords = [r.coords if isinstance(r.coords, dict) else {} for r in a.ranks]
     known = set.intersection(*(set(k for k, v in c.items() if isinstance(v, int)) for c in coords)) if coords else set()
     named = [str(d) for d in (a.manifest.mesh_dim_names if a.manifest else []) or []]
+    known = {d for d in known if len({c[d] for c in coords}) > 1}  # a dimension of size 1 orders nothing
     order = [d for d in named if d in known] + [d for d in MESH_ORDER if d in known and d not in named]
     return order + sorted(known - set(order))
 

@@ -170,6 +170,17 @@ def test_diff_page_chart(tmp_path):
     check(tmp_path, html, {"fig-diff"})
 
 
+@pytest.mark.parametrize("workload,args", [("dp2tp2pp2", []), ("ep2", ["--moe-experts", "4", "--moe-topk", "2"])])
+def test_own_run_report_figures(tmp_path, llmdiag_run, workload, args):
+    """The report of `llmdiag run`'s own traces (what `make demo` shows): pipeline, what-if, MoE, memory."""
+    from diagnose.analyze import analyze_path
+
+    out = tmp_path / "run"
+    llmdiag_run(out, workload, "--profile-steps", "0,1,1", "--steps", "3", *args)
+    a = analyze_path(str(out), jobs=1)
+    check(tmp_path, _report(a), {"fig-heatmap", "fig-memory"} | ({"fig-moe-send"} if a.moe else {"fig-pipeline"}))
+
+
 REAL_SETS = ["hta/nccl_data.json.gz", "hta/sampled_pair", "tracelens/mi300_ddp8_actckpt_rank0.json.gz",
              "torchrec/sst_long_a2a_optimizer_3", "bytedance/trace-ST.parquet"]
 
