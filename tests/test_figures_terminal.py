@@ -82,3 +82,24 @@ def test_a_table_too_wide_to_fit_keeps_every_number():
     assert all(f"{k},345.67" in text for k in range(10, 18)), text
     assert text.count("ms") == 8
     assert "aten::mm_v" in text and "ery_long_n" in text  # the name folds at MIN_TEXT, whole
+
+
+def test_quiet_analysis_does_not_import_rich(tmp_path):
+    """rich is imported where a table is printed, not by an analysis that prints none (-q)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.test_engine import _folder
+
+    src = _folder(tmp_path / "run")
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys, runpy; sys.argv = ['llmdiag', 'analyze', %r, '--no-report', '-q', '--json', %r]\n"
+            "try:\n    runpy.run_module('diagnose.cli.main', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('RICH', 'rich' in sys.modules)" % (str(src), str(tmp_path / "out.json")))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr
+    assert "RICH False" in p.stdout, p.stdout + p.stderr

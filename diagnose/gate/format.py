@@ -11,11 +11,6 @@ import shutil
 import sys
 import textwrap
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from diagnose.gate.verdict import GateResult, Side, Verdict, shown
 from diagnose.model.format import fmt, fmt_delta, plural
 
@@ -35,7 +30,7 @@ def terminal_width() -> int:
 
 
 # Header underlined with '-', no other rules, two spaces between columns (with the cell's one right pad).
-_BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+_BOX = "    \n    \n -  \n    \n    \n    \n    \n    \n"
 
 
 MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
@@ -85,7 +80,12 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     first = [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]
     for cols, floor in ((text, first), (sorted(right & set(range(n))), word), (text, short)):
         excess = _narrow(widths, cols, floor, excess)
-    t = Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
+    from rich.box import Box  # imported here: a run that prints no table (-q, JSON only) does not pay for rich
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(box=Box(_BOX, ascii=True), show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
     for i, h in enumerate(cells[0]):
         t.add_column(Text(h), justify="right" if i in right else "left", overflow="fold", width=widths[i])
     for r in cells[1:]:
