@@ -1,8 +1,9 @@
 """Many-rank figures drawn as plain SVG (no matplotlib: they cost microseconds, and scale to 1,024 ranks).
 
-- `heatmap`: rank × metric (step, compute only, exposed comm, idle, bubble, memory), ranks ordered and grouped
-  by host, then pipeline stage / mesh coordinate, each metric coloured over its own min..max. Runs of equal
-  colour are merged into one rectangle, so 1,024 similar ranks cost a few hundred elements, not 6,000.
+- `heatmap`: rank × metric (step, compute only, exposed comm, idle, bubble, memory), ranks in mesh order
+  (else rank order) and grouped by the outermost mesh coordinate (else host), each metric coloured from 0 to its
+  largest value with a colour bar and rank labels. Runs of equal colour are merged into one rectangle, so 1,024
+  similar ranks cost a few hundred elements, not 6,000.
 - `per_step`: per step, the five parts of the step (mean over ranks, stacked) and the spread of the step
   time over ranks (min..max whisker).
 
@@ -39,13 +40,14 @@ PARTS = [("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", 
 
 
 def _colour(level: int) -> str:
-    """Light yellow (low) to dark red (high), LEVELS steps."""
+    """Near white (0) to dark red (the row's largest value), LEVELS steps."""
     t = level / (LEVELS - 1)
-    r, g, b = 255 - int(t * 75), 245 - int(t * 200), 200 - int(t * 170)
+    r, g, b = 255 - int(t * 120), 250 - int(t * 220), 240 - int(t * 215)
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
 SAFE = re.compile(r"[A-Za-z0-9._:-]{1,48}")
+MESH_ORDER = ("pp", "dp", "fsdp", "cp", "tp")  # outermost first, as torch's device meshes usually nest them
 
 
 def _host_label(host: str, i: int) -> str:
@@ -54,17 +56,35 @@ def _host_label(host: str, i: int) -> str:
     return host if SAFE.fullmatch(host) else f"host {i}"
 
 
+def mesh_dims(a: Analysis) -> list[str]:
+    """The mesh dimensions every rank has a coordinate in and that take more than one value, outermost first:
+    the manifest's mesh order when it names one, else MESH_ORDER (then any other dimension, by name); []
+    without coordinates."""
+    coords = [r.coords if isinstance(r.coords, dict) else {} for r in a.ranks]
+    known = set.intersection(*(set(k for k, v in c.items() if isinstance(v, int)) for c in coords)) if coords else set()
+    named = [str(d) for d in (a.manifest.mesh_dim_names if a.manifest else []) or []]
+    known = {d for d in known if len({c[d] for c in coords}) > 1}  # a dimension of size 1 orders nothing
+    order = [d for d in named if d in known] + [d for d in MESH_ORDER if d in known and d not in named]
+    return order + sorted(known - set(order))
+
+
 def rank_order(a: Analysis) -> tuple[list[RankMetrics], list[tuple[str, int, int]]]:
-    """Ranks by (host, pipeline stage, other mesh coordinates, rank); groups as (label, first, last index)."""
-    raw = rank_hosts(a)
-    names = {h: _host_label(h, i) for i, h in enumerate(sorted(set(raw.values())))}
-    hosts = {r: names[h] for r, h in raw.items()}
-    key = lambda r: (raw[r.rank], r.coords.get("pp", 0) if isinstance(r.coords, dict) else 0, r.rank)
-    ranks = sorted(a.ranks, key=key)
+    """Ranks in mesh order (coordinates outermost first, then rank) where every rank has coordinates, else by
+    rank; groups as (label, first, last index): runs of the outermost mesh coordinate that groups at least two
+    ranks, else runs of one host."""
+    dims = mesh_dims(a)
+    ranks = sorted(a.ranks, key=lambda r: (*(r.coords[d] for d in dims), r.rank))
+    n = len(ranks)
+    band = next((d for d in dims if 2 <= len({r.coords[d] for r in ranks}) <= n // 2), None)
+    if band is not None:
+        label_of = {r.rank: f"{band} {int(r.coords[band])}" for r in ranks}
+    else:
+        raw = rank_hosts(a)
+        names = {h: _host_label(h, i) for i, h in enumerate(sorted(set(raw.values())))}
+        label_of = {r.rank: names[raw[r.rank]] for r in ranks}
     groups: list[list] = []
     for i, r in enumerate(ranks):
-        pp = r.coords.get("pp") if isinstance(r.coords, dict) else None
-        label = hosts[r.rank] + (f" · stage {pp}" if pp is not None and a.pipeline else "")
+        label = label_of[r.rank]
         if groups and groups[-1][0] == label:
             groups[-1][2] = i
         else:
@@ -73,7 +93,8 @@ def rank_order(a: Analysis) -> tuple[list[RankMetrics], list[tuple[str, int, int
 
 
 HEAT_MAX_COLUMNS = 512  # more ranks than this are binned: a column narrower than ~1.3 px shows no outlier
-HEAT_MAX_BANDS = 256  # host/stage bands drawn above the cells; past this the caption counts them
+HEAT_MAX_BANDS = 256  # group bands drawn above the cells; past this the caption counts them
+LABEL_GAP = 48  # viewBox units between two rank labels under the cells (five digits at 12 px, and a gap)
 
 
 def _bins(n: int) -> list[tuple[int, int]]:
@@ -84,13 +105,22 @@ def _bins(n: int) -> list[tuple[int, int]]:
     return [(i, min(n, i + size) - 1) for i in range(0, n, size)]
 
 
+def _level(v: float, hi: float) -> int:
+    """A value's colour step on its row's scale from 0 to the row's largest value: ranks 2 % apart get the
+    same or the next step, never the two ends of the scale."""
+    return 0 if hi <= 0 else max(0, min(LEVELS - 1, round(v / hi * (LEVELS - 1))))
+
+
 def heatmap(a: Analysis) -> str:
-    """The rank × metric heatmap as an SVG string (empty without ranks). Above HEAT_MAX_COLUMNS ranks, runs
-    of consecutive ranks (in the figure's order) share a column coloured by their worst (highest) value,
-    and the caption and each tooltip say so: an outlier among 16,384 ranks still shows."""
+    """The rank × metric heatmap as an SVG string (empty without ranks). Each row is coloured from 0 to its
+    largest value (a colour bar under the cells says so; the row's range is printed at its right), so equal
+    shades mean near-equal values. Columns are in mesh order with rank labels under them. Above
+    HEAT_MAX_COLUMNS ranks, runs of consecutive ranks (in the figure's order) share a column coloured by their
+    worst (highest) value, and the caption and each tooltip say so: an outlier among 16,384 ranks still shows."""
     ranks, groups = rank_order(a)
     if not ranks:
         return ""
+    dims = mesh_dims(a)
     extra = {"bubble": {b.rank: b.measured for b in (a.pipeline.stage_bubbles if a.pipeline else [])}}
     bins = _bins(len(ranks))
     rows = []
@@ -109,7 +139,8 @@ def heatmap(a: Analysis) -> str:
     plot_w = width - left - right
     cw = plot_w / nb
     top = 34 if nb == n else 48  # a binned map has a second caption line
-    h = top + cell_h * len(rows) + 8
+    bottom = top + cell_h * len(rows)
+    h = bottom + 80
     out = [f'<svg class="fig heat" id="fig-heatmap" viewBox="0 0 {width} {h}" role="img" '
            f'aria-label="rank by metric heatmap" xmlns="http://www.w3.org/2000/svg">']
     col = lambda i: i // per  # the column a rank index falls in
@@ -118,31 +149,31 @@ def heatmap(a: Analysis) -> str:
         out.append(f'<rect x="{x0:.2f}" y="{top - 16}" width="{x1 - x0:.2f}" height="12" '
                    f'fill="{"#dde3ee" if g % 2 == 0 else "#c5cfdf"}"><title>{escape(label)}: ranks '
                    f'{ranks[i0].rank}…{ranks[i1].rank}</title></rect>')
-        if x1 - x0 > 60:
-            text = str(escape(label if len(label) <= (x1 - x0) / 6.5 else label[:max(3, int((x1 - x0) / 6.5) - 1)] + "…"))
-            out.append(f'<text x="{x0 + 3:.2f}" y="{top - 6}" class="hl">{text}</text>')
+        fits = int((x1 - x0 - 6) / 7.5)  # characters that fit in the band at 12 px
+        if fits >= 4:
+            text = label if len(label) <= fits else label[:fits - 1] + "…"
+            out.append(f'<text x="{x0 + 3:.2f}" y="{top - 6}" class="hl">{escape(text)}</text>')
         if g and len(groups) <= 64:  # a thin gap between groups; past 64 the band above says it
-            out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top}" y2="{h - 8}" stroke="#fff" '
+            out.append(f'<line x1="{x0:.2f}" x2="{x0:.2f}" y1="{top}" y2="{bottom}" stroke="#fff" '
                        'stroke-width="1.5"/>')
-    what = (f"{n} ranks in {len(groups)} group{'s' if len(groups) != 1 else ''} by host"
-            f"{' and pipeline stage' if a.pipeline else ''}")
-    how = ("(the band above; hover a cell or band for its ranks)" if len(groups) <= HEAT_MAX_BANDS else
-           "(too many groups for bands: ranks in host order)")
-    out.append(f'<text x="{left}" y="{top - 22}" class="hl">{escape(what)} {escape(how)}</text>')
+    order = f"mesh order ({', '.join(dims)})" if dims else "rank order"
+    kind = groups[0][0].split(" ")[0] if groups and dims and groups[0][0].split(" ")[0] in dims else "host"
+    what = f"{n} ranks in {order}; {len(groups)} group{'s' if len(groups) != 1 else ''} by {kind}"
+    how = "(the band above; hover a cell or band for its ranks)" if len(groups) <= HEAT_MAX_BANDS else "(no bands)"
+    out.append(f'<text x="4" y="{top - 22}" class="hl">{escape(what)} {escape(how)}</text>')
     if nb < n:
-        out.append(f'<text x="{left}" y="{top - 36}" class="hl">Binned: each column is {per} consecutive ranks in '
-                   'this order, coloured by their worst (highest) value; hover for its ranks, max and mean</text>')
+        out.append(f'<text x="4" y="{top - 36}" class="hl">Binned: each column is {per} consecutive ranks in this '
+                   'order, coloured by their worst (highest) value; hover for its ranks, max and mean</text>')
     for j, (label, unit, cells) in enumerate(rows):
         y = top + j * cell_h
         defined = [c[0][0] for c in cells if c is not None]
-        lo, hi = min(defined), max(defined)  # the colour scale: over the columns' (worst) values
+        hi = max(defined)  # the colour scale: 0 to the largest column (worst) value
         low = min(c[3] for c in cells if c is not None)  # the label: every rank's range, as the tables print it
         u = column_unit([hi], unit) if unit == "gib" else unit
         out.append(f'<text x="{left - 6}" y="{y + cell_h * 0.68:.1f}" text-anchor="end">{label}</text>')
         rng = f"all {fmt(low, u)}" if fmt(low, u) == fmt(hi, u) else f"{fmt(low, u)} … {fmt(hi, u)}"
         out.append(f'<text x="{width - right + 6}" y="{y + cell_h * 0.68:.1f}" class="hl">{rng}</text>')
-        levels = [None if c is None else (0 if hi == lo else round((c[0][0] - lo) / (hi - lo) * (LEVELS - 1)))
-                  for c in cells]
+        levels = [None if c is None else _level(c[0][0], hi) for c in cells]
         i = 0
         while i < nb:  # merge runs of one colour
             k = i
@@ -162,6 +193,21 @@ def heatmap(a: Analysis) -> str:
             out.append(f'<rect x="{left + i * cw:.2f}" y="{y + 1}" width="{(k - i + 1) * cw:.2f}" height="{cell_h - 2}" '
                        f'fill="{fill}"><title>{label}, {tip}</title></rect>')
             i = k + 1
+    every = max(1, math.ceil(LABEL_GAP / cw))  # rank labels under the cells, at least LABEL_GAP apart
+    for i in range(0, nb, every):
+        x = left + (i + 0.5) * cw
+        out.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{bottom}" y2="{bottom + 4}" stroke="#5b6475"/>'
+                   f'<text x="{x:.2f}" y="{bottom + 16}" text-anchor="middle">{ranks[bins[i][0]].rank}</text>')
+    axis = "rank" if nb == n else f"rank (the first of each column of {per})"
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{bottom + 33}" text-anchor="middle" class="hl">{axis}</text>')
+    ly = bottom + 44  # the colour bar: one step per level, from 0 to the row's largest value
+    out.append(f'<text x="{left - 6}" y="{ly + 10}" text-anchor="end" class="hl">colour</text>')
+    for k in range(LEVELS):
+        out.append(f'<rect x="{left + k * 16}" y="{ly}" width="16" height="12" fill="{_colour(k)}"/>')
+    out.append(f'<text x="{left}" y="{ly + 26}" text-anchor="middle" class="hl">0</text>'
+               f'<text x="{left + LEVELS * 16}" y="{ly + 26}" text-anchor="middle" class="hl">max</text>'
+               f'<text x="{left + LEVELS * 16 + 30}" y="{ly + 10}" class="hl">each row from 0 to its largest value '
+               '(its range at the right): ranks a few % apart look alike</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -213,7 +259,8 @@ def per_step(a: Analysis) -> str:
                    f'<text x="{left - 4}" y="{sy(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     out.append(f'<text x="{left}" y="14" class="hl">ms per step: parts stacked (mean over ranks), whisker = '
                'slowest and fastest rank</text>')
-    label_every = max(1, len(series) // 20)
+    label_w = 7.5 * max(len(str(s["step"])) for s in series) + 10  # a step number at 12 px and a gap
+    label_every = max(1, math.ceil(label_w / bw))
     for i, s in enumerate(series):
         x = left + i * bw
         y = top + plot_h

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup, escape
 
 from diagnose.model.format import fmt, fmt_delta
 
@@ -17,6 +18,10 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 CHART_ROWS = 12
+# The chart's columns in viewBox units (the SVG scales with the page, text with it): names right-aligned in
+# [0, NAME_END], the change as printed right-aligned at LABEL_END, bars from ZERO by up to BAR either way. Text
+# and bars never share a column, so a long label cannot run over a name and no label runs off the edge.
+NAME_END, NAME_CHARS, LABEL_END, ZERO, BAR, CHART_W, ROW_H = 410, 48, 600, 800, 180, 1000, 22
 
 
 def chart_rows(comparison, n: int = CHART_ROWS) -> list[dict]:
@@ -30,6 +35,25 @@ def chart_rows(comparison, n: int = CHART_ROWS) -> list[dict]:
              "effect": r.effect, "label": fmt_delta(r.delta, r.unit, r.a)} for r in rows[:n]]
 
 
+def chart_svg(rows: list[dict]) -> Markup:
+    """The largest changes as a bar chart (inline SVG, escaped text; empty without rows)."""
+    if not rows:
+        return Markup("")
+    h = ROW_H * len(rows) + 10
+    out = [f'<svg class="chart" id="fig-diff" viewBox="0 0 {CHART_W} {h}" role="img" aria-label="relative changes">'
+           f'<line x1="{ZERO}" x2="{ZERO}" y1="0" y2="{h}" stroke="#9aa3b2"/>']
+    for i, x in enumerate(rows):
+        name = x["name"] if len(x["name"]) <= NAME_CHARS else x["name"][:NAME_CHARS - 1] + "…"
+        w = max(min(abs(x["pct"]) / 100, 1.0) * BAR, 1.0)
+        colour = "#0a7a32" if x["effect"] == "better" else "#b3261e"
+        out.append(f'<g transform="translate(0,{ROW_H * i + 5})"><title>{escape(x["name"])}: {x["pct"]:+.1f} %</title>'
+                   f'<text x="{NAME_END}" y="14" text-anchor="end">{escape(name)}</text>'
+                   f'<text x="{LABEL_END}" y="14" text-anchor="end" class="{escape(x["effect"])}">{escape(x["label"])}'
+                   f'</text><rect x="{ZERO - w if x["neg"] else ZERO:.1f}" y="3" width="{w:.1f}" height="14" '
+                   f'fill="{colour}"/></g>')
+    return Markup("".join(out + ["</svg>"]))
+
+
 def render_diff_html(comparison) -> str:
     """`comparison`: a `diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -37,4 +61,4 @@ def render_diff_html(comparison) -> str:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt  # {{ value | fmt(unit) }}
     env.filters["delta"] = lambda r: fmt_delta(r.delta, r.unit, r.a)  # {{ row | delta }}: B − A of a diff row
-    return env.get_template("diff.html.j2").render(c=comparison, chart=chart_rows(comparison))
+    return env.get_template("diff.html.j2").render(c=comparison, chart=chart_svg(chart_rows(comparison)))

@@ -183,11 +183,3 @@ def memory_timeline(series: list[tuple[str, MemoryStat]]) -> str:
                    (left + W - right) / 2)
     return "".join(out + ["</svg>"])
 
-
-def __getattr__(name: str):
-    """`RC`, `_fig`, `_svg` (matplotlib helpers) moved to reports/mpl.py; imported from here on first use only."""
-    if name in ("RC", "_fig", "_svg"):
-        from reports import mpl
-
-        return getattr(mpl, name)
-    raise AttributeError(name)

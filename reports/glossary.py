@@ -48,7 +48,8 @@ GLOSSARY = {
     "tokens_per_s": ("Tokens/s", "Tokens per optimizer step (all data-parallel replicas) / mean step time."),
     "mfu": ("MFU", "Achieved FLOP/s per device / the device's dense bf16 peak (known for GPUs only). Model "
             "FLOPs per step = 6·N·tokens + 12·layers·hidden·seq·tokens (PaLM's convention)."),
-    "tflops": ("Achieved TFLOP/s", "Model FLOPs per step / mean step time / world size."),
+    "tflops": ("Achieved FLOP/s", "Model FLOPs per step / mean step time / world size, printed in TFLOP/s, "
+                                   "GFLOP/s or MFLOP/s by its size."),
     "kernel_share": ("Kernel share", "A kernel's summed time / summed time of all kernels (or top-level ops) in "
                      "the windows, both over the ranks whose top-K list holds the kernel. Its ms and count per step "
                      "are the mean over those same ranks."),

@@ -69,7 +69,7 @@ _ENV = _env()
 
 
 def _moe(a: Analysis) -> Markup:
-    """The MoE section, imported only for a run with expert parallelism (its heatmap imports matplotlib)."""
+    """The MoE section, imported only for a run with expert parallelism."""
     if a.moe is None:
         return Markup("")
     from reports import moe as moe_section

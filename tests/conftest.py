@@ -52,3 +52,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _terminal_columns(monkeypatch):
+    """Terminal tables follow `COLUMNS` (else the tty, else 100: diagnose/gate/format.py). Tests that parse
+    them split cells on runs of spaces, so they read them as a wide CI log would, at 160 columns; a test
+    about the width sets its own."""
+    monkeypatch.setenv("COLUMNS", "160")

@@ -426,7 +426,8 @@ def test_gantt_legend_and_replicas_say_what_is_drawn():
 
 def test_many_steps_chart_and_heatmap_grouped_by_host():
     """40 steps: one chart bar per step, its mean parts summing to the mean step time of the ranks, and the
-    40-row table folded; the heatmap orders ranks by host (then stage, rank) and its cells carry the values."""
+    40-row table folded; the heatmap orders ranks by mesh coordinate (bands: the outermost coordinate, else
+    runs of one host) and its cells carry the values."""
     import dataclasses as dc
 
     from reports.charts import rank_order, step_series
@@ -448,9 +449,15 @@ def test_many_steps_chart_and_heatmap_grouped_by_host():
     svg = html[html.index('id="fig-steps"'):].split("</svg>")[0]
     assert svg.count('<g id="step-bar-') == 40 and "step 17: mean" in svg
     assert "<details><summary>Per-step table (40 steps)</summary>" in html
+    ranks, groups = rank_order(a)  # coordinates dp = rank: mesh order is rank order; no dp group holds 2 ranks
+    assert [r.rank for r in ranks] == list(range(8))
+    assert [g[0] for g in groups] == ["node1", "node0"] * 4  # so the bands are runs of one host
+    for r in a.ranks:
+        r.coords = {"pp": r.rank % 2, "dp": r.rank // 2}  # even ranks are stage 0
+    a.manifest.mesh_dim_names = ["pp", "dp"]  # the manifest's mesh order: pp outermost
     ranks, groups = rank_order(a)
-    assert [r.rank for r in ranks] == [1, 3, 5, 7, 0, 2, 4, 6]
-    assert [g[0] for g in groups] == ["node0", "node1"]
+    assert [r.rank for r in ranks] == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert [(g[0], g[1], g[2]) for g in groups] == [("pp 0", 0, 3), ("pp 1", 4, 7)]
     heat = html[html.index('id="fig-heatmap"'):].split("</svg>")[0]
     assert "exposed comm, rank 7: " in heat or "exposed comm, ranks" in heat
 

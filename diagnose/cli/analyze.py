@@ -226,11 +226,9 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
         if not quiet:
             from diagnose.cli.terminal import render
 
-            import shutil
-
             tty = sys.stdout.isatty()
             colour = tty and not os.environ.get("NO_COLOR")
-            click.echo(render(analysis, width=shutil.get_terminal_size((100, 24)).columns if tty else 160, colour=colour),
+            click.echo(render(analysis, colour=colour),
                        color=colour)  # the terminal escapes every trace-derived string itself
         if cross_check:
             from diagnose.cli.hta_check import cross_check_hta

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 import click
 
 from diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
-from diagnose.gate.format import table
+from diagnose.gate.format import table, terminal_width
 from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
@@ -49,10 +49,12 @@ def _sev(word: str) -> str:
 
 def _fit(header: list[str], rows: list[list[str]], cut: set[int], right: set[int]) -> str:
     """The table, its text columns (`cut`) ellipsised in the middle, widest first, until it fits the width;
-    a table still too wide is split into two, the second repeating the key columns (0 and `cut`)."""
+    a table still too wide is split into two, the second repeating the key columns (0 and `cut`). Measured
+    unwrapped, printed through rich at the width (`gate.format.table`), which folds what still overflows."""
     width = lambda t: max(len(line) for line in t.splitlines())
+    free = 1 << 20  # measuring: no wrapping
     while True:
-        text = table(header, rows, right=right)
+        text = table(header, rows, right=right, width=free)
         excess = width(text) - WIDTH.get()
         widths = {i: max(len(r[i]) for r in rows) for i in cut}
         wide = [i for i in cut if widths[i] > MIN_CUT]
@@ -64,17 +66,17 @@ def _fit(header: list[str], rows: list[list[str]], cut: set[int], right: set[int
     keys = sorted({0} | cut)
     rest = [i for i in range(len(header)) if i not in keys]
     if excess <= 0 or len(rest) < 2:
-        return text
+        return table(header, rows, right=right, width=WIDTH.get())
     for k in range(len(rest) - 1, 0, -1):  # the most columns that fit beside the keys
         first = keys + rest[:k]
-        sub = table([header[i] for i in first], [[r[i] for i in first] for r in rows],
-                    right={j for j, i in enumerate(first) if i in right})
-        if width(sub) <= WIDTH.get() or k == 1:
+        sub_args = ([header[i] for i in first], [[r[i] for i in first] for r in rows],
+                    {j for j, i in enumerate(first) if i in right})
+        if width(table(*sub_args, width=free)) <= WIDTH.get() or k == 1:
             second = keys + rest[k:]
-            return sub + "\n\n" + _fit([header[i] for i in second], [[r[i] for i in second] for r in rows],
-                                         {j for j, i in enumerate(second) if i in cut} - {0},
-                                         {j for j, i in enumerate(second) if i in right})
-    return text
+            return table(*sub_args, width=WIDTH.get()) + "\n\n" + _fit(
+                [header[i] for i in second], [[r[i] for i in second] for r in rows],
+                {j for j, i in enumerate(second) if i in cut} - {0}, {j for j, i in enumerate(second) if i in right})
+    return table(header, rows, right=right, width=WIDTH.get())
 
 
 def _table(title: str, header: list[str], rows: list[list], note: str = "", cut: set[int] | None = None) -> str:
@@ -338,11 +340,12 @@ def _whatif(a: Analysis) -> str:
     return out
 
 
-def render(a: Analysis, width: int = 160, colour: bool = False) -> str:
+def render(a: Analysis, width: int | None = None, colour: bool = False) -> str:
     """The analysis as text, in the report's order of sections, fitted to `width` columns (tables cut their
     name columns in the middle, prose wraps); severities coloured when `colour` (a tty; click.style, so no
-    extra dependency, and click.echo drops the codes where the output is piped)."""
-    tw, tc = WIDTH.set(max(60, width)), COLOUR.set(colour)
+    extra dependency, and click.echo drops the codes where the output is piped). `width` None: the terminal's,
+    or `COLUMNS`, or 100 off a terminal (`gate.format.terminal_width`)."""
+    tw, tc = WIDTH.set(max(60, terminal_width() if width is None else width)), COLOUR.set(colour)
     try:
         parts = [_headline(a), _ranks(a), _idle(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _op_kernels(a), _launches(a), _memory(a),
                  _skew(a), _whatif(a), _findings(a), _issues(a)]

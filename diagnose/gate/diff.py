@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from diagnose.gate.format import ranks_text, table
+from diagnose.gate.format import prose, ranks_text, table
 from diagnose.gate.settings import differences
 from diagnose.gate.verdict import METRICS, Side, describe, units
 from diagnose.model import views
@@ -185,7 +185,7 @@ def _comm(a: Analysis, b: Analysis) -> Section:
 def _throughput(a: Analysis, b: Analysis) -> Section:
     x, y = a.aggregate, b.aggregate
     rows = [row("tokens/s", "tokens", x.tokens_per_s, y.tokens_per_s), row("MFU", "mfu", x.mfu, y.mfu),
-            row("TFLOP/s per device", "tflops", x.achieved_tflops_per_device, y.achieved_tflops_per_device)]
+            row("achieved FLOP/s per device", "tflops", x.achieved_tflops_per_device, y.achieved_tflops_per_device)]
     return Section("Throughput", _defined(rows))
 
 
@@ -317,7 +317,7 @@ def render_text(c: Comparison) -> str:
         out += ["", "Vanished in B (not in B's top kernels)",
                 table(["name", "kind", "A"], [[_name(r), r.kind, fmt(r.a, "ms")] for r in k.vanished], {2})]
     out += ["", LEGEND]
-    return "\n".join(out)
+    return prose(out)
 
 
 LEGEND = ('direction: "up"/"down", "same" under 2 % (1 point for percentages, whose changes are in points); '

@@ -7,22 +7,98 @@ file names, which are untrusted.
 
 from __future__ import annotations
 
+import io
+import os
+import shutil
+import sys
+import textwrap
+
 from diagnose.gate.verdict import GateResult, Side, Verdict, shown
 from diagnose.model.escape import github_data, github_property, markdown, terminal
 from diagnose.model.format import fmt, fmt_delta, plural
 
 
-def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
-    """Columns padded to the widest cell; columns in `right` are right-aligned (numbers)."""
+DEFAULT_WIDTH = 100  # columns off a terminal (a pipe, a CI log) when COLUMNS is not set
+
+
+def terminal_width() -> int:
+    """The width every table and paragraph is fitted to: `COLUMNS` when set (a pipe or CI log can say its
+    width), else the terminal's own width on a tty, else DEFAULT_WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+# Header underlined with '-', no other rules, two spaces between columns (with the cell's one right pad).
+_BOX = "    \n    \n -  \n    \n    \n    \n    \n    \n"
+
+
+MIN_TEXT = 10  # a text column folds no narrower than this (or its widest cell)
+WORD_TEXT = 20  # a text column's word longer than this (an identifier) folds before any number wraps
+
+
+def prose(lines: list[str], width: int | None = None) -> str:
+    """`lines` joined, each single line of prose wrapped to the width (words kept whole, a hanging indent);
+    an element holding several lines (a table, already fitted) is kept as it is."""
+    width = terminal_width() if width is None else width
+    return "\n".join(x if "\n" in x or len(x) <= width else
+                     textwrap.fill(x, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+                     for x in lines)
+
+
+def _narrow(widths: list[int], cols: list[int], floor: list[int], excess: int) -> int:
+    """Take up to `excess` characters from `cols`, widest first, none below its `floor`; what is left over."""
+    while excess > 0:
+        free = [i for i in cols if widths[i] > floor[i]]
+        if not free:
+            break
+        i = max(free, key=lambda k: widths[k])
+        rest = max([widths[k] for k in free if k != i] + [floor[i]])
+        step = max(1, min(excess, widths[i] - rest))
+        widths[i] -= step
+        excess -= step
+    return excess
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None) -> str:
+    """Columns through rich, fitted to `width` (the terminal's, `terminal_width()`, when None): columns in
+    `right` are right-aligned numbers, wrapped only between words ("+2.00 ms" over "(+2.0%)"), never cut;
+    text columns fold where the table would be too wide, down to MIN_TEXT, so a long kernel name costs
+    lines, not the width. A table that cannot fit even so is printed wider than `width` rather than lose a
+    character. Plain text: no colour codes, no markup read."""
     right = right or set()
+    width = terminal_width() if width is None else width
     cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    n = len(headers)
+    widths = [max(len(r[i]) for r in cells) for i in range(n)]
+    word = [max(len(x) for r in cells for x in r[i].split() or [""]) for i in range(n)]
+    text = [i for i in range(n) if i not in right]
+    excess = sum(widths) + 2 * (n - 1) - width
+    # Narrow in stages, each widest column first: text to its longest word (at most WORD_TEXT: a kernel name
+    # folds before a number wraps) or MIN_TEXT, numbers to their longest word, then text down to MIN_TEXT.
+    short = [min(w, MIN_TEXT) for w in widths]
+    first = [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]
+    for cols, floor in ((text, first), (sorted(right & set(range(n))), word), (text, short)):
+        excess = _narrow(widths, cols, floor, excess)
+    from rich.box import Box  # imported here: a run that prints no table (-q, JSON only) does not pay for rich
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    def line(r):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
+    t = Table(box=Box(_BOX, ascii=True), show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), show_header=True, expand=False)
+    for i, h in enumerate(cells[0]):
+        t.add_column(Text(h), justify="right" if i in right else "left", overflow="fold", width=widths[i])
+    for r in cells[1:]:
+        t.add_row(*(Text(c) for c in r))
+    console = Console(width=sum(widths) + 2 * n + 2, file=io.StringIO(), color_system=None, force_terminal=False,
+                      force_jupyter=False, legacy_windows=False, soft_wrap=False, emoji=False, highlight=False,
+                      markup=False)
+    with console.capture() as cap:
+        console.print(t)
+    return "\n".join(line.rstrip() for line in cap.get().rstrip("\n").splitlines())
 
 
 def ranks_text(side: Side) -> str:
@@ -71,7 +147,7 @@ def render_verdict(v: Verdict) -> str:
     else:
         n = len(v.results)
         out.append(f"PASS: {plural(n, 'gate')}" + (f" ({na} n/a)" if na else ""))
-    return "\n".join(out)
+    return prose(out)
 
 
 def github_annotations(v: Verdict) -> list[str]:
