@@ -86,9 +86,13 @@ def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, t
         v, why = verdict(f, exp.get("claims", []) + COMMON_CLAIMS)
         rows.append({"rule": f["id"], "severity": f["severity"], "verdict": v, "why": why,
                      "scored": f["severity"] in ("high", "medium"), "text": f["text"][:240]})
+    # recall: a problem is found by an issue, or by a finding of ANY severity that states it correctly (its own
+    # verdict is right): a finding judged wrong or misleading does not find the problem it gets wrong
+    stating = issues + [f for f, r in zip(findings, rows) if r["verdict"] == "right"]
     problems = []
     for p in exp.get("problems", []):
-        hit = next((it for it in items for m in p["any"] if matches(m, it, "finding")), None)
+        hit = next((it for it in stating for m in p["any"]
+                    if matches({k: v for k, v in m.items() if k != "min_severity"}, it, "finding")), None)
         problems.append({"id": p["id"], "what": p["what"], "found": hit is not None,
                          "by": (hit["id"] if hit else None)})
     silent = []
@@ -108,6 +112,15 @@ def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, t
 
 def _headline(h: dict, headline: dict, truth: dict) -> dict:
     got = headline.get(h["field"])
+    if "regex" in h:  # the headline's words: what its number is (mean or median) and over which steps
+        ok = isinstance(got, str) and re.search(h["regex"], got, re.I) is not None
+        return {"id": h["id"], "ok": ok, "got": got, "want": f"/{h['regex']}/", "why": h["why"]}
+    if h.get("outliers"):  # the outlier steps of some run in the folder, each named in the headline text
+        runs = truth.get(h["truth"]) or [[]]
+        text = headline.get("headline_text") or ""
+        named = all(re.search(rf"outlier\b[^;]*\bstep {k}\b", text) for k in (got or []))
+        ok = got is not None and named and any(sorted(got) == sorted(w) for w in runs)
+        return {"id": h["id"], "ok": ok, "got": got, "want": runs, "why": h["why"]}
     if "equals" in h:
         ok = got == h["equals"]
         return {"id": h["id"], "ok": ok, "got": got, "want": h["equals"], "why": h["why"]}
