@@ -113,7 +113,11 @@ def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, t
 def _headline(h: dict, headline: dict, truth: dict) -> dict:
     got = headline.get(h["field"])
     if "regex" in h:  # the headline's words: what its number is (mean or median) and over which steps
-        ok = isinstance(got, str) and re.search(h["regex"], got, re.I) is not None
+        m = re.search(h["regex"], got, re.I) if isinstance(got, str) else None
+        ok = m is not None
+        if ok and "med" in m.groupdict():  # the headline's median is the summary's (same number everywhere)
+            med = headline.get("median_step_ms")
+            ok = med is not None and abs(float(m["med"].replace(",", "")) - med) <= 0.01 * med + 0.01
         return {"id": h["id"], "ok": ok, "got": got, "want": f"/{h['regex']}/", "why": h["why"]}
     if h.get("outliers"):  # the outlier steps of some run in the folder, each named in the headline text
         runs = truth.get(h["truth"]) or [[]]

@@ -55,13 +55,13 @@ def run_llmdiag(path: str) -> dict:
                                             "steps": [], "gain_ms": None, "text": str(e)}],
                 "headline": {"refused": True, "step_ms": None, "memory_peak_max": None, "comm_ms": None,
                              "median_step_ms": None, "outlier_steps": None, "headline_text": None}}
-    steps = getattr(a, "steps", None)
+    steps = (a.to_dict().get("steps") or {}) if getattr(a, "steps", None) is not None else {}  # the JSON summary's
     return {"findings": [finding_view(f) for f in a.findings], "issues": [issue_view(i) for i in a.issues],
             "headline": {"refused": False, "step_ms": a.aggregate.step_time_ms,
                          "memory_peak_max": a.aggregate.memory_peak_max,
                          "comm_ms": sum(r.comm_ms for r in a.ranks) / len(a.ranks) if a.ranks else None,
-                         "median_step_ms": steps.median_ms if steps else None,
-                         "outlier_steps": list(steps.outliers) if steps else None,
+                         "median_step_ms": steps.get("median_ms"),
+                         "outlier_steps": list(steps["outliers"]) if steps.get("outliers") is not None else None,
                          "headline_text": headline_text(a)}}
 
 
