@@ -13,7 +13,10 @@ A matcher is a dict of conditions, all of which must hold:
   gain_ms    [lo, hi]: the finding's gain per step lies inside (or outside, with gain_outside: true)
 Claims are matchers with a verdict (right / wrong / misleading / unverified) and a why; the first claim that
 matches a finding gives its verdict. A high/medium finding no claim matches is `wrong`: nothing in the
-corpus says it is true.
+corpus says it is true. A problem is found by a matching issue or by a matching finding of any severity whose own
+verdict is right (a problem matcher's min_severity is ignored; a wrong or misleading finding finds nothing).
+Headlines: a fixed value, a value within a tolerance of the truth, a regex on the headline text (a `med` group
+must equal the summary's median step), or the outlier steps (`outliers`: the truth's, each named in the text).
 """
 
 from __future__ import annotations
