@@ -32,11 +32,11 @@ STEP_BASIS = r"\b(mean|median) step time [\d.,]+ ?\w* over ranks and steps? \d+(
 
 def step_headlines(why: str) -> list[dict]:
     """Issue #27: "headlines say whether they are medians or means and over which steps; a step over 1.5x the
-    median is flagged and named". The median step within 20 % of the truth's (median over steps of the job's
-    step, host ProfilerStep#N, max over ranks); the headline's words say mean or median and which steps, and give
-    the median; the outlier steps (> 1.5x that median, from the events) are exactly those flagged, each named in
-    the headline. Which number the headline leads with (a mean) is not checked."""
-    return [{"id": "step_median", "field": "median_step_ms", "truth": "median_step_ms", "tol": 0.2, "why": why},
+    median is flagged and named". The median step within 10 % of the truth's (the median over steps of the job's
+    step, host ProfilerStep#N, max over ranks; steady steps differ by a few %, so 10 %); the headline's words say
+    mean or median and which steps, and give the median; the outlier steps (> 1.5x that median, from the events)
+    are exactly those flagged, each named in the headline. Which number the headline leads with (a mean) is not checked."""
+    return [{"id": "step_median", "field": "median_step_ms", "truth": "median_step_ms", "tol": 0.1, "why": why},
             {"id": "step_basis", "field": "headline_text", "regex": STEP_BASIS,
              "why": "the headline says mean or median, over which steps, and the median step (the JSON summary's "
                     "steps.median_ms)"},
@@ -146,6 +146,8 @@ REAL: dict[str, dict] = {
                         "truth 30 ms/step): a wrong finding does not find the problem",
         "host_stall_r2": "no finding says rank 2 stalls on the host with no profiled op (host_op_stall calls the "
                          "20 ms inside `_AlltoAllSingle` host work; stragglers says 'uneven work')",
+        "step_median": "median step 206.8 ms, truth 176.0 (run B, the one analysed): step #6's window runs to the "
+                       "device's end, 25-74 ms after the host's ProfilerStep#6 (the capture's edge counted as step time)",
         "precision": "stragglers (wrong: 838 ms/step imposed, from positional pairing)"}),
     "torchrec/sst_sleep_pl_dense_after_backward_2": dict(_torchrec(0, [2], (500.0, 1100.0), True, sleep=True), xfail={
         "late_capture_r2": "no issue names a late-starting capture",
@@ -244,7 +246,9 @@ REAL: dict[str, dict] = {
                     "why": "exposed comm 10.7 ms/step (gain capped by compute-only time)"},
                    {"verdict": "unverified", "rules": ["low_busbw"],
                     "why": "one rank of eight: kernel time includes waiting for peers"}],
-        "silent": [], "headline": step_headlines("steps 15.9-16.8 ms")},
+        "silent": [], "headline": step_headlines("steps 15.9-16.8 ms"),
+        "xfail": {"step_median": "median step 18.98 ms, truth 15.95: every step's window is 18.6-19.0 ms while the "
+                                 "host's ProfilerSteps start every 16.0-16.8 ms"}},
     "tracelens/mi300_resnet18_no_caching_allocator.json.gz": {
         "problems": [{"id": "allocator_off", "what": "hipFree 1360 calls 3346 ms, hipMalloc 1460: caching off",
                       "any": [{"where": "finding", "text": r"hipFree|hipMalloc|allocat", "min_severity": "medium"}]}],

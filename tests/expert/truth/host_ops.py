@@ -15,6 +15,7 @@ unrecorded work; a claim about one op's idle is then unverifiable.
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 from .idle import DEVICE_CATS, merge
 from .steps import host_steps
@@ -45,7 +46,7 @@ def stalls(t, min_gap_ms: float = 1.0) -> list[dict]:
         ops_by_tid.setdefault(e.get("tid"), []).append(e)
     steps = host_steps(t)
     out, k = [], 0
-    for (a0, a), (z, _) in zip(busy, busy[1:]):
+    for (_, a), (z, _) in pairwise(busy):
         if z - a < min_gap_ms * 1000:
             continue
         while k < len(starts) and starts[k]["ts"] < z:
