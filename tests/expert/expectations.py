@@ -41,7 +41,9 @@ def step_headlines(why: str) -> list[dict]:
              "why": "the headline says mean or median, over which steps, and the median step (the JSON summary's "
                     "steps.median_ms)"},
             {"id": "outlier_named", "field": "outlier_steps", "truth": "outlier_steps", "outliers": True,
-             "why": "the steps over 1.5x the median are flagged and named in the headline, and no other"}]
+             "why": "the steps over 1.5x the median are flagged and named in the headline, and no other"},
+            {"id": "steps_listed", "field": "step_numbers", "truth": "step_numbers", "same_as_truth": True,
+             "why": "the summary's steps.steps[] holds every ProfilerStep the ranks share, in order"}]
 
 
 MEMORY_UNUSED = {"verdict": "unverified", "rules": ["memory_unused"],
@@ -273,6 +275,7 @@ REAL: dict[str, dict] = {
         "xfail": {"two_captures": "the two captures are numbered ranks 0 and 1",
                   "step_median": "ProfilerSteps of the 2021 schema not found: one 936 ms window",
                   "step_basis": "one window (no ProfilerStep): no median step",
+                  "steps_listed": "one window (step -1) where the captures hold ProfilerStep#5-#10 and #16-#21",
                   "precision": "host_bound (misleading: the idle is the DataLoader)"}},
     "kineto/samples/resnet50_num_workers_4": {
         "problems": [{"id": "fp32_gemm_v100", "what": "fp32 GEMMs 100 % of GEMM on V100",
@@ -288,5 +291,6 @@ REAL: dict[str, dict] = {
         "headline": step_headlines("ProfilerStep#N are present (2021 schema, cat Operator)"),
         "xfail": {"two_captures": "the two captures are numbered ranks 0 and 1",
                   "step_median": "ProfilerSteps of the 2021 schema not found: one 765 ms window",
-                  "step_basis": "one window (no ProfilerStep): no median step"}},
+                  "step_basis": "one window (no ProfilerStep): no median step",
+                  "steps_listed": "one window (step -1) where the captures hold ProfilerStep#5-#10 and #16-#21"}},
 }

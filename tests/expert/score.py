@@ -40,7 +40,7 @@ def truth_values(path: str) -> dict:
         if per:
             comm.append(sum(per) / len(per))
     return {"median_step_ms": [m for m in meds if m is not None], "comm_ms_per_step": comm,
-            "outlier_steps": outl}
+            "outlier_steps": outl, "step_numbers": [x["steps"] for x in sums if x["steps"]]}
 
 
 def run_llmdiag(path: str) -> dict:
@@ -54,7 +54,8 @@ def run_llmdiag(path: str) -> dict:
         return {"findings": [], "issues": [{"kind": "issue", "id": "issue", "severity": "error", "ranks": [],
                                             "steps": [], "gain_ms": None, "text": str(e)}],
                 "headline": {"refused": True, "step_ms": None, "memory_peak_max": None, "comm_ms": None,
-                             "median_step_ms": None, "outlier_steps": None, "headline_text": None}}
+                             "median_step_ms": None, "outlier_steps": None, "headline_text": None,
+                             "step_numbers": None}}
     steps = (a.to_dict().get("steps") or {}) if getattr(a, "steps", None) is not None else {}  # the JSON summary's
     return {"findings": [finding_view(f) for f in a.findings], "issues": [issue_view(i) for i in a.issues],
             "headline": {"refused": False, "step_ms": a.aggregate.step_time_ms,
@@ -62,6 +63,7 @@ def run_llmdiag(path: str) -> dict:
                          "comm_ms": sum(r.comm_ms for r in a.ranks) / len(a.ranks) if a.ranks else None,
                          "median_step_ms": steps.get("median_ms"),
                          "outlier_steps": list(steps["outliers"]) if steps.get("outliers") is not None else None,
+                         "step_numbers": [x.get("step") for x in steps.get("steps") or []] or None,
                          "headline_text": headline_text(a)}}
 
 

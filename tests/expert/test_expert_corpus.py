@@ -137,7 +137,7 @@ def test_step_headlines_check_the_median_and_the_named_outlier():
     from tests.expert.expectations import step_headlines
     from tests.expert.judge import _headline
 
-    med, basis, outl = step_headlines("t")
+    med, basis, outl, listed = step_headlines("t")
     text = "mean step time 245.00 ms over ranks and steps 4–6 (slowest rank 248 ms); median step 157.20 ms; " \
            "outlier: step 4 379.00 ms (2.41× the median)"
     truth = {"median_step_ms": [157.2], "outlier_steps": [[4]]}
@@ -149,3 +149,5 @@ def test_step_headlines_check_the_median_and_the_named_outlier():
     assert not _headline(outl, dict(good, outlier_steps=[]), truth)["ok"]
     assert not _headline(outl, dict(good, headline_text=text.split("; outlier")[0]), truth)["ok"]
     assert _headline(outl, {"outlier_steps": [], "headline_text": "x"}, {"outlier_steps": [[]]})["ok"]
+    assert _headline(listed, {"step_numbers": [4, 5, 6]}, {"step_numbers": [[1, 2], [4, 5, 6]]})["ok"]
+    assert not _headline(listed, {"step_numbers": [-1]}, {"step_numbers": [[4, 5, 6]]})["ok"]
