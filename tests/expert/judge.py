@@ -13,7 +13,10 @@ A matcher is a dict of conditions, all of which must hold:
   gain_ms    [lo, hi]: the finding's gain per step lies inside (or outside, with gain_outside: true)
 Claims are matchers with a verdict (right / wrong / misleading / unverified) and a why; the first claim that
 matches a finding gives its verdict. A high/medium finding no claim matches is `wrong`: nothing in the
-corpus says it is true.
+corpus says it is true. A problem is found by a matching issue or by a matching finding of any severity whose own
+verdict is right (a problem matcher's min_severity is ignored; a wrong or misleading finding finds nothing).
+Headlines: a fixed value, a value within a tolerance of the truth, a regex on the headline text (a `med` group
+must equal the summary's median step), or the outlier steps (`outliers`: the truth's, each named in the text).
 """
 
 from __future__ import annotations
@@ -86,9 +89,13 @@ def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, t
         v, why = verdict(f, exp.get("claims", []) + COMMON_CLAIMS)
         rows.append({"rule": f["id"], "severity": f["severity"], "verdict": v, "why": why,
                      "scored": f["severity"] in ("high", "medium"), "text": f["text"][:240]})
+    # recall: a problem is found by an issue, or by a finding of ANY severity that states it correctly (its own
+    # verdict is right): a finding judged wrong or misleading does not find the problem it gets wrong
+    stating = issues + [f for f, r in zip(findings, rows) if r["verdict"] == "right"]
     problems = []
     for p in exp.get("problems", []):
-        hit = next((it for it in items for m in p["any"] if matches(m, it, "finding")), None)
+        hit = next((it for it in stating for m in p["any"]
+                    if matches({k: v for k, v in m.items() if k != "min_severity"}, it, "finding")), None)
         problems.append({"id": p["id"], "what": p["what"], "found": hit is not None,
                          "by": (hit["id"] if hit else None)})
     silent = []
@@ -108,6 +115,23 @@ def judge(exp: dict, findings: list[dict], issues: list[dict], headline: dict, t
 
 def _headline(h: dict, headline: dict, truth: dict) -> dict:
     got = headline.get(h["field"])
+    if "regex" in h:  # the headline's words: what its number is (mean or median) and over which steps
+        m = re.search(h["regex"], got, re.I) if isinstance(got, str) else None
+        ok = m is not None
+        if ok and "med" in m.groupdict():  # the headline's median is the summary's (same number everywhere)
+            med = headline.get("median_step_ms")
+            ok = med is not None and abs(float(m["med"].replace(",", "")) - med) <= 0.01 * med + 0.01
+        return {"id": h["id"], "ok": ok, "got": got, "want": f"/{h['regex']}/", "why": h["why"]}
+    if h.get("outliers"):  # the outlier steps of some run in the folder, each named in the headline text
+        runs = truth.get(h["truth"]) or [[]]
+        text = headline.get("headline_text") or ""
+        named = all(re.search(rf"outlier\b[^;]*\bstep {k}\b", text) for k in (got or []))
+        ok = got is not None and named and any(sorted(got) == sorted(w) for w in runs)
+        return {"id": h["id"], "ok": ok, "got": got, "want": runs, "why": h["why"]}
+    if h.get("same_as_truth"):  # a list equal to the truth's for some run in the folder
+        runs = truth.get(h["truth"]) or []
+        ok = got is not None and any(list(got) == list(w) for w in runs)
+        return {"id": h["id"], "ok": ok, "got": got, "want": runs, "why": h["why"]}
     if "equals" in h:
         ok = got == h["equals"]
         return {"id": h["id"], "ok": ok, "got": got, "want": h["equals"], "why": h["why"]}

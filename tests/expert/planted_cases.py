@@ -5,6 +5,7 @@ without it, where the finding must not fire.
 
 from __future__ import annotations
 
+from tests.expert.expectations import step_headlines
 from tests.expert.planted import A100, MI300X, V100, Knobs
 
 NO_CACHING = r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING"
@@ -56,8 +57,8 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
         "claims": [{"verdict": "misleading", "rules": ["host_bound"],
                     "why": "the GPU waits for a blocking copy, not for launches"},
                    {"verdict": "right", "text": r"cudaMemcpy\b|blocking cop|pageable|pin", "why": "the blocking copy"}],
-        "xfail": {"blocking_copy": "the copy's idle is called host-bound", "not_launch_bound": "host_bound fires",
-                  "precision": "host_bound (high) with launch advice"}})
+        "xfail": {"blocking_copy": "no finding names the 40 ms blocking cudaMemcpy (host_bound no longer advises "
+                                   "launch fixes, but the copy is not named)"}})
     out["blocking_copy_twin"] = (Knobs(async_copy=True), {
         "problems": [], "claims": [],
         "silent": [{"id": "no_copy_finding", "why": "a 0.3 ms pinned async copy under a busy GPU",
@@ -65,15 +66,11 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out["outlier_step"] = (Knobs(outlier_step=2), {
         "problems": [{"id": "outlier_step", "what": "step #12 runs 3x the others",
                       "any": [{"where": "any", "text": r"outlier|slow(est)? step|#12|step 12", "step": 12}]}],
-        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "one 3x step must not move the step time reported for the job"}],
-        "silent": [], "claims": [],
-        "xfail": {"outlier_step": "no finding or issue names the outlier step",
-                  "step_time_median": "the mean over the outlier is reported"}})
+        "headline": step_headlines("one 3x step must not move the median step reported for the job"),
+        "silent": [], "claims": [],})
     out["outlier_step_twin"] = (Knobs(), {
         "problems": [], "claims": [],
-        "headline": [{"id": "step_time_median", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "uniform steps"}],
+        "headline": step_headlines("uniform steps"),
         "silent": [{"id": "no_outlier", "why": "uniform steps", "match": {"where": "any", "text": r"outlier"}}]})
     out["allocator_off"] = (Knobs(alloc_off=True), {
         "problems": [{"id": "allocator_off", "what": "cudaMalloc/cudaFree around every kernel (caching off)",
@@ -92,8 +89,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [],
         "claims": [{"verdict": "wrong", "text": r"bfloat16|bf16|tf32", "not_text": r"fp16|float16|half",
                     "why": "V100 has no bf16 or TF32 tensor cores: fp16 autocast is the advice"},
-                   {"verdict": "right", "text": r"fp32|sgemm|float32", "why": "fp32 GEMMs on a V100"}],
-        "xfail": {"fp32_gemm_v100": "fp32_gemm fires only on compute >= 8.0"}})
+                   {"verdict": "right", "text": r"fp32|sgemm|float32", "why": "fp32 GEMMs on a V100"}],})
     out["fp16_v100_twin"] = (Knobs(device=dict(V100), gemm="fp16"), {
         "problems": [], "claims": [],
         "silent": [{"id": "no_fp32_finding", "why": "fp16 h884 tensor-core GEMMs",
@@ -124,9 +120,7 @@ def more_scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "text": r"torch\.compile|CUDA graph", "not_text": r"split_with_sizes"}}],
         "claims": [{"verdict": "misleading", "rules": ["host_bound"], "not_text": r"split_with_sizes",
                     "why": "the idle is one 21 ms host op, not launch overhead: name the op"},
-                   {"verdict": "right", "text": r"split_with_sizes", "why": "the op behind the idle"}],
-        "xfail": {"long_host_op": "host_bound does not name the op", "no_compile_advice": "torch.compile advised",
-                  "precision": "host_bound (misleading)"}})
+                   {"verdict": "right", "text": r"split_with_sizes", "why": "the op behind the idle"}],})
     out["launch_bound_twin"] = (Knobs(tiny_kernels=800), {
         "problems": [{"id": "launch_bound", "what": "800 4-us kernels behind 30-us host ops: ~21 ms/step idle",
                       "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
@@ -143,9 +137,7 @@ def more_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "silent": [], "claims": [],
         "headline": [{"id": "not_refused", "field": "refused", "equals": False,
                       "why": "two complete runs of one job in a folder: analyse them, never refuse"},
-                     {"id": "step_time", "field": "step_ms", "truth": "median_step_ms", "tol": 0.2,
-                      "why": "either run's step"}],
-        "xfail": {"not_refused": "refused: a rank appears in 2 files", "step_time": "refused"}})
+                     *step_headlines("either run's step")],})
     return out
 
 
@@ -159,8 +151,7 @@ def third_scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "text": r"torch\.compile|CUDA graph"}}],
         "claims": [{"verdict": "misleading", "rules": ["host_bound"], "why": "the GPU waits for one blocking copy"},
                    {"verdict": "right", "text": r"hipMemcpyWithStream|blocking cop|pageable|pin", "why": "the copy"}],
-        "xfail": {"blocking_copy": "the copy's idle is called host-bound", "not_launch_bound": "host_bound fires",
-                  "precision": "host_bound (high) for a blocking copy"}})
+        "xfail": {"blocking_copy": "no finding names the 493 ms hipMemcpyWithStream"}})
     out["allocator_on_flush"] = (Knobs(flush_step=2), {
         "problems": [{"id": "allocator_flush", "what": "step #12 frees and refills the cache (25 cudaFree, 9 cudaMalloc)",
                       "any": [{"where": "finding", "text": r"cudaFree|cudaMalloc|allocat|flush|empty_cache",
@@ -168,22 +159,17 @@ def third_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "no_allocator_off_advice", "why": "3 cached cudaMalloc in the other steps: the allocator is on",
                     "match": {"where": "finding", "text": NO_CACHING}}],
         "claims": [{"verdict": "misleading", "text": NO_CACHING, "why": "the allocator is on: one flush"},
-                   {"verdict": "right", "text": r"cudaFree|cudaMalloc|allocat|flush", "why": "the flush in step #12"}],
-        "xfail": {"allocator_flush": "allocator_churn advises unsetting PYTORCH_NO_CUDA_MEMORY_CACHING",
-                  "no_allocator_off_advice": "allocator_churn advises unsetting PYTORCH_NO_CUDA_MEMORY_CACHING",
-                  "precision": "allocator_churn (misleading)"}})
+                   {"verdict": "right", "text": r"cudaFree|cudaMalloc|allocat|flush", "why": "the flush in step #12"}],})
     out["with_stack"] = (Knobs(tiny_kernels=800, with_stack=True), {
         "problems": [{"id": "with_stack_caveat", "what": "python_function events: host times inflated by with_stack",
                       "any": [{"where": "any", "text": r"with_stack|python_function|stack"}]}],
         "silent": [], "claims": [{"verdict": "right", "rules": ["profiler_overhead"], "why": "with_stack by construction"},
                                  {"verdict": "misleading", "rules": ["host_bound"], "not_text": r"with_stack|stack",
                                   "why": "host-bound idle measured under with_stack, no caveat"},
-                                 {"verdict": "right", "rules": ["host_bound"], "why": "launch-bound, with the caveat"}],
-        "xfail": {"with_stack_caveat": "no caveat for with_stack traces", "precision": "host_bound without caveat"}})
+                                 {"verdict": "right", "rules": ["host_bound"], "why": "launch-bound, with the caveat"}],})
     out["cpu_memory_only"] = (Knobs(cpu_memory_events=True), {
         "problems": [], "silent": [{"id": "no_8B", "why": "CPU [memory] events only",
                                     "match": {"where": "finding", "text": r"\b8 B\b"}}], "claims": [],
         "headline": [{"id": "no_device_peak_from_cpu_events", "field": "memory_peak_max", "equals": None,
-                      "why": "no GPU [memory] event: there is no device peak"}],
-        "xfail": {"no_device_peak_from_cpu_events": "memory_peak_max 8 B from CPU [memory] events"}})
+                      "why": "no GPU [memory] event: there is no device peak"}],})
     return out

@@ -1,4 +1,5 @@
-"""`python -m tests.expert.score [--json] [--real-only | --planted-only] [--llmdiag DIR] [SET ...]`: the verdict.
+"""`python -m tests.expert.score [--json | --markdown | --xfail-report] [--real-only | --planted-only] [--llmdiag DIR]
+[SET ...]`: the verdict.
 
 Runs llmdiag (`diagnose.analyze.analyze_path`, findings from `diagnose.rules`) on every real set under
 ../shared/fixtures/real and on the planted corpus (tests/expert/planted.py, written to a temporary folder),
@@ -29,13 +30,17 @@ REAL = ROOT.parent / "shared" / "fixtures" / "real"
 def truth_values(path: str) -> dict:
     """The numbers headlines are checked against, from the truth scripts: one value per run in the folder."""
     groups = runs(path)
-    meds = [truth_steps.summary(g)["median_ms"] for g in groups]
+    sums = [truth_steps.summary(g) for g in groups]
+    meds = [x["median_ms"] for x in sums]
+    # issue #27's words: "a step over 1.5x the median is flagged and named" (the median of all the job's steps)
+    outl = [sorted(k for k, v in x["job_step_ms"].items() if v > 1.5 * x["median_ms"]) for x in sums if x["steps"]]
     comm = []
     for g in groups:
         per = [v["comm_ms"] for t in g for v in truth_idle.per_step(t).values()]
         if per:
             comm.append(sum(per) / len(per))
-    return {"median_step_ms": [m for m in meds if m is not None], "comm_ms_per_step": comm}
+    return {"median_step_ms": [m for m in meds if m is not None], "comm_ms_per_step": comm,
+            "outlier_steps": outl, "step_numbers": [x["steps"] for x in sums if x["steps"]]}
 
 
 def run_llmdiag(path: str) -> dict:
@@ -48,11 +53,31 @@ def run_llmdiag(path: str) -> dict:
     except LlmdiagError as e:
         return {"findings": [], "issues": [{"kind": "issue", "id": "issue", "severity": "error", "ranks": [],
                                             "steps": [], "gain_ms": None, "text": str(e)}],
-                "headline": {"refused": True, "step_ms": None, "memory_peak_max": None, "comm_ms": None}}
+                "headline": {"refused": True, "step_ms": None, "memory_peak_max": None, "comm_ms": None,
+                             "median_step_ms": None, "outlier_steps": None, "headline_text": None,
+                             "step_numbers": None}}
+    steps = (a.to_dict().get("steps") or {}) if getattr(a, "steps", None) is not None else {}  # the JSON summary's
     return {"findings": [finding_view(f) for f in a.findings], "issues": [issue_view(i) for i in a.issues],
             "headline": {"refused": False, "step_ms": a.aggregate.step_time_ms,
                          "memory_peak_max": a.aggregate.memory_peak_max,
-                         "comm_ms": sum(r.comm_ms for r in a.ranks) / len(a.ranks) if a.ranks else None}}
+                         "comm_ms": sum(r.comm_ms for r in a.ranks) / len(a.ranks) if a.ranks else None,
+                         "median_step_ms": steps.get("median_ms"),
+                         "outlier_steps": list(steps["outliers"]) if steps.get("outliers") is not None else None,
+                         "step_numbers": [x.get("step") for x in steps.get("steps") or []] or None,
+                         "headline_text": headline_text(a)}}
+
+
+def headline_text(a) -> str | None:
+    """The terminal's headline, unwrapped: what a user reads first (the report and summary say the same)."""
+    try:
+        from diagnose.cli import terminal
+        tok = terminal.WIDTH.set(100_000)
+        try:
+            return " ".join(x.strip() for x in terminal._headline(a).splitlines())
+        finally:
+            terminal.WIDTH.reset(tok)
+    except (ImportError, AttributeError):
+        return None
 
 
 def score_set(name: str, path: str, exp: dict) -> dict:
@@ -113,6 +138,39 @@ def _print(results: list[dict], title: str):
           f"{t['headline_ok']}/{t['headlines']}")
 
 
+def case_status(res: dict) -> dict:
+    """{case id: passes now} for one scored set, the ids test_expert_corpus.py parametrizes."""
+    out = {p["id"]: p["found"] for p in res["problems"]}
+    out.update({s["id"]: s["kept"] for s in res["silent"]})
+    out.update({h["id"]: h["ok"] for h in res["headline"]})
+    out["precision"] = not any(f["scored"] and f["verdict"] in ("wrong", "misleading") for f in res["findings"])
+    return out
+
+
+def xfail_report(report: dict, exps: dict) -> int:
+    """Which cases pass now and which are pinned xfail: the xfails to remove (they XPASS) and the failures
+    with no xfail (they FAIL). Prints one line per case: STATUS set:id [reason]. Returns the number of cases
+    whose mark and status disagree."""
+    bad = 0
+    for k in ("real", "planted"):
+        for res in report.get(k, []):
+            xf = exps[res["name"]].get("xfail", {})
+            status = case_status(res)
+            for cid in sorted(set(xf) - set(status)):
+                bad += 1
+                print(f"{'STALE (xfail names no case: remove it)':44s} {res['name']}:{cid}  [{xf[cid]}]")
+            for cid, ok in status.items():
+                if ok and cid in xf:
+                    tag, bad = "FLIP (xfail passes: remove it)", bad + 1
+                elif not ok and cid not in xf:
+                    tag, bad = "FAIL (no xfail: a regression or a new miss)", bad + 1
+                else:
+                    tag = "xfail" if cid in xf else "pass"
+                print(f"{tag:44s} {res['name']}:{cid}" + (f"  [{xf[cid]}]" if cid in xf else ""))
+    print(f"\n{bad} case(s) whose xfail mark disagrees with today's result", file=sys.stderr)
+    return bad
+
+
 def markdown(report: dict):
     """The closing-note table: every finding on every set with its verdict and reason, then the totals."""
     for k in ("real", "planted"):
@@ -171,6 +229,9 @@ def main(argv: list[str]) -> int:
                                  if not only or n in only]
     report["totals"] = {k: totals(v) for k, v in report.items()}
     report["totals"]["all"] = totals(report.get("real", []) + report.get("planted", []))
+    if "--xfail-report" in argv:
+        exps = dict(REAL_EXP, **{n: e for n, (_, e) in planted_cases.scenarios().items()})
+        return 1 if xfail_report(report, exps) else 0
     if as_json:
         json.dump(report, sys.stdout, indent=1, default=str)
         print()

@@ -94,3 +94,60 @@ def test_truth_pairs_late_capture_by_completion():
         offs = collectives.offsets(runs(str(folder))[0])
         assert offs[rank]["offset"] == by and offs[rank]["end_err_us"] < 1.0
         assert all(v["offset"] == 0 for r, v in offs.items() if r != rank)
+
+
+def test_truth_names_the_long_host_op():
+    """The judge's host-op truth (truth/host_ops.py) against what was planted: one 21 ms aten::split_with_sizes per
+    step holds ~21 ms of device idle on every rank, no launch inside it; the launch-bound twin (800 tiny kernels)
+    has no device gap that one op holds for 5 ms or more."""
+    from tests.expert.truth import host_ops
+    from tests.expert.truth.load import runs
+
+    folder = _TMP[0] / "truth_long_op"
+    planted.write(planted.Knobs(long_host_op_ms=21.0), str(folder))
+    for t in runs(str(folder))[0]:
+        held = host_ops.per_step_by_op(t).get("aten::split_with_sizes", {})
+        assert len(held) == 5 and all(18.0 <= v <= 21.5 for v in held.values()), held
+        assert all(s["launches_inside"] == 0 for s in host_ops.stalls(t) if s["op"] == "aten::split_with_sizes")
+    twin = _TMP[0] / "truth_long_op_twin"
+    planted.write(planted.Knobs(tiny_kernels=800), str(twin))
+    for t in runs(str(twin))[0]:
+        assert not [s for s in host_ops.stalls(t) if s["held_ms"] >= 5.0 and s["op"]]
+
+
+def test_recall_counts_a_right_finding_of_any_severity_only():
+    """Recall semantics (docs/expert-corpus.md): a low finding that states the problem correctly finds it; a high
+    finding that matches the problem's words but is judged wrong or misleading does not."""
+    from tests.expert.judge import judge
+
+    exp = {"problems": [{"id": "p", "what": "fp32", "any": [{"text": "fp32", "min_severity": "medium"}]}],
+           "claims": [{"verdict": "wrong", "text": "bf16", "why": "V100"}, {"verdict": "right", "text": "fp32", "why": "ok"}]}
+
+    def f(sev, text):
+        return {"kind": "finding", "id": "fp32_gemm", "severity": sev, "ranks": [], "steps": [], "gain_ms": 1.0,
+                "text": text}
+
+    assert judge(exp, [f("low", "fp32 GEMMs: fp16 autocast")], [], {}, {})["problems"][0]["found"]
+    assert not judge(exp, [f("high", "fp32 GEMMs: use bf16")], [], {}, {})["problems"][0]["found"]
+
+
+def test_step_headlines_check_the_median_and_the_named_outlier():
+    """The step headline checks (expectations.step_headlines) on hand-made headlines: a median stated and equal to
+    the summary's passes, another number or no median fails; the outlier must be the truth's and named."""
+    from tests.expert.expectations import step_headlines
+    from tests.expert.judge import _headline
+
+    med, basis, outl, listed = step_headlines("t")
+    text = "mean step time 245.00 ms over ranks and steps 4–6 (slowest rank 248 ms); median step 157.20 ms; " \
+           "outlier: step 4 379.00 ms (2.41× the median)"
+    truth = {"median_step_ms": [157.2], "outlier_steps": [[4]]}
+    good = {"median_step_ms": 157.2, "outlier_steps": [4], "headline_text": text}
+    assert all(_headline(h, good, truth)["ok"] for h in (med, basis, outl))
+    assert not _headline(med, dict(good, median_step_ms=245.0), truth)["ok"]
+    assert not _headline(basis, dict(good, median_step_ms=160.0), truth)["ok"]
+    assert not _headline(basis, dict(good, headline_text="step time 245.00 ms"), truth)["ok"]
+    assert not _headline(outl, dict(good, outlier_steps=[]), truth)["ok"]
+    assert not _headline(outl, dict(good, headline_text=text.split("; outlier")[0]), truth)["ok"]
+    assert _headline(outl, {"outlier_steps": [], "headline_text": "x"}, {"outlier_steps": [[]]})["ok"]
+    assert _headline(listed, {"step_numbers": [4, 5, 6]}, {"step_numbers": [[1, 2], [4, 5, 6]]})["ok"]
+    assert not _headline(listed, {"step_numbers": [-1]}, {"step_numbers": [[4, 5, 6]]})["ok"]
