@@ -146,17 +146,23 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     causes += [("dataloader", "", _u(t, t.name_mask(is_dataloader, host))), ("comm_wait", "", _u(t, waits)),
                ("host_bound", "", _u(t, host & t.kind_mask(CPU_OP, RUNTIME, SYNC)))]
     queued_gap = _queued(t, device, blocking)
+    blocked, rest = causes[:len(named)], causes[len(named):]
     out = []
     for w in wins:
         dev = _clip(busy, w.start, w.end)
         idle = iv.difference((np.array([w.start]), np.array([w.end])), dev)
-        if len(dev[0]):  # capture edges: no device work at all before / after
-            edges = iv.union(np.array([w.start, dev[1][-1]]), np.array([dev[0][0], w.end]))
+        if len(dev[0]):  # capture edge: no device work after (before the first kernel is the step's lead-in:
+            # the host preparing the step, metrics/steps.py, attributed like any other idle)
+            edges = (np.array([dev[1][-1]]), np.array([w.end]))
         else:
             edges = (np.array([w.start]), np.array([w.end]))
         left, parts = idle, []
         queued, unlaunched = queued_gap(iv.difference(idle, edges))
-        for cause, op, u in (("edge", "", edges), ("queued", "", queued), ("unattributed", "", unlaunched), *causes):
+        # A gap ended by device work whose launch the trace lacks has no known host cause, unless the host was
+        # blocked in a runtime call meanwhile: it could launch nothing then, whoever issued the next work
+        # (a synchronous copy recorded without a correlation id to its device-side Memcpy).
+        for cause, op, u in (("edge", "", edges), ("queued", "", queued), *blocked, ("unattributed", "", unlaunched),
+                             *rest):
             u = _clip(u, w.start, w.end)
             if not iv.intersect_total(left, u):
                 continue
