@@ -131,3 +131,19 @@ def alloc_steps(t: RankTrace, wins, steps, alloc: np.ndarray, is_alloc) -> list[
         if c or ns:
             out.append(AllocStep(step=w.step, calls=int(c), mallocs=int(m), idle_ms=ns / NS_PER_MS))
     return out
+
+
+MIN_OP_IDS = 50  # host ops below which the share says nothing (a capture of a few ops)
+SAMPLED_SHARE = 0.5  # host ops recorded per External id below which the trace is sampled (complete: 0.9-1.0)
+
+
+def op_ids_share(t: RankTrace) -> float | None:
+    """Host ops recorded over the External ids their range spans. Kineto numbers every op it records in order,
+    so a complete capture holds 0.9-1.0 of them (ids go to a few events it does not write); an event-sampled or
+    trimmed trace holds a small part (hta/sampled_pair: 2,302 ops over 169,484 ids). None without the ids."""
+    ops = (t.stream < 0) & (t.kind == CPU_OP) & (t.ext >= 0)
+    n = int(ops.sum())
+    if n < MIN_OP_IDS:
+        return None
+    ids = t.ext[ops]
+    return min(1.0, len(np.unique(ids)) / float(int(ids.max()) - int(ids.min()) + 1))
