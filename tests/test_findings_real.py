@@ -165,14 +165,36 @@ def test_roles_come_from_evidence_not_defaults():
 
 def test_mi250_first_launch_is_named_not_fused():
     """The toy's 6.5 ms `hipLaunchKernel` (the first `aten::add_` launch: code loading) holds most of the idle of
-    step 1: named as one host call, its idle not counted as launch-bound."""
+    step 1: named as one host call, its idle not counted as launch-bound. What is left, 7 kernels per step each
+    behind ~130 µs of host (an eager op's dispatch), is no host_bound claim (the expert: a toy)."""
     rel = "hta/amd_mi250_minitoy.json.gz"
     f = _f(rel, "host_op_stall")
     assert "`hipLaunchKernel` (under `aten::add_`" in f.evidence.text and f.evidence.steps == [1]
     assert f.severity == "low" and f.gain_ms is None  # a warm-up cost: nothing to gain in steady state
-    hb = _f(rel, "host_bound")
-    assert hb.gain_ms < _a(rel).ranks[0].idle.host_bound_ms - 3.0
-    assert "torch.compile" not in hb.action  # 7 kernels per step: no launch overhead for fusion to remove
+    r = _a(rel).ranks[0]
+    assert r.hints.kernels_per_step < 50 and r.idle.host_bound_ms - 3.0 < 0.2 * r.hints.kernels_per_step
+    assert "host_bound" not in _ids(rel)
+
+
+def test_sampled_trace_names_no_long_host_op():
+    """sampled_pair is event-sampled: its ops' External ids have holes everywhere (2,302 ops over 169,484 ids;
+    a complete capture numbers its ops nearly without gaps). Its 140 ms `aten::_foreach_mul_` records 6 launches
+    in its first 7 ms and no event on its thread for the other 133: missing events, not host work. No
+    host_op_stall; each rank warns."""
+    import gzip
+    import json
+
+    rel = "hta/sampled_pair"
+    for f in sorted((REAL / rel).iterdir()):  # from the events: op ids, and the op's silent thread
+        ev = [e for e in json.load(gzip.open(f))["traceEvents"] if e.get("ph") == "X"]
+        ids = sorted({e["args"]["External id"] for e in ev if e.get("cat") == "cpu_op"})
+        assert len(ids) < 0.02 * (ids[-1] - ids[0])  # under 2 % of the numbered ops are in the trace
+    a = _a(rel)
+    assert all(r.idle.op_ids_contiguous < 0.9 for r in a.ranks)
+    assert "host_op_stall" not in _ids(rel)
+    assert sum("holes in its host ops' numbering" in i.message for i in a.issues) == 2
+    for other in ("hta/nccl_data.json.gz", "kineto/samples/resnet50_num_workers_0"):
+        assert all(r.idle.op_ids_contiguous > 0.95 for r in _a(other).ranks)  # complete captures
 
 
 def test_with_stack_traces_carry_the_caveat():

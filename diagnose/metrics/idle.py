@@ -22,7 +22,7 @@ from diagnose.metrics.sets import distinct, member
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import prefiltered
-from diagnose.metrics.idle_stretch import alloc_steps, long_stretches, op_ids_share
+from diagnose.metrics.idle_stretch import alloc_steps, long_stretches, op_ids_contiguous
 from diagnose.metrics.kernels import is_dataloader
 from diagnose.metrics.overlap import in_windows
 from diagnose.metrics.steps import Window
@@ -113,7 +113,7 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         idle_ms=idle / n, **{f"{c}_ms": parts[c] / n for c in CAUSES}, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
         stretches=long_stretches(t, steps, named), alloc_steps=alloc_steps(t, wins, steps, alloc, is_alloc_call),
-        python_events=int(t.cat_mask("python_function").sum()), op_ids_share=op_ids_share(t),
+        python_events=int(t.cat_mask("python_function").sum()), op_ids_contiguous=op_ids_contiguous(t),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from diagnose.metrics.classify import prefiltered
-from diagnose.metrics.idle_stretch import SAMPLED_SHARE, op_ids_share
+from diagnose.metrics.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -54,10 +54,10 @@ def host_steps(t: RankTrace) -> list[tuple[int, int, int]]:
 def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], list[str]]:
     """The analysis windows of a rank and any warnings about them."""
     warnings: list[str] = []
-    if (share := op_ids_share(t)) is not None and share < SAMPLED_SHARE:
-        warnings.append(f"the trace holds {share:.1%} of the host ops it numbered (External ids): events were sampled "
-                        "or trimmed, so idle and host gaps are overstated and a long op with no child may be missing "
-                        "events")
+    if (share := op_ids_contiguous(t)) is not None and share < SAMPLED_SHARE:
+        warnings.append(f"the trace has holes in its host ops' numbering (External ids): only {share:.0%} of its ops "
+                        "are followed by the next one, so events were sampled or dropped; idle and host gaps are "
+                        "overstated and a long op with no child may be missing events")
     steps = host_steps(t)
     if not steps:
         if len(t) == 0:
