@@ -139,6 +139,29 @@ def test_dataloader_case_and_its_fix():
     assert "dataloader" not in _ids("kineto/samples/resnet50_num_workers_4")
 
 
+def test_kineto_samples_two_captures_2021_steps_dataloader_not_launch_bound():
+    """Each folder: two captures of one process (`worker0.<ms>`, no distributedInfo, minutes apart) in the 2021
+    schema (`ProfilerStep#N` under `Operator`). They are two runs of one rank; the newest is analysed, its steps
+    found, its step time the host steps'; the idle waiting for the host is the DataLoader's (no host_bound)."""
+    import gzip
+    import json
+    import statistics
+
+    rel = "kineto/samples/resnet50_num_workers_0"
+    newest = sorted((REAL / rel).iterdir())[-1]
+    ev = json.load(gzip.open(newest))["traceEvents"]
+    host = {e["name"]: e["dur"] / 1e3 for e in ev if e.get("cat") == "Operator" and e["name"].startswith("ProfilerStep#")}
+    a = _a(rel)
+    assert len(a.runs) == 2 and a.runs[1].analysed and len(a.ranks) == 1
+    assert "2 captures of the same process" in a.issues[0].message
+    r = a.ranks[0]
+    assert sorted(f"ProfilerStep#{s.step}" for s in r.steps) == sorted(host)
+    assert r.step_time_ms == pytest.approx(statistics.fmean(host.values()), rel=0.1)
+    assert r.idle.dataloader_ms > 0.6 * (r.idle.idle_ms - r.idle.queued_ms)
+    ids = _ids(rel)
+    assert ids[0] == "dataloader" and "host_bound" not in ids
+
+
 def test_mi300_low_busbw_judged_against_a_nic_when_topology_unknown():
     """2.6 GB/s all-reduce on MI300X: below even one 200 Gb/s NIC; the trace does not say whether the group
     spans nodes, so the evidence says it is assumed, and the gain never exceeds the exposed time."""
