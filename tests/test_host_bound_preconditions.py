@@ -154,3 +154,37 @@ def test_long_host_op_needs_a_complete_trace(tmp_path, sampled):
     assert (r.idle.op_ids_contiguous < 0.9) is sampled
     assert ("host_op_stall" in _ids(a)) is not sampled
     assert any("holes in its host ops' numbering" in i.message for i in a.issues) is sampled
+
+
+def _copies(long_in_every_step: bool) -> TraceBuilder:
+    """6 steps, each: 5 kernels, then a blocking `cudaMemcpy` whose linked device copy runs at its end, then a
+    kernel. The copy holds the device idle 39.9 ms in step 1 (in every step with `long_in_every_step`), 0.1 ms
+    in the others."""
+    b = TraceBuilder(rank=0, world_size=1)
+    k0 = 0
+    for k in range(1, 7):
+        for i in range(5):
+            b.kernel("gemm_kernel", k0 + 100 * i, 100, launch_at=k0 + 100 * i - 50)
+        held = 39_900 if (k == 1 or long_in_every_step) else 100
+        b.kernel("Memcpy HtoD (Pageable -> Device)", k0 + 500 + held, 100, cat="gpu_memcpy", launch_at=k0 + 500)
+        b.events[-2].update(name="cudaMemcpy", dur=held + 100)
+        end = k0 + 600 + held
+        b.kernel("gemm_kernel", end + 100, 100, launch_at=end + 50)
+        b.step(k, k0 - 60, end + 300)
+        k0 = end + 1000
+    return b
+
+
+@pytest.mark.parametrize("every", [False, True])
+def test_one_off_blocking_copy_gains_the_typical_step(tmp_path, every):
+    """One 39.9 ms copy in step 1 of 6 (the first batch's): what a step typically pays is 0.1 ms, so the finding
+    is low, its gain the typical step's, its evidence naming the step. The twin pays it every step."""
+    a = _a(tmp_path, _copies(every))
+    i = a.ranks[0].idle
+    assert i.runtime_ops["cudaMemcpy"] == pytest.approx(39.9 if every else (39.9 + 5 * 0.1) / 6)
+    f = next(f for f in a.findings if f.id == "host_sync")
+    if every:
+        assert f.severity == "high" and f.gain_ms == pytest.approx(39.9, abs=1e-3)
+    else:
+        assert f.severity == "low" and f.gain_ms == pytest.approx(0.1, abs=1e-3) and f.evidence.steps == [1]
+        assert "one-off" in f.evidence.text

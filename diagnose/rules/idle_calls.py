@@ -157,7 +157,8 @@ def host_sync(c: Ctx) -> list[Finding]:
     once = _typical(r, tot) < tot
     if once:
         where = ", ".join(f"step {s.step}: {fmt(s.idle_ms, 'ms')}" for s in held[:2])
-        ev += f"; one step holds most of it ({where}), the typical step {fmt(_typical(r, tot), 'ms')}"
+        ev += (f"; most of it is one-off ({where}; {plural(len({s.step for s in held}), 'step')} of {r.nsteps}), "
+               f"the typical step {fmt(_typical(r, tot), 'ms')}")
     names = list(ops) + [s.op for s in held] + [x for s in held for x in s.stack]
     if held:
         s = held[0]
