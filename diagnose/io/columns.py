@@ -8,6 +8,7 @@ and threads); a piece with malformed events takes a per-event path.
 from __future__ import annotations
 
 import math
+import re
 from itertools import compress, repeat
 from operator import eq, itemgetter
 
@@ -93,6 +94,15 @@ ATTENTION_OPS = frozenset(("aten::_scaled_dot_product_flash_attention", "aten::_
 GLOO_A2A = "c10d::alltoall_base_"
 
 
+# ProfilerStep#N is a step annotation in every schema, but its category changed: `Operator` (2021 Kineto),
+# `cpu_op` (torch 1.8-1.9), `user_annotation` (later). The op spellings are filed under `user_annotation`
+# here, at the one place every parse goes through, so the step is found (metrics/steps.py) and never counted
+# as a host op (the idle under a step span is not "host op running").
+STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+STEP_OP_CATS = ("Operator", "cpu_op", "operator")
+STEP_CAT = "user_annotation"
+
+
 def _gloo_splits(args: dict) -> dict:
     """A gloo all-to-all's kept args with its splits under the NCCL keys; Concrete Inputs dropped."""
     ci = args.get("Concrete Inputs")
@@ -156,6 +166,8 @@ class Columns:
         self.threads: dict = {}
         self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
         self.gemm_name: list[bool] = []  # per name id: a GEMM op whose Input type gives its kernels' precision
+        self.step_name: list[bool] = []  # per name id: ProfilerStep#N (its op-category spellings re-filed)
+        self.has_step = False
         # (and its Input Dims its shape: diagnose.metrics.op_scaling)
         self.thread_names: dict = {}
         self.parts: list[dict] = []
@@ -201,6 +213,7 @@ class Columns:
         except TypeError:
             cat_ids = intern(self.cats, [c if isinstance(c, str) else str(c) for c in cats])
         del cats
+        self._steps_as_annotations(name_ids, cat_ids)
         thread_ids = self._thread_ids(X, v)
         self.parts.append({
             "ts": _floats(v.field(X, "ts", None)),
@@ -234,6 +247,21 @@ class Columns:
                 if i not in comm and (g := v.gemm(args[i])) is not None:
                     self.comm_args[self.n + i] = g
         self.n += len(X)
+
+    def _steps_as_annotations(self, name_ids: np.ndarray, cat_ids: np.ndarray) -> None:
+        """ProfilerStep#N spans under an op category (`Operator`, `cpu_op`) get `user_annotation`, in place."""
+        if len(self.step_name) < len(self.names):
+            new = [isinstance(n, str) and len(n) < 40 and STEP_NAME.match(n) is not None
+                   for n in list(self.names)[len(self.step_name):]]
+            self.step_name += new
+            self.has_step = self.has_step or any(new)
+        if not self.has_step:
+            return
+        rows = np.flatnonzero(np.array(self.step_name, bool)[name_ids])
+        op_cats = [self.cats[c] for c in STEP_OP_CATS if c in self.cats]
+        rows = rows[np.isin(cat_ids[rows], op_cats)] if op_cats else rows[:0]
+        if len(rows):
+            cat_ids[rows] = intern(self.cats, [STEP_CAT])[0]
 
     def _thread_ids(self, rows: list, v) -> np.ndarray:
         pids, tids = v.field(rows, "pid", None), v.field(rows, "tid", None)

@@ -22,7 +22,7 @@ from diagnose.metrics.sets import distinct, member
 from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from diagnose.metrics import intervals as iv
 from diagnose.metrics.classify import prefiltered
-from diagnose.metrics.idle_stretch import alloc_steps, long_stretches
+from diagnose.metrics.idle_stretch import alloc_steps, long_stretches, op_ids_contiguous
 from diagnose.metrics.kernels import is_dataloader
 from diagnose.metrics.overlap import in_windows
 from diagnose.metrics.steps import Window
@@ -113,7 +113,7 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         idle_ms=idle / n, **{f"{c}_ms": parts[c] / n for c in CAUSES}, runtime_ops={k: ops[k] / n for k in top},
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
         stretches=long_stretches(t, steps, named), alloc_steps=alloc_steps(t, wins, steps, alloc, is_alloc_call),
-        python_events=int(t.cat_mask("python_function").sum()),
+        python_events=int(t.cat_mask("python_function").sum()), op_ids_contiguous=op_ids_contiguous(t),
     )
 
 
@@ -146,16 +146,23 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     causes += [("dataloader", "", _u(t, t.name_mask(is_dataloader, host))), ("comm_wait", "", _u(t, waits)),
                ("host_bound", "", _u(t, host & t.kind_mask(CPU_OP, RUNTIME, SYNC)))]
     queued_gap = _queued(t, device, blocking)
+    orphan_calls = _u(t, _unmatched_copy_calls(t, blocking, device))
     out = []
     for w in wins:
         dev = _clip(busy, w.start, w.end)
         idle = iv.difference((np.array([w.start]), np.array([w.end])), dev)
-        if len(dev[0]):  # capture edges: no device work at all before / after
-            edges = iv.union(np.array([w.start, dev[1][-1]]), np.array([dev[0][0], w.end]))
+        if len(dev[0]):  # capture edge: no device work after (before the first kernel is the step's lead-in:
+            # the host preparing the step, metrics/steps.py, attributed like any other idle)
+            edges = (np.array([dev[1][-1]]), np.array([w.end]))
         else:
             edges = (np.array([w.start]), np.array([w.end]))
         left, parts = idle, []
-        queued, unlaunched = queued_gap(iv.difference(idle, edges))
+        queued, unlaunched, copies = queued_gap(iv.difference(idle, edges))
+        # A gap ended by a device copy whose launch the trace lacks, under a blocking copy call whose own device
+        # side the trace lacks, is that call's: the two are one copy whose correlation link was not recorded.
+        # Any other gap ended by unlaunched work stays unattributed.
+        if len(copies[0]) and len(orphan_calls[0]):
+            unlaunched = iv.difference(unlaunched, _split(copies, _clip(orphan_calls, w.start, w.end))[0])
         for cause, op, u in (("edge", "", edges), ("queued", "", queued), ("unattributed", "", unlaunched), *causes):
             u = _clip(u, w.start, w.end)
             if not iv.intersect_total(left, u):
@@ -181,8 +188,21 @@ def _pageable_copies(t: RankTrace, host: np.ndarray) -> np.ndarray:
     return t.name_mask(lambda n: "Memcpy" in n[:200], calls)
 
 
+def _unmatched_copy_calls(t: RankTrace, blocking: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """Blocking copy calls (`cudaMemcpy`, `hipMemcpyWithStream`) whose device-side copy the trace does not link
+    to them: no correlation id, or one no device event carries."""
+    calls = t.name_mask(lambda n: "Memcpy" in n[:200], blocking)
+    if not calls.any():
+        return calls
+    idx = np.flatnonzero(calls)
+    linked = (t.corr[idx] >= 0) & member(t.corr[idx], distinct(t.corr[device & (t.corr >= 0)]))
+    calls[idx[linked]] = False
+    return calls
+
+
 def _queued(t: RankTrace, device: np.ndarray, blocking: np.ndarray):
-    """A function: idle gaps -> the gaps whose next device event was launched before the gap began. Then the
+    """A function: idle gaps -> (the gaps whose next device event was launched before the gap began, those whose
+    next device event has no recorded launch, and of those the ones it ends with a copy). Queued: the
     work was already queued and the device waited on a dependency (another stream, an event, a collective's
     peer), not on the host; HTA calls the other case host wait. Vectorised: one binary search per gap.
     A device event issued by a blocking call (a synchronous copy: `hipMemcpyWithStream`, `cudaMemcpy`) was not
@@ -200,21 +220,23 @@ def _queued(t: RankTrace, device: np.ndarray, blocking: np.ndarray):
     # (no host event carries its correlation) has no known cause: no host op can be said to have delayed it.
     known = member(dcorr, all_corr) if len(di) and len(all_corr) else np.zeros(len(di), bool)
     judge_missing = bool(len(di)) and known.mean() >= 0.5
+    is_copy = t.kind[di] == MEMCPY
 
     def gaps(idle: iv.Union) -> tuple[iv.Union, iv.Union]:
         gs, ge = idle
         if not len(gs) or not len(di):
-            return empty, empty
+            return empty, empty, empty
         j = np.minimum(np.searchsorted(dts, ge), len(di) - 1)  # the device event that ends each gap
         c = dcorr[j]
         ends = dts[j] == ge
         missing = ends & ~known[j] & judge_missing
+        copy = missing & is_copy[j]
         if not len(hc):
-            return empty, (gs[missing], ge[missing])
+            return empty, (gs[missing], ge[missing]), (gs[copy], ge[copy])
         k = np.minimum(np.searchsorted(hc, c), len(hc) - 1)
         launched = ends & (c >= 0) & (hc[k] == c)
         keep = launched & (hts[k] < gs)
-        return (gs[keep], ge[keep]), (gs[missing], ge[missing])
+        return (gs[keep], ge[keep]), (gs[missing], ge[missing]), (gs[copy], ge[copy])
 
     return gaps
 

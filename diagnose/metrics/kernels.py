@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
-from diagnose.metrics.classify import prefiltered
 from diagnose.metrics.overlap import in_windows
 from diagnose.metrics.precision import gemm_time_by_precision
 from diagnose.model.format import NS_PER_MS
 from diagnose.model.analysis import Hints, KernelStat
-from diagnose.metrics.steps import Window
+from diagnose.metrics.steps import DATALOADER_RE, Window, is_dataloader  # noqa: F401 (DATALOADER_RE re-exported)
 from diagnose.io.trace import COMM, COMPUTE, KIND_NAMES, MEMCPY, MEMSET, RankTrace
 
-DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
-is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")  # names capped: linear time
 
 
 def top_kernels(t: RankTrace, wins: list[Window], k: int = 20) -> tuple[list[KernelStat], float]:

@@ -12,6 +12,13 @@ single run's duplicates:
   device is another job: diagnose.metrics.ranks names it as before).
 Anything else (true duplicates in one run, runs overlapping in time, files that do not say when they ran)
 is one group, and diagnose.metrics.ranks resolves its duplicates as it always has.
+
+A trace with no rank at all (no distributedInfo, manifest record or rank in its name) is claimed by the process
+its file name names: torch.profiler's `tensorboard_trace_handler` writes `<worker>.<time>.pt.trace.json(.gz)`,
+the worker `host_pid` by default or the name the user gave. Two such files of one worker taken minutes apart
+are two captures of one process (kineto's resnet50 samples: `worker0.1623143089861` and `worker0.1623143566756`),
+not ranks 0 and 1: the same time-gap evidence splits them into runs. Files of one worker that overlap in time
+stay one group (ranks of a job whose workers share a name), as do rank-less files with distinct workers.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from diagnose.metrics.ranks import wall_clock
 from diagnose.model.runs import RUNS_PREFIX, RunInfo
 
 KINETO_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d{1,10})\.(?P<ns>\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
+# tensorboard_trace_handler's names: `<worker>.<epoch ms>.pt.trace.json` (older torch) or `<worker>.<epoch ns>`
+HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<t>\d{13}|\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
 MIN_GAP_US = 1e6  # two runs are at least a process start apart; one run's ranks overlap in time
 MIN_NAME_GAP_US = 60e6  # file-name times are when each rank finished writing: a large trace takes a while
 
@@ -36,7 +45,7 @@ def group_runs(outputs: list[RankOutput]) -> list[list[RankOutput]]:
     """The outputs split into runs, oldest first; one group (all of them) unless the evidence above holds.
     Unreadable files go to the run their file-name time falls in, else to the newest run."""
     good = [o for o in outputs if not o.error]
-    claims = Counter(r for o in good if (r := _rank(o)) is not None)
+    claims = Counter(r for o in good if (r := _claim(o)) is not None)
     if not claims or max(claims.values()) < 2:
         return [outputs]
     spans = [_span(o) for o in good]
@@ -59,7 +68,7 @@ def group_runs(outputs: list[RankOutput]) -> list[list[RankOutput]]:
     if len(groups) < 2:
         return [outputs]
     for g in groups:
-        c = Counter(r for i in g if (r := _rank(good[i])) is not None)
+        c = Counter(r for i in g if (r := _claim(good[i])) is not None)
         if c and max(c.values()) > 1:
             return [outputs]  # a rank twice within one time group: true duplicates, not runs
     if len({o.device_name for o in good if o.device_name}) > 1:
@@ -117,7 +126,7 @@ def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
         start = min(starts) if starts else None
         worlds = Counter(o.world_size for o in good if o.world_size)
         pids = sorted({int(m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))})
-        out.append(RunInfo(k + 1, len(run), sorted({r for o in good if (r := _rank(o)) is not None}),
+        out.append(RunInfo(k + 1, len(run), sorted({r for o in good if not _rankless(o) and (r := _rank(o)) is not None}),
                            worlds.most_common(1)[0][0] if worlds else None, _when(start) if start else "", start,
                            max((e for _, e in spans), default=None), pids, k == chosen))
     return out
@@ -129,7 +138,11 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     hosts_pids = [{(m.group("host"), m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))}
                   for run in runs]
     same = any(a & b for i, a in enumerate(hosts_pids) for b in hosts_pids[i + 1:])
-    word = "captures of the same processes (the same run profiled more than once)" if same else "runs"
+    workers = [{w for o in run if _rankless(o) and (w := _worker(o.path))} for run in runs]
+    one = len(set().union(*workers)) == 1 and all(workers) and all(_rankless(o) for r in runs for o in r if not o.error)
+    word = ("captures of the same process at different times (no rank in the traces: one process profiled more "
+            f"than once, worker `{_short(next(iter(workers[0])))}`)" if one else
+            "captures of the same processes (the same run profiled more than once)" if same else "runs")
     parts = []
     for r in infos:
         pid = f", pids {_span_text(r.pids)}" if r.pids else ""
@@ -145,6 +158,11 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
             f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
 
 
+def _short(name: str, n: int = 60) -> str:
+    """A file-name part (untrusted) cut for the one-line message; outputs escape it."""
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
 def _span_text(xs: list[int]) -> str:
     from diagnose.model.format import ranges
 
@@ -153,6 +171,26 @@ def _span_text(xs: list[int]) -> str:
 
 def _rank(o: RankOutput) -> int | None:
     return o.rank if o.rank is not None else rank_from_name(o.path)
+
+
+def _rankless(o: RankOutput) -> bool:
+    """The trace names no rank (no distributedInfo rank, none in its file name): its rank number, if any, was
+    given by file order when its run was assembled."""
+    return not (isinstance(o.distributed, dict) and o.distributed.get("rank") is not None) \
+        and rank_from_name(o.path) is None
+
+
+def _claim(o: RankOutput) -> tuple | None:
+    """What a file is one copy of: its rank, else the worker (process) its handler-written name names."""
+    if (r := _rank(o)) is not None:
+        return ("rank", r)
+    w = _worker(o.path)
+    return ("worker", w) if w else None
+
+
+def _worker(path: str) -> str | None:
+    m = HANDLER_NAME.match(os.path.basename(path))
+    return m.group("worker") if m else None
 
 
 def _span(o: RankOutput) -> tuple[float, float] | None:
@@ -168,9 +206,12 @@ def _span(o: RankOutput) -> tuple[float, float] | None:
 def _name_time(path: str) -> float | None:
     """The write time (epoch µs) in a Kineto file name `host_PID.NS.pt.trace.json(.gz)`, if plausible."""
     m = KINETO_NAME.match(os.path.basename(path))
-    if not m:
+    if m:
+        us = int(m.group("ns")) / 1e3
+    elif (h := HANDLER_NAME.match(os.path.basename(path))) and len(h.group("t")) == 13:
+        us = int(h.group("t")) * 1e3  # epoch ms
+    else:
         return None
-    us = int(m.group("ns")) / 1e3
     return us if 1e15 < us < 4e15 else None
 
 

@@ -9,6 +9,7 @@ import re
 import statistics
 
 from diagnose.model.analysis import Finding
+from diagnose.metrics.idle_stretch import SAMPLED_SHARE
 from diagnose.model.format import fmt, plural
 from diagnose.rules.base import Ctx, severity_for
 
@@ -148,11 +149,16 @@ def host_sync(c: Ctx) -> list[Finding]:
     bad = _blocking(c, alloc=False)
     if not bad:
         return []
-    gain = statistics.fmean(x[1] for x in bad)
+    gain = statistics.fmean(_typical(x[0], x[1]) for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle while the "
           f"host blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
     held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    once = _typical(r, tot) < tot
+    if once:
+        where = ", ".join(f"step {s.step}: {fmt(s.idle_ms, 'ms')}" for s in held[:2])
+        ev += (f"; most of it is one-off ({where}; {plural(len({s.step for s in held}), 'step')} of {r.nsteps}), "
+               f"the typical step {fmt(_typical(r, tot), 'ms')}")
     names = list(ops) + [s.op for s in held] + [x for s in held for x in s.stack]
     if held:
         s = held[0]
@@ -167,11 +173,26 @@ def host_sync(c: Ctx) -> list[Finding]:
     if not acts or any(re.search(r"item|scalar|nonzero|Synchronize", n) for n in names):
         acts.append("avoid `.item()` / `.cpu()` / `print(tensor)` and other host reads in the step (accumulate on "
                     "the device, log every N steps); find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
-    eg = c.gain_text(gain, "the device idle while the host blocks on those calls", True)
-    return [c.finding("host_sync", severity_for(gain, c.step_ms), f"{c.Dev} idle behind host synchronisation", ev,
+    eg = c.gain_text(gain, "the device idle while the host blocks on those calls" + (
+        "; where one step holds most of it (a first copy, a one-off sync), the typical step's" if once else ""), True)
+    sev = severity_for(gain, c.step_ms) if gain >= IDLE_FLOOR * c.step_ms else "low"
+    return [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
                       [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
                       "ranks[].idle.runtime_ops", gain_kind="bound",
                       events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
+
+
+def _typical(r, tot: float) -> float:
+    """The blocking idle per step of the steps that do not hold a long stretch, where fewer than half the steps
+    hold one and those stretches are most of it: one long copy or sync in one step (the first profiled step's
+    batch copy) is not what every step pays. Else `tot`, the mean."""
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    n = r.nsteps or 0
+    steps = {s.step for s in held}
+    one_off = sum(s.idle_ms for s in held)
+    if n < 2 or not held or len(steps) * 2 >= n or one_off < 0.5 * tot * n:
+        return tot
+    return max(0.0, tot * n - one_off) / (n - len(steps))
 
 
 def single_op_ms(r) -> float:
@@ -181,14 +202,24 @@ def single_op_ms(r) -> float:
     return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host") / r.nsteps
 
 
+def sampled(r) -> bool:
+    """The trace's host ops have holes in their numbering everywhere (event-sampled): an op with no child and no
+    launch over a stretch cannot be told from the events left out of it."""
+    share = r.idle.op_ids_contiguous if r.idle is not None else None
+    return share is not None and share < SAMPLED_SHARE
+
+
 def host_op_stall(c: Ctx) -> list[Finding]:
     """Device idle that one long host op holds (a stretch ≥ 1 ms, half or more under that one op): host work in
     that op, which fusion and CUDA graphs do not remove. Names the op, its stack and the step; the gain is a
-    bound: that idle, mean over the profiled steps (the evidence says in which steps it happened)."""
+    bound: that idle, mean over the profiled steps (the evidence says in which steps it happened). Silent on a
+    rank whose trace is event-sampled (`sampled`): hta/sampled_pair's 140 ms `aten::_foreach_mul_` records 6
+    launches in its first 7 ms and no event at all on its thread for the other 133, which is missing events, not
+    host work."""
     bad = []
     for r in c.ranks:
         g = single_op_ms(r)
-        if g > 0 and g >= IDLE_FLOOR * r.step_time_ms:
+        if g > 0 and g >= IDLE_FLOOR * r.step_time_ms and not sampled(r):
             bad.append((r, g))
     if not bad:
         return []
