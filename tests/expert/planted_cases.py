@@ -56,9 +56,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "text": r"torch\.compile|CUDA graph"}}],
         "claims": [{"verdict": "misleading", "rules": ["host_bound"],
                     "why": "the GPU waits for a blocking copy, not for launches"},
-                   {"verdict": "right", "text": r"cudaMemcpy\b|blocking cop|pageable|pin", "why": "the blocking copy"}],
-        "xfail": {"blocking_copy": "no finding names the 40 ms blocking cudaMemcpy (host_bound no longer advises "
-                                   "launch fixes, but the copy is not named)"}})
+                   {"verdict": "right", "text": r"cudaMemcpy\b|blocking cop|pageable|pin", "why": "the blocking copy"}]})
     out["blocking_copy_twin"] = (Knobs(async_copy=True), {
         "problems": [], "claims": [],
         "silent": [{"id": "no_copy_finding", "why": "a 0.3 ms pinned async copy under a busy GPU",
@@ -150,8 +148,7 @@ def third_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "not_launch_bound", "why": "one blocking copy, not kernel launches",
                     "match": {"where": "finding", "text": r"torch\.compile|CUDA graph"}}],
         "claims": [{"verdict": "misleading", "rules": ["host_bound"], "why": "the GPU waits for one blocking copy"},
-                   {"verdict": "right", "text": r"hipMemcpyWithStream|blocking cop|pageable|pin", "why": "the copy"}],
-        "xfail": {"blocking_copy": "no finding names the 493 ms hipMemcpyWithStream"}})
+                   {"verdict": "right", "text": r"hipMemcpyWithStream|blocking cop|pageable|pin", "why": "the copy"}]})
     out["allocator_on_flush"] = (Knobs(flush_step=2), {
         "problems": [{"id": "allocator_flush", "what": "step #12 frees and refills the cache (25 cudaFree, 9 cudaMalloc)",
                       "any": [{"where": "finding", "text": r"cudaFree|cudaMalloc|allocat|flush|empty_cache",
