@@ -31,7 +31,7 @@ from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.skew import skew
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
-from diagnose.model.format import NS_PER_MS, ranges
+from diagnose.model.format import NS_PER_MS, fmt, plural, ranges
 from diagnose.model.manifest import Manifest, PipelineConfig
 from diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
 
@@ -82,7 +82,13 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
-    sk = skew(records, hosts, *_skew_peers(good, man, layout)) if len(good) > 1 else None
+    steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
+    step_ms = float(np.median([o.metrics.step_time_ms for o in good])) if good else None
+    sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(np.median(steps_n)) if steps_n else 0.0,
+              step_ms=step_ms) if len(good) > 1 else None
+    if sk:
+        longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
+        _alignment_issues(sk, step_ms, longest, source, issues)
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
@@ -112,6 +118,41 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
     )
+
+
+MAX_WINDOW_LINES = 8  # ranks named one line each; the rest counted (all are in skew.capture_windows)
+
+
+def _alignment_issues(sk: SkewResult, step_ms: float | None, longest: float | None, source: str,
+                      issues: list[Issue]) -> None:
+    """Captures that start or end at different collectives, one line per rank; and skew or a straggler cost
+    longer than the step, which no real job has: a matching failure, said as such (the finding is withheld)."""
+    for w in sk.capture_windows[:MAX_WINDOW_LINES]:
+        parts = ([f"starts {plural(w.lead_n, 'collective')} / {fmt(w.lead_ms, 'ms')} after the others'"]
+                 if w.lead_n else []) + ([f"ends {plural(w.trail_n, 'collective')} / {fmt(w.trail_ms, 'ms')} before the "
+                                          "others'"] if w.trail_n else [])
+        issues.append(Issue(source, f"rank {w.rank}'s capture {' and '.join(parts)}: collectives not every rank of "
+                                    "their group recorded are left out of skew (not paired with the next one)",
+                            w.rank, "warning"))
+    if len(sk.capture_windows) > MAX_WINDOW_LINES:
+        issues.append(Issue(source, f"{len(sk.capture_windows) - MAX_WINDOW_LINES} more ranks' captures start or end "
+                                    "at different collectives (skew.capture_windows)", None, "warning"))
+    if sk.by_order:
+        issues.append(Issue(source, f"{plural(sk.by_order, 'rank-group')} of collectives whose completion times fit no "
+                                    "alignment with the other ranks' were matched by order: their skew may pair "
+                                    "different collectives", None, "warning"))
+    if not step_ms:
+        return
+    too_long = [b for b in sk.by_collective if b.max_skew_ms > (longest or step_ms)]
+    bad = [x for x in sk.stragglers if x.imposed_ms > step_ms]
+    if too_long or bad:
+        what = (f"arrival skew up to {fmt(max(b.max_skew_ms for b in too_long), 'ms')}" if too_long else
+                f"a straggler cost of {fmt(max(x.imposed_ms for x in bad), 'ms')} per step")
+        issues.append(Issue(source, f"{what}, longer than a step ({fmt(step_ms, 'ms')}): a matching failure (the ranks' "
+                                    "collectives are paired wrongly), not a measurement; no straggler finding is "
+                                    "drawn from it", None, "warning"))
+        sk.stragglers = [x for x in sk.stragglers if not x.kind]
+        sk.matching_failed = True
 
 
 def _drop_timelines(metrics: list[RankMetrics]) -> None:

@@ -16,6 +16,9 @@ from statistics import median
 import numpy as np
 
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
+from diagnose.metrics.straggler_replay import replay_gain_ns
+from diagnose.metrics.stragglers import decide, last_and_imposed
+from diagnose.metrics.collective_match import capture_windows, coarse_host_shift, match_rows
 from diagnose.model.matching import LateArrival
 from diagnose.model.format import NS_PER_MS, ranges
 
@@ -76,9 +79,15 @@ class _Table:
     seg: np.ndarray  # first row of each matched collective (seen on >= 2 ranks)
     size: np.ndarray  # its rows
     group: np.ndarray  # per row: its matched collective's number
+    partial: int = 0  # collectives some ranks of their group did not record (capture edges): left out
+    windows: list = field(default_factory=list)  # CaptureWindow per rank whose capture starts late / ends early
+    by_order: list = field(default_factory=list)  # (rank, key id) whose completion times did not fit: by order
 
 
-def _table(records: dict[int, Collectives]) -> _Table:
+def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None) -> _Table:
+    """Every rank's rows, matched (diagnose.metrics.collective_match), in segments of one collective each. Only
+    collectives every rank of their (group, kind) recorded are kept: one a late-starting capture lacks is left
+    out (counted in `partial` and named in `windows`), not paired with the next one."""
     ids: dict[tuple[str, str], int] = {}
     cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": [],
                              "seq": []}
@@ -95,26 +104,32 @@ def _table(records: dict[int, Collectives]) -> _Table:
         cols["seq"].append(c.seq if c.seq is not None else unknown)
     rank, key, ordinal, start, end, in_n, out_n, seq = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64)
                                                         for k in cols)
-    # A group whose every collective on every rank carries its sequence number is matched by it: ordinals
-    # shift when one rank's trace starts a collective later; sequence numbers do not.
-    numbered = np.ones(len(ids), bool)
-    np.logical_and.at(numbered, key, seq >= 0)
-    o = np.lexsort((seq, rank, key))  # a number seen twice on one rank (coalesced kernels): count instead
-    dup = (key[o][1:] == key[o][:-1]) & (rank[o][1:] == rank[o][:-1]) & (seq[o][1:] == seq[o][:-1])
-    numbered[key[o][1:][dup]] = False
-    ordinal = np.where(numbered[key], seq, ordinal) if len(key) else ordinal
+    key = key.astype(np.int64)
+    coarse = coarse_host_shift(rank, key, ordinal, end, hosts or {})
+    if any(coarse.values()):  # completion times compared on a common clock
+        at = np.array([coarse.get((hosts or {}).get(int(r), ""), 0) for r in rank.tolist()], np.int64)
+        m = match_rows(rank, key, ordinal, end + at, seq, len(ids))
+    else:
+        m = match_rows(rank, key, ordinal, end, seq, len(ids))
+    ordinal = m.idx
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
+    windows = capture_windows(rank, key, ordinal, end + (at[o] if any(coarse.values()) else 0))
     new = np.ones(len(key), bool)
     new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
     first = np.flatnonzero(new)
     size = np.diff(np.append(first, len(key)))
-    keep = np.repeat(size >= 2, size)
+    full = np.zeros(len(ids) or 1, np.int64)
+    if len(first):
+        np.maximum.at(full, key[first], size)
+    whole = (size >= 2) & (size == full[key[first]]) if len(first) else np.zeros(0, bool)
+    partial = int(((size >= 1) & ~whole & (full[key[first]] >= 2)).sum()) if len(first) else 0
+    keep = np.repeat(whole, size)
     rank, key, ordinal, start, end, in_n, out_n = (x[keep] for x in (rank, key, ordinal, start, end, in_n, out_n))
-    size = size[size >= 2]
+    size = size[whole]
     seg = np.concatenate(([0], np.cumsum(size)[:-1])).astype(np.int64) if len(size) else np.zeros(0, np.int64)
     return _Table(list(ids), rank, key, ordinal, in_n, out_n, start, end, seg, size,
-                  np.repeat(np.arange(len(size)), size))
+                  np.repeat(np.arange(len(size)), size), partial, windows, m.by_order)
 
 
 def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, int, tuple[str, str]]]]:
@@ -163,13 +178,15 @@ def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
 
 
 def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float],
-         stage_of: dict[int, int] | None = None) -> SkewResult | None:
-    """Collectives are matched by (process group, kind, ordinal); skew = latest start - earliest start.
+         stage_of: dict[int, int] | None = None, *, nsteps: float = 0.0,
+         step_ms: float | None = None) -> SkewResult | None:
+    """Collectives matched by what identifies them (collective_match.py); skew = latest start - earliest start.
 
     `stage_of` (rank -> pipeline stage): a collective whose ranks sit on different stages is reached in the
     order the schedule sets (stage 0 finishes 1F1B's backward last), so its last arrival is nobody's fault.
+    `nsteps` / `step_ms` (median over ranks) put the imposed waits per step for the straggler decision.
     """
-    t = _table(records)
+    t = _table(records, hosts)
     shifts = align_hosts(t, hosts)
     if any(shifts.values()):
         per_rank = np.array([int(shifts.get(hosts.get(int(r), ""), 0.0)) for r in t.rank.tolist()], np.int64)
@@ -178,15 +195,14 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     matched = len(t.seg)
     last = Counter()
     by_collective = []
+    ordered = _across_stages(t, stage_of or {})
+    stragglers, imposed_by = [], {}
     if matched:
         hi = np.maximum.reduceat(t.start, t.seg)
         sk = hi - np.minimum.reduceat(t.start, t.seg)
         transfer = np.minimum.reduceat(t.end - t.start, t.seg)
-        at_hi = t.start == hi[t.group]
-        alone = np.add.reduceat(at_hi.astype(np.int64), t.seg) == 1  # a tie has no last arrival: blame no one
-        ordered = _across_stages(t, stage_of or {})
-        alone &= ~ordered
-        rows = np.flatnonzero(at_hi & alone[t.group])
+        is_last, imposed = last_and_imposed(t.start, t.seg, t.size, t.group, ~ordered)
+        rows = np.flatnonzero(is_last)
         last = Counter(dict(zip(*np.unique(t.rank[rows], return_counts=True))))
         key = t.key[t.seg]
         n = np.bincount(key, minlength=len(t.keys))
@@ -205,10 +221,21 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
                                         mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS,
                                         last_arrivals={str(r): c for r, c in sorted(last_by_key.get(k, Counter()).items())})
                         for k in present]
-    stragglers = _stragglers(last, matched - (int(ordered.sum()) if matched else 0), compute_ms)
+        ids, ri = np.unique(t.rank[rows], return_inverse=True)
+        imposed_by = {str(int(r)): float(v) / NS_PER_MS
+                      for r, v in zip(ids.tolist(), np.bincount(ri, imposed[rows], len(ids)).tolist()) if v > 0}
+        stragglers, _ = decide(t.keys, t.rank, t.key, is_last, imposed, t.seg, t.size, ~ordered, nsteps, step_ms,
+                               group_label)
+        for x in stragglers:
+            g = replay_gain_ns(t.rank, t.start, t.end, t.seg, t.size, t.group, x.rank)
+            if g is not None and nsteps:
+                x.gain_ms, x.gain_kind = max(g, 0.0) / NS_PER_MS / nsteps, "simulated"
+            else:
+                x.gain_ms, x.gain_kind = x.imposed_ms, "bound"
+    stragglers += _compute_stragglers(compute_ms)
     if not matched and not stragglers:
         return None
-    late, late_by, imposed_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {}, {})
+    late, late_by, _, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
@@ -222,6 +249,9 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         wait_ms_by_rank=wait_by,
         schedule_ordered=int(ordered.sum()) if matched else 0,
         size_mismatches=_size_mismatches(t) if matched else 0,
+        capture_windows=t.windows,
+        partial=t.partial,
+        by_order=len(t.by_order),
     )
 
 
@@ -328,14 +358,8 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
             {str(int(ids[i])): int(x) for i, x in enumerate(late_n) if x > 0})
 
 
-def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:
+def _compute_stragglers(compute_ms: dict[int, float]) -> list[Straggler]:
     out = []
-    if matched >= 3 and last:
-        r, n = min(last.items(), key=lambda rc: (-rc[1], rc[0]))
-        n_ranks_seen = len(last)
-        # Arriving last more often than chance would (1/ranks) and in at least half the collectives.
-        if n / matched >= 0.5 and n_ranks_seen >= 1:
-            out.append(Straggler(int(r), "arrives last at collectives", n / matched))
     if len(compute_ms) >= 2:
         med = float(median(compute_ms.values()))
         for r, c in sorted(compute_ms.items()):

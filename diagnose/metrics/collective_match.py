@@ -1,0 +1,228 @@
+"""Which rows of different ranks are the same collective, on captures that start and end at different places.
+
+Matching by ordinal alone (the n-th all_reduce of a group on every rank) pairs different collectives as soon as
+one rank's capture starts a collective later: every pair after it is shifted, and a rank looks hundreds of ms
+late at every collective. What identifies a collective, in order of preference:
+1. the group's sequence number (Kineto's `Seq`), where every row of the group carries a distinct one;
+2. its completion time: a collective ends at about the same instant on every rank of its group (on a common
+   clock: hosts are shifted first, `coarse_host_shift`). Per (group, kind), each rank's rows are aligned to a
+   reference rank's (the one with the most rows) by one ordinal offset: the median over its rows of
+   (index of the reference row ending nearest − own ordinal). One offset per rank keeps the pairs in order and
+   survives back-to-back collectives whose ends are closer than the clock noise;
+3. order, where completion times do not agree (median completion error above a quarter of the reference's
+   median spacing, or above FIT_MAX_NS): the rank keeps offset 0 and is named in `by_order`.
+Everything is a few sorts and searchsorted calls over all rows: linear in ranks × collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnose.model.matching import CaptureWindow
+
+FIT_MAX_NS = 5_000_000  # a completion-time fit worse than 5 ms is no fit: the clocks or the groups disagree
+WINDOW = 5  # rows whose nearest-completion offsets are pooled (median) for each row's offset
+LONE = -(2**40)  # match numbers below it: rows no other rank is matched to
+MAX_SHIFT_OFFSET = 16  # ordinal offsets tried when estimating a host's clock shift
+
+
+@dataclass
+class Match:
+    """Per row: the index of its collective within its (group, kind); per rank: what its capture lacks."""
+
+    idx: np.ndarray
+    by_order: list[tuple[int, int]] = field(default_factory=list)  # (rank, key id) matched by order only
+
+
+def _segments(*cols: np.ndarray) -> np.ndarray:
+    """First row of each run of equal values over the (already sorted) columns."""
+    n = len(cols[0])
+    new = np.zeros(n, bool)
+    new[:1] = True
+    for c in cols:
+        new[1:] |= c[1:] != c[:-1]
+    return np.flatnonzero(new)
+
+
+def match_rows(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, end: np.ndarray, seq: np.ndarray,
+               nkeys: int) -> Match:
+    """Collective index per row (rows of any order; ordinal = n-th of its key on its rank, in start order)."""
+    n = len(key)
+    if not n:
+        return Match(np.zeros(0, np.int64))
+    numbered = np.ones(nkeys, bool)
+    np.logical_and.at(numbered, key, seq >= 0)
+    o = np.lexsort((seq, rank, key))  # a number seen twice on one rank (coalesced kernels): not an identity
+    dup = (key[o][1:] == key[o][:-1]) & (rank[o][1:] == rank[o][:-1]) & (seq[o][1:] == seq[o][:-1])
+    numbered[key[o][1:][dup]] = False
+    idx = ordinal.astype(np.int64).copy()
+    by_seq = numbered[key]
+    idx[by_seq] = seq[by_seq]
+    rest = np.flatnonzero(~by_seq)
+    if not len(rest):
+        return Match(idx)
+    by_order = _by_completion(rank[rest], key[rest], ordinal[rest].astype(np.int64), end[rest], idx, rest)
+    return Match(idx, by_order)
+
+
+def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, int]]:
+    o = np.lexsort((ordinal, rank, key))
+    rank, key, ordinal, end, rows = rank[o], key[o], ordinal[o], end[o], rows[o]
+    seg = _segments(key, rank)  # one (key, rank) per segment
+    count = np.diff(np.append(seg, len(key)))
+    seg_key = key[seg]
+    kfirst = _segments(seg_key)  # segments of each key
+    best = np.maximum.reduceat(count, kfirst)
+    is_best = count == np.repeat(best, np.diff(np.append(kfirst, len(seg))))
+    # the reference of each key: its first segment (lowest rank) with the most rows
+    cand = np.where(is_best, np.arange(len(seg)), len(seg))
+    ref_seg = np.minimum.reduceat(cand, kfirst)
+    ref_rows = np.concatenate([np.arange(seg[s], seg[s] + count[s]) for s in ref_seg.tolist()])
+    ref_key = key[ref_rows]
+    ref_end = end[ref_rows]
+    ref_ord = ordinal[ref_rows]
+    lo = min(int(end.min()), 0)
+    span = int(end.max()) - lo + 1
+    if span >= 2**62 // max(int(key.max()) + 1, 1):  # composite key*span+end would overflow: keep order
+        idx_out[rows] = ordinal
+        return []
+    ro = np.lexsort((ref_end, ref_key))
+    ref_c = ref_key[ro] * span + (ref_end[ro] - lo)
+    ref_ord, ref_key_s, ref_end_s = ref_ord[ro], ref_key[ro], ref_end[ro]
+    row_c = key * span + (end - lo)
+    p = np.searchsorted(ref_c, row_c)
+    a, b = np.clip(p - 1, 0, len(ref_c) - 1), np.clip(p, 0, len(ref_c) - 1)
+    da = np.where(ref_key_s[a] == key, np.abs(ref_c[a] - row_c), np.iinfo(np.int64).max)
+    db = np.where(ref_key_s[b] == key, np.abs(ref_c[b] - row_c), np.iinfo(np.int64).max)
+    near = np.where(db < da, b, a)
+    d = ref_ord[near] - ordinal
+    # per row: the median offset over a window of its rank's neighbouring rows of the key (a late start shifts
+    # every offset; a collective one rank alone recorded shifts those after it; a stray nearest match does not)
+    seg_id = np.repeat(np.arange(len(seg)), count)
+    at = np.arange(len(d))[:, None] + np.arange(-(WINDOW // 2), WINDOW // 2 + 1)[None, :]
+    at = np.clip(at, seg[seg_id][:, None], (seg + count - 1)[seg_id][:, None])
+    idx = ordinal + np.median(d[at], axis=1).round().astype(np.int64)
+    # the fit: median |end − reference end at the matched index| against the reference's spacing
+    kstart = np.searchsorted(ref_key_s, np.arange(int(key.max()) + 1))  # first reference row of each key
+    kn = np.bincount(ref_key_s, minlength=int(key.max()) + 1)
+    oo = np.lexsort((ref_ord, ref_key_s))  # reference rows in ordinal order per key (ordinals 0..n-1)
+    ends_by_ord = ref_end_s[oo]
+    first_ord = ref_ord[oo][kstart[key].clip(0, len(oo) - 1)]
+    pos = idx - first_ord
+    inside = (pos >= 0) & (pos < kn[key])
+    err = np.where(inside, np.abs(end - ends_by_ord[np.clip(kstart[key] + pos, 0, len(oo) - 1)]), -1)
+    eo = np.lexsort((err, seg_id))
+    e_sorted, s_sorted = err[eo], seg_id[eo]
+    n_in = np.bincount(seg_id[inside], minlength=len(seg))
+    first_in = np.searchsorted(s_sorted * 2 + (e_sorted >= 0), np.arange(len(seg)) * 2 + 1)
+    med_err = np.where(n_in > 0, e_sorted[np.clip(first_in + (n_in - 1) // 2, 0, len(eo) - 1)], 0)
+    gaps = np.diff(ends_by_ord)
+    same = ref_key_s[oo][1:] == ref_key_s[oo][:-1]
+    spacing = np.full(len(kn), np.inf)
+    if same.any():
+        gk, gv = ref_key_s[oo][1:][same], gaps[same]
+        go = np.lexsort((gv, gk))
+        gs = _segments(gk[go])
+        gc = np.diff(np.append(gs, len(go)))
+        spacing[gk[go][gs]] = gv[go][gs + (gc - 1) // 2]
+    limit = np.minimum(0.25 * spacing[seg_key], FIT_MAX_NS)
+    bad = (med_err > limit) | (n_in == 0)
+    bad &= seg_key >= 0
+    bad[ref_seg] = False  # the reference matches itself
+    # a row with no reference collective ending near it, or the second row of its rank on one collective:
+    # recorded by this rank alone as far as anyone can tell; a number of its own keeps it out of every match
+    lone = ~bad[seg_id] & ((err < 0) | (err > limit[seg_id]))
+    lone[ref_rows] = False
+    dup_o = np.lexsort((np.where(err < 0, np.iinfo(np.int64).max, err), idx, seg_id))
+    dup = np.zeros(len(idx), bool)
+    same_idx = (seg_id[dup_o][1:] == seg_id[dup_o][:-1]) & (idx[dup_o][1:] == idx[dup_o][:-1])
+    dup[dup_o[1:][same_idx]] = True
+    lone |= dup & ~bad[seg_id]
+    idx = np.where(bad[seg_id], ordinal, idx)
+    idx = np.where(lone, LONE - np.arange(len(idx)), idx)
+    idx_out[rows] = idx
+    return [(int(rank[seg[s]]), int(seg_key[s])) for s in np.flatnonzero(bad & (count > 0)).tolist()]
+
+
+def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, end: np.ndarray,
+                      hosts: dict[int, str]) -> dict[str, int]:
+    """ns to add to each host's clock so collectives complete together, before anything is matched: per host,
+    one of its ranks against one rank of the first host on the (group, kind) they share with the most rows,
+    trying ordinal offsets up to MAX_SHIFT_OFFSET either way (a capture that starts late) and keeping the one
+    whose completion differences are most constant (smallest median deviation). A refinement over all matched
+    collectives follows the matching (skew.align_hosts)."""
+    host_list = sorted(set(hosts.values()))
+    out = {h: 0 for h in host_list}
+    if len(host_list) < 2 or not len(key):
+        return out
+    o = np.lexsort((ordinal, rank, key))
+    rank, key, end = rank[o], key[o], end[o]
+    seg = _segments(key, rank)
+    count = np.diff(np.append(seg, len(key)))
+    by = {}  # (host, key) -> (rows, rank) of the rank with the most rows
+    for s, c in zip(seg.tolist(), count.tolist()):
+        h, k = hosts.get(int(rank[s]), ""), int(key[s])
+        if (h, k) not in by or c > by[(h, k)][1]:
+            by[(h, k)] = (s, c)
+    ref = host_list[0]
+    for h in host_list[1:]:
+        shared = [k for (hh, k) in by if hh == h and (ref, k) in by]
+        if not shared:
+            continue
+        k = max(shared, key=lambda k: (min(by[(ref, k)][1], by[(h, k)][1]), -k))
+        (sa, na), (sb, nb) = by[(ref, k)], by[(h, k)]
+        ea, eb = end[sa:sa + na], end[sb:sb + nb]
+        best = None
+        for d in range(-min(MAX_SHIFT_OFFSET, nb - 1), min(MAX_SHIFT_OFFSET, na - 1) + 1):
+            a0, b0 = max(d, 0), max(-d, 0)
+            m = min(na - a0, nb - b0)
+            if m < max(2, min(na, nb) // 2):
+                continue
+            diff = ea[a0:a0 + m] - eb[b0:b0 + m]
+            med = int(np.median(diff))
+            score = (float(np.median(np.abs(diff - med))), -m)
+            if best is None or score < best[0]:
+                best = (score, med)
+        if best is None:
+            best = (None, int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)])))
+        out[h] = best[1]
+    return out
+
+
+def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.ndarray) -> list[CaptureWindow]:
+    """Ranks whose capture starts after (or ends before) collectives the other ranks of the same (group, kind)
+    recorded: how many such collectives, summed over its (group, kind)s, and how long before its first
+    (after its last) collective the earliest (latest) one of any rank ended. `end` on the common clock."""
+    if not len(key):
+        return []
+    o = np.lexsort((idx, rank, key))
+    r, k, i, e = rank[o], key[o], idx[o], end[o]
+    seg = _segments(k, r)
+    last = np.append(seg[1:], len(k)) - 1
+    # distinct (key, idx) in order: a rank's lead is the number of them before its first, within its key
+    d = np.lexsort((i, k))
+    dk, di = k[d], i[d]
+    du = _segments(dk, di)
+    uk, ui = dk[du], di[du]
+    span = int(ui.max()) - int(ui.min()) + 2
+    comp = uk * span + (ui - int(ui.min()))
+    kfirst = np.searchsorted(uk, k[seg])
+    klast = np.searchsorted(uk, k[seg], side="right")
+    lead = np.searchsorted(comp, k[seg] * span + (i[seg] - int(ui.min()))) - kfirst
+    trail = klast - 1 - np.searchsorted(comp, k[last] * span + (i[last] - int(ui.min())))
+    ranks, ri = np.unique(r[seg], return_inverse=True)
+    lead_n = np.bincount(ri, lead, len(ranks))
+    trail_n = np.bincount(ri, trail, len(ranks))
+    first_end = np.full(len(ranks), np.iinfo(np.int64).max)
+    last_end = np.full(len(ranks), np.iinfo(np.int64).min)
+    ro = np.searchsorted(ranks, r)
+    np.minimum.at(first_end, ro, e)
+    np.maximum.at(last_end, ro, e)
+    lo, hi = int(e.min()), int(e.max())
+    out = []
+    for j in np.flatnonzero((lead_n > 0) | (trail_n > 0)).tolist():
+        out.append(CaptureWindow(int(ranks[j]), int(lead_n[j]), (int(first_end[j]) - lo) / 1e6 if lead_n[j] else 0.0,
+                                 int(trail_n[j]), (hi - int(last_end[j])) / 1e6 if trail_n[j] else 0.0))
+    return out

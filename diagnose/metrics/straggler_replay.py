@@ -1,0 +1,69 @@
+"""The straggler's gain, replayed: the matched collectives of all ranks as a dependency graph, once as traced
+and once with the straggler's launch gaps at its peers' median; the gain is the difference in span per step.
+
+Graph: on each rank, a collective depends on the rank's collective that ended last before it started (its
+launch gap: start − that end, the rank's own work in between); a collective ends for every member at the
+last member's start plus that member's own transfer (its end − the last start). A rank's first collective
+keeps its traced start. Replaying as traced gives the trace back; the straggler at its peers' speed takes,
+at each collective, the smaller of its gap and the median gap of the other members. Collectives are replayed
+in order of their traced end (a dependency ends before its dependant starts), one group at a time.
+Not built above REPLAY_MAX_ROWS rows (the caller keeps the imposed wait as a bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+REPLAY_MAX_ROWS = 2_000_000
+
+
+def replay_gain_ns(rank: np.ndarray, start: np.ndarray, end: np.ndarray, seg: np.ndarray, size: np.ndarray,
+                   group: np.ndarray, who: int) -> float | None:
+    """Span shortened (ns, whole trace) when rank `who` launches each collective after its peers' median gap."""
+    n = len(rank)
+    if not n or n > REPLAY_MAX_ROWS or not (rank == who).any():
+        return None
+    hi = np.maximum.reduceat(start, seg)
+    transfer = np.maximum(end - hi[group], 0)
+    # predecessor on the same rank: the latest end at or before this row's start
+    o = np.lexsort((end, rank))
+    r_o, e_o = rank[o], end[o]
+    comp_hi = np.searchsorted(r_o, rank, side="right")  # rows of the rank: [lo, hi)
+    comp_lo = np.searchsorted(r_o, rank, side="left")
+    # searchsorted within each rank's slice: offset ends by rank so one call serves all ranks
+    big = int(max(end.max(), start.max()) - min(end.min(), start.min())) + 1
+    base = int(min(end.min(), start.min()))
+    ro = np.unique(rank, return_inverse=True)[1]
+    comp = ro[o].astype(np.int64) * big + (e_o - base)
+    q = ro.astype(np.int64) * big + (start - base)
+    pos = np.searchsorted(comp, q, side="right") - 1
+    has = (pos >= comp_lo) & (pos < comp_hi)
+    pred = np.where(has, o[np.clip(pos, 0, n - 1)], -1)
+    pred = np.where(pred == np.arange(n), -1, pred)
+    gap = np.where(pred >= 0, start - end[np.clip(pred, 0, n - 1)], 0)
+    mine = rank == who
+    # peers' median gap per collective (members other than `who` with a predecessor)
+    peer = ~mine & (pred >= 0)
+    go = np.lexsort((gap, ~peer, group))  # per group: the peers' gaps first, sorted
+    n_peer = np.bincount(group[peer], minlength=len(seg))
+    first = seg  # rows of a group are contiguous in the table; go keeps groups contiguous in the same places
+    med = np.where(n_peer > 0, gap[go][first + np.maximum(n_peer - 1, 0) // 2], 0)
+    fixed = np.where(mine & (pred >= 0) & (n_peer[group] > 0), np.minimum(gap, med[group]), gap)
+    base_span = _replay(start, gap, transfer, pred, seg, size, group, end)
+    fix_span = _replay(start, fixed, transfer, pred, seg, size, group, end)
+    return float(base_span - fix_span)
+
+
+def _replay(start, gap, transfer, pred, seg, size, group, end) -> int:
+    order = np.argsort(np.maximum.reduceat(end, seg), kind="stable")
+    rep_start = start.astype(np.int64).copy()
+    rep_end = end.astype(np.int64).copy()
+    has = pred >= 0
+    for g in order.tolist():
+        s, k = int(seg[g]), int(size[g])
+        sl = slice(s, s + k)
+        p = pred[sl]
+        st = np.where(has[sl], rep_end[np.clip(p, 0, None)] + gap[sl], start[sl])
+        rep_start[sl] = st
+        rep_end[sl] = st.max() + transfer[sl]
+    return int(rep_end.max() - rep_start.min())

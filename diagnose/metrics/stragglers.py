@@ -1,0 +1,116 @@
+"""Who is a straggler at matched collectives, and what it costs: the one place that decides (terminal, report,
+JSON, tables and the finding all read SkewResult.stragglers).
+
+Per (group, kind), per rank: the collectives at which it alone arrived last, and the wait it imposed there:
+its start − the second-latest start (what every other rank would have saved had it alone been on time).
+Pooling kinds hides a rank late at every all_to_all behind the all_reduces it is punctual at, so the test is
+per kind: a rank is a straggler where, in some kind with at least three matched collectives over groups of at
+least three ranks, it arrives last far more often than chance (binomial tail against 1/ranks below
+STRAGGLER_ALPHA) and at half of them or more, and the wait it imposes over all kinds is at least
+STRAGGLER_FLOOR of the step. Its gain is the replayed step with its launch gaps at its peers' median
+(metrics/straggler_replay.py, "simulated"), else the imposed wait ("bound").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from diagnose.model.analysis import Straggler
+from diagnose.model.format import NS_PER_MS, fmt
+
+STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
+STRAGGLER_FLOOR = 0.02  # imposed waiting below 2 % of the step is not worth a finding
+MIN_SHARE = 0.5  # last at half of a kind's matched collectives or more
+MAX_NAMED_KINDS = 3
+
+
+def binom_tail(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p): how likely a rank arrives last this often by chance.
+
+    In log space (math.lgamma), so no term overflows at any n (math.comb(n, i) * p**i did past n ≈ 1,000), and
+    summed only while terms still count: away from the mode each term is the previous one times
+    (n - i) / (i + 1) · p / (1 - p), so the sum stops after O(√(np) + log) terms, not n."""
+    if k <= 0 or p >= 1:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    odds = p / (1 - p)
+
+    def log_pmf(i: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+
+    if k > (n + 1) * p:  # k above the mode: terms fall from k upward
+        s, t, i = 1.0, 1.0, k
+        while i < n:
+            t *= (n - i) / (i + 1) * odds
+            s += t
+            i += 1
+            if t < s * 1e-17:
+                break
+        return min(1.0, math.exp(log_pmf(k)) * s)
+    # k at or below the mode: 1 - P(X ≤ k - 1), whose terms fall from k - 1 downward
+    s, t, i = 1.0, 1.0, k - 1
+    while i > 0:
+        t *= i / (n - i + 1) / odds
+        s += t
+        i -= 1
+        if t < s * 1e-17:
+            break
+    return max(0.0, 1.0 - math.exp(log_pmf(k - 1)) * s)
+
+
+def last_and_imposed(start: np.ndarray, seg: np.ndarray, size: np.ndarray, group: np.ndarray,
+                     blamed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: is it the unique last arrival of its collective (among `blamed` collectives), and the wait it
+    imposed there (its start − the second-latest start; 0 elsewhere)."""
+    hi = np.maximum.reduceat(start, seg)
+    at_hi = start == hi[group]
+    alone = (np.add.reduceat(at_hi.astype(np.int64), seg) == 1) & blamed & (size >= 2)
+    last = at_hi & alone[group]
+    second = np.maximum.reduceat(np.where(at_hi, np.iinfo(np.int64).min, start), seg)
+    imposed = np.where(last, start - second[group], 0)
+    return last, imposed
+
+
+def decide(keys: list[tuple[str, str]], rank: np.ndarray, key: np.ndarray, last: np.ndarray, imposed: np.ndarray,
+           seg: np.ndarray, size: np.ndarray, blamed: np.ndarray, nsteps: float, step_ms: float | None,
+           label) -> tuple[list[Straggler], dict[int, float]]:
+    """(stragglers, rank -> imposed ms per step over all kinds). `label` names a group for the reason text."""
+    if not len(seg) or not nsteps:
+        return [], {}
+    kseg = key[seg]
+    n_k = np.bincount(kseg[blamed], minlength=len(keys))
+    g_k = np.zeros(len(keys), np.int64)
+    np.maximum.at(g_k, kseg, size)
+    rows = np.flatnonzero(last)
+    ids, ri = np.unique(rank[rows], return_inverse=True)
+    per_rank_imposed = np.bincount(ri, imposed[rows], len(ids)) / NS_PER_MS / nsteps
+    imposed_by = {int(r): float(v) for r, v in zip(ids.tolist(), per_rank_imposed.tolist())}
+    pair = key[rows] * (len(ids) + 1) + ri
+    up, cnt = np.unique(pair, return_counts=True)
+    floor = STRAGGLER_FLOOR * step_ms if step_ms else 0.0
+    found: dict[int, list] = {}
+    for pk, c in zip(up.tolist(), cnt.tolist()):
+        k, j = divmod(pk, len(ids) + 1)
+        n, g = int(n_k[k]), int(g_k[k])
+        if n < 3 or g < 3 or c / n < MIN_SHARE:
+            continue
+        p = binom_tail(c, n, 1 / g)
+        if p < STRAGGLER_ALPHA:
+            found.setdefault(int(ids[j]), []).append((k, c, n, g, p))
+    out = []
+    for r, kinds in found.items():
+        imp = imposed_by.get(r, 0.0)
+        if imp < floor:
+            continue
+        kinds.sort(key=lambda x: (x[4], -x[1]))
+        k, c, n, g, p = kinds[0]
+        where = "; ".join(f"last at {c} of {n} {keys[k][1]}" + (f" on pg '{label(keys[k][0])}'" if keys[k][0] else "")
+                          + f" (chance {fmt(1 / g, 'pct')}, p = {p:.1g})" for k, c, n, g, p in kinds[:MAX_NAMED_KINDS])
+        out.append(Straggler(r, f"arrives last at collectives: {where}; imposing {fmt(imp, 'ms')} of waiting per step",
+                             c / n, kind=keys[k][1], imposed_ms=imp, last_n=c, matched_n=n))
+    out.sort(key=lambda s: (-s.imposed_ms, s.rank))
+    return out, imposed_by
