@@ -108,9 +108,9 @@ def decide(keys: list[tuple[str, str]], rank: np.ndarray, key: np.ndarray, last:
             continue
         kinds.sort(key=lambda x: (x[4], -x[1]))
         k, c, n, g, p = kinds[0]
-        where = "; ".join(f"last at {c} of {n} {keys[k][1]}" + (f" on pg '{label(keys[k][0])}'" if keys[k][0] else "")
+        where = "; ".join(f"{c} of {n} {keys[k][1]}" + (f" on pg '{label(keys[k][0])}'" if keys[k][0] else "")
                           + f" (chance {fmt(1 / g, 'pct')}, p = {p:.1g})" for k, c, n, g, p in kinds[:MAX_NAMED_KINDS])
-        out.append(Straggler(r, f"arrives last at collectives: {where}; imposing {fmt(imp, 'ms')} of waiting per step",
+        out.append(Straggler(r, f"arrives last at {where}; imposing {fmt(imp, 'ms')} of waiting per step",
                              c / n, kind=keys[k][1], imposed_ms=imp, last_n=c, matched_n=n))
     out.sort(key=lambda s: (-s.imposed_ms, s.rank))
     return out, imposed_by
