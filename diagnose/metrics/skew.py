@@ -252,6 +252,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         capture_windows=t.windows,
         partial=t.partial,
         by_order=len(t.by_order),
+        decided=True,
     )
 
 

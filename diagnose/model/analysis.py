@@ -247,6 +247,7 @@ class SkewResult:
     partial: int = 0  # collectives only some ranks of their group recorded (capture edges): left out of skew
     by_order: int = 0  # (rank, group, kind) whose completion times fit no alignment: matched by order
     matching_failed: bool = False  # skew or a straggler cost longer than the step: pairs are wrong, no finding
+    decided: bool = False  # stragglers decided per kind (metrics/stragglers.py); False in older summaries
 
 
 @dataclass

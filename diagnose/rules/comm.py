@@ -195,6 +195,25 @@ def tp_exposed(c: Ctx) -> list[Finding]:
 from diagnose.metrics.stragglers import STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail  # noqa: E402,F401  (one home)
 
 
+def _legacy_arrivals(sk, nsteps: float, n: int) -> dict[int, tuple[float, str]]:
+    """Older summaries (no `skew.decided`): last arrivals pooled over kinds, binomial against 1/ranks, the
+    summed lateness (or the share of the total skew) per step as a bound."""
+    total_wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
+    late_by = sk.late_ms_by_rank or {}
+    found = {}
+    for rk, k in sk.last_arrivals.items():
+        if sk.matched < 3 or k / sk.matched < 0.5:
+            continue
+        p = binom_tail(int(k), sk.matched, 1 / n)
+        if p >= STRAGGLER_ALPHA:
+            continue
+        imposed = late_by[str(rk)] / nsteps if str(rk) in late_by else total_wait * k / sk.matched
+        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives "
+                                   f"({fmt(k / sk.matched, 'pct')}; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), "
+                                   f"imposing {fmt(imposed, 'ms')} of waiting per step")
+    return found
+
+
 def _spread(r) -> float:
     """Per-step standard deviation of a rank's compute: the noise a difference between ranks must beat."""
     xs = [st.compute_ms for st in r.steps]
@@ -216,6 +235,8 @@ def stragglers(c: Ctx) -> list[Finding]:
     late = {x.rank: x for x in sk.stragglers if x.kind and not sk.matching_failed}
     found: dict[int, tuple[float, str]] = {r: (x.gain_ms if x.gain_ms is not None else x.imposed_ms, x.reason)
                                            for r, x in late.items()}
+    if not sk.decided:  # a summary written before the per-kind decision: its pooled counts, as it was read then
+        found.update(_legacy_arrivals(sk, nsteps, len(c.ranks)))
     # Compute is compared among peers doing the same work: ranks of one pipeline stage (stages differ by design:
     # pipeline_imbalance), and without the expert compute an MoE router hands out (moe_imbalance).
     # With a pipeline (analysed, or only named by the layout: pp > 1), a rank whose stage is not known has no
