@@ -20,7 +20,7 @@ from diagnose.metrics.straggler_replay import replay_gain_ns
 from diagnose.metrics.stragglers import decide, last_and_imposed
 from diagnose.metrics.collective_match import capture_windows, coarse_host_shift, match_rows
 from diagnose.model.matching import LateArrival
-from diagnose.model.format import NS_PER_MS, ranges
+from diagnose.model.format import NS_PER_MS, fmt, ranges
 
 
 @dataclass
@@ -232,6 +232,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
                 x.gain_ms, x.gain_kind = max(g, 0.0) / NS_PER_MS / nsteps, "simulated"
             else:
                 x.gain_ms, x.gain_kind = x.imposed_ms, "bound"
+            x.reason += f"; at its peers' speed the step gains {fmt(x.gain_ms, 'ms')} ({x.gain_kind})"
     stragglers += _compute_stragglers(compute_ms)
     if not matched and not stragglers:
         return None
