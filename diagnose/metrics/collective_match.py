@@ -9,8 +9,10 @@ late at every collective. What identifies a collective, in order of preference:
    reference rank's (the one with the most rows) by one ordinal offset: the median over its rows of
    (index of the reference row ending nearest − own ordinal). One offset per rank keeps the pairs in order and
    survives back-to-back collectives whose ends are closer than the clock noise;
-3. order, where completion times do not agree (median completion error above a quarter of the reference's
-   median spacing, or above FIT_MAX_NS): the rank keeps offset 0 and is named in `by_order`.
+   A row ending further than a quarter of the reference's median spacing (at most FIT_MAX_NS) from its
+   matched reference row, or a second row of its rank on one collective, is left unmatched;
+3. order, where completion times do not agree (under half of a rank's rows within the reference's span
+   match): the rank keeps its ordinals and is named in `by_order`.
 Everything is a few sorts and searchsorted calls over all rows: linear in ranks × collectives.
 """
 
@@ -103,8 +105,8 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     seg_id = np.repeat(np.arange(len(seg)), count)
     at = np.arange(len(d))[:, None] + np.arange(-(WINDOW // 2), WINDOW // 2 + 1)[None, :]
     at = np.clip(at, seg[seg_id][:, None], (seg + count - 1)[seg_id][:, None])
-    idx = ordinal + np.median(d[at], axis=1).round().astype(np.int64)
-    # the fit: median |end − reference end at the matched index| against the reference's spacing
+    idx = ordinal + np.sort(d[at], axis=1)[:, WINDOW // 2]
+    # each row's error: |end − the reference's end at its matched index| (−1: no such reference row)
     kstart = np.searchsorted(ref_key_s, np.arange(int(key.max()) + 1))  # first reference row of each key
     kn = np.bincount(ref_key_s, minlength=int(key.max()) + 1)
     oo = np.lexsort((ref_ord, ref_key_s))  # reference rows in ordinal order per key (ordinals 0..n-1)
@@ -113,11 +115,6 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     pos = idx - first_ord
     inside = (pos >= 0) & (pos < kn[key])
     err = np.where(inside, np.abs(end - ends_by_ord[np.clip(kstart[key] + pos, 0, len(oo) - 1)]), -1)
-    eo = np.lexsort((err, seg_id))
-    e_sorted, s_sorted = err[eo], seg_id[eo]
-    n_in = np.bincount(seg_id[inside], minlength=len(seg))
-    first_in = np.searchsorted(s_sorted * 2 + (e_sorted >= 0), np.arange(len(seg)) * 2 + 1)
-    med_err = np.where(n_in > 0, e_sorted[np.clip(first_in + (n_in - 1) // 2, 0, len(eo) - 1)], 0)
     gaps = np.diff(ends_by_ord)
     same = ref_key_s[oo][1:] == ref_key_s[oo][:-1]
     spacing = np.full(len(kn), np.inf)
@@ -127,19 +124,24 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
         gs = _segments(gk[go])
         gc = np.diff(np.append(gs, len(go)))
         spacing[gk[go][gs]] = gv[go][gs + (gc - 1) // 2]
-    limit = np.minimum(0.25 * spacing[seg_key], FIT_MAX_NS)
-    bad = (med_err > limit) | (n_in == 0)
-    bad &= seg_key >= 0
-    bad[ref_seg] = False  # the reference matches itself
+    limit = np.minimum(0.25 * spacing[key], FIT_MAX_NS)
     # a row with no reference collective ending near it, or the second row of its rank on one collective:
     # recorded by this rank alone as far as anyone can tell; a number of its own keeps it out of every match
-    lone = ~bad[seg_id] & ((err < 0) | (err > limit[seg_id]))
-    lone[ref_rows] = False
-    dup_o = np.lexsort((np.where(err < 0, np.iinfo(np.int64).max, err), idx, seg_id))
-    dup = np.zeros(len(idx), bool)
+    lone = (err < 0) | (err > limit)
+    dup_o = np.lexsort((np.where(lone, np.iinfo(np.int64).max, err), idx, seg_id))
     same_idx = (seg_id[dup_o][1:] == seg_id[dup_o][:-1]) & (idx[dup_o][1:] == idx[dup_o][:-1])
-    dup[dup_o[1:][same_idx]] = True
-    lone |= dup & ~bad[seg_id]
+    lone[dup_o[1:][same_idx]] = True
+    lone[ref_rows] = False
+    # the fit: of a rank's rows that end within the reference's span, at least half matched, and one at least;
+    # else its completion times say nothing (clocks or groups disagree) and it is matched by order
+    k_first = ends_by_ord[np.clip(kstart[key], 0, len(oo) - 1)]
+    k_last = ends_by_ord[np.clip(kstart[key] + kn[key] - 1, 0, len(oo) - 1)]
+    span = (end >= k_first - limit) & (end <= k_last + limit)
+    n_span = np.bincount(seg_id[span], minlength=len(seg))
+    n_fit = np.bincount(seg_id[span & ~lone], minlength=len(seg))
+    bad = ((n_span > 0) & (2 * n_fit < n_span)) | (np.bincount(seg_id[~lone], minlength=len(seg)) == 0)
+    bad[ref_seg] = False  # the reference matches itself
+    lone &= ~bad[seg_id]
     idx = np.where(bad[seg_id], ordinal, idx)
     idx = np.where(lone, LONE - np.arange(len(idx)), idx)
     idx_out[rows] = idx
@@ -151,7 +153,8 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
     """ns to add to each host's clock so collectives complete together, before anything is matched: per host,
     one of its ranks against one rank of the first host on the (group, kind) they share with the most rows,
     trying ordinal offsets up to MAX_SHIFT_OFFSET either way (a capture that starts late) and keeping the one
-    whose completion differences are most constant (smallest median deviation). A refinement over all matched
+    under which most completion differences agree (within a twentieth of the spacing; then the smallest median
+    deviation). Fewer than two agreeing under any offset identify nothing: clocks that already agree stay. A refinement over all matched
     collectives follows the matching (skew.align_hosts)."""
     host_list = sorted(set(hosts.values()))
     out = {h: 0 for h in host_list}
@@ -161,37 +164,40 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
     rank, key, end = rank[o], key[o], end[o]
     seg = _segments(key, rank)
     count = np.diff(np.append(seg, len(key)))
-    by = {}  # (host, key) -> (rows, rank) of the rank with the most rows
-    for s, c in zip(seg.tolist(), count.tolist()):
-        h, k = hosts.get(int(rank[s]), ""), int(key[s])
-        if (h, k) not in by or c > by[(h, k)][1]:
-            by[(h, k)] = (s, c)
-    ref = host_list[0]
+    by: dict[str, dict[int, tuple[int, int]]] = {}  # host -> key -> (first row, rows) of its rank with the most
+    for s, c, r, k in zip(seg.tolist(), count.tolist(), rank[seg].tolist(), key[seg].tolist()):
+        mine = by.setdefault(hosts.get(r, ""), {})
+        if k not in mine or c > mine[k][1]:
+            mine[k] = (s, c)
+    ref = by.get(host_list[0], {})
     for h in host_list[1:]:
-        shared = [k for (hh, k) in by if hh == h and (ref, k) in by]
+        other = by.get(h, {})
+        shared = [k for k in other if k in ref]
         if not shared:
             continue
-        k = max(shared, key=lambda k: (min(by[(ref, k)][1], by[(h, k)][1]), -k))
-        (sa, na), (sb, nb) = by[(ref, k)], by[(h, k)]
+        k = max(shared, key=lambda k: (min(ref[k][1], other[k][1]), -k))
+        (sa, na), (sb, nb) = ref[k], other[k]
         ea, eb = end[sa:sa + na], end[sb:sb + nb]
         spacing = float(np.median(np.diff(ea))) if na > 1 else np.inf
+        tol = min(0.05 * spacing, FIT_MAX_NS / 5)  # two completions of one collective: within this
         best = None
         for d in [0] + [x for k in range(1, MAX_SHIFT_OFFSET + 1) for x in (k, -k)]:
             if d > na - 1 or -d > nb - 1:
                 continue
             a0, b0 = max(d, 0), max(-d, 0)
             m = min(na - a0, nb - b0)
-            if m < max(2, min(na, nb) // 2):
-                continue
             diff = ea[a0:a0 + m] - eb[b0:b0 + m]
             med = int(np.median(diff))
-            score = (float(np.median(np.abs(diff - med))), -m)
+            dev = np.abs(diff - med)
+            score = (-int((dev <= tol).sum()), float(np.median(dev)))  # most pairs consistent, then closest
             if best is None or score < best[0]:
                 best = (score, med)
-            if score[0] <= 0.05 * spacing:  # completions agree to a twentieth of their spacing: this is it
-                break
-        if best is None:
-            best = (None, int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)])))
+        if best is None or -best[0][0] < 2:  # no two completions agree under any offset: nothing identifies it;
+            # clocks that already agree stay, else pair by order
+            pos = np.searchsorted(ea, eb)
+            near = min(np.abs(ea[np.clip(pos, 0, na - 1)] - eb).min(), np.abs(ea[np.clip(pos - 1, 0, na - 1)] - eb).min())
+            best = (None, 0 if near <= min(0.25 * spacing, FIT_MAX_NS) else
+                    int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)])))
         out[h] = best[1]
     return out
 

@@ -25,18 +25,19 @@ def replay_gain_ns(rank: np.ndarray, start: np.ndarray, end: np.ndarray, seg: np
         return None
     hi = np.maximum.reduceat(start, seg)
     transfer = np.maximum(end - hi[group], 0)
-    # predecessor on the same rank: the latest end at or before this row's start
-    o = np.lexsort((end, rank))
-    r_o, e_o = rank[o], end[o]
-    comp_hi = np.searchsorted(r_o, rank, side="right")  # rows of the rank: [lo, hi)
-    comp_lo = np.searchsorted(r_o, rank, side="left")
-    # searchsorted within each rank's slice: offset ends by rank so one call serves all ranks
-    big = int(max(end.max(), start.max()) - min(end.min(), start.min())) + 1
+    # predecessor on the same rank: the latest end at or before this row's start (one searchsorted over
+    # (rank, end) composites: each rank's rows are a slice of `o`)
+    ids, ro = np.unique(rank, return_inverse=True)
+    o = np.lexsort((end, ro))
+    cnt = np.bincount(ro, minlength=len(ids))
+    comp_hi = np.cumsum(cnt)[ro]
+    comp_lo = comp_hi - cnt[ro]
     base = int(min(end.min(), start.min()))
-    ro = np.unique(rank, return_inverse=True)[1]
-    comp = ro[o].astype(np.int64) * big + (e_o - base)
-    q = ro.astype(np.int64) * big + (start - base)
-    pos = np.searchsorted(comp, q, side="right") - 1
+    big = int(max(end.max(), start.max())) - base + 1
+    if big >= 2**62 // max(len(ids), 1):
+        return None
+    comp = ro[o].astype(np.int64) * big + (end[o] - base)
+    pos = np.searchsorted(comp, ro.astype(np.int64) * big + (start - base), side="right") - 1
     has = (pos >= comp_lo) & (pos < comp_hi)
     pred = np.where(has, o[np.clip(pos, 0, n - 1)], -1)
     pred = np.where(pred == np.arange(n), -1, pred)

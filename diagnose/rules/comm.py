@@ -277,7 +277,7 @@ def stragglers(c: Ctx) -> list[Finding]:
             causes[r] = straggler_cause(by_rank[r], peers, late[r].imposed_ms)
     windows = {w.rank: w for w in sk.capture_windows if w.lead_n}
     ev = "; ".join(f"{where(r)} {v[1]}" + (f"; {causes[r][0]}" if r in causes else "")
-                   + (f"; its capture starts {windows[r].lead_n} collectives after the others' (left out of skew)"
+                   + (f"; its capture starts {plural(windows[r].lead_n, 'collective')} after the others' (left out of skew)"
                       if r in windows else "")
                    for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
     if len(found) > 5:
