@@ -11,8 +11,8 @@ late at every collective. What identifies a collective, in order of preference:
    survives back-to-back collectives whose ends are closer than the clock noise;
    A row ending further than a quarter of the reference's median spacing (at most FIT_MAX_NS) from its
    matched reference row, or a second row of its rank on one collective, is left unmatched;
-3. order, where completion times do not agree (under half of a rank's rows within the reference's span
-   match): the rank keeps its ordinals and is named in `by_order`.
+3. order, where none of a rank's completion times agrees with the reference's (its clock or its group
+   differs): the rank keeps its ordinals and is named in `by_order`.
 Everything is a few sorts and searchsorted calls over all rows: linear in ranks × collectives.
 """
 
@@ -132,14 +132,10 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     same_idx = (seg_id[dup_o][1:] == seg_id[dup_o][:-1]) & (idx[dup_o][1:] == idx[dup_o][:-1])
     lone[dup_o[1:][same_idx]] = True
     lone[ref_rows] = False
-    # the fit: of a rank's rows that end within the reference's span, at least half matched, and one at least;
-    # else its completion times say nothing (clocks or groups disagree) and it is matched by order
-    k_first = ends_by_ord[np.clip(kstart[key], 0, len(oo) - 1)]
-    k_last = ends_by_ord[np.clip(kstart[key] + kn[key] - 1, 0, len(oo) - 1)]
-    span = (end >= k_first - limit) & (end <= k_last + limit)
-    n_span = np.bincount(seg_id[span], minlength=len(seg))
-    n_fit = np.bincount(seg_id[span & ~lone], minlength=len(seg))
-    bad = ((n_span > 0) & (2 * n_fit < n_span)) | (np.bincount(seg_id[~lone], minlength=len(seg)) == 0)
+    # the fit: a rank none of whose rows completes with a reference row has completion times that say nothing
+    # (its clock or its group differs): it is matched by order. One that completes with some is on the common
+    # clock, and its other rows are collectives the reference did not record (a sampled or cut capture)
+    bad = np.bincount(seg_id[~lone], minlength=len(seg)) == 0
     bad[ref_seg] = False  # the reference matches itself
     lone &= ~bad[seg_id]
     idx = np.where(bad[seg_id], ordinal, idx)

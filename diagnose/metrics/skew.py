@@ -18,7 +18,7 @@ import numpy as np
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
 from diagnose.metrics.straggler_replay import replay_gain_ns
 from diagnose.metrics.stragglers import decide, last_and_imposed
-from diagnose.metrics.collective_match import capture_windows, coarse_host_shift, match_rows
+from diagnose.metrics.collective_match import LONE, capture_windows, coarse_host_shift, match_rows
 from diagnose.model.matching import LateArrival
 from diagnose.model.format import NS_PER_MS, fmt, ranges
 
@@ -114,7 +114,9 @@ def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None)
     ordinal = m.idx
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
-    windows = capture_windows(rank, key, ordinal, end + (at[o] if any(coarse.values()) else 0))
+    paired = ordinal > LONE  # rows no other rank's completion matched are not where a capture starts or ends
+    aligned = end + (at[o] if any(coarse.values()) else 0)
+    windows = capture_windows(rank[paired], key[paired], ordinal[paired], aligned[paired])
     new = np.ones(len(key), bool)
     new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
     first = np.flatnonzero(new)
@@ -123,7 +125,7 @@ def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None)
     if len(first):
         np.maximum.at(full, key[first], size)
     whole = (size >= 2) & (size == full[key[first]]) if len(first) else np.zeros(0, bool)
-    partial = int(((size >= 1) & ~whole & (full[key[first]] >= 2)).sum()) if len(first) else 0
+    partial = int(((size >= 1) & ~whole & (full[key[first]] >= 2) & (ordinal[first] > LONE)).sum()) if len(first) else 0
     keep = np.repeat(whole, size)
     rank, key, ordinal, start, end, in_n, out_n = (x[keep] for x in (rank, key, ordinal, start, end, in_n, out_n))
     size = size[whole]
