@@ -188,6 +188,8 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
             score = (-int((dev <= tol).sum()), float(np.median(dev)))  # most pairs consistent, then closest
             if best is None or score < best[0]:
                 best = (score, med)
+            if -score[0] >= 2 and -score[0] == min(na, nb):  # every completion agrees: no offset does better
+                break
         if best is None or -best[0][0] < 2:  # no two completions agree under any offset: nothing identifies it;
             # clocks that already agree stay, else pair by order
             pos = np.searchsorted(ea, eb)
