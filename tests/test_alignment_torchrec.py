@@ -81,4 +81,16 @@ def test_real_late_captures_and_straggler(run, tmp_path):
     f = next(f for f in a.findings if f.id == "stragglers")
     assert f"imposing {x.imposed_ms:.2f} ms of waiting per step" in f.evidence.text.replace(",", "")
     assert "uneven work" not in f.action  # rank 2 computes no more than its peers in any of these runs
+    # one text, one set of numbers everywhere: terminal, report, JSON summary, finding
+    from markupsafe import escape
+
+    from diagnose.cli.terminal import render
+    from diagnose.model.analysis import Analysis
+    from reports.render import render_html
+
+    assert x.reason in f.evidence.text and x.reason in " ".join(render(a).split())
+    assert str(escape(x.reason)) in " ".join(render_html(a).split())
+    back = Analysis.from_dict(a.to_dict())
+    assert [(s.rank, s.reason, s.imposed_ms, s.gain_ms) for s in back.skew.stragglers] == \
+        [(s.rank, s.reason, s.imposed_ms, s.gain_ms) for s in sk.stragglers]
     assert not any(g.id == "exposed_comm" and "async_op" in g.action for g in a.findings)
