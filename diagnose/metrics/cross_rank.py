@@ -88,6 +88,9 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
               step_ms=step_ms) if len(good) > 1 else None
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
+        for w in sk.capture_windows:  # the capture's own start: its first event against the other ranks' first
+            others = [offset[r] for r in offset if r != w.rank]
+            w.first_event_ms = (offset[w.rank] - min(others)) / NS_PER_MS if others else None
         _alignment_issues(sk, step_ms, longest, source, issues)
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
@@ -128,7 +131,8 @@ def _alignment_issues(sk: SkewResult, step_ms: float | None, longest: float | No
     """Captures that start or end at different collectives, one line per rank; and skew or a straggler cost
     longer than the step, which no real job has: a matching failure, said as such (the finding is withheld)."""
     for w in sk.capture_windows[:MAX_WINDOW_LINES]:
-        parts = ([f"starts {plural(w.lead_n, 'collective')} / {fmt(w.lead_ms, 'ms')} after the others'"]
+        late = w.first_event_ms if w.first_event_ms is not None and w.first_event_ms > 0 else w.lead_ms
+        parts = ([f"starts {plural(w.lead_n, 'collective')} / {fmt(late, 'ms')} after the others'"]
                  if w.lead_n else []) + ([f"ends {plural(w.trail_n, 'collective')} / {fmt(w.trail_ms, 'ms')} before the "
                                           "others'"] if w.trail_n else [])
         issues.append(Issue(source, f"rank {w.rank}'s capture {' and '.join(parts)}: collectives not every rank of "

@@ -51,3 +51,4 @@ class CaptureWindow:
     lead_ms: float  # from the earliest collective completion of any rank to this rank's first
     trail_n: int = 0  # collectives the others recorded after this rank's last
     trail_ms: float = 0.0  # from this rank's last collective completion to the latest of any rank
+    first_event_ms: float | None = None  # its trace's first event after the earliest other rank's (None unknown)
