@@ -1,9 +1,9 @@
-"""Arrival skew of matched collectives, clock alignment across hosts, and straggler ranks.
+"""Arrival skew of matched collectives, late ranks, and the straggler decision's inputs.
 
-A collective is matched across ranks by (process group, kind, ordinal of that kind in the group): NCCL
-traces carry no sequence number in Kineto's args. Ranks on different hosts have unaligned clocks; since
-a collective completes at nearly the same instant on every participant, each host is shifted by the
-median difference of matched completion times against the first host, before skew is measured.
+Rows of different ranks are the same collective by sequence number or completion time (collective_match.py:
+captures start at different collectives, so order alone pairs different ones); only collectives every rank
+of their group recorded are measured. Hosts' clocks are brought together before matching (coarse) and after
+it (the median difference of matched completions against the first host), before skew is measured.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import numpy as np
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
 from diagnose.metrics.straggler_replay import replay_gain_ns
 from diagnose.metrics.stragglers import decide, last_and_imposed
-from diagnose.metrics.collective_match import LONE, capture_windows, coarse_host_shift, match_rows
+from diagnose.metrics.collective_match import (LONE, align_hosts, by_rank, capture_windows, coarse_host_shift,
+                                               match_rows)
 from diagnose.model.matching import LateArrival
 from diagnose.model.format import NS_PER_MS, fmt, ranges
 
@@ -149,42 +150,6 @@ def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, 
     return out
 
 
-def by_rank(rank: np.ndarray, fn) -> np.ndarray:
-    """fn(rank) per row, asked once per distinct rank (16k ranks × 100 collectives: 16k calls, not 1.6M)."""
-    ids, inv = np.unique(rank, return_inverse=True)
-    return np.array([fn(int(r)) for r in ids.tolist()], np.int64)[inv] if len(ids) else np.zeros(0, np.int64)
-
-
-def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
-    """Clock shift (ns) per host so matched collectives complete together; the first host is the reference.
-
-    Per matched collective, the median completion on the reference host minus the median on host h; the
-    host's shift is the median of those differences.
-    """
-    host_list = sorted(set(hosts.values()))
-    if len(host_list) < 2:
-        return {h: 0.0 for h in host_list}
-    hid = {h: i for i, h in enumerate(host_list)}
-    host = by_rank(t.rank, lambda r: hid.get(hosts.get(r, ""), -1))
-    known = host >= 0
-    g, hh, e = t.group[known], host[known], t.end[known]
-    o = np.lexsort((e, hh, g))  # segments of (collective, host), completions sorted within each
-    g, hh, e = g[o], hh[o], e[o]
-    new = np.ones(len(g), bool)
-    new[1:] = (g[1:] != g[:-1]) | (hh[1:] != hh[:-1])
-    first = np.flatnonzero(new)
-    n = np.diff(np.append(first, len(g)))
-    med2 = e[first + (n - 1) // 2] + e[first + n // 2]  # twice the median per (collective, host): exact ints
-    seg_g, seg_h = g[first], hh[first]
-    ref = dict(zip(seg_g[seg_h == 0].tolist(), med2[seg_h == 0].tolist()))
-    shifts = {host_list[0]: 0.0}
-    for i, h in enumerate(host_list[1:], 1):
-        mine = seg_h == i
-        diffs = [ref[gg] - m for gg, m in zip(seg_g[mine].tolist(), med2[mine].tolist()) if gg in ref]
-        shifts[h] = float(round(median(diffs) / 2)) if diffs else 0.0  # whole ns: clocks are in ns
-    return shifts
-
-
 def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float],
          stage_of: dict[int, int] | None = None, *, nsteps: float = 0.0,
          step_ms: float | None = None) -> SkewResult | None:
@@ -195,7 +160,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     `nsteps` / `step_ms` (median over ranks) put the imposed waits per step for the straggler decision.
     """
     t = _table(records, hosts)
-    shifts = align_hosts(t, hosts)
+    shifts = align_hosts(t.rank, t.group, t.end, hosts)
     if any(shifts.values()):
         per_rank = by_rank(t.rank, lambda r: int(shifts.get(hosts.get(r, ""), 0.0)))
         t.start = t.start + per_rank
