@@ -60,8 +60,12 @@ def test_host_stall_is_named_not_uneven_work():
 
 
 def test_uneven_work_only_when_its_compute_differs():
-    f = _straggler_finding(_late(summary(), 5, 30.0, compute_extra=30.0))
+    s = _late(summary(), 5, 30.0, compute_extra=30.0)
+    gemm = next(k for k in s["ranks"][5]["top_kernels"] if k["kind"] == "compute")
+    gemm["total_ms"] += 90.0  # 30 ms per step more in its GEMM than any peer's
+    f = _straggler_finding(s)
     assert "uneven work" in f.action and "computes" in f.evidence.text
+    assert f"`{gemm['name']}` +" in f.evidence.text
 
 
 def test_peers_waiting_for_the_straggler_get_no_async_advice():

@@ -86,5 +86,23 @@ def straggler_cause(rank, peers, wait_ms: float) -> tuple[str, str]:
     if name == "data":
         return (f"its host waits in the DataLoader, {more}",
                 f"feed rank {r} faster (`num_workers`, `pin_memory=True`, prefetch)")
-    return (f"it computes {more}",
+    heavy = _heavier_kernels(rank, peers)
+    parts = [f"`{k}` +" + fmt(v, "ms") for k, v in heavy]
+    named = f" (most in {', '.join(parts)})" if parts else ""
+    return (f"it computes {more}{named}",
             f"look for uneven work (data, sequence lengths, layer split) on rank {r}")
+
+
+def _heavier_kernels(rank, peers, n: int = 3) -> list[tuple[str, float]]:
+    """The compute kernels whose time per step on the straggler most exceeds its peers' median (top-K lists)."""
+    def per_step(r):
+        return {k.name: k.total_ms / r.nsteps for k in r.top_kernels if k.kind == "compute" and r.nsteps}
+
+    mine, theirs = per_step(rank), [per_step(p) for p in peers]
+    excess = {k: v - _median([t.get(k, 0.0) for t in theirs]) for k, v in mine.items()}
+    return sorted(((k, v) for k, v in excess.items() if v > 0), key=lambda kv: -kv[1])[:n]
+
+
+def _median(vals: list[float]) -> float:
+    vals = sorted(vals)
+    return vals[len(vals) // 2] if vals else 0.0
