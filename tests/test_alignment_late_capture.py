@@ -23,12 +23,16 @@ TRANSFER = 1_000_000
 KEYS = [("dp[0, 1]", "allreduce"), ("dp[0, 1]", "alltoall")]
 
 
-def plant(n_ranks: int, straggler: int, late_rank: int, lead: int, seed: int, host_offsets: bool = False):
+def plant(n_ranks: int, straggler: int, late_rank: int, lead: int, seed: int, host_offsets: bool = False,
+          steps: int = STEPS, first_a2a_only: bool = False, late: int = LATE, punctual_elsewhere: bool = False):
     rng = np.random.default_rng(seed)
-    n = STEPS * len(KINDS)
-    kind = np.tile([0 if k == "allreduce" else 1 for k in KINDS], STEPS)
+    n = steps * len(KINDS)
+    kind = np.tile([0 if k == "allreduce" else 1 for k in KINDS], steps)
     work = WORK + rng.integers(0, JITTER, (n_ranks, n))
-    work[straggler, kind == 1] += LATE
+    slow = (kind == 1) & ~(first_a2a_only & (np.arange(n) % len(KINDS) == len(KINDS) - 1))
+    if punctual_elsewhere:  # never last where it is not late: only the planted collectives count
+        work[straggler, ~slow] = WORK
+    work[straggler, slow] += late
     arrive = np.zeros((n_ranks, n), np.int64)
     end = np.zeros(n, np.int64)
     prev = 0
@@ -56,7 +60,7 @@ def plant(n_ranks: int, straggler: int, late_rank: int, lead: int, seed: int, ho
     every[-1] = False
     srt = np.sort(arrive[:, every], axis=0)
     alone = (arrive[straggler, every] == srt[-1]) & (srt[-1] > srt[-2])
-    imposed = float((srt[-1] - srt[-2])[alone].sum()) / STEPS / 1e6
+    imposed = float((srt[-1] - srt[-2])[alone].sum()) / steps / 1e6
     return records, hosts, imposed
 
 
@@ -93,3 +97,17 @@ def test_silent_twin_no_straggler_when_every_rank_jitters():
     sk = skew(records, hosts, {}, nsteps=STEPS, step_ms=PERIOD / 1e6)
     assert not [s for s in sk.stragglers if s.kind]
     assert {w.rank: w.lead_n for w in sk.capture_windows if w.lead_n} == {1: 3}
+
+
+def test_a_stall_before_one_collective_of_five_is_found_by_its_material_waits():
+    """5 steps, the straggler late only at the first all_to_all of each (its capture's first collective is
+    rank 0's lacking one): last at 4-5 of 9 all_to_alls (chance level for 4 ranks is not beaten: p ≥ 0.05),
+    but at every one whose skew is material."""
+    records, hosts, truth = plant(4, 2, 0, 1, seed=3, steps=5, first_a2a_only=True, punctual_elsewhere=True)
+    sk = skew(records, hosts, {}, nsteps=5, step_ms=PERIOD / 1e6)
+    (x,) = [s for s in sk.stragglers if s.kind]
+    assert x.rank == 2 and x.last_n == x.matched_n >= 4 and "material" in x.reason
+    assert x.imposed_ms == pytest.approx(truth, rel=1e-9)
+    assert x.imposed_ms == pytest.approx(LATE / 1e6, rel=0.10)
+    quiet, hosts, _ = plant(4, 2, 0, 1, seed=3, steps=5, first_a2a_only=True, late=0)  # the silent twin: no stall
+    assert not [s for s in skew(quiet, hosts, {}, nsteps=5, step_ms=PERIOD / 1e6).stragglers if s.kind]

@@ -198,7 +198,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         imposed_by = {str(int(r)): float(v) / NS_PER_MS
                       for r, v in zip(ids.tolist(), np.bincount(ri, imposed[rows], len(ids)).tolist()) if v > 0}
         stragglers, _ = decide(t.keys, t.rank, t.key, is_last, imposed, t.seg, t.size, ~ordered, nsteps, step_ms,
-                               group_label)
+                               group_label, sk)
         for x in stragglers:
             g = replay_gain_ns(t.rank, t.start, t.end, t.seg, t.size, t.group, x.rank)
             if g is not None and nsteps:

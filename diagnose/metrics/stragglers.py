@@ -4,8 +4,9 @@ JSON, tables and the finding all read SkewResult.stragglers).
 Per (group, kind), per rank: the collectives at which it alone arrived last, and the wait it imposed there:
 its start − the second-latest start (what every other rank would have saved had it alone been on time).
 Pooling kinds hides a rank late at every all_to_all behind the all_reduces it is punctual at, so the test is
-per kind: a rank is a straggler where, in some kind with at least three matched collectives over groups of at
-least three ranks, it arrives last far more often than chance (binomial tail against 1/ranks below
+per kind (over all its collectives, and over those with a material skew): a rank is a straggler where, in some
+kind with at least three such collectives over groups of at least three ranks, it arrives last far more often
+than chance (binomial tail against 1/ranks below
 STRAGGLER_ALPHA) and at half of them or more, and the wait it imposes over all kinds is at least
 STRAGGLER_FLOOR of the step. Its gain is the replayed step with its launch gaps at its peers' median
 (metrics/straggler_replay.py, "simulated"), else the imposed wait ("bound").
@@ -23,6 +24,7 @@ from diagnose.model.format import NS_PER_MS, fmt
 STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
 STRAGGLER_FLOOR = 0.02  # imposed waiting below 2 % of the step is not worth a finding
 MIN_SHARE = 0.5  # last at half of a kind's matched collectives or more
+MATERIAL = 0.01  # a collective whose arrival skew is ≥ 1 % of the step is one where a wait is worth counting
 MAX_NAMED_KINDS = 3
 
 
@@ -77,39 +79,47 @@ def last_and_imposed(start: np.ndarray, seg: np.ndarray, size: np.ndarray, group
 
 def decide(keys: list[tuple[str, str]], rank: np.ndarray, key: np.ndarray, last: np.ndarray, imposed: np.ndarray,
            seg: np.ndarray, size: np.ndarray, blamed: np.ndarray, nsteps: float, step_ms: float | None,
-           label) -> tuple[list[Straggler], dict[int, float]]:
-    """(stragglers, rank -> imposed ms per step over all kinds). `label` names a group for the reason text."""
+           label, spread: np.ndarray | None = None) -> tuple[list[Straggler], dict[int, float]]:
+    """(stragglers, rank -> imposed ms per step over all kinds). `label` names a group for the reason text.
+
+    Per kind the count is taken twice: over all its matched collectives, and over those whose arrival skew
+    (`spread`, ns per collective) is material (≥ MATERIAL of the step): a rank stalled before one collective
+    of a step is last at every material one, while the jitter of the others dilutes its count over all."""
     if not len(seg) or not nsteps:
         return [], {}
-    kseg = key[seg]
-    n_k = np.bincount(kseg[blamed], minlength=len(keys))
-    g_k = np.zeros(len(keys), np.int64)
-    np.maximum.at(g_k, kseg, size)
     rows = np.flatnonzero(last)
     ids, ri = np.unique(rank[rows], return_inverse=True)
     per_rank_imposed = np.bincount(ri, imposed[rows], len(ids)) / NS_PER_MS / nsteps
     imposed_by = {int(r): float(v) for r, v in zip(ids.tolist(), per_rank_imposed.tolist())}
-    pair = key[rows] * (len(ids) + 1) + ri
-    up, cnt = np.unique(pair, return_counts=True)
     floor = STRAGGLER_FLOOR * step_ms if step_ms else 0.0
+    g_k = np.zeros(len(keys), np.int64)
+    np.maximum.at(g_k, key[seg], size)
     found: dict[int, list] = {}
-    for pk, c in zip(up.tolist(), cnt.tolist()):
-        k, j = divmod(pk, len(ids) + 1)
-        n, g = int(n_k[k]), int(g_k[k])
-        if n < 3 or g < 3 or c / n < MIN_SHARE:
-            continue
-        p = binom_tail(c, n, 1 / g)
-        if p < STRAGGLER_ALPHA:
-            found.setdefault(int(ids[j]), []).append((k, c, n, g, p))
+    sets = [(blamed, "")]
+    if spread is not None and step_ms:
+        sets.append((blamed & (spread >= MATERIAL * step_ms * NS_PER_MS), " with material skew"))
+    for chosen, what in sets:
+        n_k = np.bincount(key[seg][chosen], minlength=len(keys))
+        mine = chosen[np.repeat(np.arange(len(seg)), size)][rows]  # the last arrivals inside this set
+        pair = key[rows][mine] * (len(ids) + 1) + ri[mine]
+        up, cnt = np.unique(pair, return_counts=True)
+        for pk, c in zip(up.tolist(), cnt.tolist()):
+            k, j = divmod(pk, len(ids) + 1)
+            n, g = int(n_k[k]), int(g_k[k])
+            if n < 3 or g < 3 or c / n < MIN_SHARE:
+                continue
+            p = binom_tail(c, n, 1 / g)
+            if p < STRAGGLER_ALPHA and not any(x[0] == k for x in found.get(int(ids[j]), [])):
+                found.setdefault(int(ids[j]), []).append((k, c, n, g, p, what))
     out = []
     for r, kinds in found.items():
         imp = imposed_by.get(r, 0.0)
         if imp < floor:
             continue
         kinds.sort(key=lambda x: (x[4], -x[1]))
-        k, c, n, g, p = kinds[0]
-        where = "; ".join(f"{c} of {n} {keys[k][1]}" + (f" on pg '{label(keys[k][0])}'" if keys[k][0] else "")
-                          + f" (chance {fmt(1 / g, 'pct')}, p = {p:.1g})" for k, c, n, g, p in kinds[:MAX_NAMED_KINDS])
+        k, c, n, g, p, _ = kinds[0]
+        where = "; ".join(f"{c} of {n} {keys[k][1]}" + (f" on pg '{label(keys[k][0])}'" if keys[k][0] else "") + w
+                          + f" (chance {fmt(1 / g, 'pct')}, p = {p:.1g})" for k, c, n, g, p, w in kinds[:MAX_NAMED_KINDS])
         out.append(Straggler(r, f"arrives last at {where}; imposing {fmt(imp, 'ms')} of waiting per step",
                              c / n, kind=keys[k][1], imposed_ms=imp, last_n=c, matched_n=n))
     out.sort(key=lambda s: (-s.imposed_ms, s.rank))
