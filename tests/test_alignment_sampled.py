@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not PAIR.is_dir(), reason="../shared/fixtures/re
 def _kernels():
     out = {}
     for f in sorted(PAIR.glob("*.json.gz")):
-        d = json.load(gzip.open(f))
+        with gzip.open(f) as fh:
+            d = json.load(fh)
         out[d["distributedInfo"]["rank"]] = [(e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
                                              if e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower()]
     return out

@@ -29,7 +29,8 @@ def _files(run):
 def _allreduces(files):
     out = {}
     for f in files:
-        d = json.load(gzip.open(f))
+        with gzip.open(f) as fh:
+            d = json.load(fh)
         k = sorted((e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
                    if e.get("cat") == "kernel" and "AllReduce" in e.get("name", ""))
         out[d["distributedInfo"]["rank"]] = np.array(k, float).reshape(-1, 2) * 1e3  # ns

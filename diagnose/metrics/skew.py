@@ -209,7 +209,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     stragglers += _compute_stragglers(compute_ms)
     if not matched and not stragglers:
         return None
-    late, late_by, _, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {}, {})
+    late, late_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
@@ -278,13 +278,13 @@ TOP_LATE = 10
 
 
 def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float],
-                                                  dict[str, float], dict[str, int]]:
+                                                  dict[str, int]]:
     """Late ranks of each matched collective: those after the largest gap between consecutive arrivals when
     that gap is at least half the skew (three ranks 7 ms behind five are all late, not only the last); with
     no such gap (arrivals spread evenly) the last arrival alone. Per rank, summed over matched collectives:
-    its lateness where late (its start − the earliest), the wait it imposed (its start − the last punctual
-    start: what the punctual ranks waited for it alone) and its own wait (latest start − its start).
-    Schedule-ordered collectives name their late ranks but add to no rank's lateness or imposed wait."""
+    its lateness where late (its start − the earliest) and its own wait (latest start − its start); the wait
+    a rank imposes is metrics/stragglers.last_and_imposed's. Schedule-ordered collectives name their late
+    ranks but add to no rank's lateness."""
     o = np.lexsort((t.rank, t.start, t.group))  # segments keep their rows: only the order inside changes
     g, r, s = t.group[o], t.rank[o], t.start[o]
     first = s[t.seg][g]
@@ -300,14 +300,10 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     c = np.cumsum(cut)
     is_late = (c - (c[t.seg] - cut[t.seg])[g]) >= 1
     lateness = s - first
-    rows = np.arange(len(s))
-    first_late = np.minimum.reduceat(np.where(is_late, rows, len(s)), t.seg)
-    punctual = s[np.clip(first_late - 1, 0, max(len(s) - 1, 0))]  # the last on-time arrival of each collective
     blame = is_late & ~ordered[g]
     ids, ri = np.unique(r, return_inverse=True)  # rank numbers can be large: bin by their index
     late_by = np.bincount(ri[blame], lateness[blame], len(ids))
     late_n = np.bincount(ri[blame], minlength=len(ids))
-    imposed_by = np.bincount(ri[blame], (s - punctual[g])[blame], len(ids))
     wait_by = np.bincount(ri, np.maximum.reduceat(s, t.seg)[g] - s, len(ids))
     sk = spread
     transfer = np.minimum.reduceat(t.end - t.start, t.seg)
@@ -329,7 +325,7 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     def per_rank(v):
         return {str(int(ids[i])): float(x) / NS_PER_MS for i, x in enumerate(v) if x > 0}
 
-    return (out, per_rank(late_by), per_rank(imposed_by), per_rank(wait_by),
+    return (out, per_rank(late_by), per_rank(wait_by),
             {str(int(ids[i])): int(x) for i, x in enumerate(late_n) if x > 0})
 
 
