@@ -1,7 +1,8 @@
 """HTA's sampled pair (ranks 0 and 1 of a 128-rank job, event-sampled: each rank kept 10 SendRecv kernels, not
 the same ones): only collectives both ranks recorded are matched, found here from the events (kernels ending
 within 1 ms of each other on the two ranks), and the order of the rest pairs nothing. HTA names rank 1 the
-straggler; so does the stragglers list."""
+straggler from two of 128 ranks; llmdiag names none: one rank against one has no median of peers (compute),
+and with two ranks one of them is always last (arrivals)."""
 
 from __future__ import annotations
 
@@ -37,4 +38,4 @@ def test_sampled_pair_matches_only_collectives_both_ranks_recorded():
     assert sk.matched == len(pairs) and sk.by_order == 0
     assert max(b.max_skew_ms for b in sk.by_collective) == pytest.approx(skews[-1], abs=0.01)
     assert sorted(round(x.skew_ms, 1) for x in sk.late) == sorted(round(x, 1) for x in skews)
-    assert 1 in {x.rank for x in sk.stragglers}
+    assert sk.stragglers == [] and "stragglers" not in {f.id for f in a.findings}

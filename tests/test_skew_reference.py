@@ -77,8 +77,12 @@ def captures(draw, max_ranks=5, common: int = 1):
 
 @settings(max_examples=150, deadline=None)
 @given(st.one_of(st.tuples(captures(), st.just(1), st.just(0)),
-                 st.tuples(captures(common=3), st.integers(2, 3), st.integers(-10**9, 10**9))))
+                 st.tuples(captures(common=3), st.integers(2, 3), st.integers(-300, 300))))
 def test_skew_equals_reference(case):
+    """Several hosts: clocks within a sixth of the smallest spacing (synchronised hosts, captures starting
+    anywhere). From completion times alone a periodic run shifted by whole collectives cannot be told from a
+    clock offset of that much, so large offsets are tested on aperiodic jobs (test_alignment_late_capture:
+    ±1 s host clocks; test_metrics_exact: 5 s)."""
     truth, n_hosts, offset = case
     truth = {r: [(pg, k, i, s + (offset if r % n_hosts else 0), e + (offset if r % n_hosts else 0))
                  for pg, k, i, s, e in v] for r, v in truth.items()}

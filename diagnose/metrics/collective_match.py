@@ -18,6 +18,7 @@ Everything is a few sorts and searchsorted calls over all rows: linear in ranks 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from statistics import median
@@ -151,8 +152,8 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
     """ns to add to each host's clock so collectives complete together, before anything is matched: per host,
     one of its ranks against one rank of the first host on the (group, kind) they share with the most rows,
     trying ordinal offsets up to MAX_SHIFT_OFFSET either way (a capture that starts late) and keeping the one
-    under which most completion differences agree (within a twentieth of the spacing; then the smallest median
-    deviation). Fewer than two agreeing under any offset identify nothing: clocks that already agree stay. A refinement over all matched
+    under which most completion differences agree (within a quarter of the spacing), clocks that already agree
+    first (a periodic job's collectives also line up one step off); with none, by order. Fewer than two agreeing under any offset identify nothing: clocks that already agree stay. A refinement over all matched
     collectives follows the matching (align_hosts)."""
     host_list = sorted(set(hosts.values()))
     out = {h: 0 for h in host_list}
@@ -177,8 +178,8 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
         (sa, na), (sb, nb) = ref[k], other[k]
         ea, eb = end[sa:sa + na], end[sb:sb + nb]
         spacing = float(np.median(np.diff(ea))) if na > 1 else np.inf
-        tol = min(0.05 * spacing, FIT_MAX_NS / 5)  # two completions of one collective: within this
-        best = None
+        tol = min(0.25 * spacing, FIT_MAX_NS)  # two completions of one collective: within this (as the matcher)
+        cands = []  # (pairs that agree, pairs, shift, median deviation) per ordinal offset
         for d in [0] + [x for k in range(1, MAX_SHIFT_OFFSET + 1) for x in (k, -k)]:
             if d > na - 1 or -d > nb - 1:
                 continue
@@ -187,18 +188,17 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
             diff = ea[a0:a0 + m] - eb[b0:b0 + m]
             med = int(np.median(diff))
             dev = np.abs(diff - med)
-            score = (-int((dev <= tol).sum()), float(np.median(dev)))  # most pairs consistent, then closest
-            if best is None or score < best[0]:
-                best = (score, med)
-            if -score[0] >= 2 and -score[0] == min(na, nb):  # every completion agrees: no offset does better
+            cands.append((int((dev <= tol).sum()), m, med, float(np.median(dev))))
+            if abs(med) <= tol and cands[-1][0] == min(na, nb):  # the clocks agree on every completion: done
                 break
-        if best is None or -best[0][0] < 2:  # no two completions agree under any offset: nothing identifies it;
-            # clocks that already agree stay, else pair by order
-            pos = np.searchsorted(ea, eb)
-            near = min(np.abs(ea[np.clip(pos, 0, na - 1)] - eb).min(), np.abs(ea[np.clip(pos - 1, 0, na - 1)] - eb).min())
-            best = (None, 0 if near <= min(0.25 * spacing, FIT_MAX_NS) else
-                    int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)])))
-        out[h] = best[1]
+        # An offset is consistent where (nearly) all its pairs agree. Of those, clocks that already agree (a shift
+        # within a quarter of the spacing) win: a periodic job's collectives also line up one step off, and
+        # synchronised hosts are the common case; then the most pairs, the smaller shift on a tie.
+        full = [c for c in cands if c[0] >= max(1, math.ceil(0.9 * c[1]))]
+        agree = [c for c in full if abs(c[2]) <= tol]
+        pick = (max(agree, key=lambda c: (c[0], -abs(c[2]))) if agree else
+                min((c for c in full if c[0] >= 2), key=lambda c: (-c[0], abs(c[2]), c[3]), default=None))
+        out[h] = pick[2] if pick else int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)]))  # nothing: by order
     return out
 
 

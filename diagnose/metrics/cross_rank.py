@@ -29,6 +29,7 @@ from diagnose.metrics.pipeline.infer import chains, schedule_of
 from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.skew import skew
+from diagnose.metrics.stragglers import compute_stragglers
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
 from diagnose.model.format import NS_PER_MS, fmt, plural, ranges
@@ -110,7 +111,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
     _drop_timelines(metrics)
-    return Analysis(
+    a = Analysis(
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
         layout=layout, manifest=man, ranks=metrics, ranks_missing=missing,
         aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
@@ -121,6 +122,22 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
     )
+    _compute_stragglers(a)
+    return a
+
+
+def _compute_stragglers(a: Analysis) -> None:
+    """Compute-excess stragglers join the arrival ones in skew.stragglers, decided once (metrics/stragglers.py)
+    now that the stages and the MoE expert compute they discount are known."""
+    if a.skew is not None and not a.skew.decided:  # send/recv only: no collectives were matched
+        a.skew.decided = True
+    late = [x for x in (a.skew.stragglers if a.skew else []) if x.kind]
+    comp = compute_stragglers(a.ranks, a.pipeline, a.manifest, a.layout, a.moe, a.step_ms, {x.rank for x in late})
+    if comp and a.skew is None:
+        a.skew = SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[],
+                            decided=True)
+    if a.skew is not None:
+        a.skew.stragglers = late + comp
 
 
 MAX_WINDOW_LINES = 8  # ranks named one line each; the rest counted (all are in skew.capture_windows)

@@ -158,6 +158,8 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
     `stage_of` (rank -> pipeline stage): a collective whose ranks sit on different stages is reached in the
     order the schedule sets (stage 0 finishes 1F1B's backward last), so its last arrival is nobody's fault.
     `nsteps` / `step_ms` (median over ranks) put the imposed waits per step for the straggler decision.
+    `compute_ms` is no longer read: compute-excess stragglers are decided in assembly, where stages and MoE
+    expert compute are known (stragglers.compute_stragglers).
     """
     t = _table(records, hosts)
     shifts = align_hosts(t.rank, t.group, t.end, hosts)
@@ -206,7 +208,6 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
             else:
                 x.gain_ms, x.gain_kind = x.imposed_ms, "bound"
             x.reason += f"; at its peers' speed the step gains {fmt(x.gain_ms, 'ms')} ({x.gain_kind})"
-    stragglers += _compute_stragglers(compute_ms)
     if not matched and not stragglers:
         return None
     late, late_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {})
@@ -327,13 +328,3 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
 
     return (out, per_rank(late_by), per_rank(wait_by),
             {str(int(ids[i])): int(x) for i, x in enumerate(late_n) if x > 0})
-
-
-def _compute_stragglers(compute_ms: dict[int, float]) -> list[Straggler]:
-    out = []
-    if len(compute_ms) >= 2:
-        med = float(median(compute_ms.values()))
-        for r, c in sorted(compute_ms.items()):
-            if med > 0 and c > med * 1.05:
-                out.append(Straggler(int(r), "compute per step above the median by more than 5%", c / med - 1))
-    return out

@@ -124,3 +124,52 @@ def decide(keys: list[tuple[str, str]], rank: np.ndarray, key: np.ndarray, last:
                              c / n, kind=keys[k][1], imposed_ms=imp, last_n=c, matched_n=n))
     out.sort(key=lambda s: (-s.imposed_ms, s.rank))
     return out, imposed_by
+
+
+def _spread(r) -> float:
+    """Per-step standard deviation of a rank's compute: the noise a difference between ranks must beat."""
+    xs = [st.compute_ms for st in r.steps]
+    if len(xs) < 2:
+        return 0.0
+    m = math.fsum(xs) / len(xs)  # float arithmetic: statistics.stdev's exact Fractions cost 1 s per 4k ranks
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[(n - 1) // 2] + xs[n // 2]) / 2 if n else 0.0
+
+
+def compute_stragglers(ranks, pipeline, man, layout: dict | None, moe, step_ms: float | None,
+                       exclude: set[int]) -> list[Straggler]:
+    """Ranks whose compute per step exceeds their peers' median by more than max(2 × the median per-step noise,
+    5 %) and by STRAGGLER_FLOOR of the step. Peers do the same work: ranks of one pipeline stage (stages differ
+    by design: pipeline_imbalance), compute without the expert part an MoE router hands out (moe_imbalance).
+    With a pipeline (analysed, or only named by the layout: pp > 1) a rank whose stage is unknown has no
+    known peers and is not compared: the last stage's LM head and loss are stage imbalance."""
+    if not step_ms or len(ranks) < 3:
+        return []
+    piped = bool(pipeline) or int((layout or {}).get("pp") or 1) > 1
+    stage_of = {b.rank: b.stage for b in (pipeline.stage_bubbles if pipeline else [])}
+    if pipeline and man:
+        stage_of.update({r.rank: min(man.stages_of(r.rank)) for r in ranks if man.stages_of(r.rank)})
+    expert = {m.rank: m.expert_ms for m in (moe.ranks if moe else [])}
+    comp = {r.rank: r.compute_ms - expert.get(r.rank, 0.0) for r in ranks}
+    peers: dict = {}
+    for r in ranks:
+        peers.setdefault(stage_of.get(r.rank, -1 if piped else 0), []).append(r.rank)
+    noise = _median([_spread(r) for r in ranks])
+    medians = {key: _median([comp[x] for x in group]) for key, group in peers.items()}  # once per group
+    out = []
+    for r in ranks:
+        key = stage_of.get(r.rank, -1 if piped else 0)
+        if key == -1 or len(peers[key]) < 3 or r.rank in exclude:  # no known peers, or too few for a median
+            continue
+        med = medians[key]
+        excess = comp[r.rank] - med
+        if med > 0 and excess > max(2 * noise, 0.05 * med) and excess >= STRAGGLER_FLOOR * step_ms:
+            out.append(Straggler(r.rank, f"computes {fmt(excess, 'ms')} per step more than the median rank "
+                                         f"({fmt(excess / med, 'pct')}; per-step noise {fmt(noise, 'ms')})",
+                                 excess / med, gain_ms=excess, gain_kind="bound"))
+    return out

@@ -192,7 +192,8 @@ def tp_exposed(c: Ctx) -> list[Finding]:
                       events=["collective kernels (kind, process group, group size)", "compute kernels"])]
 
 
-from diagnose.metrics.stragglers import STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail  # noqa: E402,F401  (one home)
+from diagnose.metrics.stragglers import (STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail,  # noqa: E402,F401
+                                         compute_stragglers)
 
 
 def _legacy_arrivals(sk, nsteps: float, n: int) -> dict[int, tuple[float, str]]:
@@ -214,15 +215,6 @@ def _legacy_arrivals(sk, nsteps: float, n: int) -> dict[int, tuple[float, str]]:
     return found
 
 
-def _spread(r) -> float:
-    """Per-step standard deviation of a rank's compute: the noise a difference between ranks must beat."""
-    xs = [st.compute_ms for st in r.steps]
-    if len(xs) < 2:
-        return 0.0
-    m = math.fsum(xs) / len(xs)  # float arithmetic: statistics.stdev's exact Fractions cost 1 s per 4k ranks
-    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
 def stragglers(c: Ctx) -> list[Finding]:
     """A rank that makes the others wait: it arrives last at matched collectives far more often than chance
     (binomial test against 1/ranks), or computes longer than the median by more than the per-step noise. The
@@ -237,33 +229,16 @@ def stragglers(c: Ctx) -> list[Finding]:
                                            for r, x in late.items()}
     if not sk.decided:  # a summary written before the per-kind decision: its pooled counts, as it was read then
         found.update(_legacy_arrivals(sk, nsteps, len(c.ranks)))
-    # Compute is compared among peers doing the same work: ranks of one pipeline stage (stages differ by design:
-    # pipeline_imbalance), and without the expert compute an MoE router hands out (moe_imbalance).
-    # With a pipeline (analysed, or only named by the layout: pp > 1), a rank whose stage is not known has no
-    # known peers and is not compared: the last stage's LM head and loss are stage imbalance, not a straggler.
-    piped = bool(c.a.pipeline) or int(c.layout.get("pp") or 1) > 1
+    # Compute excess over the peers' median: decided with the rest in metrics/stragglers.py; an older
+    # summary's is decided here the same way.
+    comp = ([x for x in sk.stragglers if not x.kind] if sk.decided else
+            compute_stragglers(c.ranks, c.a.pipeline, c.man, c.layout, c.a.moe, step, set(found)))
+    found.update({x.rank: (x.gain_ms if x.gain_ms is not None else 0.0, x.reason) for x in comp
+                  if x.rank not in found})
     stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
     if c.a.pipeline and c.man:
         stage_of.update({r.rank: min(c.man.stages_of(r.rank)) for r in c.ranks if c.man.stages_of(r.rank)})
-    moe = c.a.moe
-    comp = {r.rank: r.compute_ms - ((moe.rank(r.rank).expert_ms if moe and moe.rank(r.rank) else 0.0))
-            for r in c.ranks}
-    peers: dict = {}
-    for r in c.ranks:
-        peers.setdefault(stage_of.get(r.rank, -1 if piped else 0), []).append(r.rank)
-    noise = statistics.median(_spread(r) for r in c.ranks)
-    medians = {key: statistics.median(comp[x] for x in group) for key, group in peers.items()}  # once per group
-    for r in c.ranks:
-        key = stage_of.get(r.rank, -1 if piped else 0)
-        group = peers[key]
-        if key == -1 or len(group) < 3:  # unknown stage, or a median of one or two ranks: no outlier to name
-            continue
-        med = medians[key]
-        excess = comp[r.rank] - med
-        if med > 0 and excess > max(2 * noise, 0.05 * med) and r.rank not in found:
-            found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
-                                     f"({fmt(excess / med, 'pct')}; per-step noise {fmt(noise, 'ms')})")
-    found = {r: v for r, v in found.items() if r in late or v[0] >= STRAGGLER_FLOOR * step}
+    found = {r: v for r, v in found.items() if r in late or v[0] >= STRAGGLER_FLOOR * step}  # older summaries
     if not found:
         return []
     gain = min(max(v[0] for v in found.values()), step)
