@@ -75,9 +75,11 @@ def test_torchrec_late_ranks_at_first_all_to_all(tmp_path):
     assert late[7] == pytest.approx(3 * 0.07)  # evenly spread arrivals: the last alone is late
     assert set(late) == set(LATE_US) | {7}
     assert sk.late[3].late_ranks == [7]
-    # Wait imposed: its start − the last punctual start (rank 7 at 140 µs; at the dense one rank 6 at 70 µs).
+    # Wait imposed: where a rank alone is last, its start − the second-latest start (what the others would save
+    # had it alone been on time): the latest of the late group over the next, and rank 7 10 µs after rank 6.
     imposed = {int(r): v for r, v in sk.imposed_ms_by_rank.items()}
-    assert imposed == pytest.approx({**{r: 3 * (us - 140) / 1000 for r, us in LATE_US.items()}, 7: 3 * 0.01})
+    (second, _), (worst, last) = sorted((us, r) for r, us in LATE_US.items())[-2:]
+    assert imposed == pytest.approx({last: 3 * (worst - second) / 1000, 7: 3 * 0.01})
     # Wait (latest start − own start) per rank: rank 0 waits 7.6 ms at each first all_to_all + 70 µs at the dense one.
     assert sk.wait_ms_by_rank["0"] == pytest.approx(3 * (7.6 + 0.07))
     assert "5" not in sk.wait_ms_by_rank or sk.wait_ms_by_rank["5"] == pytest.approx(3 * 0.02)
@@ -116,8 +118,9 @@ def test_matches_survive_the_json_edge(tmp_path):
 @pytest.mark.parametrize("with_seq", [True, False])
 def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
     """Rank 1's trace starts one all-reduce later than rank 0's. With Kineto's `Seq` the collectives match
-    by number (skew 0.1 ms each); without it they match by order and pair different collectives (10.1 ms
-    apart), which is all the trace allows."""
+    by number; without it by completion time (each ends 0.1 ms apart on the two ranks, the next one 10 ms
+    later): skew 0.1 ms each either way, never the 10.1 ms of pairing by order; rank 0's first all-reduce
+    is left out and rank 1's late capture named."""
     for r in range(2):
         b = TraceBuilder(rank=r, world_size=2)
         b.step(1, 0, 50_000)
@@ -130,10 +133,10 @@ def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
     tracks = {}
     a = analyze_path(str(tmp_path), jobs=1, tracks=tracks)
     (c,) = a.skew.by_collective
-    if with_seq:
-        assert (c.matched, c.max_skew_ms) == (3, pytest.approx(0.1))
-    else:
-        assert (c.matched, c.max_skew_ms) == (3, pytest.approx(10.1))
+    assert (c.matched, c.max_skew_ms) == (3, pytest.approx(0.1))
+    (w,) = a.skew.capture_windows
+    assert (w.rank, w.lead_n, w.trail_n) == (1, 1, 0)
+    assert any("rank 1's capture starts 1 collective" in i.message for i in a.issues)
     # The timeline's straggler waits use the same matching: one wait per matched collective, the skew's size.
     from diagnose.export.timeline import build_timeline
 
@@ -159,19 +162,26 @@ def test_send_without_its_receive_is_unmatched(tmp_path):
     assert x.mean_wait_ms == pytest.approx(0.1) and x.mean_transfer_ms == pytest.approx(0.2)
 
 
-def test_pairs_of_different_sizes_are_reported(tmp_path):
-    """Without Seq, rank 1's trace starting one all-reduce later pairs different collectives; their element
-    counts (1024, 2048, 3072, 4096 on rank 0) disagree, which the analysis says."""
+@pytest.mark.parametrize("late_start", [True, False])
+def test_pairs_of_different_sizes_are_reported(tmp_path, late_start):
+    """Without Seq, rank 1's trace starting one all-reduce later is matched by completion time: the pairs are
+    the same collectives and their element counts agree (nothing to report). Where the matched ranks really
+    disagree on the message (rank 1 sends twice the elements), the analysis says so."""
     for r in range(2):
         b = TraceBuilder(rank=r, world_size=2)
         b.step(1, 0, 50_000)
-        for n in range(1 if r else 0, 4):
-            b.nccl("allreduce", 1000 + n * 10_000, 500, launch_at=10 + n, nelems=1024 * (n + 1), group_size=2,
+        for n in range(1 if r and late_start else 0, 4):
+            nelems = 1024 * (n + 1) * (1 if late_start or r == 0 else 2)
+            b.nccl("allreduce", 1000 + n * 10_000, 500, launch_at=10 + n, nelems=nelems, group_size=2,
                    pg_ranks=[0, 1])
         b.write(tmp_path / f"rank{r}.json")
     a = analyze_path(str(tmp_path), jobs=1)
-    assert a.skew.size_mismatches == 3
-    assert any("3 of 3 matched collectives disagree" in i.message for i in a.issues)
+    if late_start:
+        assert a.skew.size_mismatches == 0 and a.skew.matched == 3
+        assert not any("disagree" in i.message for i in a.issues)
+    else:
+        assert a.skew.size_mismatches == 4
+        assert any("4 of 4 matched collectives disagree" in i.message for i in a.issues)
 
 
 def test_torchrec_sizes_are_consistent(tmp_path):

@@ -640,8 +640,9 @@ def test_arrival_skew_and_last_arrival_straggler(tmp_path):
     assert c.max_skew_ms == approx(0.030)
     assert c.mean_transfer_ms == approx(0.080)  # the shortest duration: rank 1's 70, 80, 90 µs
     assert sk.last_arrivals == {"1": 3}
-    assert [(s.rank, s.reason) for s in sk.stragglers] == [(1, "arrives last at collectives")]
-    assert sk.stragglers[0].value == pytest.approx(1.0)
+    # With two ranks one always arrives last: no arrival straggler (metrics/stragglers.py needs groups of 3).
+    assert sk.stragglers == []
+    assert sk.imposed_ms_by_rank == {"1": approx(0.060)}  # its start − the other's, summed: 10 + 20 + 30 µs
 
 
 def test_simultaneous_arrivals_blame_nobody(tmp_path):

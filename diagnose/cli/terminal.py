@@ -268,7 +268,8 @@ def _skew(a: Analysis) -> str:
         hosts = views.hosts(a)
         worst = sorted(sk.stragglers, key=lambda x: (-x.value, x.rank))[:MAX_ROWS]
         out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
-            f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)} ({_pct(x.value)})"
+            f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)}"
+            + ("" if x.kind else f" ({_pct(x.value)})")  # an arrival straggler's reason holds its counts
             for x in worst) + ("\n" + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
                                if len(sk.stragglers) > MAX_ROWS else ""))
     return "\n".join(x for x in out if x)

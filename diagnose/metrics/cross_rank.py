@@ -31,6 +31,7 @@ from diagnose.metrics.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
 from diagnose.metrics.pipeline.vshape import V_NAME, V_NOTE
 from diagnose.metrics.groups import mesh_members, with_mesh_members
 from diagnose.metrics.skew import skew
+from diagnose.metrics.straggler_issues import alignment_issues, compute_stragglers_into
 from diagnose.metrics.track_intervals import bubble_tracks, wait_tracks
 from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
                                      SkewResult)
@@ -88,7 +89,16 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):
         records = {}
-    sk = skew(records, hosts, *_skew_peers(good, man, layout)) if len(good) > 1 else None
+    steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
+    step_ms = float(np.median([o.metrics.step_time_ms for o in good])) if good else None
+    sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(np.median(steps_n)) if steps_n else 0.0,
+              step_ms=step_ms) if len(good) > 1 else None
+    if sk:
+        longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
+        for w in sk.capture_windows:  # the capture's own start: its first event against the other ranks' first
+            others = [offset[r] for r in offset if r != w.rank]
+            w.first_event_ms = (offset[w.rank] - min(others)) / NS_PER_MS if others else None
+        alignment_issues(sk, step_ms, longest, source, issues)
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
@@ -117,7 +127,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         layout = {**(layout or {d: 1 for d in DIMS}), "pp": pipeline.stages}  # only pp: the rest stays as known
     metrics = sorted((o.metrics for o in good), key=lambda m: m.rank)
     _drop_timelines(metrics)
-    return Analysis(
+    a = Analysis(
         source=os.path.abspath(source), name=name, trace_kind=_kind(metrics), world_size=world,
         layout=layout, manifest=man, ranks=metrics, ranks_missing=missing,
         aggregate=_aggregate(metrics, man), pipeline=pipeline, skew=sk, issues=issues,
@@ -130,6 +140,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         kernel_views=world_views([(o.metrics.rank, o.metrics.nsteps, o.metrics.device, o.op_kernels, o.roofline)
                                   for o in good], [(o.metrics.rank, o.metrics.nsteps, o.stream_idle) for o in good]),
     )
+    compute_stragglers_into(a)
+    return a
 
 
 def _drop_timelines(metrics: list[RankMetrics]) -> None:

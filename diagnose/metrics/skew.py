@@ -1,9 +1,9 @@
-"""Arrival skew of matched collectives, clock alignment across hosts, and straggler ranks.
+"""Arrival skew of matched collectives, late ranks, and the straggler decision's inputs.
 
-A collective is matched across ranks by (process group, kind, ordinal of that kind in the group): NCCL
-traces carry no sequence number in Kineto's args. Ranks on different hosts have unaligned clocks; since
-a collective completes at nearly the same instant on every participant, each host is shifted by the
-median difference of matched completion times against the first host, before skew is measured.
+Rows of different ranks are the same collective by sequence number or completion time (collective_match.py:
+captures start at different collectives, so order alone pairs different ones); only collectives every rank
+of their group recorded are measured. Hosts' clocks are brought together before matching (coarse) and after
+it (the median difference of matched completions against the first host), before skew is measured.
 """
 
 from __future__ import annotations
@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from statistics import median
 
 import numpy as np
 
-from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
+from diagnose.model.analysis import CollectiveSkew, SkewResult
+from diagnose.metrics.straggler_replay import replay_gain_ns
+from diagnose.metrics.stragglers import decide, last_and_imposed
+from diagnose.metrics.collective_match import (LONE, align_hosts, by_rank, capture_windows, coarse_host_shift,
+                                               match_rows)
 from diagnose.model.matching import LateArrival
-from diagnose.model.format import NS_PER_MS, ranges
+from diagnose.model.format import NS_PER_MS, fmt, ranges
 
 
 @dataclass
@@ -76,9 +79,15 @@ class _Table:
     seg: np.ndarray  # first row of each matched collective (seen on >= 2 ranks)
     size: np.ndarray  # its rows
     group: np.ndarray  # per row: its matched collective's number
+    partial: int = 0  # collectives some ranks of their group did not record (capture edges): left out
+    windows: list = field(default_factory=list)  # CaptureWindow per rank whose capture starts late / ends early
+    by_order: list = field(default_factory=list)  # (rank, key id) whose completion times did not fit: by order
 
 
-def _table(records: dict[int, Collectives]) -> _Table:
+def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None) -> _Table:
+    """Every rank's rows, matched (diagnose.metrics.collective_match), in segments of one collective each. Only
+    collectives every rank of their (group, kind) recorded are kept: one a late-starting capture lacks is left
+    out (counted in `partial` and named in `windows`), not paired with the next one."""
     ids: dict[tuple[str, str], int] = {}
     cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": [],
                              "seq": []}
@@ -95,26 +104,34 @@ def _table(records: dict[int, Collectives]) -> _Table:
         cols["seq"].append(c.seq if c.seq is not None else unknown)
     rank, key, ordinal, start, end, in_n, out_n, seq = (np.concatenate(cols[k]) if cols[k] else np.zeros(0, np.int64)
                                                         for k in cols)
-    # A group whose every collective on every rank carries its sequence number is matched by it: ordinals
-    # shift when one rank's trace starts a collective later; sequence numbers do not.
-    numbered = np.ones(len(ids), bool)
-    np.logical_and.at(numbered, key, seq >= 0)
-    o = np.lexsort((seq, rank, key))  # a number seen twice on one rank (coalesced kernels): count instead
-    dup = (key[o][1:] == key[o][:-1]) & (rank[o][1:] == rank[o][:-1]) & (seq[o][1:] == seq[o][:-1])
-    numbered[key[o][1:][dup]] = False
-    ordinal = np.where(numbered[key], seq, ordinal) if len(key) else ordinal
+    key = key.astype(np.int64)
+    coarse = coarse_host_shift(rank, key, ordinal, end, hosts or {})
+    if any(coarse.values()):  # completion times compared on a common clock
+        at = by_rank(rank, lambda r: coarse.get((hosts or {}).get(r, ""), 0))
+        m = match_rows(rank, key, ordinal, end + at, seq, len(ids))
+    else:
+        m = match_rows(rank, key, ordinal, end, seq, len(ids))
+    ordinal = m.idx
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
+    paired = ordinal > LONE  # rows no other rank's completion matched are not where a capture starts or ends
+    aligned = end + (at[o] if any(coarse.values()) else 0)
+    windows = capture_windows(rank[paired], key[paired], ordinal[paired], aligned[paired])
     new = np.ones(len(key), bool)
     new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
     first = np.flatnonzero(new)
     size = np.diff(np.append(first, len(key)))
-    keep = np.repeat(size >= 2, size)
+    full = np.zeros(len(ids) or 1, np.int64)
+    if len(first):
+        np.maximum.at(full, key[first], size)
+    whole = (size >= 2) & (size == full[key[first]]) if len(first) else np.zeros(0, bool)
+    partial = int(((size >= 1) & ~whole & (full[key[first]] >= 2) & (ordinal[first] > LONE)).sum()) if len(first) else 0
+    keep = np.repeat(whole, size)
     rank, key, ordinal, start, end, in_n, out_n = (x[keep] for x in (rank, key, ordinal, start, end, in_n, out_n))
-    size = size[size >= 2]
+    size = size[whole]
     seg = np.concatenate(([0], np.cumsum(size)[:-1])).astype(np.int64) if len(size) else np.zeros(0, np.int64)
     return _Table(list(ids), rank, key, ordinal, in_n, out_n, start, end, seg, size,
-                  np.repeat(np.arange(len(size)), size))
+                  np.repeat(np.arange(len(size)), size), partial, windows, m.by_order)
 
 
 def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, int, tuple[str, str]]]]:
@@ -132,61 +149,34 @@ def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, 
     return out
 
 
-def align_hosts(t: _Table, hosts: dict[int, str]) -> dict[str, float]:
-    """Clock shift (ns) per host so matched collectives complete together; the first host is the reference.
-
-    Per matched collective, the median completion on the reference host minus the median on host h; the
-    host's shift is the median of those differences.
-    """
-    host_list = sorted(set(hosts.values()))
-    if len(host_list) < 2:
-        return {h: 0.0 for h in host_list}
-    hid = {h: i for i, h in enumerate(host_list)}
-    host = np.array([hid.get(hosts.get(int(r), ""), -1) for r in t.rank.tolist()], np.int64)
-    known = host >= 0
-    g, hh, e = t.group[known], host[known], t.end[known]
-    o = np.lexsort((e, hh, g))  # segments of (collective, host), completions sorted within each
-    g, hh, e = g[o], hh[o], e[o]
-    new = np.ones(len(g), bool)
-    new[1:] = (g[1:] != g[:-1]) | (hh[1:] != hh[:-1])
-    first = np.flatnonzero(new)
-    n = np.diff(np.append(first, len(g)))
-    med2 = e[first + (n - 1) // 2] + e[first + n // 2]  # twice the median per (collective, host): exact ints
-    seg_g, seg_h = g[first], hh[first]
-    ref = dict(zip(seg_g[seg_h == 0].tolist(), med2[seg_h == 0].tolist()))
-    shifts = {host_list[0]: 0.0}
-    for i, h in enumerate(host_list[1:], 1):
-        mine = seg_h == i
-        diffs = [ref[gg] - m for gg, m in zip(seg_g[mine].tolist(), med2[mine].tolist()) if gg in ref]
-        shifts[h] = float(round(median(diffs) / 2)) if diffs else 0.0  # whole ns: clocks are in ns
-    return shifts
-
-
 def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float],
-         stage_of: dict[int, int] | None = None) -> SkewResult | None:
-    """Collectives are matched by (process group, kind, ordinal); skew = latest start - earliest start.
+         stage_of: dict[int, int] | None = None, *, nsteps: float = 0.0,
+         step_ms: float | None = None) -> SkewResult | None:
+    """Collectives matched by what identifies them (collective_match.py); skew = latest start - earliest start.
 
     `stage_of` (rank -> pipeline stage): a collective whose ranks sit on different stages is reached in the
     order the schedule sets (stage 0 finishes 1F1B's backward last), so its last arrival is nobody's fault.
+    `nsteps` / `step_ms` (median over ranks) put the imposed waits per step for the straggler decision.
+    `compute_ms` is no longer read: compute-excess stragglers are decided in assembly, where stages and MoE
+    expert compute are known (stragglers.compute_stragglers).
     """
-    t = _table(records)
-    shifts = align_hosts(t, hosts)
+    t = _table(records, hosts)
+    shifts = align_hosts(t.rank, t.group, t.end, hosts)
     if any(shifts.values()):
-        per_rank = np.array([int(shifts.get(hosts.get(int(r), ""), 0.0)) for r in t.rank.tolist()], np.int64)
+        per_rank = by_rank(t.rank, lambda r: int(shifts.get(hosts.get(r, ""), 0.0)))
         t.start = t.start + per_rank
         t.end = t.end + per_rank
     matched = len(t.seg)
     last = Counter()
     by_collective = []
+    ordered = _across_stages(t, stage_of or {})
+    stragglers, imposed_by = [], {}
     if matched:
         hi = np.maximum.reduceat(t.start, t.seg)
         sk = hi - np.minimum.reduceat(t.start, t.seg)
         transfer = np.minimum.reduceat(t.end - t.start, t.seg)
-        at_hi = t.start == hi[t.group]
-        alone = np.add.reduceat(at_hi.astype(np.int64), t.seg) == 1  # a tie has no last arrival: blame no one
-        ordered = _across_stages(t, stage_of or {})
-        alone &= ~ordered
-        rows = np.flatnonzero(at_hi & alone[t.group])
+        is_last, imposed = last_and_imposed(t.start, t.seg, t.size, t.group, ~ordered)
+        rows = np.flatnonzero(is_last)
         last = Counter(dict(zip(*np.unique(t.rank[rows], return_counts=True))))
         key = t.key[t.seg]
         n = np.bincount(key, minlength=len(t.keys))
@@ -205,10 +195,21 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
                                         mean_transfer_ms=float(sum_tr[k] / n[k]) / NS_PER_MS,
                                         last_arrivals={str(r): c for r, c in sorted(last_by_key.get(k, Counter()).items())})
                         for k in present]
-    stragglers = _stragglers(last, matched - (int(ordered.sum()) if matched else 0), compute_ms)
+        ids, ri = np.unique(t.rank[rows], return_inverse=True)
+        imposed_by = {str(int(r)): float(v) / NS_PER_MS
+                      for r, v in zip(ids.tolist(), np.bincount(ri, imposed[rows], len(ids)).tolist()) if v > 0}
+        stragglers, _ = decide(t.keys, t.rank, t.key, is_last, imposed, t.seg, t.size, ~ordered, nsteps, step_ms,
+                               group_label, sk)
+        for x in stragglers:
+            g = replay_gain_ns(t.rank, t.start, t.end, t.seg, t.size, t.group, x.rank)
+            if g is not None and nsteps:
+                x.gain_ms, x.gain_kind = max(g, 0.0) / NS_PER_MS / nsteps, "simulated"
+            else:
+                x.gain_ms, x.gain_kind = x.imposed_ms, "bound"
+            x.reason += f"; at its peers' speed the step gains {fmt(x.gain_ms, 'ms')} ({x.gain_kind})"
     if not matched and not stragglers:
         return None
-    late, late_by, imposed_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {}, {})
+    late, late_by, wait_by, late_n = _late(t, ordered) if matched else ([], {}, {}, {})
     return SkewResult(
         matched=matched,
         by_collective=by_collective,
@@ -222,6 +223,10 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         wait_ms_by_rank=wait_by,
         schedule_ordered=int(ordered.sum()) if matched else 0,
         size_mismatches=_size_mismatches(t) if matched else 0,
+        capture_windows=t.windows,
+        partial=t.partial,
+        by_order=len(t.by_order),
+        decided=True,
     )
 
 
@@ -229,7 +234,7 @@ def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:
     """Per matched collective: do its ranks sit on two or more pipeline stages?"""
     if not stage_of or not len(t.seg):
         return np.zeros(len(t.seg), bool)
-    st = np.array([stage_of.get(int(r), -1) for r in t.rank.tolist()], np.int64)
+    st = by_rank(t.rank, lambda r: stage_of.get(r, -1))
     hi = np.maximum.reduceat(st, t.seg)
     lo = np.minimum.reduceat(np.where(st < 0, np.iinfo(np.int64).max, st), t.seg)
     return (hi >= 0) & (hi > lo)
@@ -273,13 +278,13 @@ TOP_LATE = 10
 
 
 def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, float], dict[str, float],
-                                                  dict[str, float], dict[str, int]]:
+                                                  dict[str, int]]:
     """Late ranks of each matched collective: those after the largest gap between consecutive arrivals when
     that gap is at least half the skew (three ranks 7 ms behind five are all late, not only the last); with
     no such gap (arrivals spread evenly) the last arrival alone. Per rank, summed over matched collectives:
-    its lateness where late (its start − the earliest), the wait it imposed (its start − the last punctual
-    start: what the punctual ranks waited for it alone) and its own wait (latest start − its start).
-    Schedule-ordered collectives name their late ranks but add to no rank's lateness or imposed wait."""
+    its lateness where late (its start − the earliest) and its own wait (latest start − its start); the wait
+    a rank imposes is metrics/stragglers.last_and_imposed's. Schedule-ordered collectives name their late
+    ranks but add to no rank's lateness."""
     o = np.lexsort((t.rank, t.start, t.group))  # segments keep their rows: only the order inside changes
     g, r, s = t.group[o], t.rank[o], t.start[o]
     first = s[t.seg][g]
@@ -295,14 +300,10 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     c = np.cumsum(cut)
     is_late = (c - (c[t.seg] - cut[t.seg])[g]) >= 1
     lateness = s - first
-    rows = np.arange(len(s))
-    first_late = np.minimum.reduceat(np.where(is_late, rows, len(s)), t.seg)
-    punctual = s[np.clip(first_late - 1, 0, max(len(s) - 1, 0))]  # the last on-time arrival of each collective
     blame = is_late & ~ordered[g]
     ids, ri = np.unique(r, return_inverse=True)  # rank numbers can be large: bin by their index
     late_by = np.bincount(ri[blame], lateness[blame], len(ids))
     late_n = np.bincount(ri[blame], minlength=len(ids))
-    imposed_by = np.bincount(ri[blame], (s - punctual[g])[blame], len(ids))
     wait_by = np.bincount(ri, np.maximum.reduceat(s, t.seg)[g] - s, len(ids))
     sk = spread
     transfer = np.minimum.reduceat(t.end - t.start, t.seg)
@@ -324,21 +325,5 @@ def _late(t: _Table, ordered: np.ndarray) -> tuple[list[LateArrival], dict[str, 
     def per_rank(v):
         return {str(int(ids[i])): float(x) / NS_PER_MS for i, x in enumerate(v) if x > 0}
 
-    return (out, per_rank(late_by), per_rank(imposed_by), per_rank(wait_by),
+    return (out, per_rank(late_by), per_rank(wait_by),
             {str(int(ids[i])): int(x) for i, x in enumerate(late_n) if x > 0})
-
-
-def _stragglers(last: Counter, matched: int, compute_ms: dict[int, float]) -> list[Straggler]:
-    out = []
-    if matched >= 3 and last:
-        r, n = min(last.items(), key=lambda rc: (-rc[1], rc[0]))
-        n_ranks_seen = len(last)
-        # Arriving last more often than chance would (1/ranks) and in at least half the collectives.
-        if n / matched >= 0.5 and n_ranks_seen >= 1:
-            out.append(Straggler(int(r), "arrives last at collectives", n / matched))
-    if len(compute_ms) >= 2:
-        med = float(median(compute_ms.values()))
-        for r, c in sorted(compute_ms.items()):
-            if med > 0 and c > med * 1.05:
-                out.append(Straggler(int(r), "compute per step above the median by more than 5%", c / med - 1))
-    return out

@@ -16,7 +16,7 @@ from diagnose.model.moe import AccumSummary, MoeSummary
 from diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from diagnose.model.kernel_views import KernelViews, LaunchStats
 from diagnose.model.manifest import Manifest
-from diagnose.model.matching import LateArrival, P2PMatch
+from diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
 from diagnose.model.provenance import Provenance
 from diagnose.model.runs import RunInfo
 from diagnose.model.steps import StepSummary
@@ -191,6 +191,14 @@ class Straggler:
     rank: int
     reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
     value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
+    kind: str = ""  # the collective kind it is most clearly last at (metrics/stragglers.py), "" for compute
+    imposed_ms: float = 0.0  # Σ over collectives where it alone arrived last of (its start − the second-latest
+    # start), per step: what the other ranks would save had it alone been on time
+    last_n: int = 0  # collectives of `kind` it alone arrived last at
+    matched_n: int = 0  # matched collectives of `kind`
+    gain_ms: float | None = None  # per step: replayed with its launch gaps at its peers' median ("simulated"),
+    # else the imposed wait ("bound")
+    gain_kind: str = ""  # "simulated" or "bound"
 
 
 @dataclass
@@ -209,6 +217,11 @@ class SkewResult:
     schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
     size_mismatches: int = 0  # matched collectives whose ranks disagree on the message size (likely mis-paired)
     p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
+    capture_windows: list[CaptureWindow] = field(default_factory=list)  # ranks whose capture starts late / ends early
+    partial: int = 0  # collectives only some ranks of their group recorded (capture edges): left out of skew
+    by_order: int = 0  # (rank, group, kind) whose completion times fit no alignment: matched by order
+    matching_failed: bool = False  # skew or a straggler cost longer than the step: pairs are wrong, no finding
+    decided: bool = False  # stragglers decided per kind (metrics/stragglers.py); False in older summaries
 
 
 @dataclass

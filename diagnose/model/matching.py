@@ -39,3 +39,16 @@ class P2PMatch:
     mean_wait_ms: float  # from the earlier post to the later: one side waiting for the other
     sender_waits: int  # pairs where the send was posted first (the receiver was late)
     receiver_waits: int  # pairs where the receive was posted first (the sender was late)
+
+
+@dataclass
+class CaptureWindow:
+    """A rank whose capture starts after collectives its group's other ranks recorded (or ends before some):
+    those collectives are left out of skew rather than paired with the next one (metrics/collective_match.py)."""
+
+    rank: int
+    lead_n: int  # collectives (over its groups and kinds) the others recorded before this rank's first
+    lead_ms: float  # from the earliest collective completion of any rank to this rank's first
+    trail_n: int = 0  # collectives the others recorded after this rank's last
+    trail_ms: float = 0.0  # from this rank's last collective completion to the latest of any rank
+    first_event_ms: float | None = None  # its trace's first event after the earliest other rank's (None unknown)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 
 from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
 from diagnose.model.format import fmt, plural, ranges
 from diagnose.rules.base import Ctx, severity_for, steps_where
-from diagnose.rules.waits import late_ranks, where_peers_wait
+from diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
 
@@ -137,15 +136,36 @@ def exposed_comm(c: Ctx) -> list[Finding]:
     if not res:
         return []
     ev, ranks, steps, gain, step, kinds, rows = res
-    act = ("find what the collective waits for before tuning it: with `llmdiag analyze --timeline` look at the "
-           "compute just before each exposed op; launch it asynchronously and overlap it with independent compute "
-           "(prefetch, `async_op=True`), or shrink it; the process group's role is not named in the trace, so no "
-           "parallel-layout setting is inferred")
+    act = _exposed_action(c, rows)
     eg = c.gain_text(gain, "the exposed communication time, capped by the compute-only time it could hide under",
                      bound=True)
     return [c.finding("exposed_comm", severity_for(gain, step), "Communication is exposed", ev, ranks, steps, act,
                       eg, gain, "ranks[].exposed_comm_ms", gain_kind="bound",
                       events=["collective kernels (kind, process group)", "compute kernels"])]
+
+
+BLOCKING_SHARE = 0.25  # the host waits in communication for ≥ 25 % of the exposed time: the collective blocks it
+
+
+def _exposed_action(c: Ctx, rows) -> str:
+    """`async_op=True` only where the host thread is seen waiting in communication (IdleBreakdown.comm_wait_ms:
+    a wait op or a blocking collective spans the device idle); a collective already launched asynchronously
+    gains nothing from it. Where a straggler finding fires, the remaining wait is named as its."""
+    late = sorted({x.rank for x in (c.a.skew.stragglers if c.a.skew else []) if x.kind}) if stragglers(c) else []
+    tail = ("; the process group's role is not named in the trace, so no parallel-layout setting is inferred")
+    if late:
+        return (f"the ranks wait here for straggler rank(s) {ranges(late)} (see the `stragglers` finding): fix the "
+                "straggler first; find what the rest waits for with `llmdiag analyze --timeline`" + tail)
+    exp = statistics.fmean(x[2] for x in rows)
+    blocked = statistics.fmean((x[0].idle.comm_wait_ms if x[0].idle is not None else 0.0) for x in rows)
+    if exp > 0 and blocked >= BLOCKING_SHARE * exp:
+        return (f"the host waits in the collective ({fmt(blocked, 'ms')} per step): launch it asynchronously "
+                "(`async_op=True`, wait just before its result is used) and overlap it with independent compute "
+                "(prefetch), or shrink it" + tail)
+    return ("find what the collective waits for before tuning it: with `llmdiag analyze --timeline` look at the "
+            "compute just before each exposed op; the host does not wait in it (already launched asynchronously), "
+            "so overlap needs independent compute scheduled beside it (prefetch the next batch's exchange), or "
+            "shrink it" + tail)
 
 
 def tp_exposed(c: Ctx) -> list[Finding]:
@@ -171,53 +191,27 @@ def tp_exposed(c: Ctx) -> list[Finding]:
                       events=["collective kernels (kind, process group, group size)", "compute kernels"])]
 
 
-def binom_tail(k: int, n: int, p: float) -> float:
-    """P(X ≥ k) for X ~ Binomial(n, p): how likely a rank arrives last this often by chance.
-
-    In log space (math.lgamma), so no term overflows at any n (math.comb(n, i) * p**i did past n ≈ 1,000), and
-    summed only while terms still count: away from the mode each term is the previous one times
-    (n - i) / (i + 1) · p / (1 - p), so the sum stops after O(√(np) + log) terms, not n."""
-    if k <= 0 or p >= 1:
-        return 1.0
-    if k > n or p <= 0:
-        return 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    odds = p / (1 - p)
-
-    def log_pmf(i: int) -> float:
-        return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-
-    if k > (n + 1) * p:  # k above the mode: terms fall from k upward
-        s, t, i = 1.0, 1.0, k
-        while i < n:
-            t *= (n - i) / (i + 1) * odds
-            s += t
-            i += 1
-            if t < s * 1e-17:
-                break
-        return min(1.0, math.exp(log_pmf(k)) * s)
-    # k at or below the mode: 1 - P(X ≤ k - 1), whose terms fall from k - 1 downward
-    s, t, i = 1.0, 1.0, k - 1
-    while i > 0:
-        t *= i / (n - i + 1) / odds
-        s += t
-        i -= 1
-        if t < s * 1e-17:
-            break
-    return max(0.0, 1.0 - math.exp(log_pmf(k - 1)) * s)
+from diagnose.metrics.stragglers import (STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail,  # noqa: E402
+                                         compute_stragglers)
 
 
-STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
-STRAGGLER_FLOOR = 0.02  # imposed waiting below 2 % of the step is not worth a finding
-
-
-def _spread(r) -> float:
-    """Per-step standard deviation of a rank's compute: the noise a difference between ranks must beat."""
-    xs = [st.compute_ms for st in r.steps]
-    if len(xs) < 2:
-        return 0.0
-    m = math.fsum(xs) / len(xs)  # float arithmetic: statistics.stdev's exact Fractions cost 1 s per 4k ranks
-    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+def _legacy_arrivals(sk, nsteps: float, n: int) -> dict[int, tuple[float, str]]:
+    """Older summaries (no `skew.decided`): last arrivals pooled over kinds, binomial against 1/ranks, the
+    summed lateness (or the share of the total skew) per step as a bound."""
+    total_wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
+    late_by = sk.late_ms_by_rank or {}
+    found = {}
+    for rk, k in sk.last_arrivals.items():
+        if sk.matched < 3 or k / sk.matched < 0.5:
+            continue
+        p = binom_tail(int(k), sk.matched, 1 / n)
+        if p >= STRAGGLER_ALPHA:
+            continue
+        imposed = late_by[str(rk)] / nsteps if str(rk) in late_by else total_wait * k / sk.matched
+        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives "
+                                   f"({fmt(k / sk.matched, 'pct')}; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), "
+                                   f"imposing {fmt(imposed, 'ms')} of waiting per step")
+    return found
 
 
 def stragglers(c: Ctx) -> list[Finding]:
@@ -227,55 +221,39 @@ def stragglers(c: Ctx) -> list[Finding]:
     sk, step = c.a.skew, c.step_ms
     if not sk or not step or len(c.ranks) < 3:  # with two ranks one of them always arrives last
         return []
-    n = len(c.ranks)
     nsteps = statistics.median([r.nsteps for r in c.ranks])
-    total_wait = sum(b.mean_skew_ms * b.matched for b in sk.by_collective) / nsteps
-    late_by = sk.late_ms_by_rank or {}  # Σ a rank's lateness where it was late: the start it delayed for the others
-    found: dict[int, tuple[float, str]] = {}
-    for rk, k in sk.last_arrivals.items():
-        if sk.matched < 3 or k / sk.matched < 0.5:
-            continue
-        p = binom_tail(int(k), sk.matched, 1 / n)
-        if p >= STRAGGLER_ALPHA:
-            continue
-        imposed = late_by[str(rk)] / nsteps if str(rk) in late_by else total_wait * k / sk.matched
-        share = fmt(k / sk.matched, 'pct')
-        found[int(rk)] = (imposed, f"arrives last at {k} of {sk.matched} matched collectives ({share}"
-                                   f"; chance would be {fmt(1 / n, 'pct')}, p = {p:.1g}), imposing "
-                                   f"{fmt(imposed, 'ms')} of waiting per step")
-    # Compute is compared among peers doing the same work: ranks of one pipeline stage (stages differ by design:
-    # pipeline_imbalance), and without the expert compute an MoE router hands out (moe_imbalance).
-    # With a pipeline (analysed, or only named by the layout: pp > 1), a rank whose stage is not known has no
-    # known peers and is not compared: the last stage's LM head and loss are stage imbalance, not a straggler.
-    piped = bool(c.a.pipeline) or int(c.layout.get("pp") or 1) > 1
+    # Who arrives late and what it costs is decided once (metrics/stragglers.py); the finding quotes it.
+    late = {x.rank: x for x in sk.stragglers if x.kind and not sk.matching_failed}
+    found: dict[int, tuple[float, str]] = {r: (x.gain_ms if x.gain_ms is not None else x.imposed_ms, x.reason)
+                                           for r, x in late.items()}
+    if not sk.decided:  # a summary written before the per-kind decision: its pooled counts, as it was read then
+        found.update(_legacy_arrivals(sk, nsteps, len(c.ranks)))
+    # Compute excess over the peers' median: decided with the rest in metrics/stragglers.py; an older
+    # summary's is decided here the same way.
+    comp = ([x for x in sk.stragglers if not x.kind] if sk.decided else
+            compute_stragglers(c.ranks, c.a.pipeline, c.man, c.layout, c.a.moe, step, set(found)))
+    found.update({x.rank: (x.gain_ms if x.gain_ms is not None else 0.0, x.reason) for x in comp
+                  if x.rank not in found})
     stage_of = {b.rank: b.stage for b in (c.a.pipeline.stage_bubbles if c.a.pipeline else [])}
     if c.a.pipeline and c.man:
         stage_of.update({r.rank: min(c.man.stages_of(r.rank)) for r in c.ranks if c.man.stages_of(r.rank)})
-    moe = c.a.moe
-    comp = {r.rank: r.compute_ms - ((moe.rank(r.rank).expert_ms if moe and moe.rank(r.rank) else 0.0))
-            for r in c.ranks}
-    peers: dict = {}
-    for r in c.ranks:
-        peers.setdefault(stage_of.get(r.rank, -1 if piped else 0), []).append(r.rank)
-    noise = statistics.median(_spread(r) for r in c.ranks)
-    medians = {key: statistics.median(comp[x] for x in group) for key, group in peers.items()}  # once per group
-    for r in c.ranks:
-        key = stage_of.get(r.rank, -1 if piped else 0)
-        group = peers[key]
-        if key == -1 or len(group) < 3:  # unknown stage, or a median of one or two ranks: no outlier to name
-            continue
-        med = medians[key]
-        excess = comp[r.rank] - med
-        if med > 0 and excess > max(2 * noise, 0.05 * med) and r.rank not in found:
-            found[r.rank] = (excess, f"computes {fmt(excess, 'ms')} per step more than the median rank "
-                                     f"({fmt(excess / med, 'pct')}; per-step noise {fmt(noise, 'ms')})")
-    found = {r: v for r, v in found.items() if v[0] >= STRAGGLER_FLOOR * step}
+    found = {r: v for r, v in found.items() if r in late or v[0] >= STRAGGLER_FLOOR * step}  # older summaries
     if not found:
         return []
     gain = min(max(v[0] for v in found.values()), step)
     known = {r.rank: r.host for r in c.ranks if r.host}
     where = lambda r: f"rank {r}" + (f" on host {known[r]}" if r in known else "")
-    ev = "; ".join(f"{where(r)} {v[1]}" for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
+    by_rank = {r.rank: r for r in c.ranks}
+    causes = {}
+    for r in found:
+        peers = [p for p in c.ranks if p.rank not in found]
+        if r in late and peers:
+            causes[r] = straggler_cause(by_rank[r], peers, late[r].imposed_ms)
+    windows = {w.rank: w for w in sk.capture_windows if w.lead_n}
+    ev = "; ".join(f"{where(r)} {v[1]}" + (f"; {causes[r][0]}" if r in causes else "")
+                   + (f"; its capture starts {plural(windows[r].lead_n, 'collective')} after the others' (left out of skew)"
+                      if r in windows else "")
+                   for r, v in sorted(found.items(), key=lambda kv: -kv[1][0])[:5])
     if len(found) > 5:
         ev += f"; and {len(found) - 5} more"
     arrivals = [r for r in found if str(r) in sk.last_arrivals]
@@ -293,17 +271,26 @@ def stragglers(c: Ctx) -> list[Finding]:
     if staged:
         acts.append(f"move layers off pipeline stage(s) {', '.join(map(str, staged))} (the straggler's compute "
                     "sets the pipeline's pace)")
-    acts.append(f"look for uneven work (data, sequence lengths, layer split) on {'ranks' if len(found) > 1 else 'rank'} "
-                f"{ranges(sorted(found))}")
-    eg = c.gain_text(gain, "the waiting the straggler imposes on the other ranks (its share of the arrival skew, "
-                     "or its extra compute over the median)", bound=True)
+    acts += [causes[r][1] for r in sorted(causes)][:5]
+    uneven = sorted(r for r in found if r not in causes)
+    if uneven:
+        acts.append(f"look for uneven work (data, sequence lengths, layer split) on {'ranks' if len(uneven) > 1 else 'rank'} "
+                    f"{ranges(uneven)}")
+    top = max(found, key=lambda r: found[r][0])
+    kind = "bound"
+    if top in late and late[top].gain_kind == "simulated":
+        kind = "estimate"
+        eg = c.gain_text(gain, f"simulated: the matched collectives of all ranks replayed with rank {top}'s launch "
+                         "gaps at its peers' median (metrics/straggler_replay.py)")
+    else:
+        eg = c.gain_text(gain, "the waiting the straggler alone imposes on the other ranks (its start − the "
+                         "second-latest, where it is last), or its extra compute over the median", bound=True)
     from diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists
 
-    kind = "bound"
     if (sim := simulated_straggler_gain(c.a.whatif, found, step)) is not None:  # the replay, where one exists
         gain, eg, kind = sim[0], c.gain_text(*sim), "estimate"
     return [c.finding("stragglers", severity_for(gain, step), "Straggler ranks" if len(found) > 1 else "Straggler rank", ev, list(found), [],
-                      "; ".join(acts), eg, gain, "skew.last_arrivals", gain_kind=kind,
+                      "; ".join(acts), eg, gain, "skew.stragglers", gain_kind=kind,
                       events=["collective kernels matched across ranks", "compute kernels"])]
 
 

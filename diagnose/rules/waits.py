@@ -41,3 +41,68 @@ def late_ranks(sk: SkewResult) -> str:
     shown = ", ".join(f"rank {r} {fmt(mean, 'ms')} ×{k}" for r, mean, k in rows[:MAX_LATE])
     more = f" and {len(rows) - MAX_LATE} more (skew.late_ms_by_rank)" if len(rows) > MAX_LATE else ""
     return f"late ranks (mean lateness where late × times late): {shown}{more}"
+
+
+CAUSE_SHARE = 0.25  # a part of the straggler's timeline names the cause when its excess is ≥ 25 % of the wait
+
+
+def _peer_median(ranks, fn) -> float:
+    vals = sorted(fn(r) for r in ranks)
+    return vals[len(vals) // 2] if vals else 0.0
+
+
+def straggler_cause(rank, peers, wait_ms: float) -> tuple[str, str]:
+    """(what its own timeline shows, the action for it), read from the straggler's per-step breakdown against
+    its peers' median: device idle with no profiled host op (a host stall), host ops with no kernel in flight,
+    blocking runtime calls (named), the DataLoader, or compute (uneven work, its heaviest kernels named). The
+    part with the largest excess names the cause when it covers CAUSE_SHARE of the wait; else none is named."""
+    def idle(part):
+        return lambda r: getattr(r.idle, part) if r.idle is not None else 0.0
+
+    parts = [("stall", idle("unattributed_ms")), ("host", idle("host_bound_ms")), ("runtime", idle("runtime_ms")),
+             ("data", idle("dataloader_ms")), ("compute", lambda r: r.compute_ms)]
+    excess = {name: fn(rank) - _peer_median(peers, fn) for name, fn in parts}
+    name, ms = max(excess.items(), key=lambda kv: kv[1])
+    r = rank.rank
+    if ms < CAUSE_SHARE * wait_ms or ms <= 0:
+        return (f"its own timeline does not show why (compute, host ops and device idle within "
+                f"{fmt(CAUSE_SHARE * wait_ms, 'ms')} of its peers')",
+                f"find what delays rank {r} before the collectives it is last at (`llmdiag analyze --timeline`): "
+                "work outside the profiled ops, or a capture that covers less of its step")
+    more = f"{fmt(ms, 'ms')} per step more than its peers' median"
+    if name == "stall":
+        return (f"its GPU idles with no profiled host op running, {more} (a host stall outside the profiled ops)",
+                f"find what rank {r}'s process does outside the profiled ops (`py-spy dump --pid`, a sleep, a barrier, "
+                "I/O, garbage collection); no compute or layout change helps")
+    if name == "host":
+        return (f"its host runs ops with no kernel in flight, {more}",
+                f"look at rank {r}'s host ops before the collectives it is last at (`llmdiag analyze --timeline`)")
+    if name == "runtime":
+        ops = sorted((rank.idle.runtime_ops or {}).items(), key=lambda kv: -kv[1])[:3]
+        named = ", ".join(f"`{k}`" for k, _ in ops) or "runtime calls"
+        return (f"its GPU idles in blocking runtime calls ({named}), {more}",
+                f"remove the blocking calls on rank {r} (allocator: keep the caching allocator on, no "
+                "`empty_cache()`; no `.item()` / synchronize in the step)")
+    if name == "data":
+        return (f"its host waits in the DataLoader, {more}",
+                f"feed rank {r} faster (`num_workers`, `pin_memory=True`, prefetch)")
+    heavy = _heavier_kernels(rank, peers)
+    parts = [f"`{k}` +" + fmt(v, "ms") for k, v in heavy]
+    named = f" (most in {', '.join(parts)})" if parts else ""
+    return (f"it computes {more}{named}",
+            f"look for uneven work (data, sequence lengths, layer split) on rank {r}")
+
+
+def _heavier_kernels(rank, peers, n: int = 3) -> list[tuple[str, float]]:
+    """The compute kernels whose time per step on the straggler most exceeds its peers' median (top-K lists)."""
+    def per_step(r):
+        return {k.name: k.total_ms / r.nsteps for k in r.top_kernels if k.kind == "compute" and r.nsteps}
+
+    mine, theirs = per_step(rank), [per_step(p) for p in peers]
+    excess = {k: v - _median([t.get(k, 0.0) for t in theirs]) for k, v in mine.items()}
+    return sorted(((k, v) for k, v in excess.items() if v > 0), key=lambda kv: -kv[1])[:n]
+
+
+def _median(vals: list[float]) -> float:
+    vals = sorted(vals)
+    return vals[len(vals) // 2] if vals else 0.0
