@@ -5,7 +5,7 @@ numbers placed in them."""
 
 from __future__ import annotations
 
-from diagnose.metrics.cross_rank import _alignment_issues
+from diagnose.metrics.straggler_issues import alignment_issues as _alignment_issues
 from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
 from diagnose.rules import findings as run_rules
 from tests.summaries import summary, typed
