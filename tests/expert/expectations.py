@@ -120,43 +120,24 @@ def _torchrec(outlier: int, late: list[int], lead_ms: tuple[float, float], stall
 
 REAL: dict[str, dict] = {
     "torchrec/sst_long_a2a_optimizer_3": dict(_torchrec(4, [1, 2], (10.0, 100.0), True), xfail={
-        "late_capture_r1": "no issue names a late-starting capture",
-        "late_capture_r2": "no issue names a late-starting capture",
-        "straggler_r2": "stragglers names rank 2 but imposing 287 ms/step (positional pairing of late captures; "
-                        "truth 20-46 ms/step): a wrong finding does not find the problem",
-        "host_stall_r2": "the 20 ms host stall is told 'uneven work'",
         "step_median": "median step 227.5 ms, truth 157.2: step #6's window runs to the "
                        "device's end, which comes 46-76 ms after the host's ProfilerStep#6 (the queue drained under the "
-                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time",
-        "precision": "stragglers (wrong: 287 ms/step imposed, from positional pairing)"}),
+                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time"}),
     "torchrec/sst_long_a2a_optimizer_5": dict(_torchrec(4, [2], (10.0, 100.0), True), xfail={
-        "late_capture_r2": "no issue names a late-starting capture",
-        "straggler_r2": "stragglers names rank 2 but imposing 562 ms/step (positional pairing of a late capture; "
-                        "truth 20-43 ms/step): a wrong finding does not find the problem",
-        "host_stall_r2": "the 20 ms host stall is told 'uneven work'",
         "step_median": "median step 238.1 ms, truth 162.9: step #6's window runs to the "
                        "device's end, which comes tens of ms after the host's ProfilerStep#6 (the queue drained under the "
-                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time",
-        "precision": "stragglers (wrong: 562 ms/step imposed, from positional pairing)"}),
+                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time"}),
     "torchrec/sst_long_a2a_optimizer_5_qcomm": dict(_torchrec(5, [2], (10.0, 100.0), True, two_runs=True, claims=[
         {"verdict": "right", "rules": ["host_op_stall"], "rank": 2, "text": r"_AlltoAllSingle", "gain_ms": [8.0, 20.0],
          "why": "run B (the one analysed): rank 2's device idles 15.1-15.2 ms/step (steps 4, 6) under one 21.7 ms "
                 "`_AlltoAllSingle` with 3 child events and a 20.2 ms stretch with none, no launch on any thread inside "
                 "(truth/host_ops.py): the device waits on that op's unprofiled host time"}]), xfail={
-        "late_capture_r2": "no issue names a late-starting capture (rank 2 lacks 4 leading collectives in run B)",
-        "straggler_r2": "stragglers names rank 2 but imposing 838 ms/step (positional pairing of a late capture; "
-                        "truth 30 ms/step): a wrong finding does not find the problem",
         "host_stall_r2": "no finding says rank 2 stalls on the host with no profiled op (host_op_stall calls the "
                          "20 ms inside `_AlltoAllSingle` host work; stragglers says 'uneven work')",
         "step_median": "median step 206.8 ms, truth 176.0 (run B, the one analysed): step #6's window runs to the "
-                       "device's end, 25-74 ms after the host's ProfilerStep#6 (the capture's edge counted as step time)",
-        "precision": "stragglers (wrong: 838 ms/step imposed, from positional pairing)"}),
+                       "device's end, 25-74 ms after the host's ProfilerStep#6 (the capture's edge counted as step time)"}),
     "torchrec/sst_sleep_pl_dense_after_backward_2": dict(_torchrec(0, [2], (500.0, 1100.0), True, sleep=True), xfail={
-        "late_capture_r2": "no issue names a late-starting capture",
-        "straggler_r2": "stragglers names rank 2 but says 'uneven work' (misleading): rank 2 stalls 1 s on the host "
-                        "with no profiled op; a misleading finding does not find the problem",
-        "host_stall_r2": "the 1 s host stall is told 'uneven work'",
-        "precision": "stragglers (misleading: 'uneven work' for a host stall)"}),
+        "late_capture_r2": "no issue names a late-starting capture"}),
     "hta/sampled_pair": {
         "problems": [{"id": "exposed_comm", "what": "exposed comm 134-172 ms/step",
                       "any": [{"where": "finding", "rules": ["exposed_comm", "dp_overlap"], "min_severity": "medium"}]}],

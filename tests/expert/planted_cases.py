@@ -23,10 +23,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
             "silent": [{"id": "no_fake_straggler", "why": "every rank arrives together: no straggler, no skew",
                         "match": {"where": "finding", "text": STRAGGLER_TEXT}}],
             "claims": [{"verdict": "wrong", "rules": ["stragglers"],
-                        "why": "no rank is late: skew from pairing a late capture by position"}],
-            "xfail": dict({"late_capture": "no issue names a late-starting capture"},
-                          **({} if by == 1 else {"no_fake_straggler": "positional pairing: fake straggler",
-                                                 "precision": "a fake straggler (high)"}))})
+                        "why": "no rank is late: skew from pairing a late capture by position"}]})
     out["late_capture_twin"] = (Knobs(), {
         "problems": [],
         "silent": [{"id": "no_late_capture", "why": "all captures start together",
@@ -43,8 +40,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "why": "rank 2 imposes ~30 ms per step"},
                    {"verdict": "right", "text": STRAGGLER_TEXT + r"|stall", "rank": 2, "why": "rank 2 holds the others ~30 ms/step"},
                    {"verdict": "unverified", "rules": ["exposed_comm", "dp_overlap"],
-                    "why": "the others' all_to_all time is waiting for rank 2 (counted once, under the straggler)"}],
-        "xfail": {"host_stall": "one stall per step before one collective of five: no finding"}})
+                    "why": "the others' all_to_all time is waiting for rank 2 (counted once, under the straggler)"}]})
     out["host_stall_twin"] = (Knobs(), {
         "problems": [], "claims": [],
         "silent": [{"id": "no_straggler", "why": "no rank stalls", "match": {"where": "finding", "text": STRAGGLER_TEXT}}]})
