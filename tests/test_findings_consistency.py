@@ -126,3 +126,23 @@ def test_no_knob_on_the_blamed_rank_no_planted_words(tmp_path, spec):
     (f,) = [f for f in a.findings if f.id == "pipeline_imbalance"]
     assert "inject-slow" not in f.action + f.evidence.text + f.title
     assert "move layers from stage 0" in f.action
+
+
+@pytest.mark.parametrize("spec", ["rank:2:2:forward", None])
+def test_planted_straggler_is_named(tmp_path, spec):
+    """4 ranks, rank 2 arrives 600 µs late at every all-reduce (tests/gen_scenario_traces.py); with the knob on
+    rank 2 in the manifest the straggler finding names it and advises no host change; without it, as before."""
+    from tests.gen_scenario_traces import straggler
+
+    straggler(tmp_path, 600)
+    man = {"schema_version": 1, "workload": "dp4", "world_size": 4, "status": "ok",
+           "layout": {"dp": 4, "fsdp": 1, "tp": 1, "pp": 1, "cp": 1},
+           "options": {"inject_slow": spec} if spec else {}}
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    (f,) = [f for f in analyze_path(str(tmp_path), jobs=1).findings if f.id == "stragglers"]
+    assert f.evidence.ranks == [2]
+    words = "rank 2's forward was slowed ×2 on purpose (--inject-slow rank:2:2:forward, recorded in the manifest)"
+    if spec:
+        assert words in f.action and words in f.evidence.text and "inspect host" not in f.action
+    else:
+        assert "inject-slow" not in f.action + f.evidence.text + f.title
