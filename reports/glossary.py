@@ -55,8 +55,12 @@ GLOSSARY = {
                      "are the mean over those same ranks."),
     "hints": ("Hints", "Device idle share, kernels per step, share of kernels under 10 µs, DataLoader wait share "
               "and fp32 GEMM share: facts only the rules use."),
-    "severity": ("Severity", "high: the expected gain is ≥ 10 % of the step (or a correctness risk such as "
-                 "near-OOM or contaminated timings); medium ≥ 3 %; low otherwise."),
+    "severity": ("Severity", "One rule for every finding: high: the expected gain is ≥ 10 % of the step; "
+                 "medium ≥ 3 %; low otherwise, and low for a finding with no gain, except a correctness risk "
+                 "(near-OOM, contaminated timings), which keeps its own level. A gain judged against an assumed "
+                 "reference (evidence source 'assumed') is at most medium, and its gain text says so. A finding "
+                 "whose time is part of another's (\"part of the same … as …\") keeps its level but its gain is "
+                 "not counted twice."),
     "expected_gain": ("Expected gain", "Computed from this run's numbers by the rule's formula "
                       "(docs/recommendations.md); an upper bound where it says 'up to'."),
 }

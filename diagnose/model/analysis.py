@@ -279,6 +279,8 @@ class Finding:
     gain_ms: float | None  # per step; None where the finding is not a speed-up
     gain_frac: float | None = None  # gain_ms / the analysis' mean step time: the one share every output prints
     gain_kind: str = "estimate"  # "estimate" (a model of the change) or "bound" (at most the measured part; "up to")
+    claims: str = ""  # the piece of time the gain comes from, e.g. "exposed_comm" (diagnose/rules/overlaps.py)
+    part_of: str | None = None  # id of the finding that keeps this time's gain: this one's is not counted again
 
     def order_key(self) -> tuple:
         """The one order of findings everywhere: severity, then expected gain, then rule id."""

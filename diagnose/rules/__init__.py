@@ -20,6 +20,8 @@ from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from diagnose.rules.accum import accum_fsdp_regather
 from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 from diagnose.rules.idle_calls import host_op_stall
+from diagnose.rules.overlaps import rank_overlaps
+from diagnose.rules.planted import name_planted
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
     ("pipeline_bubble", pipeline_bubble), ("pipeline_imbalance", pipeline_imbalance), ("dp_overlap", dp_overlap),
@@ -37,9 +39,10 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
 
 def findings(a: Analysis) -> list[Finding]:
     """All findings of all rules in the one order every output shows (`Finding.order_key`: severity, then
-    expected gain)."""
+    expected gain); findings that claim the same piece of time are ranked (diagnose/rules/overlaps.py), and a slowdown
+    planted with `--inject-slow` is named as such (diagnose/rules/planted.py)."""
     c = Ctx(a)
     out: list[Finding] = []
     for _, rule in RULES:
         out += rule(c)
-    return sorted(out, key=Finding.order_key)
+    return sorted(name_planted(a, rank_overlaps(a, out)), key=Finding.order_key)

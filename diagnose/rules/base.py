@@ -15,12 +15,29 @@ from diagnose.model.views import device_name, hosts, ranks_per_host
 FP32_TO_BF16_SPEEDUP = 4.0  # conservative: tensor-core bf16 vs fp32 FMA peak is 8-16x on sm80+
 
 
+RISKS = ("memory_near_capacity", "contaminated_timings")  # no speed-up: their severity is the risk's, not a gain's
+ASSUMED_CAP = "upper bound, topology assumed: medium at most"  # the words a capped gain's text carries
+
+
 def severity_for(gain_ms: float | None, step_ms: float | None) -> str:
     """high ≥ 10 % of the step, medium ≥ 3 %, else low."""
     if not gain_ms or not step_ms:
         return "low"
     f = gain_ms / step_ms
     return "high" if f >= 0.10 else "medium" if f >= 0.03 else "low"
+
+
+def graded(id: str, asked: str, gain_ms: float | None, step_ms: float | None, source: str) -> tuple[str, bool]:
+    """The one severity rule (docs/recommendations.md "Severity", the report's glossary): the gain's share of the
+    step (`severity_for`); a finding with no gain is low unless it is a correctness risk (RISKS keep the rule's
+    level); a gain judged against an assumed reference (`source == "assumed"`) is capped at medium. Returns
+    (severity, capped) so the gain text can say why a larger gain sits below a smaller one."""
+    if gain_ms is None:
+        return (asked if id in RISKS else "low"), False
+    sev = severity_for(gain_ms, step_ms)
+    if source == "assumed" and sev == "high":
+        return "medium", True
+    return sev, False
 
 
 def stored_gain(gain_ms: float) -> float:
@@ -76,6 +93,9 @@ class Ctx:
                 expected_gain: str, gain_ms: float | None, metric: str, *, gain_kind: str = "estimate",
                 source: str = "trace", events: list[str] | None = None) -> Finding:
         gain = None if gain_ms is None else stored_gain(gain_ms)
+        severity, capped = graded(id, severity, gain, self.step_ms, source)  # every rule's level: one rule
+        if capped:
+            expected_gain = f"{expected_gain} ({ASSUMED_CAP})"
         if gain is not None and self.contaminated:  # oversubscribed: no precise gain, and nothing above low
             gain, severity = None, "low"
             expected_gain = "not quantified: the run's timings are contaminated by CPU oversubscription"

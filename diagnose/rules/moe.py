@@ -14,11 +14,6 @@ EXPOSED_FLOOR = 0.05  # exposed all-to-all as a share of the step
 # Per-GPU bandwidth inside a node vs across nodes, for the cross-node estimate: NVLink 4 (H100, 450 GB/s per
 # direction) vs one 400 Gb/s NIC per GPU (50 GB/s); DeepSeek-V3's paper uses the same ~1:9 ratio.
 INTRA_OVER_INTER = 9.0
-SEVERITIES = ("low", "medium", "high")
-
-
-def _at_least(sev: str, floor: str) -> str:
-    return max(sev, floor, key=SEVERITIES.index)
 
 
 def moe_imbalance(c: Ctx) -> list[Finding]:
@@ -49,8 +44,7 @@ def moe_imbalance(c: Ctx) -> list[Finding]:
     how = (f"the hottest rank's expert compute ({fmt(hot_r.expert_ms, 'ms')}) brought to the group mean, "
            "which the other ranks now wait for in combine") if gain else ""
     eg = c.gain_text(gain, how) if gain else "not quantified: no expert compute time in the trace"
-    # Token counts are exact, not timings: ≥ 1.5× means every MoE layer's expert phase runs at ≤ 2/3 efficiency.
-    sev = _at_least(severity_for(gain, c.step_ms), "high" if imb >= 1.5 and m.source == "split sizes" else "medium")
+    sev = severity_for(gain, c.step_ms)  # the one rule of the gain (docs/recommendations.md "Severity")
     action = ("balance the routing: a capacity factor (`--moe-capacity 1.25` drops the overflow), a larger "
               "balance-loss weight (`--moe-aux-weight`), or DeepSeek-V3's loss-free bias balancing; if the skew is "
               "in the data, replicate the hot experts (EPLB)")
