@@ -18,7 +18,7 @@ def planted(a: Analysis) -> tuple[int, str, str | None, str] | None:
     option, or a value that is not the knob's syntax: then nothing is called planted)."""
     spec = a.manifest.option("inject_slow") if a.manifest else None
     m = _SPEC.fullmatch(spec) if isinstance(spec, str) else None
-    return (int(m[1]), m[2], m[3], spec) if m else None
+    return (int(m[1]), str(m[2]), m[3], str(spec)) if m else None
 
 
 def planted_words(rank: int, factor: str, kind: str | None, spec: str) -> str:
