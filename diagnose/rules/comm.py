@@ -259,7 +259,7 @@ def stragglers(c: Ctx) -> list[Finding]:
     arrivals = [r for r in found if str(r) in sk.last_arrivals]
     ev += "".join(f"; {x}" for x in (where_peers_wait(sk, nsteps, step, arrivals) if arrivals else "",
                                      late_ranks(sk) if arrivals else "") if x)
-    ev += f"; median step {fmt(step, 'ms')}"
+    ev += f"; mean step {fmt(step, 'ms')} (the share's basis)"
     acts = []
     hosts = sorted({known[r] for r in found if r in known})
     if len(set(known.values())) > 1:
