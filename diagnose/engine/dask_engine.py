@@ -153,11 +153,15 @@ def _address_from_file(path: str, timeout: float) -> str:
     return address
 
 
+HANDSHAKE_S = 5.0  # a Dask scheduler writes its handshake as soon as it accepts (66 bytes within ms, measured)
+
+
 def _probe(address: str, timeout: float) -> None:
     """A tcp:// scheduler, checked within `timeout` before Dask's client tries it: a malformed address or port
     (99999) and a refused connection fail at once (Dask retries them for the whole connect timeout), and a
-    listener that accepts but never speaks (a Dask scheduler sends its handshake first) fails at the timeout
-    (Dask's handshake waited without bound). Other schemes (tls://, ucx://) are left to Dask."""
+    listener that accepts but never speaks (a Dask scheduler sends its handshake first) fails once connected
+    after at most HANDSHAKE_S (Dask's handshake waited without bound). Other schemes (tls://, ucx://) are left
+    to Dask."""
     scheme, sep, loc = address.partition("://")
     if sep and scheme != "tcp":
         return
@@ -168,15 +172,15 @@ def _probe(address: str, timeout: float) -> None:
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise LlmdiagError(f"cannot reach {where} (not HOST:PORT with a port from 1 to 65535)")
-    end = time.monotonic() + timeout
+    wait = min(timeout, HANDSHAKE_S)
     try:
         with socket.create_connection((host, int(port)), timeout=timeout) as s:
-            s.settimeout(max(0.1, end - time.monotonic()))
+            s.settimeout(wait)
             if not s.recv(1):
                 raise LlmdiagError(f"cannot reach {where} (it closed the connection without a word; not a Dask "
                                    "scheduler?)")
     except TimeoutError:
-        raise LlmdiagError(f"cannot reach {where} (no Dask handshake within {timeout:g} s; is it a Dask "
+        raise LlmdiagError(f"cannot reach {where} (no Dask handshake within {wait:g} s; is it a Dask "
                            "scheduler?)") from None
     except OSError as e:
         raise LlmdiagError(f"cannot reach {where} ({e.strerror or e}); is it running, and is the address "

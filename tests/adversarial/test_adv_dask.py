@@ -69,6 +69,26 @@ def test_a_silent_listener_fails_at_the_connect_timeout(tmp_path, run):
     check(r, 2, "cannot reach the Dask scheduler", f"no Dask handshake within {CONNECT_S} s")
 
 
+def test_a_silent_listener_is_refused_within_the_handshake_bound():
+    """With Dask's default 30 s connect timeout, a peer that accepts and says nothing is refused after the
+    handshake bound (5 s), inside the 10 s every attack gets."""
+    import time
+
+    from diagnose.engine.dask_engine import HANDSHAKE_S, _probe
+    from diagnose.errors import LlmdiagError
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LlmdiagError, match=f"no Dask handshake within {HANDSHAKE_S:g} s"):
+            _probe(f"tcp://127.0.0.1:{srv.getsockname()[1]}", 30.0)
+        assert time.monotonic() - t0 < HANDSHAKE_S + 3
+    finally:
+        srv.close()
+
+
 def test_dask_local_is_sized_by_the_traces(tmp_path, run):
     """--dask-local 4096 for 2 traces: 2 workers (at most one per trace and per core), the same numbers."""
     r = analyze(tmp_path, run, "--dask-local", "4096")
