@@ -348,7 +348,7 @@ def build(a: Analysis) -> dict:
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
-        "stragglers": sorted(enumerate(skew.stragglers), key=lambda x: (-x[1].value, x[1].rank))[:MAX_RANKS] if skew else [],
+        "stragglers": views.stragglers(a)[:MAX_RANKS],
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),

@@ -266,7 +266,7 @@ def _skew(a: Analysis) -> str:
                           _more(len(sk.by_collective) - MAX_ROWS, "collective groups")))
     if sk.stragglers:
         hosts = views.hosts(a)
-        worst = sorted(sk.stragglers, key=lambda x: (-x.value, x.rank))[:MAX_ROWS]
+        worst = [x for _, x in views.stragglers(a)[:MAX_ROWS]]
         out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
             f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)}"
             + ("" if x.kind else f" ({_pct(x.value)})")  # an arrival straggler's reason holds its counts
