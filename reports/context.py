@@ -24,7 +24,8 @@ from diagnose.model.manifest import layout_text
 from diagnose.model.names import demangle_many, short_names
 from diagnose.model.pack import file_schema
 from diagnose.model.views import DISTRIBUTIONS
-from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
+from diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
+                                        whatif_cards)
 from reports import charts
 from reports.kernel_views import kernel_views
 from reports.steps import step_view
@@ -348,7 +349,7 @@ def build(a: Analysis) -> dict:
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
-        "stragglers": sorted(enumerate(skew.stragglers), key=lambda x: (-x[1].value, x[1].rank))[:MAX_RANKS] if skew else [],
+        "stragglers": views.stragglers(a)[:MAX_RANKS],
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),
         "oversubscribed": bool(a.manifest and a.manifest.oversubscribed), "list": _list, "ranges": ranges,
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
@@ -377,6 +378,6 @@ def whatif_view(a: Analysis) -> dict | None:
     w = a.whatif
     if w is None:
         return None
-    return {"cards": whatif_cards(w), "stages": stage_rows(w), "stage_header": STAGE_HEADER,
+    return {"cards": whatif_cards(w, plant_of(a)), "stages": stage_rows(w), "stage_header": STAGE_HEADER,
             "imbalance": fmt(w.imbalance, "pct"), "header": CONTRIB_HEADER,
             "rows": contribution_rows(w) if not w.missing else []}

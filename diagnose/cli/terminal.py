@@ -23,7 +23,8 @@ from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text
 from diagnose.model.names import demangle, demangle_many, middle, short_names
 from diagnose.model.steps import step_span, steps_of
 from diagnose.model.views import DISTRIBUTIONS
-from diagnose.model.whatif_view import CONTRIB_HEADER, STAGE_HEADER, contribution_rows, stage_rows, whatif_cards
+from diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
+                                        whatif_cards)
 
 MAX_ROWS = 16
 TOP_KERNELS = 10
@@ -266,7 +267,7 @@ def _skew(a: Analysis) -> str:
                           _more(len(sk.by_collective) - MAX_ROWS, "collective groups")))
     if sk.stragglers:
         hosts = views.hosts(a)
-        worst = sorted(sk.stragglers, key=lambda x: (-x.value, x.rank))[:MAX_ROWS]
+        worst = [x for _, x in views.stragglers(a)[:MAX_ROWS]]
         out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
             f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)}"
             + ("" if x.kind else f" ({_pct(x.value)})")  # an arrival straggler's reason holds its counts
@@ -331,7 +332,8 @@ def _whatif(a: Analysis) -> str:
     w = a.whatif
     if w is None:
         return ""
-    out = _cards("What-if simulation (dependency graph of all workers, replayed; docs/simulation.md)", whatif_cards(w))
+    out = _cards("What-if simulation (dependency graph of all workers, replayed; docs/simulation.md)",
+                 whatif_cards(w, plant_of(a)))
     if w.stages:
         out += "\n" + _table(f"Pipeline per stage as traced (imbalance {fmt(w.imbalance, 'pct')}: slowest stage "
                              "over the mean)", STAGE_HEADER, stage_rows(w), cut=set())

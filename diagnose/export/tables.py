@@ -23,6 +23,7 @@ from operator import is_not
 import numpy as np
 
 from diagnose.errors import LlmdiagError
+from diagnose.model import views
 from diagnose.model.analysis import Analysis
 from diagnose.model.files import write_atomic_with
 
@@ -47,8 +48,20 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("memory_peak_bytes", "i64", "peak allocated over its devices"),
         ("last_arrivals", "i64", "matched collectives it arrived last at"),
         ("late_ms", "f64", "Σ its lateness where it was late (start − earliest start), whole trace"),
-        ("imposed_ms", "f64", "Σ (its start − last punctual start) where late: the wait it alone imposed"),
+        ("imposed_ms", "f64", "Σ over the collectives it alone arrived last at of (its start − the second-latest "
+                              "start), whole trace: the stragglers table's imposed_ms_per_step × steps"),
         ("wait_ms", "f64", "Σ (latest start − its start): its own wait for late peers")]),
+    "stragglers": ("one straggler as the terminal and the report list it (skew.stragglers, largest value first)", [
+        ("rank", "i64", "global rank"), ("host", "str", "host name, 'unknown' where neither trace nor manifest says"),
+        ("kind", "str", "collective kind it is most clearly last at; '' for a compute straggler"),
+        ("reason", "str", "the decision in words, as the terminal and the report print it"),
+        ("value_frac", "f64", "the straggler's `value`: share of `kind`'s matched collectives it arrived last at, "
+                              "or its compute excess / median"),
+        ("imposed_ms_per_step", "f64", "Σ over collectives where it alone arrived last of (its start − the "
+                                       "second-latest start), per step; 0 for a compute straggler"),
+        ("last_n", "i64", "collectives of `kind` it alone arrived last at"), ("matched_n", "i64", "matched collectives of `kind`"),
+        ("gain_ms_per_step", "f64", "step time saved at its peers' speed; null unknown"),
+        ("gain_kind", "str", "simulated (replayed) or bound (at most the imposed wait or compute excess)")]),
     "steps": ("one step (ProfilerStep window) on one rank; the parts sum to step_ms", [
         ("rank", "i64", "global rank"), ("step", "i64", "ProfilerStep number"),
         ("start_ms", "f64", "window start, relative to the rank's trace origin"), ("step_ms", "f64", "window length"),
@@ -183,7 +196,11 @@ def require_pyarrow() -> None:
 def columns(a: Analysis) -> dict[str, dict[str, list]]:
     """Every table as {column: values}, rows in rank order; optional tables only where the analysis has them."""
     sk = a.skew
-    out = {"ranks": _ranks(a), "steps": _rows(a, "steps"), "comm": _rows(a, "comm_by_kind"),
+    hosts = views.hosts(a)
+    out = {"ranks": _ranks(a), "stragglers": _flat([(x.rank, hosts.get(x.rank, "unknown"), x.kind, x.reason, x.value,
+                                                     x.imposed_ms, x.last_n, x.matched_n, x.gain_ms, x.gain_kind)
+                                                    for _, x in views.stragglers(a)], "stragglers"),
+           "steps": _rows(a, "steps"), "comm": _rows(a, "comm_by_kind"),
            "kernels": _rows(a, "top_kernels"), "memory": _rows(a, "memory"), "memory_timeline": _timeline(a),
            "collectives": _records(sk.by_collective if sk else [], ["pg", "kind", "matched", "mean_skew_ms",
                                                                    "max_skew_ms", "mean_transfer_ms"]),

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from operator import attrgetter, sub, truediv
 
-from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
+from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
 from diagnose.model.devices import link_busbw_gbps, link_peak
 from diagnose.model.format import fmt
 from diagnose.model.roles import pg_role
@@ -240,6 +240,12 @@ def hosts(a: Analysis) -> dict[int, str]:
     """rank -> host, from the trace, else the manifest, else "unknown"."""
     man = a.manifest
     return {r.rank: r.host or (man.host_of(r.rank) if man else None) or "unknown" for r in a.ranks}
+
+
+def stragglers(a: Analysis) -> list[tuple[int, Straggler]]:
+    """(index in skew.stragglers, straggler), largest value first then rank: the one order the terminal, the
+    report and `--tables` show (the index is the straggler's JSON path, summary.json keeps the decided order)."""
+    return sorted(enumerate(a.skew.stragglers if a.skew else []), key=lambda x: (-x[1].value, x[1].rank))
 
 
 def ranks_per_host(a: Analysis) -> int | None:

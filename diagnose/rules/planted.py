@@ -5,25 +5,10 @@ about our knob, not the user's model: it says so and advises no layer move for i
 
 from __future__ import annotations
 
-import re
-
 from diagnose.model.analysis import Analysis, Evidence, Finding
+from diagnose.model.planted import planted, planted_words  # read once, also by the what-if view
 
 BLAMES = ("pipeline_imbalance", "stragglers")  # rules whose evidence.ranks name the slow rank
-_SPEC = re.compile(r"rank:([0-9]{1,7}):([0-9]{1,3}(?:\.[0-9]{1,6})?)(?::(forward|backward))?")  # workloads/slow.py
-
-
-def planted(a: Analysis) -> tuple[int, str, str | None, str] | None:
-    """(rank, factor as written, forward/backward or None, the spec) from the manifest, or None (no manifest, no
-    option, or a value that is not the knob's syntax: then nothing is called planted)."""
-    spec = a.manifest.option("inject_slow") if a.manifest else None
-    m = _SPEC.fullmatch(spec) if isinstance(spec, str) else None
-    return (int(m[1]), str(m[2]), m[3], str(spec)) if m else None
-
-
-def planted_words(rank: int, factor: str, kind: str | None, spec: str) -> str:
-    return (f"rank {rank}'s {kind or 'compute'} was slowed ×{factor} on purpose (--inject-slow {spec}, recorded "
-            "in the manifest)")
 
 
 def name_planted(a: Analysis, fs: list[Finding]) -> list[Finding]:
