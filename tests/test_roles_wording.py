@@ -106,3 +106,14 @@ def test_real_mi300_ddp_role_layout_and_link_advice():
     assert 0 < grad <= 25 * 2**20 and fmt(grad, "bytes") in f.action  # fits torch's default 25 MiB bucket
     assert "bucket_cap_mb" not in f.action and "no_sync" in f.action and "PowerSGD" in f.action
     assert f.gain_ms <= a.ranks[0].compute_only_ms + 1e-6
+
+
+def test_role_note_names_known_roles_and_only_the_unknown_as_unnamed():
+    from diagnose.model.roles import role_note
+
+    lay = {"dp": 4, "fsdp": 1, "tp": 2, "pp": 1, "cp": 1}
+    got = role_note({("allreduce", "mesh_tp"): "tp", ("alltoall", ""): "?", ("allreduce", ""): "dp"}, lay)
+    assert got == ("the allreduce (no group in the trace) is data-parallel (dp, layout dp=4 × tp=2); "
+                   "pg 'mesh_tp' is tensor-parallel (tp, layout dp=4 × tp=2); the role of the alltoall (no group "
+                   "in the trace) is not named in the trace, so no parallel-layout setting is inferred for it")
+    assert role_note({("allreduce", "mesh_dp"): "dp"}, None) == "pg 'mesh_dp' is data-parallel (dp, from its name)"

@@ -67,9 +67,9 @@ def role_note(groups: dict[tuple[str, str], str], layout: dict | None) -> str:
         by_pg.setdefault((pg, role), []).append(kind)
     known, unknown = [], []
     for (pg, role), kinds in by_pg.items():
-        name = f"pg {pg!r}" if pg else "the unnamed group"
+        name = f"pg {pg!r}" if pg else f"the {', '.join(kinds)} (no group in the trace)"
         if role == "?":
-            unknown.append(f"{name} ({', '.join(kinds)})")
+            unknown.append(f"{name} ({', '.join(kinds)})" if pg else name)
         else:
             how = f"layout {layout_text(layout)}" if layout else "from its name"
             known.append(f"{name} is {_ROLE_WORD.get(role, role)} ({role}, {how})")
