@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.model.manifest import DIMS
+from diagnose.model.manifest import DIMS, layout_text
 
 P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
 DP_KINDS = ("allreduce", "reducescatter", "allgather")
@@ -52,3 +52,27 @@ def pg_role(kind: str, pg: str, group_size: int | None, layout: dict | None) -> 
     if lay["pp"] > 1 and group_size == lay["pp"]:  # a group across the pipeline's stages (grad norm, embeddings)
         return "pp"
     return "?"  # no name, no layout: an all-reduce on the default group may be DP, TP or a grad-norm sum
+
+
+_ROLE_WORD = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline-parallel", "cp": "context-parallel",
+              "ep": "expert-parallel"}
+
+
+def role_note(groups: dict[tuple[str, str], str], layout: dict | None) -> str:
+    """What a finding says about its groups' roles: {(kind, pg): role} as `pg_role` resolved them over the layout
+    every table prints, so the words and the tables never disagree. Only a group whose role stays "?" is said
+    to be unnamed (and no layout setting inferred for it)."""
+    by_pg: dict[tuple[str, str], list[str]] = {}
+    for (kind, pg), role in sorted(groups.items()):
+        by_pg.setdefault((pg, role), []).append(kind)
+    known, unknown = [], []
+    for (pg, role), kinds in by_pg.items():
+        name = f"pg {pg!r}" if pg else f"the {', '.join(kinds)} (no group in the trace)"
+        if role == "?":
+            unknown.append(f"{name} ({', '.join(kinds)})" if pg else name)
+        else:
+            how = f"layout {layout_text(layout)}" if layout else "from its name"
+            known.append(f"{name} is {_ROLE_WORD.get(role, role)} ({role}, {how})")
+    parts = known + ([f"the role of {', '.join(unknown)} is not named in the trace, so no parallel-layout setting "
+                      "is inferred for it"] if unknown else [])
+    return "; ".join(parts)

@@ -7,6 +7,7 @@ import statistics
 from diagnose.model.analysis import Finding
 from diagnose.model.devices import link_peak
 from diagnose.model.format import fmt, plural, ranges
+from diagnose.model.roles import role_note
 from diagnose.rules.base import Ctx, severity_for, steps_where
 from diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
@@ -152,10 +153,12 @@ def _exposed_action(c: Ctx, rows) -> str:
     a wait op or a blocking collective spans the device idle); a collective already launched asynchronously
     gains nothing from it. Where a straggler finding fires, the remaining wait is named as its."""
     late = sorted({x.rank for x in (c.a.skew.stragglers if c.a.skew else []) if x.kind}) if stragglers(c) else []
-    tail = ("; the process group's role is not named in the trace, so no parallel-layout setting is inferred")
+    tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
     if late:
         return (f"the ranks wait here for straggler rank(s) {ranges(late)} (see the `stragglers` finding): fix the "
                 "straggler first; find what the rest waits for with `llmdiag analyze --timeline`" + tail)
+    if ddp := _ddp_link_bound(c, rows):
+        return ddp + tail
     exp = statistics.fmean(x[2] for x in rows)
     blocked = statistics.fmean((x[0].idle.comm_wait_ms if x[0].idle is not None else 0.0) for x in rows)
     if exp > 0 and blocked >= BLOCKING_SHARE * exp:
@@ -166,6 +169,35 @@ def _exposed_action(c: Ctx, rows) -> str:
             "compute just before each exposed op; the host does not wait in it (already launched asynchronously), "
             "so overlap needs independent compute scheduled beside it (prefetch the next batch's exchange), or "
             "shrink it" + tail)
+
+
+def _ddp_link_bound(c: Ctx, rows) -> str | None:
+    """DDP whose gradients fit one bucket and whose collectives take longer than all the step's compute: no
+    bucket size or schedule hides them (overlap hides at most the compute-only time, the gain's bound), so the
+    levers are the link, fewer bytes, or more compute per all-reduce. None where any precondition is unread."""
+    if any(c.role(cc) != "dp" for x in rows for cc in x[3]) or dp_wrapper(c) != "ddp":
+        return None
+    read = c.option("bucket_cap_mb")
+    cap = float(read) if read else TORCH_DDP_BUCKET_CAP_MB
+    vol = _ddp_volume(rows)
+    comm = statistics.fmean(x[1] for x in rows)
+    compute = statistics.fmean(x[0].compute_ms for x in rows)
+    if vol is None or vol > cap * 2**20 or comm < compute:
+        return None
+    n_ar = statistics.fmean(sum(cc.count for cc in x[3] if cc.kind == "allreduce") / x[0].nsteps for x in rows)
+    bws = [cc.busbw_gbps for x in rows for cc in x[3] if cc.kind == "allreduce" and cc.busbw_gbps]
+    bw = f" (busbw {fmt(statistics.fmean(bws), 'gbps')})" if bws else ""
+    peers = (f" ({plural(len(c.ranks), 'rank')} of {c.a.world_size} traced: kernel time, which includes waiting for "
+             "peers)" if c.a.world_size and len(c.ranks) < c.a.world_size else "")
+    now = f"{cap:g} MiB, read from the manifest" if read else f"torch's default {cap:g} MiB; the cap is not recorded"
+    return (f"DDP ({'the manifest' if c.man else 'DistributedDataParallel.forward in the trace'}): "
+            f"{fmt(vol, 'bytes')} of gradients per step in {fmt(n_ar, 'avg')} all-reduces fit one bucket ({now}): "
+            f"a smaller cap starts them earlier in backward, but the data-parallel collectives take "
+            f"{fmt(comm, 'ms')} per step{peers} against {fmt(compute, 'ms')} of compute in the whole step, so overlap "
+            "hides at most the compute-only time (the gain below), whatever the bucket size; the levers are the "
+            f"all-reduce's bandwidth{bw}, fewer gradient bytes (a DDP comm hook: PowerSGD, or `bf16_compress_hook` "
+            "for fp32 gradients), or more compute per all-reduce (a larger batch per rank, or gradient accumulation "
+            "under `model.no_sync()`)")
 
 
 def tp_exposed(c: Ctx) -> list[Finding]:
