@@ -65,7 +65,7 @@ def test_repeated_sequence_found(tmp_path):
     assert [(r.op, r.kernels) for r in rows] == [w[:2] for w in want]
     r = next(r for r in rows if r.op == "MyRMSNorm")  # its 2- and 3-kernel pieces occur only inside it: not listed
     assert (r.count, r.ranks) == (STEPS * CALLS, 1)
-    assert r.per_step == pytest.approx(CALLS)
+    assert r.count_per_step == pytest.approx(CALLS)
     assert r.total_ms == pytest.approx(want_norm_ms) and r.ms_per_step == pytest.approx(want_norm_ms / STEPS)
     assert r.mean_us == pytest.approx(want_norm_ms * 1e3 / (STEPS * CALLS))
     assert r.share == pytest.approx(want_norm_ms * 1e3 / total_us)

@@ -33,7 +33,7 @@ def kernel_sequences(t: RankTrace, wins: list[Window], top: int = TOP) -> RankSe
     dev = np.flatnonzero(in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins))
     out = RankSequences(kernel_ms=float(t.dur[dev].sum()) / 1e6, steps=len(wins))
     ops = _top_level(t)
-    if len(dev) < MIN_LEN or not len(ops):
+    if len(dev) < MIN_LEN or not len(ops) or t.kind is None:
         return out
     by_dev = host_ops.launching_ops(t, ops, t.kind)
     op = np.fromiter((by_dev.get(d, -1) for d in dev.tolist()), np.int64, len(dev))

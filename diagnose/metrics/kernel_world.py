@@ -135,6 +135,6 @@ def _sequences(ranks: list[RankSequences]) -> list[SeqRow]:
             a[4] += x.count / steps
     kernel_ms = sum(r.kernel_ms for r in ranks)
     order = sorted(acc, key=lambda k: (-acc[k][3], k))[:WORLD_SEQ]
-    return [SeqRow(op=k[0], kernels=list(k[1]), ranks=a[0], count=a[1], per_step=a[4] / a[0], total_ms=a[2],
+    return [SeqRow(op=k[0], kernels=list(k[1]), ranks=a[0], count=a[1], count_per_step=a[4] / a[0], total_ms=a[2],
                    ms_per_step=a[3], mean_us=a[2] * 1e3 / a[1] if a[1] else 0.0,
                    share=a[2] / kernel_ms if kernel_ms else 0.0) for k in order for a in [acc[k]]]

@@ -147,7 +147,7 @@ class SeqRow:
     kernels: list[str]
     ranks: int  # ranks whose top sequences hold it
     count: int  # occurrences, all ranks and steps
-    per_step: float  # occurrences per step, mean over those ranks
+    count_per_step: float  # occurrences per step, mean over those ranks
     total_ms: float  # summed kernel time of its occurrences, all ranks and steps
     ms_per_step: float  # Σ over ranks of the rank's total / its steps
     mean_us: float  # one occurrence's kernel time
