@@ -118,3 +118,15 @@ def test_distinct_ngrams_capped(monkeypatch):
         assert sorted(t for _, _, t in rows) == pytest.approx(sorted(v[1] for v in best))
         for g, count, total in rows:
             assert [count, total] == pytest.approx(want[g])
+
+
+def test_long_run_listed_once(tmp_path):
+    """An op launching 9 kernels every call: the 6-kernel windows over it share its occurrences, one row stands
+    for them (not four shifted copies and their pieces)."""
+    run = [f"r{i}_kernel" for i in range(9)]
+    b, launched = _trace(lambda s, c: run if c < 100 else ["bias_kernel"])
+    rows = [r for r in _analyze(tmp_path, b).kernel_views.sequences if r.op == "MyRMSNorm"]
+    assert len(rows) == 1
+    (r,) = rows
+    assert len(r.kernels) == ks.MAX_LEN and "_".join(r.kernels) in "_".join(run)
+    assert r.count == STEPS * CALLS

@@ -6,8 +6,9 @@ A sequence is a contiguous n-gram, MIN_LEN..MAX_LEN kernels, of the compute kern
 host op (a cpu_op no other cpu_op on its thread encloses) launched on one stream in one step, in start order.
 Counted by a 64-bit hash of (op name id, kernel name ids), rolled one kernel at a time: O(events × MAX_LEN),
 never quadratic. Bounded: per length at most MAX_NGRAMS // (MAX_LEN - 1) distinct n-grams are kept (the most
-time first), a sequence must occur at least max(MIN_COUNT, steps) times, a sequence whose occurrences all lie
-inside a longer kept one is dropped, and TOP sequences per rank are returned, the most kernel time first.
+time first), a sequence must occur at least max(MIN_COUNT, steps) times, a sequence inside one with more time
+and as many occurrences (or that one shifted by a kernel: a run longer than MAX_LEN) is dropped, and TOP
+sequences per rank are returned, the most kernel time first.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MIN_LEN, MAX_LEN = 2, 6  # kernels per sequence
 TOP = 10  # sequences kept per rank (and over the job)
 MIN_COUNT = 3  # fewest occurrences (and at least one per analysed step on average)
 MAX_NGRAMS = 100_000  # distinct n-grams tracked per rank, all lengths together
-NAME_CUT = 512  # characters kept of a name (long enough to demangle a template kernel name)
+EXAMINED = 32  # candidates examined per row kept (the most time first), bounding the overlap checks
+NAME_CUT = 2048  # characters kept of a name (composable-kernel names run to 2,000; a cut name stays mangled)
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -48,11 +50,14 @@ def kernel_sequences(t: RankTrace, wins: list[Window], top: int = TOP) -> RankSe
     cand = ngram_candidates(t.name[op].astype(np.int64), t.name[dev].astype(np.int64), seg,
                             t.dur[dev].astype(np.float64), max(MIN_COUNT, len(wins)))
     rows: list[tuple[int, int, int, float]] = []  # (start position, length, count, total ns)
-    for pos, n, count, total in cand:
+    seen: list[tuple[int, list[int], int]] = []  # (op name, kernels, count) of every candidate examined
+    for pos, n, count, total in cand[:EXAMINED * top]:
         seq = t.name[dev[pos:pos + n]].tolist()
-        if any(c2 >= count and t.name[op[p2]] == t.name[op[pos]] and _inside(seq, t.name[dev[p2:p2 + n2]].tolist())
-               for p2, n2, c2, _ in rows):
-            continue  # its occurrences are those of a longer sequence already kept
+        o = int(t.name[op[pos]])
+        covered = any(c2 >= count and o2 == o and _covers(s2, seq) for o2, s2, c2 in seen)
+        seen.append((o, seq, count))
+        if covered:
+            continue  # the same occurrences as a sequence with more time examined before
         rows.append((pos, n, count, total))
         if len(rows) == top:
             break
@@ -101,8 +106,12 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def _inside(short: list[int], long: list[int]) -> bool:
+def _covers(long: list[int], short: list[int]) -> bool:
+    """`short` lies inside `long`, or is `long` shifted by one kernel (a run longer than MAX_LEN, seen through
+    the window)."""
     n = len(short)
+    if n == len(long):
+        return short[1:] == long[:-1] or short[:-1] == long[1:]
     return n < len(long) and any(long[i:i + n] == short for i in range(len(long) - n + 1))
 
 

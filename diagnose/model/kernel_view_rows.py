@@ -26,8 +26,9 @@ SEQ_HEADER = ["op", "kernels", "ranks", "per step", "ms/step", "mean µs", "of k
 SEQ_NOTE = ("Kernels launched back to back by one op: candidates for fusion (torch.compile, a fused kernel). Runs of 2 "
             "to 6 compute kernels one top-level host op launched on one stream, seen at least 3 times and once per "
             "step; per step: occurrences on one rank (mean over the ranks listing it); ms/step: summed over the "
-            "ranks; of kernel time: all occurrences' time over the ranks' compute-kernel time. A run inside a "
-            "longer listed one is not repeated.")
+            "ranks; of kernel time: all occurrences' time over the ranks' compute-kernel time (sequences sharing "
+            "kernels share time: not additive). A run inside a listed one with as many occurrences, or shifted by one "
+            "kernel from it, is not repeated.")
 LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
 LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
                "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
