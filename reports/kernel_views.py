@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from diagnose.model.analysis import Analysis
 from diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
-                                             STREAM_HEADER, STREAM_NOTE, launch_rows, op_rows, roof_rows, stream_rows)
+                                             SEQ_HEADER, SEQ_NOTE, STREAM_HEADER, STREAM_NOTE, launch_rows, op_rows,
+                                             roof_rows, seq_rows, seq_text, stream_rows)
 from diagnose.model.names import demangle
 
 MAX_OPS = 30
@@ -20,7 +21,14 @@ def kernel_views(a: Analysis, num) -> dict | None:
     launch, n_launch = launch_rows(a, MAX_LAUNCH)
     if not (ops or roof or launch):
         return None
-    out = {"ops": None, "roof": None, "launch": None, "streams": None}
+    out = {"ops": None, "roof": None, "launch": None, "streams": None, "seqs": None}
+    seqs = seq_rows(a, 10)
+    if seqs:
+        out["seqs"] = {"header": SEQ_HEADER, "note": SEQ_NOTE, "rows": [
+            {"op": x.op, "kernels": seq_text(x.kernels), "ranks": x.ranks,
+             "cells": [num(x.count_per_step, p + "count_per_step", "avg"), num(x.ms_per_step, p + "ms_per_step", "ms"),
+                       num(x.mean_us, p + "mean_us", "us"), num(x.share, p + "share", "pct", True)]}
+            for i, x in enumerate(seqs) for p in [f"kernel_views.sequences.{i}."]]}
     streams = stream_rows(a, 16)
     if streams:
         out["streams"] = {"header": STREAM_HEADER, "note": STREAM_NOTE, "rows": [

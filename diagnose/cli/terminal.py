@@ -365,8 +365,18 @@ def _op_kernels(a: Analysis) -> str:
     rows, n = op_rows(a, 10)
     body = [[x.op, str(x.ranks), str(x.count), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
              fmt(x.launch_delay_us, "us", False), f"{_ms(x.max_rank_ms)} ({x.max_rank})", demangle(x.kernel)] for x in rows]
-    return _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
-                  (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
+    ops = _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
+                 (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
+    return "\n".join(x for x in (ops, _kernel_sequences(a)) if x)
+
+
+def _kernel_sequences(a: Analysis) -> str:
+    from diagnose.model.kernel_view_rows import SEQ_HEADER, SEQ_NOTE, seq_rows, seq_text
+
+    rows = seq_rows(a, 5)
+    body = [[x.op, seq_text(x.kernels), str(x.ranks), fmt(x.count_per_step, "avg"), _ms(x.ms_per_step),
+             fmt(x.mean_us, "us", False), _pct(x.share)] for x in rows]
+    return _table("Frequent kernel sequences (top 5)", SEQ_HEADER, body, SEQ_NOTE, cut={0, 1})
 
 
 def _launches(a: Analysis) -> str:

@@ -157,6 +157,14 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("host_wait_ms", "f64", "of which before the next event's launch call (waiting on the host)"),
         ("other_ms", "f64", "of which launched and waiting on a dependency"),
         ("max_rank", "i64", "the rank where it idles most"), ("max_rank_ms", "f64", "that rank's idle per step")]),
+    "kernel_sequences": ("one run of kernels a top-level host op launched back to back on one stream, summed over the "
+                         "ranks (the top 10 by time per step; diagnose/metrics/kernel_sequences.py)", [
+        ("op", "str", "the top-level host op that launched them"),
+        ("kernels", "str", "kernel names in launch order as the trace wrote them, joined by ' → '"),
+        ("ranks", "i64", "ranks whose top sequences hold it"), ("count", "i64", "occurrences, all ranks and steps"),
+        ("count_per_step", "f64", "occurrences per step on one rank, mean over those ranks"),
+        ("total_ms", "f64", "summed kernel time of its occurrences"), ("ms_per_step", "f64", "Σ over ranks of time per step"),
+        ("mean_us", "f64", "one occurrence's kernel time"), ("share", "f64", "of the ranks' compute-kernel time")]),
     "launches": ("one GPU rank's kernel launch statistics over its steps", [
         ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
         ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "kernel start − launch call start"),
@@ -233,8 +241,11 @@ def _views(a: Analysis) -> dict[str, dict[str, list]]:
     qu = [(r.rank, q.stream, q.max, q.mean, q.samples) for r in a.ranks if r.launch for q in r.launch.queue]
     si = [(x.stream, x.ranks, x.idle_ms, x.host_wait_ms, x.other_ms, x.max_rank, x.max_rank_ms)
           for x in (kv.streams if kv else [])]
+    sq = [(x.op, " → ".join(x.kernels), x.ranks, x.count, x.count_per_step, x.total_ms, x.ms_per_step, x.mean_us, x.share)
+          for x in (kv.sequences if kv else [])]
     return {"op_kernels": _flat(ok, "op_kernels"), "roofline": _flat(roof, "roofline"), "launches": _flat(la, "launches"),
-            "queue": _flat(qu, "queue"), "stream_idle": _flat(si, "stream_idle")}
+            "queue": _flat(qu, "queue"), "stream_idle": _flat(si, "stream_idle"),
+            "kernel_sequences": _flat(sq, "kernel_sequences")}
 
 
 def _flat(rows: list[tuple], table: str) -> dict[str, list]:

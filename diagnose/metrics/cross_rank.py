@@ -138,7 +138,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),
         kernel_views=world_views([(o.metrics.rank, o.metrics.nsteps, o.metrics.device, o.op_kernels, o.roofline)
-                                  for o in good], [(o.metrics.rank, o.metrics.nsteps, o.stream_idle) for o in good]),
+                                  for o in good], [(o.metrics.rank, o.metrics.nsteps, o.stream_idle) for o in good],
+                                 [o.kernel_sequences for o in good if o.kernel_sequences]),
     )
     compute_stragglers_into(a)
     return a

@@ -6,23 +6,26 @@ these bounded sums reach the summary, so it does not grow per rank. Rows past WO
 from __future__ import annotations
 
 from diagnose.model.devices import compute_peak
-from diagnose.model.kernel_views import KernelViews, OpKernels, OpRow, RooflineRow, RoofRow, StreamIdle
+from diagnose.model.kernel_views import KernelViews, OpKernels, OpRow, RankSequences, RooflineRow, RoofRow, SeqRow, StreamIdle
 
 WORLD_TOP = 20
 STREAMS = 16  # stream rows kept
+WORLD_SEQ = 10  # kernel sequences kept over the job (as per rank: diagnose.metrics.kernel_sequences.TOP)
 
 
 def world_views(ranks: list[tuple[int, int, str, list[OpKernels], list[RooflineRow]]],
-                idle: list[tuple[int, int, list]] | None = None) -> KernelViews | None:
+                idle: list[tuple[int, int, list]] | None = None,
+                seqs: list[RankSequences] | None = None) -> KernelViews | None:
     """From (rank, steps, device, op rows, roofline rows) per rank, and (rank, steps, [(stream, idle ns, host
-    wait ns)]) per rank; None where no rank has op rows or roofline rows."""
+    wait ns)]) per rank, and each rank's kernel sequences; None where no rank has op rows or roofline rows."""
     if not any(ops or roof for _, _, _, ops, roof in ranks):
         return None
     ops, n_ops = _ops(ranks)
     roof, n_roof = _roof(ranks)
     return KernelViews(ops=ops, roofline=roof, ops_total=n_ops, roofline_total=n_roof, streams=_streams(idle or []),
                        devices_without_peak=sorted({(d or "unnamed")[:200] for _, _, d, _, roof in ranks
-                                                    if roof and compute_peak(d) is None})[:8])
+                                                    if roof and compute_peak(d) is None})[:8],
+                       sequences=_sequences(seqs or []))
 
 
 def _ops(ranks) -> tuple[list[OpRow], int]:
@@ -115,3 +118,23 @@ def _streams(idle: list[tuple[int, int, list]]) -> list[StreamIdle]:
                        other_ms=(x[1] - x[2]) / x[0], max_rank=-x[3][1], max_rank_ms=x[3][0]) for s, x in acc.items()]
     rows.sort(key=lambda r: (-r.idle_ms, r.stream))
     return rows[:STREAMS]
+
+
+def _sequences(ranks: list[RankSequences]) -> list[SeqRow]:
+    """Each rank's top sequences summed by (op, kernels); the WORLD_SEQ with the most time per step (a sequence
+    outside a rank's own top rows counts nothing there, as with the op rows)."""
+    acc: dict[tuple, list] = {}  # (op, kernels) -> [ranks, count, total ms, ms/step, Σ count/step]
+    for r in ranks:
+        for x in r.rows:
+            a = acc.setdefault((x.op, tuple(x.kernels)), [0, 0, 0.0, 0.0, 0.0])
+            steps = max(1, r.steps)
+            a[0] += 1
+            a[1] += x.count
+            a[2] += x.total_ms
+            a[3] += x.total_ms / steps
+            a[4] += x.count / steps
+    kernel_ms = sum(r.kernel_ms for r in ranks)
+    order = sorted(acc, key=lambda k: (-acc[k][3], k))[:WORLD_SEQ]
+    return [SeqRow(op=k[0], kernels=list(k[1]), ranks=a[0], count=a[1], count_per_step=a[4] / a[0], total_ms=a[2],
+                   ms_per_step=a[3], mean_us=a[2] * 1e3 / a[1] if a[1] else 0.0,
+                   share=a[2] / kernel_ms if kernel_ms else 0.0) for k in order for a in [acc[k]]]

@@ -30,6 +30,7 @@ from diagnose.metrics.pipeline.p2p import Record, p2p_records
 from diagnose.model.bounds import bound_values
 from diagnose.model.devices import device_from_categories
 from diagnose.model.analysis import RankMetrics
+from diagnose.model.kernel_views import RankSequences
 from diagnose.metrics.skew import Collectives, collectives_from
 from diagnose.metrics.steps import windows
 from diagnose.metrics.groups import resolve as resolve_groups
@@ -40,6 +41,7 @@ from diagnose.metrics.launch_stats import launch_stats
 from diagnose.metrics.op_kernels import op_kernels
 from diagnose.metrics.roofline import roofline
 from diagnose.metrics.stream_idle import stream_idle
+from diagnose.metrics.kernel_sequences import kernel_sequences
 
 
 @dataclass
@@ -80,6 +82,7 @@ class RankOutput:
     op_kernels: list = field(default_factory=list)  # OpKernels rows (diagnose.metrics.op_kernels): summed over ranks
     roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
     stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
+    kernel_sequences: RankSequences | None = None  # frequent kernel sequences (diagnose.metrics.kernel_sequences)
 
 
 def run_job(job: RankJob) -> RankOutput:
@@ -165,6 +168,7 @@ def _run(job: RankJob) -> RankOutput:
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
         tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
+        kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
     )
 
 

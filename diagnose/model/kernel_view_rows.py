@@ -5,7 +5,8 @@ per rank (RankMetrics.launch). Headers and captions live here, once."""
 from __future__ import annotations
 
 from diagnose.model.analysis import Analysis
-from diagnose.model.kernel_views import OpRow, RoofRow
+from diagnose.model.kernel_views import OpRow, RoofRow, SeqRow
+from diagnose.model.names import demangle_many
 
 OP_HEADER = ["op", "ranks", "events", "ms/step", "mean µs", "launch delay µs", "most ms/step (rank)", "top kernel"]
 OP_NOTE = ("Device events by the innermost host op enclosing their launch call, summed over the ranks (ms/step: the "
@@ -21,6 +22,13 @@ STREAM_NOTE = ("Per device stream, mean over the ranks that use it: the gaps bet
                "step (HTA's per-stream idle), split into host wait (the next event was not launched yet) and other "
                "(launched, waiting on a dependency: another stream, an event, a sync). The device's idle across all "
                "streams is the idle table above.")
+SEQ_HEADER = ["op", "kernels", "ranks", "per step", "ms/step", "mean µs", "of kernel time"]
+SEQ_NOTE = ("Kernels launched back to back by one op: candidates for fusion (torch.compile, a fused kernel). Runs of 2 "
+            "to 6 compute kernels one top-level host op launched on one stream, seen at least 3 times and once per "
+            "step; per step: occurrences on one rank (mean over the ranks listing it); ms/step: summed over the "
+            "ranks; of kernel time: all occurrences' time over the ranks' compute-kernel time (sequences sharing "
+            "kernels share time: not additive). A run inside a listed one with as many occurrences, or shifted by one "
+            "kernel from it, is not repeated.")
 LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
 LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
                "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
@@ -51,3 +59,15 @@ def launch_rows(a: Analysis, limit: int) -> tuple[list, int]:
     rows = [(i, r) for i, r in enumerate(a.ranks) if r.launch is not None]
     rows.sort(key=lambda x: (-x[1].launch.queue_max, -(x[1].launch.delay_p90_us or 0.0), x[1].rank))
     return rows[:limit], len(rows)
+
+
+def seq_rows(a: Analysis, limit: int) -> list[SeqRow]:
+    """The job's frequent kernel sequences (Analysis.kernel_views.sequences), most time per step first."""
+    kv = a.kernel_views
+    return kv.sequences[:limit] if kv else []
+
+
+def seq_text(kernels: list[str]) -> str:
+    """A sequence's kernel names, demangled, in launch order."""
+    names = demangle_many(kernels)
+    return " → ".join(names[k] for k in kernels)

@@ -121,6 +121,40 @@ class StreamIdle:
 
 
 @dataclass
+class KernelSeq:
+    """A run of kernels one top-level host op launched back to back on one stream (one rank, the analysed steps)."""
+
+    op: str  # the outermost host op (cpu_op) enclosing the launches
+    kernels: list[str]  # kernel names in launch order, as the trace wrote them (demangled only for display)
+    count: int  # occurrences
+    total_ms: float  # summed duration of the kernels of every occurrence
+
+
+@dataclass
+class RankSequences:
+    """One rank's frequent kernel sequences and the compute-kernel time their share divides by."""
+
+    rows: list[KernelSeq] = field(default_factory=list)
+    kernel_ms: float = 0.0  # compute kernels on device streams in the analysed steps
+    steps: int = 0
+
+
+@dataclass
+class SeqRow:
+    """One (op, kernel sequence) over all ranks (Analysis.kernel_views.sequences)."""
+
+    op: str
+    kernels: list[str]
+    ranks: int  # ranks whose top sequences hold it
+    count: int  # occurrences, all ranks and steps
+    count_per_step: float  # occurrences per step, mean over those ranks
+    total_ms: float  # summed kernel time of its occurrences, all ranks and steps
+    ms_per_step: float  # Σ over ranks of the rank's total / its steps
+    mean_us: float  # one occurrence's kernel time
+    share: float  # total_ms / the compute-kernel time of every rank with sequences counted
+
+
+@dataclass
 class KernelViews:
     """The op → kernel and roofline views over the job: each rank's rows (computed in its worker, kept out of
     the per-rank summary so it does not grow with them) summed by op / (op, shape, dtype), the top rows kept."""
@@ -131,3 +165,4 @@ class KernelViews:
     roofline_total: int = 0
     devices_without_peak: list[str] = field(default_factory=list)  # device names with no listed peak (no class)
     streams: list[StreamIdle] = field(default_factory=list)  # idle per stream id, most idle first (at most 16)
+    sequences: list[SeqRow] = field(default_factory=list)  # frequent kernel sequences (metrics/kernel_sequences.py)
