@@ -1,6 +1,6 @@
 """The TorchRec DLRM captures (4 ranks, V100; ../shared/fixtures/real/torchrec), checked against their own
 events read here with gzip + json: NCCL kernels of the ranks paired by completion (a kernel ends within 1 ms
-on every rank), the rank whose capture lacks leading all-reduces, all-reduce arrival skew, and which rank is
+on every rank), the rank whose capture lacks leading all-reduces or all_to_alls, all-reduce arrival skew, and which rank is
 last. One run per folder (the qcomm folder holds two: each is checked alone)."""
 
 from __future__ import annotations
@@ -26,24 +26,35 @@ def _files(run):
     return sorted(p for p in (REAL / folder).glob("*.json.gz") if tag is None or tag in p.name)
 
 
-def _allreduces(files):
+def _allreduces(files, kind="AllReduce"):
     out = {}
     for f in files:
         with gzip.open(f) as fh:
             d = json.load(fh)
         k = sorted((e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
-                   if e.get("cat") == "kernel" and "AllReduce" in e.get("name", ""))
+                   if e.get("cat") == "kernel" and kind in e.get("name", ""))
         out[d["distributedInfo"]["rank"]] = np.array(k, float).reshape(-1, 2) * 1e3  # ns
     return out
+
+
+def _lead(kernels):
+    """rank -> kernels the fullest rank completed more than 1 ms before this rank's first (of one kind)."""
+    if not all(len(v) for v in kernels.values()):
+        return {}
+    ref = max(kernels, key=lambda r: (len(kernels[r]), -r))
+    return {r: int((kernels[ref][:, 1] < v[0, 1] - 1e6).sum()) for r, v in kernels.items()}
 
 
 def _truth(files):
     """(rank -> all-reduces others recorded before its first, all-reduce skews, rank -> times alone last)."""
     ar = _allreduces(files)
-    if not all(len(v) for v in ar.values()):  # no all-reduce (the sleep run): its all_to_all kernels are grouped
-        return {}, np.zeros(0), {}  # per op, which the events alone do not say; nothing to count on
+    # leading collectives a rank lacks, all-reduces and all_to_alls (SendRecv kernels) alike: a kernel whose
+    # launch preceded the capture (no runtime call with its correlation) is a collective like any other
+    by_ar, by_a2a = _lead(ar), _lead(_allreduces(files, "SendRecv"))
+    lead = {r: by_ar.get(r, 0) + by_a2a.get(r, 0) for r in ar}
+    if not all(len(v) for v in ar.values()):  # no all-reduce (the sleep run): no all-reduce skew to check
+        return {r: n for r, n in lead.items() if n}, np.zeros(0), {}
     ref = max(ar, key=lambda r: (len(ar[r]), -r))
-    lead = {r: int((ar[ref][:, 1] < v[0, 1] - 1e6).sum()) for r, v in ar.items()}
     skews, last = [], {}
     for s, e in ar[ref]:
         starts = {ref: s}

@@ -115,9 +115,14 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     oo = np.lexsort((ref_ord, ref_key_s))  # reference rows in ordinal order per key (ordinals 0..n-1)
     ends_by_ord = ref_end_s[oo]
     first_ord = ref_ord[oo][kstart[key].clip(0, len(oo) - 1)]
-    pos = idx - first_ord
-    inside = (pos >= 0) & (pos < kn[key])
-    err = np.where(inside, np.abs(end - ends_by_ord[np.clip(kstart[key] + pos, 0, len(oo) - 1)]), -1)
+
+    def error(rows: np.ndarray, at: np.ndarray) -> np.ndarray:  # |end − the reference's end at index `at`|, −1
+        pos = at - first_ord[rows]  # where the reference has no such collective
+        k = key[rows]
+        inside = (pos >= 0) & (pos < kn[k])
+        return np.where(inside, np.abs(end[rows] - ends_by_ord[np.clip(kstart[k] + pos, 0, len(oo) - 1)]), -1)
+
+    err = error(np.arange(len(idx)), idx)
     gaps = np.diff(ends_by_ord)
     same = ref_key_s[oo][1:] == ref_key_s[oo][:-1]
     spacing = np.full(len(kn), np.inf)
@@ -131,6 +136,7 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     # a row with no reference collective ending near it, or the second row of its rank on one collective:
     # recorded by this rank alone as far as anyone can tell; a number of its own keeps it out of every match
     lone = (err < 0) | (err > limit)
+    idx, err, lone = _untie(idx, err, lone, seg_id, error, limit)
     dup_o = np.lexsort((np.where(lone, np.iinfo(np.int64).max, err), idx, seg_id))
     same_idx = (seg_id[dup_o][1:] == seg_id[dup_o][:-1]) & (idx[dup_o][1:] == idx[dup_o][:-1])
     lone[dup_o[1:][same_idx]] = True
@@ -145,6 +151,29 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     idx = np.where(lone, LONE - np.arange(len(idx)), idx)
     idx_out[rows] = idx
     return [(int(rank[seg[s]]), int(seg_key[s])) for s in np.flatnonzero(bad & (count > 0)).tolist()]
+
+
+def _untie(idx, err, lone, seg_id, error, limit):
+    """Two consecutive rows of one rank matched to one collective (two of a key ending within microseconds at
+    a capture's edge, the earlier row's nearest completion being the next one): rows run in order, so the
+    earlier takes the collective before it, or else the later the one after it, where the rank has no row on
+    that one and its completion fits; otherwise the worse of the two is left out as before."""
+    n = len(idx)
+    tie = np.flatnonzero((seg_id[1:] == seg_id[:-1]) & (idx[1:] == idx[:-1]) & ~lone[1:] & ~lone[:-1])
+    if not len(tie):
+        return idx, err, lone
+    idx, err, lone = idx.copy(), err.copy(), lone.copy()
+    for a in tie.tolist():  # few: one per rank and capture edge
+        b = a + 1
+        if idx[a] != idx[b]:
+            continue
+        for row, at, nb in ((a, idx[a] - 1, a - 1), (b, idx[b] + 1, b + 1)):
+            free = nb < 0 or nb >= n or seg_id[nb] != seg_id[row] or idx[nb] != at
+            e = int(error(np.array([row]), np.array([at]))[0]) if free else -1
+            if 0 <= e <= limit[row]:
+                idx[row], err[row] = at, e
+                break
+    return idx, err, lone
 
 
 def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, end: np.ndarray,

@@ -32,6 +32,7 @@ from diagnose.model.devices import device_from_categories
 from diagnose.model.analysis import RankMetrics
 from diagnose.model.kernel_views import RankSequences
 from diagnose.metrics.skew import Collectives, collectives_from
+from diagnose.metrics.before_capture import adopt as adopt_before_capture
 from diagnose.metrics.steps import windows
 from diagnose.metrics.groups import resolve as resolve_groups
 from diagnose.metrics.track_intervals import RankTracks, step_tracks
@@ -182,13 +183,17 @@ def collective_records(t, wins, groups: dict | None = None) -> Collectives:
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
     groups = groups if groups is not None else resolve_groups(t, idx)
-    out = []
+    kinds, pgs = [], []
     for i in idx.tolist():
-        args = t.comm_args.get(i, {})
-        kind = relabel.get(i) or collective_kind(t.names[t.name[i]], args)
+        kinds.append(relabel.get(i) or collective_kind(t.names[t.name[i]], t.comm_args.get(i, {})))
+        pg = groups[i].key  # name and members: two groups of one name are never matched together
+        pgs.append(pg)
+    adopt_before_capture(t, idx, kinds, pgs)  # a kernel whose launch preceded the capture: its stream's collective
+    out = []
+    for i, kind, pg in zip(idx.tolist(), kinds, pgs):
         if kind in P2P_KINDS:
             continue
-        pg = groups[i].key  # name and members: two groups of one name are never matched together
+        args = t.comm_args.get(i, {})
         out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
                     _seq(args)))
     return collectives_from(out)

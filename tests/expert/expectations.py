@@ -136,8 +136,7 @@ REAL: dict[str, dict] = {
                          "20 ms inside `_AlltoAllSingle` host work; stragglers says 'uneven work')",
         "step_median": "median step 206.8 ms, truth 176.0 (run B, the one analysed): step #6's window runs to the "
                        "device's end, 25-74 ms after the host's ProfilerStep#6 (the capture's edge counted as step time)"}),
-    "torchrec/sst_sleep_pl_dense_after_backward_2": dict(_torchrec(0, [2], (500.0, 1100.0), True, sleep=True), xfail={
-        "late_capture_r2": "no issue names a late-starting capture"}),
+    "torchrec/sst_sleep_pl_dense_after_backward_2": _torchrec(0, [2], (500.0, 1100.0), True, sleep=True),
     "hta/sampled_pair": {
         "problems": [{"id": "exposed_comm", "what": "exposed comm 134-172 ms/step",
                       "any": [{"where": "finding", "rules": ["exposed_comm", "dp_overlap"], "min_severity": "medium"}]}],
