@@ -10,12 +10,18 @@ Evidence, in order:
 2. the rank's `distributedInfo.pg_config`: a group name's description and full rank list (Kineto cuts
    `Process Group Ranks` after 30 ranks); where neither gives the members of a DeviceMesh group
    (`mesh_tp`), the run's manifest does (its mesh coordinates; `with_mesh_members`, in the cross-rank pass);
-3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's work on that group's
-   own worker threads (`pt_gloo_runloop`, created together when the group is created), so the span's
-   thread names its group: the threads that ran spans, in id order, cut where ids stop being consecutive,
-   are the groups of the rank's `pg_config` (its own groups, in creation order). Assigned only where the
-   counts agree (or the one group left over is the default group, first created, which DeviceMesh
-   training never uses); otherwise the group stays unknown, never guessed.
+3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's collectives on that
+   group's own worker threads (`pt_gloo_runloop`, created together when the group is created), so the
+   span's thread names its group: the worker threads that ran spans, in id order, cut at their widest gaps,
+   are the rank's `pg_config` groups in creation order. Thread ids are the host's, so other ranks' threads
+   fall between one group's (a gap of 2 or 3) and many more between two groups' (each creation is a
+   rendezvous): a cut is taken only where it is clearly wider than every gap it leaves inside a run.
+   send/recv run inline on the caller's thread (that thread is no group's): they are the pipeline group's
+   where the rank has exactly one (named `pp`), whose workers then likely stay idle. The fewest groups are
+   tried first: without the default group (which DeviceMesh training never uses) and the inline-talking
+   pipeline group, then without one of them, then all. Where two such sets of one size both fit (drop the
+   default or the pipeline group?), only the runs they agree on are assigned; where nothing cuts cleanly
+   the group stays unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 from diagnose.io.trace import RankTrace
 from diagnose.metrics.layout import pg_config
 from diagnose.model.format import ranges
+from diagnose.model.roles import pg_role
 
 LONG = 30  # members written out in full up to this many (Kineto's own cut)
 _LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
@@ -124,26 +131,54 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
     """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
     names = t.names
     spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
-    if not spans:
-        return {}
     groups = own_groups(cfg, t.rank)
-    every = np.flatnonzero(np.isin(t.name, t.name_ids(lambda n: n.startswith("gloo:"))))  # the threads of all
-    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}  # spans, in the windows or not
-    if not groups or len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
+    if not spans or not groups:
         return {}
-    tids = sorted(tid for _, tid in keys)
-    clusters = [[tids[0]]]
-    for tid in tids[1:]:
-        if tid == clusters[-1][-1] + 1:
-            clusters[-1].append(tid)
-        else:
-            clusters.append([tid])
-    if len(clusters) == len(groups) - 1 and _is_default(cfg, groups[0]):
-        groups = groups[1:]
-    if len(clusters) != len(groups):
+    gloo = t.name_mask(lambda n: n.startswith("gloo:"))
+    every = np.flatnonzero(gloo)  # the threads of all gloo spans, in the windows or not
+    callers = set(np.unique(t.thread[t.name_mask(_P2P.__contains__, gloo)]).tolist())  # gloo runs send/recv
+    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}
+    if len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
         return {}
-    of_tid = {tid: g for c, g in zip(clusters, groups) for tid in c}
-    return {i: of_tid[t.threads[int(t.thread[i])][1]] for i in spans}
+    out: dict[int, Group] = {}
+    pp = [g for g in groups if pg_role("send", g.label, None, None) == "pp"]
+    p2p = bool(callers) and len(pp) == 1  # on the caller's own thread, not on a group's worker threads
+    if p2p:
+        out.update({i: pp[0] for i in spans if names[t.name[i]] in _P2P})
+    tids = sorted(tid for k, (_, tid) in enumerate(t.threads) if k not in callers and (_, tid) in keys)
+    idle = ([groups[0]] if _is_default(cfg, groups[0]) else []) + ([pp[0]] if p2p else [])
+    cands = [[g for g in groups if g not in drop] for drop in ([], *([x] for x in idle), idle)]
+    for n in sorted({len(c) for c in cands if c}):  # the fewest groups first (idle ones left out)
+        clusters = _cut(tids, n)
+        if clusters:  # where two sets of groups of this size read alike, only the runs they agree on
+            maps = [dict(enumerate(c)) for c in cands if len(c) == n]
+            of_tid = {tid: maps[0][k] for k, c in enumerate(clusters) for tid in c
+                      if all(m[k] == maps[0][k] for m in maps)}
+            by = {k: of_tid[tid] for k, (_, tid) in enumerate(t.threads) if tid in of_tid}
+            out.update({i: by[int(t.thread[i])] for i in spans if int(t.thread[i]) in by})
+            break
+    return out
+
+
+_P2P = {"gloo:send", "gloo:recv", "gloo:recv_anysource"}
+
+
+def _cut(tids: list[int], n: int) -> list[list[int]] | None:
+    """Thread ids (sorted) -> n runs, one per group in creation order, cut at the n-1 widest gaps; None unless
+    every cut is clearly wider than every gap inside a run. Ids are the host's: other processes' threads,
+    created meanwhile, fall between one group's threads (a gap of 2 or 3), but a group's rendezvous lets
+    many more fall between two groups'."""
+    if len(tids) < n:
+        return None
+    gaps = sorted(range(1, len(tids)), key=lambda k: tids[k] - tids[k - 1], reverse=True)
+    cuts = sorted(gaps[:n - 1])
+    inner = [tids[k] - tids[k - 1] for k in gaps[n - 1:]] + [1]  # widest first
+    if cuts and min(tids[k] - tids[k - 1] for k in cuts) < max(2 * inner[0], 3):
+        return None
+    if n == 1 and inner[0] > 3:
+        return None  # one group's threads start back to back: a wider gap is another group's rendezvous
+    bounds = [0, *cuts, len(tids)]
+    return [tids[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def mesh_members(man, ranks: list[int]) -> dict[tuple[int, str], tuple[int, ...]]:
