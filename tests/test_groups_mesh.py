@@ -152,14 +152,24 @@ def test_skew_and_waits_stay_within_a_group(tmp_path, dims, source):
 
 
 def test_gloo_threads_that_do_not_read_as_groups_leave_the_group_unknown(tmp_path):
-    """The silent twin: gloo worker threads whose ids run on from one group to the next (no gap) cannot be
-    told apart: the groups stay unknown and nothing is matched across the two dims (no guessed skew)."""
+    """The silent twin: each group's collectives all ran on one of its two worker threads, so the ids no
+    longer show where one group's workers end: the groups stay unknown and nothing is matched across the
+    two dims (no guessed skew)."""
     dims = {"dp": 2, "tp": 2}
-    _write(tmp_path, _mesh(dims, gloo=True, tid_gap=2))  # tids 1002,1003 | 1004,1005: one run of four
+    _write(tmp_path, _mesh(dims, gloo=True, per_dim=1))  # tids 1007 | 1014: one worker of each group
     o = run_job(RankJob(str(tmp_path / "rank0.json")))
     assert {k for k, _ in o.collectives.keys} == {""}
     a = analyze_path(str(tmp_path), jobs=1)
     assert not (a.skew and a.skew.matched)
+
+
+def test_gloo_workers_as_consecutive_ids_still_read_two_by_two(tmp_path):
+    """Ids that run on from one group to the next (no gap at all) are still two workers per group."""
+    dims = {"dp": 2, "tp": 2}
+    _write(tmp_path, _mesh(dims, gloo=True, tid_gap=2))  # tids 1002,1003 | 1004,1005
+    for r in range(4):
+        o = run_job(RankJob(str(tmp_path / f"rank{r}.json")))
+        assert {k for k, _ in o.collectives.keys} == {_key(d, group_of(r, d, dims)) for d in dims}
 
 
 def test_a_named_group_gives_the_role_and_expert_all_to_alls_on_dp_ranks_stay_ep():
@@ -245,9 +255,10 @@ def _by_dims(tmp_path, b: TraceBuilder) -> dict:
 
 
 @pytest.mark.parametrize("dp_tids,tp_tids", [((782, 784), (796, 797)), ((779, 780), (794, 795)),
-                                             ((824, 827), (834, 835)), ((781,), (805, 807))])
+                                             ((824, 827), (834, 835)), ((11826, 11828), (11831, 11832)),
+                                             ((11704, 11705), (11708, 11711))])
 def test_gloo_worker_ids_interleaved_by_other_ranks_still_read_as_their_groups(tmp_path, dp_tids, tp_tids):
-    """Thread ids as one host's 8 ranks left them (gaps of 1-3 inside a group, 7 or more between groups),
+    """Thread ids as one host's 4 or 8 ranks left them (gaps of 1 to 3 inside a group, 3 to 18 between),
     with a pipeline's send/recv on the caller's thread: each span gets its own group, none is shifted onto
     the next (the pipeline group, whose workers stay idle, must not take the data-parallel spans)."""
     got = _by_dims(tmp_path, _pipeline_rank(dp_tids, tp_tids))

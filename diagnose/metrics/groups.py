@@ -12,16 +12,16 @@ Evidence, in order:
    (`mesh_tp`), the run's manifest does (its mesh coordinates; `with_mesh_members`, in the cross-rank pass);
 3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's collectives on that
    group's own worker threads (`pt_gloo_runloop`, created together when the group is created), so the
-   span's thread names its group: the worker threads that ran spans, in id order, cut at their widest gaps,
-   are the rank's `pg_config` groups in creation order. Thread ids are the host's, so other ranks' threads
-   fall between one group's (a gap of 2 or 3) and many more between two groups' (each creation is a
-   rendezvous): a cut is taken only where it is clearly wider than every gap it leaves inside a run.
+   span's thread names its group: the worker threads that ran spans, in id order, taken two by two (gloo
+   starts two per group on one device) are the rank's `pg_config` groups in creation order. Read only where
+   every group shows both workers; ids rise in creation order (unless the pid counter wraps mid-setup),
+   but they are the host's, so other ranks' threads fall inside and between groups alike: gaps do not cut.
    send/recv run inline on the caller's thread (that thread is no group's): they are the pipeline group's
    where the rank has exactly one (named `pp`), whose workers then likely stay idle. The fewest groups are
    tried first: without the default group (which DeviceMesh training never uses) and the inline-talking
    pipeline group, then without one of them, then all. Where two such sets of one size both fit (drop the
-   default or the pipeline group?), only the runs they agree on are assigned; where nothing cuts cleanly
-   the group stays unknown, never guessed.
+   default or the pipeline group?), only the runs they agree on are assigned; where no set fits the
+   group stays unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
     p2p = bool(callers) and len(pp) == 1  # on the caller's own thread, not on a group's worker threads
     if p2p:
         out.update({i: pp[0] for i in spans if names[t.name[i]] in _P2P})
-    tids = sorted(tid for k, (_, tid) in enumerate(t.threads) if k not in callers and (_, tid) in keys)
+    tids = sorted(tid for k, (pid, tid) in enumerate(t.threads) if k not in callers and (pid, tid) in keys)
     idle = ([groups[0]] if _is_default(cfg, groups[0]) else []) + ([pp[0]] if p2p else [])
     cands = [[g for g in groups if g not in drop] for drop in ([], *([x] for x in idle), idle)]
     for n in sorted({len(c) for c in cands if c}):  # the fewest groups first (idle ones left out)
@@ -163,22 +163,17 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
 _P2P = {"gloo:send", "gloo:recv", "gloo:recv_anysource"}
 
 
-def _cut(tids: list[int], n: int) -> list[list[int]] | None:
-    """Thread ids (sorted) -> n runs, one per group in creation order, cut at the n-1 widest gaps; None unless
-    every cut is clearly wider than every gap inside a run. Ids are the host's: other processes' threads,
-    created meanwhile, fall between one group's threads (a gap of 2 or 3), but a group's rendezvous lets
-    many more fall between two groups'."""
-    if len(tids) < n:
+def _cut(tids: list[int], n: int, k: int = 2) -> list[list[int]] | None:
+    """Worker thread ids (sorted) -> n runs of k, one per group in creation order; None unless every group
+    shows all its k workers (gloo starts 2 per device; one device) and no run spans a wider gap than one
+    between runs. The ids are the host's: other ranks' threads fall between one group's workers as often as
+    between two groups' (gaps of 1 to 3 either way, seen on 8 ranks), so the gaps alone do not cut."""
+    if len(tids) != n * k:
         return None
-    gaps = sorted(range(1, len(tids)), key=lambda k: tids[k] - tids[k - 1], reverse=True)
-    cuts = sorted(gaps[:n - 1])
-    inner = [tids[k] - tids[k - 1] for k in gaps[n - 1:]] + [1]  # widest first
-    if cuts and min(tids[k] - tids[k - 1] for k in cuts) < max(2 * inner[0], 3):
-        return None
-    if n == 1 and inner[0] > 3:
-        return None  # one group's threads start back to back: a wider gap is another group's rendezvous
-    bounds = [0, *cuts, len(tids)]
-    return [tids[a:b] for a, b in zip(bounds, bounds[1:])]
+    runs = [tids[j:j + k] for j in range(0, len(tids), k)]
+    inside = max((r[-1] - r[0] for r in runs), default=0)
+    between = min((b[0] - a[-1] for a, b in zip(runs, runs[1:])), default=inside + 1)
+    return runs if inside <= between else None
 
 
 def mesh_members(man, ranks: list[int]) -> dict[tuple[int, str], tuple[int, ...]]:
