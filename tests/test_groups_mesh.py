@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 
+import numpy as np
 import pytest
 
 from diagnose.analyze import analyze_path
@@ -20,7 +21,7 @@ from diagnose.export.passthrough import PID_STRIDE
 from diagnose.export.timeline import build_timeline
 from diagnose.metrics.per_rank import RankJob, run_job
 from diagnose.model.roles import pg_role
-from tests.builder import TraceBuilder
+from tests.builder import MAIN_TID, TraceBuilder
 
 ROLE = {"dp": "dp", "tp": "tp", "pp": "pp"}
 STEP_US, SLOT_US, DELAY_US = 10_000, 1_000, 10
@@ -151,14 +152,24 @@ def test_skew_and_waits_stay_within_a_group(tmp_path, dims, source):
 
 
 def test_gloo_threads_that_do_not_read_as_groups_leave_the_group_unknown(tmp_path):
-    """The silent twin: gloo worker threads whose ids run on from one group to the next (no gap) cannot be
-    told apart: the groups stay unknown and nothing is matched across the two dims (no guessed skew)."""
+    """The silent twin: each group's collectives all ran on one of its two worker threads, so the ids no
+    longer show where one group's workers end: the groups stay unknown and nothing is matched across the
+    two dims (no guessed skew)."""
     dims = {"dp": 2, "tp": 2}
-    _write(tmp_path, _mesh(dims, gloo=True, tid_gap=2))  # tids 1002,1003 | 1004,1005: one run of four
+    _write(tmp_path, _mesh(dims, gloo=True, per_dim=1))  # tids 1007 | 1014: one worker of each group
     o = run_job(RankJob(str(tmp_path / "rank0.json")))
     assert {k for k, _ in o.collectives.keys} == {""}
     a = analyze_path(str(tmp_path), jobs=1)
     assert not (a.skew and a.skew.matched)
+
+
+def test_gloo_workers_as_consecutive_ids_still_read_two_by_two(tmp_path):
+    """Ids that run on from one group to the next (no gap at all) are still two workers per group."""
+    dims = {"dp": 2, "tp": 2}
+    _write(tmp_path, _mesh(dims, gloo=True, tid_gap=2))  # tids 1002,1003 | 1004,1005
+    for r in range(4):
+        o = run_job(RankJob(str(tmp_path / f"rank{r}.json")))
+        assert {k for k, _ in o.collectives.keys} == {_key(d, group_of(r, d, dims)) for d in dims}
 
 
 def test_a_named_group_gives_the_role_and_expert_all_to_alls_on_dp_ranks_stay_ep():
@@ -201,3 +212,66 @@ def test_a_large_groups_key_stays_short_and_unique():
     odd = [Group("g", tuple(sq + [last])).key for last in (2000, 2001)]
     assert odd[0] != odd[1] and odd[0].split("#")[0] == odd[1].split("#")[0] and all(len(k) < 300 for k in odd)
     assert Group("mesh_tp", (0, 1)).key == "mesh_tp[0, 1]" and Group("x").key == "x"
+
+
+PP3 = {"pp": 2, "dp": 2, "tp": 2}  # the own dp2tp2pp2 run's mesh: groups created pp, dp, tp
+
+
+def _pipeline_rank(dp_tids: tuple, tp_tids: tuple, default_tids: tuple = ()) -> TraceBuilder:
+    """Rank 0 of a gloo pp2 x dp2 x tp2 mesh as torch writes it: send/recv inline on the caller's thread, each
+    group's collectives on its own worker threads, whose ids (the host's) other ranks' threads interleave."""
+    b = TraceBuilder(rank=0, world_size=8, backend="gloo", pg_config=_pg_config(0, PP3))
+    b.thread_name(MAIN_TID, "python")
+    for k in range(2):
+        k0 = k * STEP_US
+        b.step(k + 1, k0, k0 + STEP_US)
+        b.gloo("send", k0 + 100, 50, tid=MAIN_TID, dims=[1, 64, 128]).gloo("recv", k0 + 200, 50, tid=MAIN_TID)
+        for j in range(4):
+            b.gloo("all_reduce", k0 + 1000 + 300 * j, 100, tid=tp_tids[j % len(tp_tids)], dims=[1, 64, 128])
+            b.gloo("all_reduce", k0 + 5000 + 300 * j, 100, tid=dp_tids[j % len(dp_tids)], dims=[4096])
+            if default_tids:
+                b.gloo("all_reduce", k0 + 8000 + 300 * j, 100, tid=default_tids[j % len(default_tids)], dims=[1])
+    return b
+
+
+def _by_dims(tmp_path, b: TraceBuilder) -> dict:
+    """(group key, tensor rank) -> count: the test's answer is which thread ran which tensor."""
+    from diagnose.io.loader import load_trace
+    from diagnose.metrics.classify import classify
+    from diagnose.metrics.groups import resolve
+
+    b.write(tmp_path / "rank0.json")
+    t = load_trace(str(tmp_path / "rank0.json"))
+    classify(t, None)
+    idx = np.flatnonzero(np.asarray([t.names[n].startswith("gloo:") for n in t.name]))
+    got = resolve(t, idx)
+    dims = {i: len(a.get("Input Dims", [[0]])[0]) if a.get("Input Dims") else 0 for i, a in
+            ((i, t.comm_args.get(i, {})) for i in idx.tolist())}
+    out: dict = {}
+    for i in idx.tolist():
+        k = (got[i].key, t.names[t.name[i]], dims[i])
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("dp_tids,tp_tids", [((782, 784), (796, 797)), ((779, 780), (794, 795)),
+                                             ((824, 827), (834, 835)), ((11826, 11828), (11831, 11832)),
+                                             ((11704, 11705), (11708, 11711))])
+def test_gloo_worker_ids_interleaved_by_other_ranks_still_read_as_their_groups(tmp_path, dp_tids, tp_tids):
+    """Thread ids as one host's 4 or 8 ranks left them (gaps of 1 to 3 inside a group, 3 to 18 between),
+    with a pipeline's send/recv on the caller's thread: each span gets its own group, none is shifted onto
+    the next (the pipeline group, whose workers stay idle, must not take the data-parallel spans)."""
+    got = _by_dims(tmp_path, _pipeline_rank(dp_tids, tp_tids))
+    dp, tp, pp = _key("dp", group_of(0, "dp", PP3)), _key("tp", group_of(0, "tp", PP3)), _key("pp", group_of(0, "pp", PP3))
+    assert got == {(tp, "gloo:all_reduce", 3): 8, (dp, "gloo:all_reduce", 1): 8, (pp, "gloo:send", 3): 2,
+                   (pp, "gloo:recv", 0): 2}
+
+
+def test_gloo_workers_that_two_sets_of_groups_explain_alike_stay_unknown(tmp_path):
+    """The silent twin: the default group works too, so three worker runs fit both (pipeline, dp, tp) and
+    (default, dp, tp). dp and tp are the same in both and are named; the first run is either, so it stays
+    unknown rather than guessed."""
+    got = _by_dims(tmp_path, _pipeline_rank((782, 784), (796, 797), default_tids=(760, 761)))
+    dp, tp, pp = _key("dp", group_of(0, "dp", PP3)), _key("tp", group_of(0, "tp", PP3)), _key("pp", group_of(0, "pp", PP3))
+    assert got == {(tp, "gloo:all_reduce", 3): 8, (dp, "gloo:all_reduce", 1): 8, ("", "gloo:all_reduce", 1): 8,
+                   (pp, "gloo:send", 3): 2, (pp, "gloo:recv", 0): 2}

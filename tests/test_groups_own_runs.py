@@ -86,10 +86,13 @@ def _label(key: str) -> str:
     return group_label(key)
 
 
-def test_own_dp2tp2_ddp_buckets_are_the_dp_group_and_activations_the_tp_group(runs):
-    out = runs("dp2tp2")
+@pytest.mark.parametrize("workload", ["dp2tp2", "dp2tp2pp2"])
+def test_own_ddp_buckets_are_the_dp_group_and_activations_the_tp_group(runs, workload):
+    """Not only some group of the rank's: the right one. gloo's worker-thread ids interleave with the other
+    ranks' (one host), and a pipeline's send/recv run on the caller's thread; neither may shift the groups."""
+    out = runs(workload)
     m = json.loads(Path(out, "manifest.json").read_text())
-    for r in range(4):
+    for r in range(m["world_size"]):
         path = os.path.join(out, "traces", f"rank{r}.pt.trace.json.gz")
         ev = json.loads(gzip.decompress(Path(path).read_bytes()))["traceEvents"]
         flat = sum(1 for e in ev if e.get("name") == "gloo:all_reduce" and len(e["args"]["Input Dims"][0]) == 1

@@ -10,12 +10,18 @@ Evidence, in order:
 2. the rank's `distributedInfo.pg_config`: a group name's description and full rank list (Kineto cuts
    `Process Group Ranks` after 30 ranks); where neither gives the members of a DeviceMesh group
    (`mesh_tp`), the run's manifest does (its mesh coordinates; `with_mesh_members`, in the cross-rank pass);
-3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's work on that group's
-   own worker threads (`pt_gloo_runloop`, created together when the group is created), so the span's
-   thread names its group: the threads that ran spans, in id order, cut where ids stop being consecutive,
-   are the groups of the rank's `pg_config` (its own groups, in creation order). Assigned only where the
-   counts agree (or the one group left over is the default group, first created, which DeviceMesh
-   training never uses); otherwise the group stays unknown, never guessed.
+3. gloo spans (`gloo:all_reduce`, ...) carry no args at all. gloo runs each group's collectives on that
+   group's own worker threads (`pt_gloo_runloop`, created together when the group is created), so the
+   span's thread names its group: the worker threads that ran spans, in id order, taken two by two (gloo
+   starts two per group on one device) are the rank's `pg_config` groups in creation order. Read only where
+   every group shows both workers; ids rise in creation order (unless the pid counter wraps mid-setup),
+   but they are the host's, so other ranks' threads fall inside and between groups alike: gaps do not cut.
+   send/recv run inline on the caller's thread (that thread is no group's): they are the pipeline group's
+   where the rank has exactly one (named `pp`), whose workers then likely stay idle. The fewest groups are
+   tried first: without the default group (which DeviceMesh training never uses) and the inline-talking
+   pipeline group, then without one of them, then all. Where two such sets of one size both fit (drop the
+   default or the pipeline group?), only the runs they agree on are assigned; where no set fits the
+   group stays unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 from diagnose.io.trace import RankTrace
 from diagnose.metrics.layout import pg_config
 from diagnose.model.format import ranges
+from diagnose.model.roles import pg_role
 
 LONG = 30  # members written out in full up to this many (Kineto's own cut)
 _LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
@@ -124,26 +131,49 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
     """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
     names = t.names
     spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
-    if not spans:
-        return {}
     groups = own_groups(cfg, t.rank)
-    every = np.flatnonzero(np.isin(t.name, t.name_ids(lambda n: n.startswith("gloo:"))))  # the threads of all
-    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}  # spans, in the windows or not
-    if not groups or len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
+    if not spans or not groups:
         return {}
-    tids = sorted(tid for _, tid in keys)
-    clusters = [[tids[0]]]
-    for tid in tids[1:]:
-        if tid == clusters[-1][-1] + 1:
-            clusters[-1].append(tid)
-        else:
-            clusters.append([tid])
-    if len(clusters) == len(groups) - 1 and _is_default(cfg, groups[0]):
-        groups = groups[1:]
-    if len(clusters) != len(groups):
+    gloo = t.name_mask(lambda n: n.startswith("gloo:"))
+    every = np.flatnonzero(gloo)  # the threads of all gloo spans, in the windows or not
+    callers = set(np.unique(t.thread[t.name_mask(_P2P.__contains__, gloo)]).tolist())  # gloo runs send/recv
+    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}
+    if len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
         return {}
-    of_tid = {tid: g for c, g in zip(clusters, groups) for tid in c}
-    return {i: of_tid[t.threads[int(t.thread[i])][1]] for i in spans}
+    out: dict[int, Group] = {}
+    pp = [g for g in groups if pg_role("send", g.label, None, None) == "pp"]
+    p2p = bool(callers) and len(pp) == 1  # on the caller's own thread, not on a group's worker threads
+    if p2p:
+        out.update({i: pp[0] for i in spans if names[t.name[i]] in _P2P})
+    tids = sorted(tid for k, (pid, tid) in enumerate(t.threads) if k not in callers and (pid, tid) in keys)
+    idle = ([groups[0]] if _is_default(cfg, groups[0]) else []) + ([pp[0]] if p2p else [])
+    cands = [[g for g in groups if g not in drop] for drop in ([], *([x] for x in idle), idle)]
+    for n in sorted({len(c) for c in cands if c}):  # the fewest groups first (idle ones left out)
+        clusters = _cut(tids, n)
+        if clusters:  # where two sets of groups of this size read alike, only the runs they agree on
+            maps = [dict(enumerate(c)) for c in cands if len(c) == n]
+            of_tid = {tid: maps[0][k] for k, c in enumerate(clusters) for tid in c
+                      if all(m[k] == maps[0][k] for m in maps)}
+            by = {k: of_tid[tid] for k, (_, tid) in enumerate(t.threads) if tid in of_tid}
+            out.update({i: by[int(t.thread[i])] for i in spans if int(t.thread[i]) in by})
+            break
+    return out
+
+
+_P2P = {"gloo:send", "gloo:recv", "gloo:recv_anysource"}
+
+
+def _cut(tids: list[int], n: int, k: int = 2) -> list[list[int]] | None:
+    """Worker thread ids (sorted) -> n runs of k, one per group in creation order; None unless every group
+    shows all its k workers (gloo starts 2 per device; one device) and no run spans a wider gap than one
+    between runs. The ids are the host's: other ranks' threads fall between one group's workers as often as
+    between two groups' (gaps of 1 to 3 either way, seen on 8 ranks), so the gaps alone do not cut."""
+    if len(tids) != n * k:
+        return None
+    runs = [tids[j:j + k] for j in range(0, len(tids), k)]
+    inside = max((r[-1] - r[0] for r in runs), default=0)
+    between = min((b[0] - a[-1] for a, b in zip(runs, runs[1:])), default=inside + 1)
+    return runs if inside <= between else None
 
 
 def mesh_members(man, ranks: list[int]) -> dict[tuple[int, str], tuple[int, ...]]:
