@@ -22,6 +22,8 @@ USE = re.compile(r"llmdiag (\w+)\b([^`#|;&]*)")  # `llmdiag analyze runs/a --jso
 
 # Flags of other tools that the docs quote, by tool. Add one here only with the tool it belongs to.
 OTHER_TOOLS = {
+    # python -m tests.expert.score (docs/expert-corpus.md)
+    "--xfail-report", "--real-only", "--planted-only", "--llmdiag", "--markdown",
     # python -m benchmarks.run / benchmarks.engine (docs/benchmarks.md, docs/cluster.md)
     "--baseline-repeats", "--cases", "--data-dir", "--full", "--ladder", "--no-hta", "--parser", "--quick",
     "--repeats", "--mb", "--workers",

@@ -150,7 +150,7 @@ def test_whatif_and_pipeline_report(tmp_path, monkeypatch):
     cards = context.whatif_cards  # the demo's longer contributors line (four groups, long op types)
     long = ("top contributors", "stage 2 1.027, op type backward-compute-input 1.021, DP rank 0 1.019, stage 3 1.010",
             "S recomputed with only that group at its measured durations")
-    monkeypatch.setattr(context, "whatif_cards", lambda w: cards(w) + [long])
+    monkeypatch.setattr(context, "whatif_cards", lambda w, *plant: cards(w, *plant) + [long])
     html = _report(a)
     assert "backward-compute-input 1.021" in html
     assert 'id="whatif"' in html

@@ -26,6 +26,7 @@ from statistics import median
 import numpy as np
 
 from diagnose.model.matching import CaptureWindow
+from diagnose.metrics.sets import median as np_median  # np.median without its numpy.ma import
 
 FIT_MAX_NS = 5_000_000  # a completion-time fit worse than 5 ms is no fit: the clocks or the groups disagree
 WINDOW = 5  # rows whose nearest-completion offsets are pooled (median) for each row's offset
@@ -206,7 +207,7 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
         k = max(shared, key=lambda k: (min(ref[k][1], other[k][1]), -k))
         (sa, na), (sb, nb) = ref[k], other[k]
         ea, eb = end[sa:sa + na], end[sb:sb + nb]
-        spacing = float(np.median(np.diff(ea))) if na > 1 else np.inf
+        spacing = float(np_median(np.diff(ea))) if na > 1 else np.inf
         tol = min(0.25 * spacing, FIT_MAX_NS)  # two completions of one collective: within this (as the matcher)
         cands = []  # (pairs that agree, pairs, shift, median deviation) per ordinal offset
         for d in [0] + [x for k in range(1, MAX_SHIFT_OFFSET + 1) for x in (k, -k)]:
@@ -215,9 +216,9 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
             a0, b0 = max(d, 0), max(-d, 0)
             m = min(na - a0, nb - b0)
             diff = ea[a0:a0 + m] - eb[b0:b0 + m]
-            med = int(np.median(diff))
+            med = int(np_median(diff))
             dev = np.abs(diff - med)
-            cands.append((int((dev <= tol).sum()), m, med, float(np.median(dev))))
+            cands.append((int((dev <= tol).sum()), m, med, float(np_median(dev))))
             if abs(med) <= tol and cands[-1][0] == min(na, nb):  # the clocks agree on every completion: done
                 break
         # An offset is consistent where (nearly) all its pairs agree. Of those, clocks that already agree (a shift
@@ -227,7 +228,7 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
         agree = [c for c in full if abs(c[2]) <= tol]
         pick = (max(agree, key=lambda c: (c[0], -abs(c[2]))) if agree else
                 min((c for c in full if c[0] >= 2), key=lambda c: (-c[0], abs(c[2]), c[3]), default=None))
-        out[h] = pick[2] if pick else int(np.median(ea[:min(na, nb)] - eb[:min(na, nb)]))  # nothing: by order
+        out[h] = pick[2] if pick else int(np_median(ea[:min(na, nb)] - eb[:min(na, nb)]))  # nothing: by order
     return out
 
 

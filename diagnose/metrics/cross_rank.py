@@ -38,6 +38,7 @@ from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue
 from diagnose.model.format import NS_PER_MS, ranges
 from diagnose.model.manifest import Manifest, PipelineConfig
 from diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
+from diagnose.metrics.sets import median
 
 
 def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
@@ -90,8 +91,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     if not _can_match(records, layout):
         records = {}
     steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
-    step_ms = float(np.median([o.metrics.step_time_ms for o in good])) if good else None
-    sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(np.median(steps_n)) if steps_n else 0.0,
+    step_ms = float(median([o.metrics.step_time_ms for o in good])) if good else None
+    sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(median(steps_n)) if steps_n else 0.0,
               step_ms=step_ms) if len(good) > 1 else None
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)

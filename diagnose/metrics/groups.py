@@ -36,6 +36,7 @@ from diagnose.io.trace import RankTrace
 from diagnose.metrics.layout import pg_config
 from diagnose.model.format import ranges
 from diagnose.model.roles import pg_role
+from diagnose.metrics.sets import distinct
 
 LONG = 30  # members written out in full up to this many (Kineto's own cut)
 _LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
@@ -136,8 +137,8 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
         return {}
     gloo = t.name_mask(lambda n: n.startswith("gloo:"))
     every = np.flatnonzero(gloo)  # the threads of all gloo spans, in the windows or not
-    callers = set(np.unique(t.thread[t.name_mask(_P2P.__contains__, gloo)]).tolist())  # gloo runs send/recv
-    keys = {t.threads[k] for k in np.unique(t.thread[every]).tolist()}
+    callers = set(distinct(t.thread[t.name_mask(_P2P.__contains__, gloo)]).tolist())  # gloo runs send/recv
+    keys = {t.threads[k] for k in distinct(t.thread[every]).tolist()}
     if len({p for p, _ in keys}) != 1 or not all(type(tid) is int for _, tid in keys):
         return {}
     out: dict[int, Group] = {}

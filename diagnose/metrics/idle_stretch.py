@@ -21,6 +21,7 @@ from diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET,
 from diagnose.metrics import intervals as iv
 from diagnose.model.format import NS_PER_MS
 from diagnose.model.idle import AllocStep, IdleStretch
+from diagnose.metrics.sets import distinct
 
 LONG_NS = 1_000_000  # 1 ms: a stretch shorter than this is many launches' business, not one event's
 MAX_STRETCHES = 32  # stretches looked up per rank (the longest); the idle model keeps KEPT of them
@@ -143,7 +144,7 @@ def op_ids_contiguous(t: RankTrace) -> float | None:
     Kineto numbers the ops it records in order, so a complete capture has 0.98-1.0 (one block of unexported
     ids, as a thread left out, is one break); an event-sampled trace leaves holes everywhere (hta/sampled_pair:
     0.62, 2,302 ops over 169,484 ids). None without the ids or with too few ops to tell."""
-    ids = np.unique(t.ext[(t.stream < 0) & (t.kind == CPU_OP) & (t.ext >= 0)])
+    ids = distinct(t.ext[(t.stream < 0) & (t.kind == CPU_OP) & (t.ext >= 0)])
     if len(ids) < MIN_OP_IDS:
         return None
     return float((np.diff(ids) <= ID_STEP).mean())

@@ -16,6 +16,7 @@ from diagnose.io.trace import RankTrace
 from diagnose.metrics.launches import device_events, launch_calls
 from diagnose.metrics.steps import Window
 from diagnose.model.kernel_views import LaunchStats, QueueStat
+from diagnose.metrics.sets import distinct, median, percentile
 
 QUEUE_STREAMS = 2
 
@@ -29,12 +30,12 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
         return None
     dev, rt = dev[ok], rt[ok]
     delay = (t.ts[dev] - t.ts[rt]) / 1e3
-    calls = np.unique(rt)
+    calls = distinct(rt)
     n_steps = max(1, len(wins))
     # rounded to the trace's ns resolution: the summary holds one LaunchStats per rank, so digits count
     return LaunchStats(
         launches=len(calls), launches_per_step=round(len(calls) / n_steps, 3),
-        delay_median_us=round(float(np.median(delay)), 3), delay_p90_us=round(float(np.percentile(delay, 90)), 3),
+        delay_median_us=round(median(delay), 3), delay_p90_us=round(percentile(delay, 90), 3),
         delay_max_us=round(float(delay.max()), 3), launch_ms_per_step=round(float(t.dur[calls].sum()) / 1e6 / n_steps, 6),
         queue=queue_lengths(t, dev, rt))
 
@@ -42,7 +43,7 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
 def queue_lengths(t: RankTrace, dev: np.ndarray, rt: np.ndarray) -> list[QueueStat]:
     """Per stream: launched-but-not-started device events just after each launch and each start."""
     out = []
-    for s in np.unique(t.stream[dev]).tolist():
+    for s in distinct(t.stream[dev]).tolist():
         m = t.stream[dev] == s
         launch, start = t.ts[rt[m]], t.ts[dev[m]]
         launch = np.minimum(launch, start)  # a skewed clock never starts a kernel before its launch

@@ -16,6 +16,7 @@ from diagnose.metrics import host_ops
 from diagnose.metrics.launches import device_events, launch_calls
 from diagnose.metrics.steps import Window
 from diagnose.model.kernel_views import OpKernels
+from diagnose.metrics.sets import distinct, member
 
 TOP_OPS = 20  # rows kept per rank (the rest summed into "(other ops)")
 KERNEL_NAMES = 1  # kernel names kept per op row
@@ -50,11 +51,11 @@ def op_kernels(t: RankTrace, wins: list[Window], top: int = TOP_OPS) -> list[OpK
     keep, rest = named[:top], named[top:]
 
     def row(op: str, gs: list[int]) -> OpKernels:
-        sel = np.isin(pg, gs)
+        sel = member(pg, gs)
         k = pk[sel][np.lexsort((pk[sel], -ptime[sel]))]
         n, tot, n_delay = int(count[gs].sum()), float(total[gs].sum()), float(dn[gs].sum())
         return OpKernels(op=op[:NAME_CUT], kernels=[t.names[i][:NAME_CUT] for i in k[:KERNEL_NAMES].tolist()],
-                         distinct=len(np.unique(k)), count=n, total_ms=tot / 1e6, mean_us=tot / n / 1e3 if n else 0.0,
+                         distinct=len(distinct(k)), count=n, total_ms=tot / 1e6, mean_us=tot / n / 1e3 if n else 0.0,
                          launch_delay_us=float(dsum[gs].sum()) / n_delay / 1e3 if n_delay else None)
 
     out = [row(t.names[groups[g]], [g]) for g in keep]

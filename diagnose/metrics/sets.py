@@ -32,3 +32,23 @@ def member(a, b) -> np.ndarray:
     i = np.searchsorted(u, a)
     i[i == len(u)] = 0
     return u[i] == a
+
+
+def median(x) -> float:
+    """np.median of an array without NaN (NaN when empty, as np.median), minus its lazy numpy.ma import."""
+    x = np.asarray(x)
+    n = len(x)
+    if not n:
+        return float("nan")
+    part = np.partition(x, [(n - 1) // 2, n // 2])
+    return (float(part[(n - 1) // 2]) + float(part[n // 2])) / 2
+
+
+def percentile(x, q: float) -> float:
+    """np.percentile(x, q) (its default linear interpolation) of a non-empty array without NaN, without the
+    numpy.ma import."""
+    x = np.asarray(x)
+    pos = q / 100 * (len(x) - 1)
+    lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+    part = np.partition(x, [lo, hi])
+    return float(part[lo]) + (float(part[hi]) - float(part[lo])) * (pos - lo)

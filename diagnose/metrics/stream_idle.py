@@ -12,6 +12,7 @@ import numpy as np
 from diagnose.io.trace import RankTrace
 from diagnose.metrics.launches import device_events, launch_calls
 from diagnose.metrics.steps import Window
+from diagnose.metrics.sets import distinct
 
 
 def stream_idle(t: RankTrace, wins: list[Window]) -> list[tuple[int, int, int]]:
@@ -24,7 +25,7 @@ def stream_idle(t: RankTrace, wins: list[Window]) -> list[tuple[int, int, int]]:
     win = np.searchsorted(starts, t.ts[dev], side="right") - 1
     launch = np.where(rt >= 0, t.ts[np.maximum(rt, 0)], np.iinfo(np.int64).min)
     out = []
-    for s in np.unique(t.stream[dev]).tolist():
+    for s in distinct(t.stream[dev]).tolist():
         m = np.flatnonzero(t.stream[dev] == s)
         m = m[np.lexsort((t.ts[dev[m]], win[m]))]  # by window, then start
         ts, end, w, la = t.ts[dev[m]], t.ts[dev[m]] + t.dur[dev[m]], win[m], launch[m]
