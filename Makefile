@@ -43,7 +43,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Under two minutes on two cores: no torchrun workloads, property sweeps, Dask clusters or browser (CI runs all).
+# Under two minutes on two cores: no torchrun workloads, property sweeps, expert corpus, attack suite, Dask
+# clusters or browser (CI runs all).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests -m "not slow and not exhaustive and not browser"
 

@@ -38,13 +38,14 @@ REAL = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "real")
 # sweep, no browser. CI runs everything.
 EXHAUSTIVE = {"test_properties.py", "test_scale_outputs.py", "test_scale_stats.py", "test_engine_dask.py",
               "test_pack_fast.py"}
+EXHAUSTIVE_DIRS = {"expert", "adversarial"}  # the expert corpus (every real set analysed) and the attack suite
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "llmdiag_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-        if item.path.name in EXHAUSTIVE:
+        if item.path.name in EXHAUSTIVE or item.path.parent.name in EXHAUSTIVE_DIRS:
             item.add_marker(pytest.mark.exhaustive)
     if os.path.isdir(REAL) or os.environ.get("LLMDIAG_REQUIRE_REAL") == "1":
         return
