@@ -96,9 +96,12 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
               step_ms=step_ms) if len(good) > 1 else None
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
-        for w in sk.capture_windows:  # the capture's own start: its first event against the other ranks' first
-            others = [offset[r] for r in offset if r != w.rank]
-            w.first_event_ms = (offset[w.rank] - min(others)) / NS_PER_MS if others else None
+        # the capture's own start: its first event against the other ranks' earliest. The two earliest are
+        # found once: a scan of every rank per window was quadratic (thousands of windows at 16k ranks).
+        first = sorted(offset.items(), key=lambda kv: kv[1])[:2]
+        for w in sk.capture_windows:
+            other = next((v for r, v in first if r != w.rank), None)
+            w.first_event_ms = (offset[w.rank] - other) / NS_PER_MS if other is not None else None
         alignment_issues(sk, step_ms, longest, source, issues)
     shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
