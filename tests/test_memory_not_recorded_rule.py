@@ -4,6 +4,8 @@ its CPU's."""
 
 from __future__ import annotations
 
+import pytest
+
 from diagnose.analyze import analyze_path
 from diagnose.cli.terminal import render
 from reports.render import render_html
@@ -47,6 +49,7 @@ def test_cpu_trace_keeps_its_cpu_peak(tmp_path):
     assert a.ranks[0].memory_peak == 3 << 20
 
 
+@pytest.mark.real
 def test_real_mi300_trace_with_cpu_memory_events_only():
     """tracelens/mi300_resnet18_no_caching_allocator: 210 [memory] events, every one Device Type 0 (counted here
     from the JSON), peak Total Allocated 8 B: no device peak."""
@@ -54,12 +57,8 @@ def test_real_mi300_trace_with_cpu_memory_events_only():
     import json
     from pathlib import Path
 
-    import pytest
-
     src = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/tracelens" / \
         "mi300_resnet18_no_caching_allocator.json.gz"
-    if not src.exists():
-        pytest.skip(f"real trace fixtures not found at {src.parent}")
     with gzip.open(src) as f:
         mem = [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
     assert mem and {e["args"].get("Device Type") for e in mem} == {0}

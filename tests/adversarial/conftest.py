@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 # LLMDIAG_ADV_REPO: run the attacks against another checkout (the "before" of docs/robustness.md)
 REPO = Path(os.environ.get("LLMDIAG_ADV_REPO") or Path(__file__).resolve().parents[2])
 TIME_S = 10.0
@@ -100,3 +102,14 @@ def check(r: Result, rc: int, *words: str, one_line: bool = True) -> str | None:
     for w in words:
         assert w in line, line
     return line
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A good 2-rank GPU run folder, the input most attacks aim their options at."""
+    from tests.builder import gpu_rank
+
+    d = tmp_path / "run"
+    for r in (0, 1):
+        gpu_rank(r, world_size=2).write(d / f"rank{r}.json")
+    return d

@@ -11,19 +11,10 @@ import threading
 import pytest
 
 from tests.adversarial.conftest import attack, check
-from tests.builder import gpu_rank
 
 pytest.importorskip("distributed")
 CONNECT_S = 3
 ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{CONNECT_S}s", "DASK_SCHEDULER_ADDRESS": ""}
-
-
-@pytest.fixture
-def run(tmp_path):
-    d = tmp_path / "run"
-    for r in (0, 1):
-        gpu_rank(r, world_size=2).write(d / f"rank{r}.json")
-    return d
 
 
 def analyze(tmp_path, run, *opts):

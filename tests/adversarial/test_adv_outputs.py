@@ -14,15 +14,6 @@ import pytest
 
 from diagnose.model.files import open_atomic, write_atomic
 from tests.adversarial.conftest import attack, check
-from tests.builder import gpu_rank
-
-
-@pytest.fixture
-def run(tmp_path):
-    d = tmp_path / "run"
-    for r in (0, 1):
-        gpu_rank(r, world_size=2).write(d / f"rank{r}.json")
-    return d
 
 
 def test_a_link_at_the_target_is_replaced(tmp_path):
@@ -75,11 +66,11 @@ def _next_pids(n: int) -> range:
     return range(last + 1, last + 1 + n)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/sys/kernel/ns_last_pid"),
+                    reason="planting links at the next pids needs Linux's /proc/sys/kernel/ns_last_pid")
 def test_timeline_temp_names_are_not_guessable(tmp_path, run):
     """Links planted at `<path>.tmp<pid>` for the next pids: the victim was overwritten and the output became
     the link."""
-    if not os.path.exists("/proc/sys/kernel/ns_last_pid"):
-        pytest.skip("no /proc/sys/kernel/ns_last_pid")
     victim = tmp_path / "victim"
     victim.write_text("keep")
     out = tmp_path / "tl.json"
