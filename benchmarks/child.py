@@ -25,9 +25,9 @@ def _llmdiag(spec: dict) -> dict:
     """analyze_path with its rules: the library call, every stage of the analysis (HTA's counterpart is its
     load + two analyses). Only the imports are outside the timer, here as for HTA (whose module import
     loads all of its analyzers): analyze_path imports the rules lazily, so they are imported first."""
-    import diagnose.rules  # noqa: F401 - an import, outside the timer as HTA's are
-    from diagnose.io import fastjson
-    from diagnose.analyze import analyze_path
+    import llmdiag.diagnose.rules  # noqa: F401 - an import, outside the timer as HTA's are
+    from llmdiag.diagnose.io import fastjson
+    from llmdiag.diagnose.analyze import analyze_path
 
     t0, c0 = time.perf_counter(), _cpu()
     a = analyze_path(spec["path"], jobs=spec.get("jobs"), rules=True, exclude_last_step=True)
@@ -64,7 +64,7 @@ def _orjson(spec: dict) -> dict:
 
     import orjson
 
-    from diagnose.io.loader import read_bytes
+    from llmdiag.diagnose.io.loader import read_bytes
 
     wall = cpu = 0.0
     for p in spec["files"]:
@@ -80,7 +80,7 @@ def _orjson(spec: dict) -> dict:
 
 def _idle_worker(args) -> int:
     path, hold = args
-    from diagnose.metrics.per_rank import RankJob, run_job
+    from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 
     run_job(RankJob(path))  # the modules an analysis loads, loaded
     time.sleep(hold)  # alive long enough for the sampler to see every worker at once
@@ -90,7 +90,7 @@ def _idle_worker(args) -> int:
 def _idle(spec: dict) -> dict:
     """The tree an analysis costs before its traces do: this process with the analysis modules loaded, plus
     `jobs` forked workers in the same state, all held alive for `hold` seconds."""
-    from diagnose.metrics.per_rank import RankJob, run_job
+    from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 
     t0 = time.perf_counter()
     run_job(RankJob(spec["path"]))
@@ -109,8 +109,8 @@ def _render(spec: dict) -> dict:
     """The report of a summary, and the summary's JSON edge against bare orjson on the same bytes (ratios)."""
     import orjson
 
-    from diagnose.model.analysis import Analysis
-    from reports.render import render_report
+    from llmdiag.diagnose.model.analysis import Analysis
+    from llmdiag.reports.render import render_report
 
     with open(spec["summary"], "rb") as f:
         raw = f.read()

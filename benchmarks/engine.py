@@ -17,8 +17,8 @@ import time
 import orjson
 
 from benchmarks.generate import write_set
-from diagnose.analyze import analyze_path
-from diagnose.engine import EngineSpec
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.engine import EngineSpec
 
 
 def _summary(a) -> bytes:

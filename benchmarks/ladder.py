@@ -25,10 +25,10 @@ MB_PER_RANK = 0.05  # decompressed MB per generated rank: small, so 16,384 ranks
 def run_whole(path: str, out: str, jobs: int | None = None) -> dict:
     """`llmdiag analyze PATH --json out/summary.json --report out/report.html`, phase by phase, in this process
     (benchmarks/child.py `ladder`)."""
-    from diagnose.analyze import analyze_path
-    from diagnose.cli.analyze import frozen_heap, json_safe, write_json
-    from diagnose.cli.terminal import render
-    from reports.render import render_report
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.cli.analyze import frozen_heap, json_safe, write_json
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.reports.render import render_report
 
     os.makedirs(out, exist_ok=True)
     phases: dict = {}
@@ -57,7 +57,7 @@ def _gate_times(summary: str) -> dict:
     (not part of the analyze command's wall time)."""
     from click.testing import CliRunner
 
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
 
     out = {}
     for name, args in (("check", ["check", summary, "--baseline", summary]), ("diff", ["diff", summary, summary])):

@@ -1,7 +1,7 @@
 """What the HTML report adds to `llmdiag analyze`, as a ratio: the same command line with and without
 `--no-report`, on one generated single-rank trace (35 MB decompressed by default).
 
-Each run is a fresh `python -m diagnose.cli.main analyze ... -q` process, timed from spawn to exit: the
+Each run is a fresh `python -m llmdiag.diagnose.cli.main analyze ... -q` process, timed from spawn to exit: the
 report's cost is its imports as much as its drawing, so interpreter start and imports are included on both
 sides (the user pays them too). Runs alternate (without, with, without, ...) so a load change on the shared
 machine hits both sides; the medians give the ratio. Target (issue 15): with / without ≤ 1.25.
@@ -26,7 +26,7 @@ TARGET = 1.25
 def _run(args: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", *args, "-q"], env=env,
+    done = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", *args, "-q"], env=env,
                           capture_output=True, text=True)
     wall = time.perf_counter() - t
     if done.returncode != 0:

@@ -95,7 +95,7 @@ def measure(tool: str, spec: dict, repeats: int, timeout: float) -> dict:
 
 def decompressed_sizes(files: list[str]) -> list[int]:
     """Streamed, not held: this process's RSS is inherited by the children's ru_maxrss across exec."""
-    from diagnose.io.stream import blocks
+    from llmdiag.diagnose.io.stream import blocks
 
     return [sum(map(len, blocks(f))) for f in files]
 
@@ -112,7 +112,7 @@ def render_summary(case: Case, src: Case, out_dir: str) -> None:
     """A summary of `case.ranks` ranks: the analysis of a small generated set, its ranks repeated."""
     import orjson
 
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     d = analyze_path(src.path, rules=False, exclude_last_step=True).to_dict()
     base = d["ranks"]
@@ -135,7 +135,7 @@ def run_case(case: Case, a, results_dir: str) -> dict:
         return row
     if case.kind == "render":
         try:
-            import reports.render  # noqa: F401
+            import llmdiag.reports.render  # noqa: F401
         except ImportError as e:
             return {**row, "note": f"reports/render.py not importable ({e})"}
         spec = {"summary": case.path, "out": os.path.join(results_dir, f"report-{case.ranks}.html")}
@@ -264,7 +264,7 @@ def main(argv=None) -> None:
     os.makedirs(a.out, exist_ok=True)
     if a.parser == "orjson":
         os.environ["LLMDIAG_PARSER"] = "orjson"  # inherited by every child
-    from diagnose.io import fastjson
+    from llmdiag.diagnose.io import fastjson
 
     parser = "msgspec" if fastjson.decoder() else "orjson (pip install msgspec for the typed decoder)"
     print(f"mode {mode}: {len(cases)} cases, jobs {a.jobs}, repeats {a.repeats} (baselines {a.baseline_repeats}), "

@@ -11,18 +11,18 @@ import os
 import socket
 import time
 
-from diagnose import __version__
-from diagnose.engine import EngineSpec, run_jobs
-from diagnose.io.discover import discover
-from diagnose.io.megatron_ops import find_op_table
-from diagnose.metrics.cross_rank import assemble, stage_hint
-from diagnose.metrics.per_rank import RankJob, run_job
-from diagnose.metrics.runs import group_runs, pick_runs, run_infos, runs_message
-from diagnose.metrics.step_stats import add_step_summary
-from diagnose.model.analysis import Analysis, AnalysisOptions, Issue
-from diagnose.model.summary import manifest_from_dict
-from diagnose.simulate.kineto import kineto_whatif
-from diagnose.simulate.replay import complete_from_outputs
+from llmdiag.diagnose import __version__
+from llmdiag.diagnose.engine import EngineSpec, Work, default_workers, run_jobs
+from llmdiag.diagnose.io.discover import discover
+from llmdiag.diagnose.io.megatron_ops import find_op_table
+from llmdiag.diagnose.metrics.job.cross_rank import assemble, stage_hint
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
+from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, runs_message
+from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
+from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
+from llmdiag.diagnose.model.summary import manifest_from_dict
+from llmdiag.diagnose.simulate.kineto import kineto_whatif
+from llmdiag.diagnose.simulate.replay import complete_from_outputs
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
@@ -34,7 +34,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
     (diagnose.metrics.runs): "newest" (default: the newest complete run, else the newest) or its number, 1 the
     oldest. `tracks`, when given, gets each rank's timeline intervals from this same pass (`analyze --timeline`:
-    metrics/track_intervals.py), of `track_ranks` only where given."""
+    metrics/rank/track_intervals.py), of `track_ranks` only where given."""
     per_run: dict | None = {} if tracks is not None else None
     a = analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
                      top_k=top_k, rules=rules, engine=engine, timings=timings, run=run, tracks=per_run,
@@ -55,12 +55,12 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
     if isinstance(path, str) and (table := find_op_table(path)):  # the straggler study's op tables: a kind of their own
-        from diagnose.simulate.op_table import analyse_op_table
+        from llmdiag.diagnose.simulate.op_table import analyse_op_table
 
         analysis = analyse_op_table(table, __version__)
         add_step_summary(analysis)
         if rules:
-            from diagnose.rules import findings
+            from llmdiag.diagnose.rules import findings
 
             analysis.findings = findings(analysis)
         return [analysis]
@@ -70,8 +70,11 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k,
                        tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False)
                 for f in src.files]
+    if len(job_list) == 1 and not engine.is_dask and (n := engine.jobs or default_workers()) > 1:
+        job_list[0].helpers = n  # one rank on the local pool: its parse is split across the cores (split_parse.py)
     t0 = time.perf_counter()
-    all_outputs = run_jobs(job_list, engine, progress=progress, fn=run_job)  # run_job looked up here: tests patch it
+    work = Work(run_job, failed_output, RankOutput)  # run_job looked up here: tests patch it
+    all_outputs = run_jobs(job_list, work, engine, progress=progress)
     t1 = time.perf_counter()
     groups = group_runs(all_outputs)
     picked = pick_runs(groups, run, src.path)
@@ -96,7 +99,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             analysis.issues.append(Issue(src.path, why, None, "warning"))
         t2 = time.perf_counter()
         if rules:
-            from diagnose.rules import findings
+            from llmdiag.diagnose.rules import findings
 
             analysis.findings = findings(analysis)
         if timings is not None:

@@ -20,9 +20,9 @@ from operator import attrgetter
 
 from markupsafe import escape
 
-from diagnose.model.analysis import Analysis, RankMetrics
-from diagnose.model.format import column_unit, fmt
-from diagnose.model.views import hosts as rank_hosts
+from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
+from llmdiag.diagnose.model.format import column_unit, fmt
+from llmdiag.diagnose.model.views import hosts as rank_hosts
 
 # (label, unit, value of a rank or None, worse is higher)
 HEAT_ROWS = [

@@ -3,7 +3,7 @@
 A number read directly from the analysis is a `Num` carrying its summary path (`ranks.3.step_time_ms`,
 the key `Analysis.to_dict()` writes it under); it renders as `<span data-k=path data-u=unit>` with the
 shared `fmt`, so tests check each printed number against the JSON. Cross-rank numbers come from
-`diagnose.model.views` (the terminal prints the same rows) and carry no path unless they are one rank's
+`llmdiag.diagnose.model.views` (the terminal prints the same rows) and carry no path unless they are one rank's
 exact value. With hundreds of ranks the tables show the distribution first, then at most MAX_RANKS ranks
 picked as the worst.
 """
@@ -16,19 +16,19 @@ from dataclasses import asdict, dataclass
 
 from markupsafe import Markup
 
-from diagnose.model import views
-from diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
-from diagnose.model.format import column_unit, fmt, header_unit, ranges
-from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
-from diagnose.model.manifest import layout_text
-from diagnose.model.names import demangle_many, short_names
-from diagnose.model.pack import file_schema
-from diagnose.model.views import DISTRIBUTIONS
-from diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
+from llmdiag.diagnose.model import views
+from llmdiag.diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
+from llmdiag.diagnose.model.format import column_unit, fmt, header_unit, ranges
+from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
+from llmdiag.diagnose.model.manifest import layout_text
+from llmdiag.diagnose.model.names import demangle_many, short_names
+from llmdiag.diagnose.model.pack import file_schema
+from llmdiag.diagnose.model.views import DISTRIBUTIONS
+from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
                                         whatif_cards)
-from reports import charts
-from reports.kernel_views import kernel_views
-from reports.steps import step_view
+from llmdiag.reports import charts
+from llmdiag.reports.kernel_views import kernel_views
+from llmdiag.reports.steps import step_view
 
 MAX_RANKS = 32
 MAX_MEMORY_SERIES = 8

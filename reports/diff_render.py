@@ -2,7 +2,7 @@
 
 The template lives in reports/templates/ (the folder the package data ships) and is rendered with
 autoescape on: kernel names and paths come from foreign traces and must never become markup. Numbers go
-through the one formatter (`diagnose.model.format`), so the page reads like the terminal diff and the report.
+through the one formatter (`llmdiag.diagnose.model.format`), so the page reads like the terminal diff and the report.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
-from diagnose.model.format import fmt, fmt_delta
+from llmdiag.diagnose.model.format import fmt, fmt_delta
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -55,7 +55,7 @@ def chart_svg(rows: list[dict]) -> Markup:
 
 
 def render_diff_html(comparison) -> str:
-    """`comparison`: a `diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
+    """`comparison`: a `llmdiag.diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)

@@ -7,8 +7,8 @@ in the per-rank table is found in the heatmap instead), and every linked row lin
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import ranges
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import ranges
 
 # substring of evidence.metric -> (figure or section anchors, the row id prefix for the finding's ranks)
 PLACES = [

@@ -12,8 +12,8 @@ import math
 
 from markupsafe import escape
 
-from diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics
-from diagnose.model.format import UNITS, column_unit, fmt, header_unit
+from llmdiag.diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics
+from llmdiag.diagnose.model.format import UNITS, column_unit, fmt, header_unit
 
 PARTS = [  # (attribute of RankMetrics, legend label, colour): the five parts that sum to the step time
     ("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", "overlapped comm", "#72b7b2"),

@@ -3,11 +3,11 @@ the terminal prints too); per-rank numbers carry their summary path, numbers sum
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
                                              SEQ_HEADER, SEQ_NOTE, STREAM_HEADER, STREAM_NOTE, launch_rows, op_rows,
                                              roof_rows, seq_rows, seq_text, stream_rows)
-from diagnose.model.names import demangle
+from llmdiag.diagnose.model.names import demangle
 
 MAX_OPS = 30
 MAX_ROOF = 30

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from diagnose.model.format import fmt
-from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from diagnose.model.moe import MoeSummary
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
+from llmdiag.diagnose.model.moe import MoeSummary
 
 MAX_ANNOTATED = 16  # ranks up to which every cell prints its value
 PLOT_MAX = 560  # px: the matrix is at most this wide and tall, whatever the number of ranks

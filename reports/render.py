@@ -18,11 +18,11 @@ import tempfile
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from diagnose.model.analysis import SEVERITIES, Analysis
-from diagnose.model.format import fmt
-from reports import charts, evidence, figures
-from reports.context import build
-from reports.glossary import GLOSSARY
+from llmdiag.diagnose.model.analysis import SEVERITIES, Analysis
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.reports import charts, evidence, figures
+from llmdiag.reports.context import build
+from llmdiag.reports.glossary import GLOSSARY
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 # Click a header to sort a table (numbers by value, n/a last). Optional: the report reads fine without it.
@@ -72,7 +72,7 @@ def _moe(a: Analysis) -> Markup:
     """The MoE section, imported only for a run with expert parallelism."""
     if a.moe is None:
         return Markup("")
-    from reports import moe as moe_section
+    from llmdiag.reports import moe as moe_section
 
     return moe_section.section(a.moe)
 
@@ -80,7 +80,7 @@ def _moe(a: Analysis) -> Markup:
 def _accum(a: Analysis) -> Markup:
     if a.accum is None:
         return Markup("")
-    from reports import moe as moe_section
+    from llmdiag.reports import moe as moe_section
 
     return moe_section.accum_section(a.accum)
 

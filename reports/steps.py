@@ -3,8 +3,8 @@ median step, outlier steps); the terminal prints the same numbers."""
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.steps import step_span, steps_of
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.steps import step_span, steps_of
 
 
 def step_view(a: Analysis, num) -> dict:

@@ -16,7 +16,7 @@ def llmdiag_run():
     """llmdiag_run(out, workload, *args, check=True) -> CompletedProcess; asserts exit 0 unless check=False."""
 
     def run(out, workload: str, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", str(out),
+        cmd = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", workload, "--out", str(out),
                "--device", "cpu", *map(str, args)]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         if check:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from diagnose.model.analysis import Analysis, CollectiveSkew, SkewResult
-from diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.analysis import Analysis, CollectiveSkew, SkewResult
+from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from tests.summaries import _steps, aggregate, analysis
 
 FP32_SPEEDUP = 4.0  # bf16 over fp32 GEMM assumed by the planted fp32 problem (the rule's documented constant)

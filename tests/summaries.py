@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
-from diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, CollectiveSkew, CommGroupStats, Hints,
+from llmdiag.diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, CollectiveSkew, CommGroupStats, Hints,
                                      Issue, KernelStat, MemoryStat, PipelineAction, PipelinePrediction,
                                      PipelineResult, RankMetrics, SkewResult, StageBubble, StepBreakdown)
-from diagnose.model.summary import manifest_from_dict
+from llmdiag.diagnose.model.summary import manifest_from_dict
 
 GIB = 2**30
 EVIL = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', "{{ 7*7 }}", "$x^2$ & 'q'"]

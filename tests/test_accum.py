@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
 
 LAYERS, AG_US, RS_US, FWD_US, BWD_US, STEP_US = 4, 40, 60, 300, 600, 20_000
@@ -59,9 +59,9 @@ def test_microsteps_and_traffic_per_optimizer_step(tmp_path, n):
     assert f.gain_ms == pytest.approx(n * LAYERS * AG_US / 1000 * (n - 1) / n)
     assert f.gain_kind == "bound"
     # Terminal and report print the same accumulation figures.
-    from diagnose.cli.terminal import render
-    from diagnose.model.moe_view import accum_cards
-    from reports.render import render_html
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.moe_view import accum_cards
+    from llmdiag.reports.render import render_html
 
     text, html = render(a, width=200), render_html(a)
     assert 'id="accum"' in html

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnose.metrics.skew import Collectives, skew
+from llmdiag.diagnose.metrics.rank.collectives import Collectives
+
+from llmdiag.diagnose.metrics.job.skew import skew
 
 STEPS = 20
 KINDS = ["allreduce", "allreduce", "allreduce", "alltoall", "alltoall"]

@@ -1,13 +1,13 @@
-"""What the rules say once a straggler is decided (metrics/stragglers.py): the cause read from the straggler's
+"""What the rules say once a straggler is decided (metrics/job/stragglers.py): the cause read from the straggler's
 own timeline, the `async_op=True` advice only where the host waits in the collective, and a skew longer than
 a step reported as a matching failure, never as a finding. Summaries built by hand: the answers are the
 numbers placed in them."""
 
 from __future__ import annotations
 
-from diagnose.metrics.straggler_issues import alignment_issues as _alignment_issues
-from diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
-from diagnose.rules import findings as run_rules
+from llmdiag.diagnose.metrics.job.straggler_issues import alignment_issues as _alignment_issues
+from llmdiag.diagnose.model.analysis import CollectiveSkew, SkewResult, Straggler
+from llmdiag.diagnose.rules import findings as run_rules
 from tests.summaries import summary, typed
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 PAIR = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "real" / "hta" / "sampled_pair"
 pytestmark = pytest.mark.skipif(not PAIR.is_dir(), reason="../shared/fixtures/real not present")

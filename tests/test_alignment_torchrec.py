@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "real" / "torchrec"
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
@@ -96,9 +96,9 @@ def test_real_late_captures_and_straggler(run, tmp_path):
     # one text, one set of numbers everywhere: terminal, report, JSON summary, finding
     from markupsafe import escape
 
-    from diagnose.cli.terminal import render
-    from diagnose.model.analysis import Analysis
-    from reports.render import render_html
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.analysis import Analysis
+    from llmdiag.reports.render import render_html
 
     assert x.reason in f.evidence.text and x.reason in " ".join(render(a).split())
     assert str(escape(x.reason)) in " ".join(render_html(a).split())

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline.actions import theory_bubble
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.pipeline.actions import theory_bubble
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ PP_MODEL = ("--hidden", "256", "--seq-len", "128", "--batch", "16")
 
 
 def run_workload(out: str, workload: str, *args: str) -> str:
-    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *args]
+    cmd = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", workload, "--out", out, *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return out

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import generate
 from benchmarks.proctree import run_sampled, tree
 from benchmarks.run import Case, cases_for, table
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 
 @pytest.fixture(scope="module")

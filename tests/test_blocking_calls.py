@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.gen_blocking import allocator, async_copy_twin, blocking_copy, host_op, many_launches
 
 FUSION = ("torch.compile(model)", "reduce-overhead", "torch.cuda.CUDAGraph")

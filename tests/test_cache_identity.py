@@ -15,9 +15,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from diagnose.errors import TraceError
-from diagnose.io import cache, loader
-from diagnose.metrics.per_rank import RankJob, run_job
+from llmdiag.diagnose.errors import TraceError
+from llmdiag.diagnose.io import cache, loader
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 from tests.builder import gpu_rank
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.io import fastjson
-from diagnose.io.trace import COMPUTE
-from diagnose.io.loader import load_trace
-from diagnose.metrics.classify import classify
-from diagnose.model.devices import link_busbw_gbps, link_peak
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.io import fastjson
+from llmdiag.diagnose.io.trace import COMPUTE
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.metrics.rank.classify import classify
+from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from tests import gen_traces
 from tests.builder import TraceBuilder
 
@@ -170,8 +170,8 @@ def test_classification_is_linear_on_hostile_names(tmp_path):
     t = load_trace(path)
     t0 = time.perf_counter()
     classify(t)
-    from diagnose.metrics.kernels import hints
-    from diagnose.metrics.steps import windows
+    from llmdiag.diagnose.metrics.rank.kernels import hints
+    from llmdiag.diagnose.metrics.rank.steps import windows
 
     wins, _ = windows(t)
     h = hints(t, wins, 0.0, 1.0)
@@ -217,7 +217,7 @@ def test_mi300x_all_reduce_far_below_its_link():
     ("FSDP::all_gather_copy_in", False), ("FSDP::all_gather_copy_out", False),
 ])
 def test_host_communication_ops(name, want):
-    from diagnose.metrics.host_ops import is_comm_op
+    from llmdiag.diagnose.metrics.rank.host_ops import is_comm_op
 
     assert is_comm_op(name) is want
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from diagnose.cli.main import main
+from llmdiag.diagnose.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -27,7 +27,7 @@ OTHER_TOOLS = {
     # python -m benchmarks.run / benchmarks.engine (docs/benchmarks.md, docs/cluster.md)
     "--baseline-repeats", "--cases", "--data-dir", "--full", "--ladder", "--no-hta", "--parser", "--quick",
     "--repeats", "--mb", "--workers",
-    # python -m workloads.overhead (docs/workloads.md)
+    # python -m llmdiag.workloads.overhead (docs/workloads.md)
     "--repeat",
     # python -m tests.expert.score (docs/expert-corpus.md)
     "--llmdiag", "--markdown", "--real-only",

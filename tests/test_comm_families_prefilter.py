@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.io.loader import load_trace
-from diagnose.metrics.comm_families import FAMILIES, NAME_CAP, family_of
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.metrics.rank.comm_families import FAMILIES, NAME_CAP, family_of
 from tests.test_pipeline_comm_names import COMPUTE, DEEPEP
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real"

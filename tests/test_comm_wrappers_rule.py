@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.classify import is_host_comm
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.classify import is_host_comm
 from tests.builder import GLOO_TID, MAIN_TID, TraceBuilder
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.terminal import render
-from diagnose.gate.diff import compare, render_text
-from diagnose.model import views
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt, fmt_gain
-from diagnose.rules import findings
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.gate.diff import compare, render_text
+from llmdiag.diagnose.model import views
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import fmt, fmt_gain
+from llmdiag.diagnose.rules import findings
+from llmdiag.reports.render import render_html
 from tests.summaries import busy, typed
 
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "real"

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.gate.diff import compare, render_text
-from reports.diff_render import render_diff_html
+from llmdiag.diagnose.gate.diff import compare, render_text
+from llmdiag.reports.diff_render import render_diff_html
 from tests.test_gate import make_analysis, make_pipeline, make_summary
 
 HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta")
@@ -85,7 +85,7 @@ def test_html_is_escaped_and_self_contained():
 
 
 def test_cli_diff_writes_html_and_json(tmp_path):
-    from diagnose.cli.gate import diff
+    from llmdiag.diagnose.cli.gate import diff
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_bytes(orjson.dumps(make_summary(n=2)))
@@ -101,7 +101,7 @@ def test_cli_diff_writes_html_and_json(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(HTA), reason="shared real-trace fixtures not present")
 def test_real_traces_2rank_vs_16rank():
-    from diagnose.gate.sides import load_side
+    from llmdiag.diagnose.gate.sides import load_side
 
     a = load_side(os.path.join(HTA, "nccl_data.json.gz"))
     b = load_side(os.path.join(HTA, "a100_16rank_alltoall_rank0.json.gz"))
@@ -155,8 +155,8 @@ def test_diff_names_what_differs_ends_in_a_verdict_and_draws_the_changes():
 def test_diff_chart_labels_print_the_tables_change():
     """A share's bar is labelled in percentage points like its table row (an overlap 40 % → 20 % is −20.0 pt,
     never the relative −50 %); a time's label is its table change."""
-    from diagnose.gate.diff import change_text
-    from reports.diff_render import chart_rows
+    from llmdiag.diagnose.gate.diff import change_text
+    from llmdiag.reports.diff_render import chart_rows
     from tests.summaries import analysis
 
     a, b = analysis(8), analysis(8)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path, analyze_runs
-from diagnose.model.analysis import Analysis
+from llmdiag.diagnose.analyze import analyze_path, analyze_runs
+from llmdiag.diagnose.model.analysis import Analysis
 from tests import summaries
 from tests.gen_moe import moe_ep_ranks
 from tests.gen_pipeline import Case, write as write_pipeline

@@ -8,7 +8,7 @@ import io
 import os
 import re
 
-from diagnose.export.tables import schema_markdown
+from llmdiag.diagnose.export.tables import schema_markdown
 from tests.builder import TraceBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

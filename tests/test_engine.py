@@ -14,11 +14,13 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.engine import EngineSpec, run_jobs
-from diagnose.engine.progress import Progress
-from diagnose.errors import LlmdiagError
-from diagnose.metrics.per_rank import RankJob
+from llmdiag.diagnose.engine import EngineSpec, Work, run_jobs
+from llmdiag.diagnose.engine.progress import Progress
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
 from tests.builder import gpu_rank
+
+RANK_WORK = Work(run_job, failed_output, RankOutput)  # what analyze_path hands the engine
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,20 +32,20 @@ def _folder(d: Path, n: int = 4) -> Path:
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", *args], capture_output=True,
                           text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pool_returns_outputs_in_job_order_and_counts_every_file(tmp_path, monkeypatch, workers):
-    import diagnose.engine.pool as pool
+    import llmdiag.diagnose.engine.pool as pool
     from rich.console import Console
 
     monkeypatch.setattr(pool, "MIN_BYTES_PER_WORKER", 1)  # tiny traces: use the worker processes anyway
     d = _folder(tmp_path)
     paths = [str(d / f"rank{r}.json") for r in (2, 0, 3, 1)]
     out = io.StringIO()
-    res = run_jobs([RankJob(p) for p in paths], EngineSpec(jobs=workers), progress=True,
+    res = run_jobs([RankJob(p) for p in paths], RANK_WORK, EngineSpec(jobs=workers), progress=True,
                    console=Console(file=out, force_terminal=True, width=120))
     assert [o.path for o in res] == paths and [o.rank for o in res] == [2, 0, 3, 1]
     assert all(o.error is None for o in res)
@@ -66,7 +68,7 @@ def test_no_progress_off_a_terminal_and_no_dask_import(tmp_path):
     imported by an analysis that does not ask for them (import time is every run's fixed cost)."""
     d = _folder(tmp_path / "run")
     code = ("import sys, runpy; sys.argv = ['llmdiag', 'analyze', %r, '--no-report', '--json', %r]\n"
-            "try:\n    runpy.run_module('diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('LOADED', sorted(m for m in ('dask', 'distributed', 'rich') if m in sys.modules))"
             % (str(d), str(tmp_path / "s.json")))
@@ -93,7 +95,7 @@ def test_two_engines_are_one_usage_line(tmp_path, args, env, words):
 def test_scheduler_from_the_environment_yields_to_an_explicit_engine():
     from click.core import ParameterSource
 
-    from diagnose.cli.analyze import engine_spec
+    from llmdiag.diagnose.cli.analyze import engine_spec
 
     class Ctx:
         def __init__(self, src):
@@ -114,7 +116,7 @@ def test_scheduler_from_the_environment_yields_to_an_explicit_engine():
 def test_dask_options_without_the_extra_name_it(tmp_path, monkeypatch, option):
     """dask/distributed missing (simulated: an import of a module set to None in sys.modules fails): one line
     naming the extra to install, exit 2, no traceback."""
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
 
     monkeypatch.setitem(sys.modules, "distributed", None)
     d = _folder(tmp_path / "run", 2)
@@ -127,7 +129,7 @@ def test_dask_options_without_the_extra_name_it(tmp_path, monkeypatch, option):
 
 
 def test_timings_cover_the_phases(tmp_path):
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     t: dict = {}
     a = analyze_path(str(_folder(tmp_path / "run", 2)), jobs=1, timings=t)

@@ -18,11 +18,13 @@ import orjson
 import pytest
 
 from benchmarks.generate import write_set
-from diagnose.analyze import analyze_path
-from diagnose.engine import EngineSpec, run_jobs
-from diagnose.errors import LlmdiagError
-from diagnose.metrics.per_rank import RankJob, run_job
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.engine import EngineSpec, Work, run_jobs
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
 from tests.builder import gpu_rank
+
+RANK_WORK = Work(run_job, failed_output, RankOutput)  # what analyze_path hands the engine
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
@@ -52,7 +54,7 @@ def _kill_script(d: Path, out: Path, marker: Path) -> str:
     does) and the one running rank2 dies the first time only."""
     return f"""
 import os, sys
-import diagnose.analyze as an
+import llmdiag.diagnose.analyze as an
 real = an.run_job
 def job(j):
     name = os.path.basename(j.path)
@@ -63,7 +65,7 @@ def job(j):
     return real(j)
 an.run_job = job
 sys.argv = ["llmdiag", "analyze", {str(d)!r}, "--no-report", "-q", "--json", {str(out)!r}, "--dask-local", "2"]
-from diagnose.cli.main import main
+from llmdiag.diagnose.cli.main import main
 main()
 """
 
@@ -96,7 +98,7 @@ def test_unreachable_scheduler_is_one_line_and_prompt(tmp_path):
     d = tmp_path / "run"
     gpu_rank(0, world_size=1).write(d / "rank0.json")
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", str(d), "--no-report", "-q"],
+    p = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", str(d), "--no-report", "-q"],
                        capture_output=True, text=True, timeout=60, cwd=REPO,
                        env={**ENV, "DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:9",
                             "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
@@ -146,7 +148,7 @@ def test_external_scheduler_file_names_unshared_traces_and_shows_progress(tmp_pa
     jobs = [RankJob(str(d / "rank0.json")), RankJob("/nonexistent/on/the/workers/rank2.json"),
             RankJob(str(d / "rank1.json"))]
     out = io.StringIO()
-    res = run_jobs(jobs, EngineSpec(scheduler_file=str(cluster[2])), progress=True,
+    res = run_jobs(jobs, RANK_WORK, EngineSpec(scheduler_file=str(cluster[2])), progress=True,
                    console=Console(file=out, force_terminal=True, width=120))
     assert [o.rank for o in res] == [0, None, 1]
     assert res[1].error.startswith("llmdiag: /nonexistent/on/the/workers/rank2.json: a Dask worker on ")
@@ -157,14 +159,14 @@ def test_external_scheduler_file_names_unshared_traces_and_shows_progress(tmp_pa
 def test_no_result_within_the_bound_is_one_line(tmp_path, cluster, monkeypatch):
     """A worker that never finishes (here: a trace that takes a second, against a bound lowered to 0.3 s) stops
     the analysis with one line saying what was done and what the bound was, instead of waiting forever."""
-    import diagnose.engine.dask_engine as de
+    import llmdiag.diagnose.engine.dask_engine as de
 
     monkeypatch.setattr(de, "WAIT_FLOOR_S", 0.3)
     d = tmp_path / "run"
     gpu_rank(0, world_size=1).write(d / "rank0.json")
     t0 = time.monotonic()
     with pytest.raises(LlmdiagError) as e:
-        run_jobs([RankJob(str(d / "rank0.json"))], EngineSpec(scheduler_file=str(cluster[2])), fn=slow_job)
+        run_jobs([RankJob(str(d / "rank0.json"))], Work(slow_job, failed_output, RankOutput), EngineSpec(scheduler_file=str(cluster[2])))
     assert time.monotonic() - t0 < 30
     assert re.fullmatch(r"llmdiag: no trace finished on the Dask scheduler at tcp://127\.0\.0\.1:\d+ for 0\.3\d* s, "
                         r"after 0 of 1 traces \(.*; the bound is 0\.3 s plus 1 s per MB of the largest trace left\)",
@@ -188,7 +190,7 @@ def test_scheduler_going_away_is_one_line_not_a_hang(tmp_path, cluster):
 
     threading.Thread(target=kill_after_two, daemon=True).start()
     with pytest.raises(LlmdiagError) as e:
-        run_jobs(jobs, EngineSpec(scheduler_file=str(sf)), fn=slow_job)
+        run_jobs(jobs, Work(slow_job, failed_output, RankOutput), EngineSpec(scheduler_file=str(sf)))
     assert killed and time.monotonic() - killed[0] < 15
     assert re.fullmatch(r"llmdiag: the Dask scheduler at tcp://127\.0\.0\.1:\d+ went away after [0-7] of 8 traces.*",
                         e.value.line()), e.value.line()

@@ -98,8 +98,8 @@ def test_the_probe_sees_overlap_clipping_and_narrow_cells(tmp_path):
 
 # -- the reports ------------------------------------------------------------------------------------------------
 def _report(a) -> str:
-    from diagnose.rules import findings
-    from reports.render import render_html
+    from llmdiag.diagnose.rules import findings
+    from llmdiag.reports.render import render_html
 
     a.findings = findings(a)
     return render_html(a)
@@ -122,7 +122,7 @@ def test_evil_strings_report_figures(tmp_path):
 
 @pytest.mark.parametrize("n", [2, 4, 24, 80])
 def test_moe_report_figures(tmp_path, n):
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
     from tests.gen_moe import moe_ep_ranks
 
     send = [[64 * (1 + (s + d) % 3) for d in range(n)] for s in range(n)]
@@ -136,7 +136,7 @@ def test_moe_report_figures(tmp_path, n):
 
 def test_whatif_and_pipeline_report(tmp_path, monkeypatch):
     """A planted slow pipeline stage: the what-if section (cards, stages, groups) and the pipeline timeline."""
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
     from tests.gen_pipeline import write
     from tests.gen_planted import corpus
 
@@ -145,7 +145,7 @@ def test_whatif_and_pipeline_report(tmp_path, monkeypatch):
     write(corpus()[8], d)
     a = analyze_path(str(d), jobs=1)
     assert a.whatif is not None
-    from reports import context
+    from llmdiag.reports import context
 
     cards = context.whatif_cards  # the demo's longer contributors line (four groups, long op types)
     long = ("top contributors", "stage 2 1.027, op type backward-compute-input 1.021, DP rank 0 1.019, stage 3 1.010",
@@ -158,8 +158,8 @@ def test_whatif_and_pipeline_report(tmp_path, monkeypatch):
 
 
 def test_diff_page_chart(tmp_path):
-    from diagnose.gate.diff import compare
-    from reports.diff_render import render_diff_html
+    from llmdiag.diagnose.gate.diff import compare
+    from llmdiag.reports.diff_render import render_diff_html
     from tests.test_gate import make_analysis
 
     a = make_analysis(n=4, kernels={"aten::mm": 40.0, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL": 20.0})
@@ -173,7 +173,7 @@ def test_diff_page_chart(tmp_path):
 @pytest.mark.parametrize("workload,args", [("dp2tp2pp2", []), ("ep2", ["--moe-experts", "4", "--moe-topk", "2"])])
 def test_own_run_report_figures(tmp_path, llmdiag_run, workload, args):
     """The report of `llmdiag run`'s own traces (what `make demo` shows): pipeline, what-if, MoE, memory."""
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     out = tmp_path / "run"
     llmdiag_run(out, workload, "--profile-steps", "0,1,1", "--steps", "3", *args)
@@ -191,7 +191,7 @@ REAL_SETS = ["hta/nccl_data.json.gz", "hta/sampled_pair", "tracelens/mi300_ddp8_
 def test_real_fixture_reports(tmp_path, name):
     """Reports of real trace sets: one GPU rank, a sampled pair, ROCm, four-rank DLRM, and the OSDI'25 Megatron
     op table (what-if section, eight workers)."""
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     a = analyze_path(str(REAL / name), jobs=1)
     check(tmp_path, _report(a), {"fig-heatmap"} if len(a.ranks) > 1 else set())
@@ -201,9 +201,9 @@ def test_real_fixture_reports(tmp_path, name):
 @pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
 def test_real_diff_page(tmp_path):
     """`diff` of HTA's trace_diff pair: one rank of an 8-rank job before and after a change."""
-    from diagnose.analyze import analyze_path
-    from diagnose.gate.diff import compare
-    from reports.diff_render import render_diff_html
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.gate.diff import compare
+    from llmdiag.reports.diff_render import render_diff_html
 
     a, b = (analyze_path(str(REAL / "hta" / "trace_diff" / f), jobs=1) for f in ("control.json.gz", "test.json.gz"))
     check(tmp_path, render_diff_html(compare(a, b)), {"fig-diff"})

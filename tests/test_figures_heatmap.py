@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from reports import charts
+from llmdiag.reports import charts
 from tests.summaries import analysis
 
 

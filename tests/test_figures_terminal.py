@@ -1,5 +1,5 @@
 """Terminal tables and prose at the reader's width: `COLUMNS` when set, the terminal's width on a tty, 100 off one;
-`analyze`, `check` and `diff` alike (one table function, `diagnose.gate.format.table`, through rich)."""
+`analyze`, `check` and `diff` alike (one table function, `llmdiag.diagnose.gate.format.table`, through rich)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.gate.format import DEFAULT_WIDTH, table, terminal_width
+from llmdiag.diagnose.gate.format import DEFAULT_WIDTH, table, terminal_width
 from tests.test_gate import make_analysis, make_summary
 
 LONG = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl, "
@@ -33,7 +33,7 @@ def test_table_fits_and_keeps_every_character(width):
 
 
 def _cli(args, columns):
-    from diagnose.cli.gate import check, diff
+    from llmdiag.diagnose.cli.gate import check, diff
 
     cmd = {"check": check, "diff": diff}[args[0]]
     return CliRunner().invoke(cmd, [str(a) for a in args[1:]], env={"COLUMNS": str(columns), "GITHUB_ACTIONS": ""})
@@ -54,7 +54,7 @@ def test_check_and_diff_follow_columns(tmp_path, columns):
 
 
 def test_analyze_tables_follow_columns(monkeypatch):
-    from diagnose.cli.terminal import render
+    from llmdiag.diagnose.cli.terminal import render
 
     a = make_analysis(n=4, kernels={LONG: 30.0, "aten::mm": 5.0})
     for cols in (70, 150):
@@ -65,7 +65,7 @@ def test_analyze_tables_follow_columns(monkeypatch):
 
 def test_flops_row_names_no_unit_its_values_do_not_use():
     """0.45 TFLOP/s prints as 450.0 GFLOP/s: the row's name must not say TFLOP/s beside it."""
-    from diagnose.gate.diff import compare, render_text
+    from llmdiag.diagnose.gate.diff import compare, render_text
 
     a, b = make_analysis(n=2), make_analysis(n=2)
     a.aggregate.achieved_tflops_per_device, b.aggregate.achieved_tflops_per_device = 0.45, 1.5
@@ -96,7 +96,7 @@ def test_quiet_analysis_does_not_import_rich(tmp_path):
     src = _folder(tmp_path / "run")
     root = Path(__file__).resolve().parent.parent
     code = ("import sys, runpy; sys.argv = ['llmdiag', 'analyze', %r, '--no-report', '-q', '--json', %r]\n"
-            "try:\n    runpy.run_module('diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('RICH', 'rich' in sys.modules)" % (str(src), str(tmp_path / "out.json")))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,

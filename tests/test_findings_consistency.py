@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.rules.overlaps import counted_gain_ms
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.rules.overlaps import counted_gain_ms
 from tests.gen_pipeline import Case
 from tests.gen_pipeline import write as write_pipeline
 from tests.gen_scenario_traces import low_busbw

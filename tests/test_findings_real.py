@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 REAL = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real").resolve()
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real trace fixtures not found at {REAL}")
@@ -176,7 +176,7 @@ def test_roles_come_from_evidence_not_defaults():
     """A whole-world all-reduce is data parallel only where the trace shows the wrapper: nccl_data runs DDP (its
     `DistributedDataParallel.forward` ops give the layout dp=2); the vLLM B200 trace's all-reduce is tensor
     parallel inference with no group description, so its role stays unknown rather than a guessed dp."""
-    from diagnose.model.views import comm_by_group
+    from llmdiag.diagnose.model.views import comm_by_group
 
     ddp = _a("hta/nccl_data.json.gz")
     assert ddp.layout and ddp.layout["dp"] == 2

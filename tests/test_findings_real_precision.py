@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 REAL = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real").resolve()
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real trace fixtures not found at {REAL}")

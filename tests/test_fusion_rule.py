@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.elementwise import is_elementwise
-from diagnose.rules.fusion import ELEMENTWISE_FLOOR
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.elementwise import is_elementwise
+from llmdiag.diagnose.rules.fusion import ELEMENTWISE_FLOOR
 from tests.builder import TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 80 << 30}]

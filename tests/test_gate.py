@@ -10,12 +10,12 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.errors import LlmdiagError
-from diagnose.gate.verdict import METRICS, Gate, evaluate, parse_limit
-from diagnose.gate.config import parse_config
-from diagnose.gate.format import github_annotations
-from diagnose.gate.junit import to_junit
-from diagnose.model.analysis import (
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.gate.verdict import METRICS, Gate, evaluate, parse_limit
+from llmdiag.diagnose.gate.config import parse_config
+from llmdiag.diagnose.gate.format import github_annotations
+from llmdiag.diagnose.gate.junit import to_junit
+from llmdiag.diagnose.model.analysis import (
     Aggregate,
     Analysis,
     AnalysisOptions,
@@ -223,11 +223,11 @@ def test_github_annotations_escaped():
 @pytest.fixture
 def cli():
     try:
-        from diagnose.cli.main import main
+        from llmdiag.diagnose.cli.main import main
     except ImportError:  # another command's module is not there yet: test ours alone
         import click
 
-        from diagnose.cli.gate import check, diff
+        from llmdiag.diagnose.cli.gate import check, diff
         main = click.Group("llmdiag", commands={"check": check, "diff": diff})
     runner = CliRunner()
     return lambda *args, env=None: runner.invoke(main, [str(a) for a in args], env=env or {"GITHUB_ACTIONS": ""})
@@ -267,7 +267,7 @@ def test_cli_exit_codes(cli, files, tmp_path):
 def test_cli_input_error_is_one_line(cli, tmp_path):
     junk = tmp_path / "junk.json"
     junk.write_text('{"hello": 1}')
-    r = CliRunner().invoke(__import__("diagnose.cli.gate", fromlist=["check"]).check,
+    r = CliRunner().invoke(__import__("llmdiag.diagnose.cli.gate", fromlist=["check"]).check,
                            [str(junk), "--min-overlap", "0.5"])
     assert r.exit_code == 2
     assert r.output.strip().startswith("llmdiag: ") and len(r.output.strip().splitlines()) == 1
@@ -341,8 +341,8 @@ def test_cli_default_gates_and_input_error_junit(cli, files, tmp_path):
 
 
 def test_slim_summary_for_baselines(tmp_path):
-    from diagnose.gate.sides import load_side
-    from diagnose.gate.sides import main as slim_main
+    from llmdiag.diagnose.gate.sides import load_side
+    from llmdiag.diagnose.gate.sides import main as slim_main
 
     s = make_summary()
     s["ranks"][0]["memory"][0]["timeline"] = [[0.0, 1.0, 1.0]] * 1000
@@ -361,8 +361,8 @@ HTA_TRACE = Path(__file__).parent.parent.parent / "shared" / "fixtures" / "real"
 @pytest.mark.skipif(not HTA_TRACE.is_file(), reason="shared real-trace fixtures not present")
 def test_trace_and_its_summary_are_the_same_side(tmp_path):
     """A check over traces and over their `analyze --json` file reads one Analysis, so gives one verdict."""
-    from diagnose.analyze import analyze_path
-    from diagnose.gate.sides import load_side
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.gate.sides import load_side
 
     js = tmp_path / "summary.json"
     js.write_bytes(orjson.dumps(analyze_path(str(HTA_TRACE)).to_dict(), option=orjson.OPT_SERIALIZE_NUMPY))
@@ -393,7 +393,7 @@ HOSTILE = "a\n::error::x\r%\x1b]52;c;Zg==\x07\x00\x0b\x85\u202e\ud800\uffff<img 
 
 
 def test_each_sink_escapes_what_its_syntax_gives_meaning_to():
-    from diagnose.model.escape import github_data, github_property, junit_xml, markdown, terminal
+    from llmdiag.diagnose.model.escape import github_data, github_property, junit_xml, markdown, terminal
 
     t = terminal(HOSTILE)
     assert not any(c in t for c in "\n\r\x1b\x07\x00\x0b\x85\u202e\ud800") and "\\x1b]52" in t
@@ -430,7 +430,7 @@ def test_readme_ci_recipe_runs_as_the_baseline_was_recorded():
     """Issue 28: the README's recipe ran `llmdiag run --workload dp2 --out run` against a baseline recorded with
     `--bucket-cap-mb 0.25 --profile-steps 1,1,8`, and failed on overlap. Every CI recipe here (README, docs/ci.md)
     must pass the options the committed baseline's manifest records, and `run/` must be git-ignored."""
-    from diagnose.gate.sides import load_side
+    from llmdiag.diagnose.gate.sides import load_side
 
     recorded = load_side(str(ROOT / "baselines" / "dp2-cpu.json")).manifest.options
     readme = (ROOT / "README.md").read_text()

@@ -18,8 +18,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main as cli_main
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main as cli_main
 from tests.builder import gpu_rank
 
 
@@ -261,7 +261,7 @@ CI_MD = Path(__file__).resolve().parent.parent / "docs" / "ci.md"
 def test_verdict_table_matches_the_tests():
     """docs/ci.md's verdict table and the `test_verdict_*` tests are one to one: each row names its test, each
     such test is named by exactly one row, and every fail-closed reason has a row."""
-    from diagnose.gate.inputs import OPT_OUTS
+    from llmdiag.diagnose.gate.inputs import OPT_OUTS
 
     text = CI_MD.read_text()
     table = text[text.index("| reason | fires when |"):].split("\n\n")[0].splitlines()[2:]

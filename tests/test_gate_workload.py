@@ -24,7 +24,7 @@ SINGLE_BUCKET_MB = 1000  # one bucket: the all-reduce starts when backward is do
 
 
 def llmdiag(*args, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose.cli.main", *map(str, args)], cwd=ROOT, check=False,
+    return subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", *map(str, args)], cwd=ROOT, check=False,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -39,8 +39,8 @@ def run_and_check(tmp_path: Path, bucket_cap_mb: float) -> tuple[subprocess.Comp
 
 
 def test_baseline_matches_the_workload_and_gates():
-    from diagnose.gate.config import build_gates
-    from diagnose.gate.sides import load_side
+    from llmdiag.diagnose.gate.config import build_gates
+    from llmdiag.diagnose.gate.sides import load_side
 
     s = load_side(str(BASELINE))
     assert s.world_size == 2 and s.trace_kind == "cpu" and len(s.ranks) == 2

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workloads.config import SIZES, model_config
-from workloads.errors import WorkloadError
-from workloads.grammar import DIMS, SCHEDULES, Layout, Pipeline, parse_workload, resolve
-from workloads.options import RunOptions
+from llmdiag.workloads.config import SIZES, model_config
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.grammar import DIMS, SCHEDULES, Layout, Pipeline, parse_workload, resolve
+from llmdiag.workloads.options import RunOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = SIZES["tiny"]
@@ -190,7 +190,7 @@ def test_profile_steps_and_total_steps():
 
 
 def test_fault_specs():
-    from workloads.faults import parse
+    from llmdiag.workloads.faults import parse
 
     assert parse("rank:1:raise") == (1, "raise", None)
     assert parse("rank:0:hang:5") == (0, "hang", 5)
@@ -201,8 +201,9 @@ def test_fault_specs():
 
 
 def test_the_launch_path_does_not_import_torch():
-    code = ("import sys; import diagnose.cli.run, workloads.grammar, workloads.options, workloads.launch, "
-            "workloads.manifest, workloads.slurm, workloads.faults, workloads.rankio, workloads.config; "
+    code = ("import sys; import llmdiag.diagnose.cli.run, llmdiag.workloads.grammar, llmdiag.workloads.options, "
+            "llmdiag.workloads.launch, llmdiag.workloads.manifest, llmdiag.workloads.slurm, llmdiag.workloads.faults, "
+            "llmdiag.workloads.rankio, llmdiag.workloads.config; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
@@ -223,7 +224,7 @@ def test_the_launch_path_does_not_import_torch():
 ])
 def test_cli_rejects_bad_input_with_exit_2_before_any_process(tmp_path, args, needle):
     out = tmp_path / "run"
-    code = ("import sys; from diagnose.cli.run import run\n"
+    code = ("import sys; from llmdiag.diagnose.cli.run import run\n"
             "try:\n    run(sys.argv[1:], standalone_mode=False)\n"
             "except Exception as e:\n    assert 'torch' not in sys.modules\n    print(e.line(), file=sys.stderr)\n"
             "    sys.exit(2)\n")
@@ -238,7 +239,7 @@ def test_cli_rejects_bad_input_with_exit_2_before_any_process(tmp_path, args, ne
                                                  (["--workload", "dp2", "--nproc-per-node", "1"], 2, 1),
                                                  (["--workload", "tp2"], 1, 2)])
 def test_print_slurm_writes_a_valid_multi_node_script(tmp_path, args, nodes, per_node):
-    proc = subprocess.run([sys.executable, "-c", "from diagnose.cli.run import run; run()", *args, "--print-slurm"],
+    proc = subprocess.run([sys.executable, "-c", "from llmdiag.diagnose.cli.run import run; run()", *args, "--print-slurm"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     script = proc.stdout
@@ -251,7 +252,7 @@ def test_print_slurm_writes_a_valid_multi_node_script(tmp_path, args, nodes, per
 
 def test_print_slurm_refuses_nodes_that_do_not_divide_the_world():
     """12 ranks on nodes of 8 would start 16 ranks, and every node's plan would refuse them: say so at once."""
-    proc = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "run", "--workload", "dp3tp4", "--nproc-per-node",
+    proc = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", "dp3tp4", "--nproc-per-node",
                            "8", "--print-slurm"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     (line,) = proc.stderr.strip().splitlines()

@@ -16,11 +16,11 @@ import re
 import numpy as np
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.export.passthrough import PID_STRIDE
-from diagnose.export.timeline import build_timeline
-from diagnose.metrics.per_rank import RankJob, run_job
-from diagnose.model.roles import pg_role
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.export.passthrough import PID_STRIDE
+from llmdiag.diagnose.export.timeline import build_timeline
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
+from llmdiag.diagnose.model.roles import pg_role
 from tests.builder import MAIN_TID, TraceBuilder
 
 ROLE = {"dp": "dp", "tp": "tp", "pp": "pp"}
@@ -204,7 +204,7 @@ def test_the_manifest_mesh_gives_members_where_the_trace_names_only_the_group(tm
 
 
 def test_a_large_groups_key_stays_short_and_unique():
-    from diagnose.metrics.groups import Group
+    from llmdiag.diagnose.metrics.rank.groups import Group
 
     dp = Group("mesh_dp", tuple(range(0, 16384, 8)))
     assert dp.key == "mesh_dp[0-16376 step 8]"
@@ -236,9 +236,9 @@ def _pipeline_rank(dp_tids: tuple, tp_tids: tuple, default_tids: tuple = ()) -> 
 
 def _by_dims(tmp_path, b: TraceBuilder) -> dict:
     """(group key, tensor rank) -> count: the test's answer is which thread ran which tensor."""
-    from diagnose.io.loader import load_trace
-    from diagnose.metrics.classify import classify
-    from diagnose.metrics.groups import resolve
+    from llmdiag.diagnose.io.loader import load_trace
+    from llmdiag.diagnose.metrics.rank.classify import classify
+    from llmdiag.diagnose.metrics.rank.groups import resolve
 
     b.write(tmp_path / "rank0.json")
     t = load_trace(str(tmp_path / "rank0.json"))

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.export.passthrough import PID_STRIDE
-from diagnose.export.timeline import build_timeline
-from diagnose.metrics.per_rank import RankJob, run_job
-from diagnose.model.roles import pg_role
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.export.passthrough import PID_STRIDE
+from llmdiag.diagnose.export.timeline import build_timeline
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
+from llmdiag.diagnose.model.roles import pg_role
 
 pytestmark = pytest.mark.slow
 STEPS = ["--profile-steps", "0,1,2", "--steps", "4"]
@@ -81,7 +81,7 @@ def test_own_runs_every_collective_has_its_group_and_role(runs, workload):
 
 
 def _label(key: str) -> str:
-    from diagnose.metrics.skew import group_label
+    from llmdiag.diagnose.metrics.job.skew import group_label
 
     return group_label(key)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

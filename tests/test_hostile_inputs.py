@@ -15,9 +15,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from diagnose.model.files import gunzip_bounded, read_bounded, write_atomic
-from diagnose.errors import LlmdiagError
-from diagnose.model.codec import to_json_dict
+from llmdiag.diagnose.model.files import gunzip_bounded, read_bounded, write_atomic
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.codec import to_json_dict
 from tests.builder import gpu_rank
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def llmdiag(*args, cwd, cap: int | None = None, timeout: float = 60, fsize: int 
     if fsize:
         pre += ["signal.signal(signal.SIGXFSZ, signal.SIG_IGN)", f"resource.setrlimit(resource.RLIMIT_FSIZE, ({fsize}, {fsize}))"]
     code = ("import resource, signal, sys; " + "; ".join(pre) + ("; " if pre else "")
-            + "sys.argv = ['llmdiag'] + sys.argv[1:]; from diagnose.cli.main import main; main()")
+            + "sys.argv = ['llmdiag'] + sys.argv[1:]; from llmdiag.diagnose.cli.main import main; main()")
     env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_ACTIONS": ""}
     p = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                        timeout=timeout, env=env)
@@ -150,7 +150,7 @@ def test_predictable_temp_name_symlink_is_not_followed(tmp_path, good):
     pid and run analyze in-process, so the old code would write through it into the victim."""
     from click.testing import CliRunner
 
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -296,7 +296,7 @@ def test_unstreamable_bomb_is_refused_within_the_cap(tmp_path, good):
 def test_unreadable_sub_folder_is_left_out(tmp_path, good, monkeypatch):
     from click.testing import CliRunner
 
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
 
     d = tmp_path / "run"
     for r in (0, 1):
@@ -361,7 +361,7 @@ def test_fifo_as_the_job_summary_does_not_hang_the_gate(tmp_path, good):
     fifo = tmp_path / "step_summary"
     os.mkfifo(fifo)
     code = ("import sys; sys.argv = ['llmdiag', 'check', sys.argv[1], '--min-overlap', '0']; "
-            "from diagnose.cli.main import main; main()")
+            "from llmdiag.diagnose.cli.main import main; main()")
     env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(fifo)}
     p = subprocess.run([sys.executable, "-c", code, str(good / "good.json")], capture_output=True, text=True,
                        timeout=30, env=env, cwd=tmp_path)

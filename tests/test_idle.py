@@ -1,12 +1,12 @@
-"""Idle attribution (metrics/idle.py) on built traces whose answer is placed by hand, and the CPU pipeline's
+"""Idle attribution (metrics/rank/idle.py) on built traces whose answer is placed by hand, and the CPU pipeline's
 blocked recv counted as bubble, not exposed communication (issue 14 item 4)."""
 
 from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.rules import findings
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.rules import findings
 from tests.builder import TraceBuilder, cpu_rank
 
 
@@ -52,10 +52,10 @@ def test_idle_split_by_host_activity(tmp_path):
 def test_idle_intervals_are_the_hand_placed_gaps(tmp_path):
     """The attribution's intervals (what the timeline's idle track draws and the breakdown sums), in ns on the
     trace's own clock: each hand-placed gap under its own cause, and nothing else."""
-    from diagnose.io.loader import load_trace
-    from diagnose.metrics.classify import classify
-    from diagnose.metrics.idle import idle_intervals
-    from diagnose.metrics.steps import windows
+    from llmdiag.diagnose.io.loader import load_trace
+    from llmdiag.diagnose.metrics.rank.classify import classify
+    from llmdiag.diagnose.metrics.rank.idle import idle_intervals
+    from llmdiag.diagnose.metrics.rank.steps import windows
 
     b = TraceBuilder(rank=0, world_size=1)
     for k in (1, 2):
@@ -130,8 +130,8 @@ def test_hipfree_idle_gets_a_finding(tmp_path):
 def test_device_word_follows_the_trace(tmp_path):
     """Issue 28 item 4: an MTIA trace whose deviceProperties name no device (its runtime events are `mtia_runtime`)
     is called a device, never a GPU; a CPU-only trace's wording says CPU; ROCm and CUDA GPUs stay GPUs."""
-    from diagnose.model.devices import device_from_categories, device_word
-    from diagnose.rules.base import Ctx
+    from llmdiag.diagnose.model.devices import device_from_categories, device_word
+    from llmdiag.diagnose.rules.base import Ctx
     from tests.gen_blocking import host_op
 
     b = host_op(21_000)
@@ -150,8 +150,8 @@ def test_device_word_follows_the_trace(tmp_path):
 def test_idle_table_in_terminal_and_report(tmp_path):
     """Issue 28 item 8: the idle split is a table of its own, the same row in the terminal and the report: the
     hand-placed answer of `_gpu_step` (idle 0.40 = queued 0.05 + runtime 0.25 + host 0.10 ms per step)."""
-    from diagnose.cli.terminal import render
-    from reports.context import idle_view
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.reports.context import idle_view
 
     b = TraceBuilder(rank=0, world_size=1)
     for k in (1, 2):

@@ -1,6 +1,8 @@
 """The code's shape, checked: data flows one way (io → metrics → rules → gate → cli), no import cycle, no
-module reaching back up a stage, the report independent of the rules, the training side independent of the
-analyzer, and no module grown past what one reader holds in mind.
+module reaching back up a stage, the worker's metrics (`metrics.rank`: one trace) below the coordinator's
+(`metrics.job`: all ranks), an engine that runs any function and knows no metric, the report independent of the
+rules, the training side independent of the analyzer, one import name (`llmdiag`), and no module grown past
+what one reader holds in mind.
 
 Imports are read with `ast` from every .py file, lazy imports inside functions included: a cycle hidden in a
 function body is still a cycle.
@@ -14,17 +16,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("diagnose", "reports", "workloads")
-# Stage of each part of diagnose/: a module may import its own part and lower stages only.
-STAGES = {"diagnose": 0, "diagnose.errors": 0, "diagnose.model": 1, "diagnose.io": 2, "diagnose.metrics": 3,
-          "diagnose.simulate": 3.5, "diagnose.rules": 4, "diagnose.engine": 4.5, "diagnose.analyze": 5,
-          "diagnose.export": 5.5, "diagnose.gate": 6, "diagnose.cli": 7}
-REPORTS_MAY_IMPORT = ("diagnose", "diagnose.errors", "diagnose.model")
+PACKAGES = ("diagnose", "reports", "workloads")  # the card's folders, installed as llmdiag.<folder>
+D = "llmdiag.diagnose"
+# Stage of each part of diagnose/: a module may import its own part and lower stages only. The engine sits
+# above the metrics in the order the analysis runs, but imports none of them (test_engine_knows_no_metric).
+STAGES = {D: 0, f"{D}.errors": 0, f"{D}.model": 1, f"{D}.io": 2, f"{D}.metrics.rank": 3, f"{D}.metrics.job": 3.2,
+          f"{D}.simulate": 3.5, f"{D}.rules": 4, f"{D}.engine": 4.5, f"{D}.analyze": 5,
+          f"{D}.export": 5.5, f"{D}.gate": 6, f"{D}.cli": 7}
+REPORTS_MAY_IMPORT = (D, f"{D}.errors", f"{D}.model")
+ENGINE_MAY_IMPORT = (f"{D}.engine", f"{D}.errors", f"{D}.io", f"{D}.model.files")
 MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = ["llmdiag", *path.relative_to(ROOT).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -38,7 +43,7 @@ MODULES = _modules()
 
 
 def _resolve(name: str) -> str | None:
-    """The project module an import refers to (`from diagnose.io import cache` -> diagnose.io.cache)."""
+    """The project module an import refers to (`from llmdiag.diagnose.io import cache` -> ...io.cache)."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -59,7 +64,7 @@ def _imports(mod: str) -> set[str]:
         else:
             continue
         for n in names:
-            if n.split(".")[0] in PACKAGES and (r := _resolve(n)) and r != mod:
+            if n.startswith("llmdiag.") and (r := _resolve(n)) and r != mod:
                 out.add(r)
     return out
 
@@ -108,9 +113,9 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_walk_sees_the_code():
-    assert {"diagnose.model.analysis", "diagnose.io.loader", "diagnose.rules", "reports.render"} <= set(MODULES)
-    assert "diagnose.model.analysis" in GRAPH["diagnose.rules.base"]
-    assert "diagnose.io.split_parse" in GRAPH["diagnose.io.loader"]  # a lazy import inside a function counts
+    assert {"llmdiag.diagnose.model.analysis", "llmdiag.diagnose.io.loader", "llmdiag.diagnose.rules", "llmdiag.reports.render"} <= set(MODULES)
+    assert "llmdiag.diagnose.model.analysis" in GRAPH["llmdiag.diagnose.rules.base"]
+    assert "llmdiag.diagnose.io.split_parse" in GRAPH["llmdiag.diagnose.io.loader"]  # a lazy import inside a function counts
 
 
 def test_no_import_cycle():
@@ -133,18 +138,50 @@ def test_no_upward_import():
 
 
 def test_reports_read_only_the_model():
-    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("reports") for d in deps
-           if not d.startswith("reports") and _stage(d) and _stage(d)[0] not in REPORTS_MAY_IMPORT]
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("llmdiag.reports") for d in deps
+           if not d.startswith("llmdiag.reports") and _stage(d) and _stage(d)[0] not in REPORTS_MAY_IMPORT]
     assert bad == []
 
 
 def test_nothing_imports_the_cli_and_the_analyzer_never_imports_training_code():
     bad = [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
-           if d.startswith("diagnose.cli") and not m.startswith("diagnose.cli")]
+           if d.startswith(f"{D}.cli") and not m.startswith(f"{D}.cli")]
+    bad += [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps if d.startswith("llmdiag.workloads")
+            and m.startswith((D, "llmdiag.reports")) and not m.startswith(f"{D}.cli")]
     bad += [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
-            if d.startswith("workloads") and m.startswith(("diagnose", "reports")) and not m.startswith("diagnose.cli")]
-    bad += [f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
-            if m.startswith("workloads") and d.startswith(("diagnose", "reports"))]
+            if m.startswith("llmdiag.workloads") and d.startswith((D, "llmdiag.reports"))]
+    assert bad == []
+
+
+def test_the_worker_never_imports_the_coordinator():
+    """metrics.rank (one trace, in a pool or Dask worker) never imports metrics.job (all ranks): a worker loads
+    only what one trace needs, and nothing of the coordinator's runs where the trace is."""
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith(f"{D}.metrics.rank") for d in deps
+           if d.startswith(f"{D}.metrics.job")]
+    assert bad == []
+    assert {f"{D}.metrics.rank.per_rank", f"{D}.metrics.job.cross_rank"} <= set(MODULES)
+    assert not [m for m in MODULES if m.startswith(f"{D}.metrics.") and not m.startswith((f"{D}.metrics.rank",
+                                                                                          f"{D}.metrics.job"))]
+
+
+def test_engine_knows_no_metric():
+    """The engine runs any function over jobs (analyze.py hands it the worker's): it imports only errors, io
+    (file sizes) and model.files, so a process pool never sits above the metrics it runs."""
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith(f"{D}.engine") for d in deps
+           if not d.startswith(ENGINE_MAY_IMPORT)]
+    assert bad == []
+
+
+def test_one_import_name():
+    """Every import of the project's code goes through `llmdiag`: a bare `diagnose`, `reports` or `workloads`
+    would load the same files a second time under other names (their __init__ refuses it)."""
+    bad = []
+    for root in ("diagnose", "reports", "workloads", "tests", "benchmarks"):
+        for p in (ROOT / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                bad += [f"{p.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
     assert bad == []
 
 

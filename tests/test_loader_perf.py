@@ -11,10 +11,10 @@ import numpy as np
 import orjson
 import pytest
 
-from diagnose.io import fastjson
-from diagnose.io import stream as tracestream
-from diagnose.errors import TraceError
-from diagnose.io.loader import load_trace, read_bytes
+from llmdiag.diagnose.io import fastjson
+from llmdiag.diagnose.io import stream as tracestream
+from llmdiag.diagnose.errors import TraceError
+from llmdiag.diagnose.io.loader import load_trace, read_bytes
 from tests.builder import gpu_rank
 
 COLUMNS = ("ts", "dur", "name", "cat", "thread", "stream", "corr", "ext")
@@ -184,8 +184,8 @@ def test_generated_trace_same_on_both_backends(tmp_path, tiny_chunks, monkeypatc
 
 
 def test_parse_cache(tmp_path, monkeypatch):
-    from diagnose.io import cache
-    from diagnose.io import loader
+    from llmdiag.diagnose.io import cache
+    from llmdiag.diagnose.io import loader
 
     path = tmp_path / "rank0.json"
     path.write_bytes(orjson.dumps(rich().to_dict()))
@@ -204,7 +204,7 @@ def test_parse_cache(tmp_path, monkeypatch):
 
 def test_dict_view_fast_path_is_taken():
     """The per-event slow path is for malformed pieces only: plain Kineto dicts take the C-level maps."""
-    from diagnose.io.columns import Columns as _Columns, _DictView
+    from llmdiag.diagnose.io.columns import Columns as _Columns, _DictView
 
     assert _DictView.field([{"ph": "X"}, {"ph": "i"}], "ph") == ["X", "i"]
     cols = _Columns()
@@ -214,14 +214,14 @@ def test_dict_view_fast_path_is_taken():
 
 # ------------------------------------------------------------------------------- one file, several processes
 def _refuse(piece):  # module level: the helpers get it by name
-    from diagnose.io import split_parse
+    from llmdiag.diagnose.io import split_parse
 
     raise split_parse._BadPiece
 
 
 @pytest.fixture
 def split_always(monkeypatch):
-    from diagnose.io import loader
+    from llmdiag.diagnose.io import loader
 
     monkeypatch.setattr(loader, "SPLIT_MIN_BYTES", 0)
 
@@ -242,7 +242,7 @@ def test_split_parse_equals_one_process(tmp_path, tiny_chunks, backend, split_al
 
 def test_split_parse_of_a_generated_rank_and_its_fallback(tmp_path, tiny_chunks, split_always, monkeypatch):
     from benchmarks.generate import write_rank
-    from diagnose.io import split_parse
+    from llmdiag.diagnose.io import split_parse
 
     path = str(tmp_path / "rank0.pt.trace.json.gz")
     write_rank(path, 0, 2, 400_000, steps=2)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.model.analysis import Analysis
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.model.analysis import Analysis
 from tests.builder import TraceBuilder
 from tests.gen_pipeline import Case, write
 
@@ -138,7 +138,7 @@ def test_collectives_matched_by_sequence_number(tmp_path, with_seq):
     assert (w.rank, w.lead_n, w.trail_n) == (1, 1, 0)
     assert any("rank 1's capture starts 1 collective" in i.message for i in a.issues)
     # The timeline's straggler waits use the same matching: one wait per matched collective, the skew's size.
-    from diagnose.export.timeline import build_timeline
+    from llmdiag.diagnose.export.timeline import build_timeline
 
     waits = [e["dur"] / 1000 for e in build_timeline(a, tracks)["traceEvents"]
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("straggler wait")]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.terminal import render
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.reports.render import render_html
 from tests.builder import MAIN_TID, cpu_rank, gpu_rank
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 80 << 30}]

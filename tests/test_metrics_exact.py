@@ -10,15 +10,15 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.metrics import intervals as iv
-from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline.bubbles import analyse_pipeline
-from diagnose.metrics.classify import classify, collective_kind
-from diagnose.io.loader import load_trace
-from diagnose.metrics.overlap import busbw_factor
-from diagnose.metrics.pipeline.actions import Action, theory_bubble
-from diagnose.simulate.replay import complete_pipeline, predict
-from diagnose.io.trace import COMM, COMPUTE, SYNC
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.job.pipeline.bubbles import analyse_pipeline
+from llmdiag.diagnose.metrics.rank.classify import classify, collective_kind
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.metrics.rank.overlap import busbw_factor
+from llmdiag.diagnose.metrics.rank.pipeline.actions import Action, theory_bubble
+from llmdiag.diagnose.simulate.replay import complete_pipeline, predict
+from llmdiag.diagnose.io.trace import COMM, COMPUTE, SYNC
 from tests.builder import GLOO_TID, TraceBuilder, cpu_rank, gpu_rank
 
 EPS = 1e-9  # ms: far below one ns
@@ -285,7 +285,7 @@ def test_comm_regex_marks_custom_kernels(tmp_path):
 
 
 def test_comm_regex_through_the_cli(tmp_path):
-    from diagnose.cli.analyze import analyze
+    from llmdiag.diagnose.cli.analyze import analyze
 
     path = _deepep_trace().write(tmp_path / "t" / "rank0.json")
     out = tmp_path / "s.json"
@@ -640,7 +640,7 @@ def test_arrival_skew_and_last_arrival_straggler(tmp_path):
     assert c.max_skew_ms == approx(0.030)
     assert c.mean_transfer_ms == approx(0.080)  # the shortest duration: rank 1's 70, 80, 90 µs
     assert sk.last_arrivals == {"1": 3}
-    # With two ranks one always arrives last: no arrival straggler (metrics/stragglers.py needs groups of 3).
+    # With two ranks one always arrives last: no arrival straggler (metrics/job/stragglers.py needs groups of 3).
     assert sk.stragglers == []
     assert sk.imposed_ms_by_rank == {"1": approx(0.060)}  # its start − the other's, summed: 10 + 20 + 30 µs
 
@@ -706,8 +706,8 @@ def test_interval_algebra_exact():
 def test_cpu_memory_has_no_reserved_figure(tmp_path):
     """CPU memory events carry `Total Reserved` 0 (no caching allocator): the reserved peak is unknown (None, printed
     n/a), not 0 B, and the device's use is its allocated peak."""
-    from diagnose.analyze import analyze_path
-    from diagnose.cli.terminal import render
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.cli.terminal import render
 
     b = TraceBuilder(rank=0, world_size=1)
     b.step(1, 0, 1000)

@@ -8,11 +8,11 @@ import dataclasses
 import orjson
 import pytest
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.analysis import SCHEMA_VERSION, Analysis, Evidence, Finding
-from diagnose.model.format import fmt, fmt_delta
-from diagnose.model.summary import manifest_from_dict, read_summary, slim
-from diagnose.rules import findings
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.analysis import SCHEMA_VERSION, Analysis, Evidence, Finding
+from llmdiag.diagnose.model.format import fmt, fmt_delta
+from llmdiag.diagnose.model.summary import manifest_from_dict, read_summary, slim
+from llmdiag.diagnose.rules import findings
 from tests.summaries import analysis, busy, typed
 
 

@@ -17,14 +17,14 @@ import os
 import pytest
 import torch
 
-from diagnose.analyze import analyze_path
-from diagnose.model.analysis import Analysis
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.reports.render import render_html
 from tests.gen_moe import moe_ep_ranks
-from workloads.config import model_config
-from workloads.moe import MoE, planted_experts
-from workloads.options import RunOptions
-from workloads.reference import reference_losses
+from llmdiag.workloads.config import model_config
+from llmdiag.workloads.moe import MoE, planted_experts
+from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.reference import reference_losses
 
 STEPS = ["--profile-steps", "0,1,1", "--steps", "3"]
 MOE = ["--moe-experts", "4", "--moe-topk", "2"]
@@ -199,8 +199,8 @@ def test_generated_gpu_moe_trace_gives_the_cpu_runs_figures(tmp_path, mode):
     if mode == "nccl":  # the heatmap prints the send matrix: 384 x 4 layers to rank 0, 128 x 4 to rank 1
         assert m.send_matrix == [[4 * row[0], 4 * row[1]]] * 2 and ">1,536<" in html and ">512<" in html
     # The terminal prints the same MoE figures as the report, cell for cell.
-    from diagnose.cli.terminal import render
-    from diagnose.model.moe_view import moe_cards, moe_rank_rows
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.moe_view import moe_cards, moe_rank_rows
 
     text = render(a, width=200)
     for label, value, _ in moe_cards(m):
@@ -247,8 +247,8 @@ def test_gloo_split_sizes_are_untrusted_text(tmp_path):
     """gloo all-to-alls carry their splits only in Concrete Inputs: the loader files them under NCCL's split keys
     in the same one parse; well-formed lists are read, anything else (not a list, negative, bool, mismatched
     lengths, missing) is skipped without an error."""
-    from diagnose.io.loader import load_trace
-    from diagnose.metrics.moe import _ints
+    from llmdiag.diagnose.io.loader import load_trace
+    from llmdiag.diagnose.metrics.rank.moe import _ints
     from tests.builder import TraceBuilder
 
     b = TraceBuilder(rank=0, world_size=2, backend="gloo")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from diagnose.metrics import name_memo
-from diagnose.metrics.comm_families import NAME_CAP
-from diagnose.metrics.name_memo import per_name
+from llmdiag.diagnose.metrics.rank import name_memo
+from llmdiag.diagnose.metrics.rank.comm_families import NAME_CAP
+from llmdiag.diagnose.metrics.rank.name_memo import per_name
 
 
 def test_each_name_is_computed_once_and_answers_are_the_functions():

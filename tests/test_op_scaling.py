@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.metrics.op_scaling import GemmFit, fit_gemms, gemm_shape
-from diagnose.metrics.per_rank import RankJob, run_job
+from llmdiag.diagnose.metrics.rank.op_scaling import GemmFit, fit_gemms, gemm_shape
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 from tests.builder import MAIN_TID, TraceBuilder
 
 A, MAC, OUT = 2_000.0, 1.0, 10.0  # ns per call, per multiply-accumulate, per output element

@@ -13,14 +13,14 @@ import orjson
 import pytest
 
 from benchmarks import generate
-from diagnose.analyze import analyze_path
-from diagnose.errors import LlmdiagError
-from diagnose.model.analysis import Analysis
-from diagnose.model.codec import Invalid, build, to_json_dict
-from diagnose.model.pack import PACK_ABOVE_RANKS, unpack
-from diagnose.model.pack_read import read_packed
-from diagnose.model.summary import analysis_bytes, summary_bytes
-from diagnose.rules import findings
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.codec import Invalid, build, to_json_dict
+from llmdiag.diagnose.model.pack import PACK_ABOVE_RANKS, unpack
+from llmdiag.diagnose.model.pack_read import read_packed
+from llmdiag.diagnose.model.summary import analysis_bytes, summary_bytes
+from llmdiag.diagnose.rules import findings
 from tests import summaries
 from tests.gen_pipeline import Case, write as write_pipeline
 

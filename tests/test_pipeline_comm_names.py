@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.comm_families import family_of, looks_like_comm
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.comm_families import family_of, looks_like_comm
 from tests.builder import TraceBuilder
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
 from tests.gen_pipeline_p2p import P2PCase
 from tests.gen_pipeline_p2p import write as write_p2p

@@ -11,10 +11,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.layout import layout_from_pg
-from diagnose.model.roles import pg_role
-from diagnose.model.views import comm_by_group
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.job.layout import layout_from_pg
+from llmdiag.diagnose.model.roles import pg_role
+from llmdiag.diagnose.model.views import comm_by_group
 from tests.builder import TraceBuilder
 from tests.gen_pipeline import GEMM, SENDRECV, Case, build, write
 
@@ -163,7 +163,7 @@ def test_cli_reports_the_inferred_pipeline(tmp_path):
     says it was inferred."""
     from click.testing import CliRunner
 
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
 
     write(Case(4, 8, "1f1b", slow_stage=3), tmp_path / "run")
     js = tmp_path / "s.json"

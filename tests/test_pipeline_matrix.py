@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.gen_pipeline_p2p import P2PCase, write
 
 SCHEDULES = ("1f1b", "interleaved1f1b", "zb", "dualpipev")

@@ -4,9 +4,9 @@ answer is by construction, and on generated traces against the same trace writte
 
 from __future__ import annotations
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline.batch import P2POp
-from diagnose.metrics.pipeline.timematch import match
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.pipeline.batch import P2POp
+from llmdiag.diagnose.metrics.job.pipeline.timematch import match
 from tests.gen_pipeline_p2p import P2PCase, write
 
 

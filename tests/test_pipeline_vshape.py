@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.pipeline.vshape import chain_order
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.job.pipeline.vshape import chain_order
 from tests.gen_pipeline_p2p import P2PCase, write
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.model.devices import device_word
-from diagnose.rules import findings as run_rules
+from llmdiag.diagnose.model.devices import device_word
+from llmdiag.diagnose.rules import findings as run_rules
 from tests.summaries import summary, typed
 
 DEVICE_RULES = {  # rule -> edit of each rank that makes it fire (as tests/test_rules.py's TRIGGERS)
@@ -47,9 +47,9 @@ def test_moe_heading_without_known_groups(tmp_path, groups):
     """A DeepEP trace has no EP group in its args: the heading says so instead of printing "EP groups )"."""
     import dataclasses
 
-    from diagnose.analyze import analyze_path
-    from diagnose.cli.terminal import render
-    from reports.moe import section
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.reports.moe import section
     from tests.gen_moe import moe_ep_ranks
 
     bs, _ = moe_ep_ranks([[0, 40], [40, 0]], mode="deepep", labels=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics.precision import host_precision, is_gemm_name, name_precision
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank.precision import host_precision, is_gemm_name, name_precision
 from tests import gen_traces
 from tests.builder import TraceBuilder
 
@@ -128,8 +128,8 @@ def test_b200_fixture_mxfp4_and_nothing_fp32():
 
 @pytest.mark.parametrize("parser", ["msgspec", "orjson"])
 def test_gemm_input_type_kept_by_both_parsers(tmp_path, monkeypatch, parser):
-    from diagnose.io import fastjson
-    from diagnose.io.loader import load_trace
+    from llmdiag.diagnose.io import fastjson
+    from llmdiag.diagnose.io.loader import load_trace
 
     if parser == "orjson":
         monkeypatch.setattr(fastjson, "_DECODER", None)

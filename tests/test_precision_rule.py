@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.model.devices import compute_capability
-from diagnose.rules.base import FP32_TO_BF16_SPEEDUP
-from diagnose.rules.precision import FP32_FLOOR
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.model.devices import compute_capability
+from llmdiag.diagnose.rules.base import FP32_TO_BF16_SPEEDUP
+from llmdiag.diagnose.rules.precision import FP32_FLOOR
 from tests.builder import TraceBuilder
 
 V100 = {"name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16 << 30}
@@ -93,7 +93,7 @@ def test_compute_capability_table(name, cc):
 
 
 def test_amd_cdna_fp32_tensile_gemms_get_bf16_advice(tmp_path):
-    from diagnose.rules.precision import AMD_SPEEDUP
+    from llmdiag.diagnose.rules.precision import AMD_SPEEDUP
 
     mi250 = {"name": "AMD Instinct MI250X", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 64 << 30}
     a = _trace(tmp_path, mi250, "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1_SN", 3000, 1000)

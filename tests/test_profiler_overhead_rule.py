@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.rules.profiler import MIN_EVENTS, PY_EVENT_US
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.rules.profiler import MIN_EVENTS, PY_EVENT_US
 from tests.builder import MAIN_TID, TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 80 << 30}]

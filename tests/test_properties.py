@@ -21,10 +21,10 @@ import orjson
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from diagnose.metrics import intervals as iv
-from diagnose.errors import LlmdiagError, TraceError
-from diagnose.io.loader import load_trace
-from diagnose.metrics.per_rank import RankJob, run_job
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.errors import LlmdiagError, TraceError
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 from tests.builder import GLOO_TID, MAIN_TID, TraceBuilder, gpu_rank
 
 EXAMPLES = int(os.environ.get("LLMDIAG_FUZZ_EXAMPLES", "200"))
@@ -329,8 +329,8 @@ _NAME_PARTS = st.sampled_from(["Memcpy", "memcpy", "hipMemcpy", "dma", "CopyDevi
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_NAME_PARTS | st.text(max_size=6), max_size=8).map("".join))
 def test_prefiltered_regexes_answer_as_the_regex(name):
-    from diagnose.metrics import classify
-    from diagnose.metrics import kernels
+    from llmdiag.diagnose.metrics.rank import classify
+    from llmdiag.diagnose.metrics.rank import kernels
 
     for pred, rx in ((classify.is_memcpy, classify.MEMCPY_RE), (classify.is_memset, classify.MEMSET_RE),
                      (classify.is_sync_kernel, classify.SYNC_KERNEL_RE), (classify.is_host_comm, classify.HOST_COMM_RE),

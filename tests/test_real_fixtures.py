@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 
 REAL = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real").resolve()
 HTA_DIR = REAL / "hta"
@@ -134,7 +134,7 @@ def test_rank_not_found_is_reported():
 def test_dataloader_bound_with_zero_workers():
     """The TensorBoard plugin's classic sample: 0 DataLoader workers vs 4 for the same ResNet-50. Each folder holds
     two captures of one process (`worker0.<ms>`): two runs of one rank (issue 27), each judged."""
-    from diagnose.analyze import analyze_runs
+    from llmdiag.diagnose.analyze import analyze_runs
 
     zero = analyze_runs(str(KINETO_DIR / "resnet50_num_workers_0"), rules=False, jobs=1, run="all")
     four = analyze_runs(str(KINETO_DIR / "resnet50_num_workers_4"), rules=False, jobs=1, run="all")
@@ -149,7 +149,7 @@ def test_dataloader_bound_with_zero_workers():
 @pytest.mark.parametrize("name", ["nccl_data.json.gz", "sampled_pair"])
 def test_hta_itself_agrees(hta_compat, name):
     """Run HTA on the same files (a temp folder of symlinks, as diagnose/cli/hta_check.py does)."""
-    from diagnose.cli.hta_check import hta_overlap
+    from llmdiag.diagnose.cli.hta_check import hta_overlap
 
     a = hta_compat[name]
     files = {m.rank: m.file for m in a.ranks}
@@ -162,7 +162,7 @@ def test_hta_itself_agrees(hta_compat, name):
 
 def test_hta_check_cli_text(hta_compat):
     """cross_check_hta formats both numbers (HTA is in the dev extra that `make test` installs)."""
-    from diagnose.cli.hta_check import cross_check_hta
+    from llmdiag.diagnose.cli.hta_check import cross_check_hta
 
     text = cross_check_hta(hta_compat["nccl_data.json.gz"], exclude_last_step=True)
     assert "HTA cross-check" in text and "14.31" in text

@@ -15,12 +15,12 @@ import orjson
 import pytest
 from markupsafe import escape
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.analysis import Aggregate, Analysis, Hints
-from diagnose.model.format import UNITS, fmt, fmt_gain
-from diagnose.rules import findings
-from reports.context import pick_ranks
-from reports.render import SORT_JS, _code, render_html, render_report
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.analysis import Aggregate, Analysis, Hints
+from llmdiag.diagnose.model.format import UNITS, fmt, fmt_gain
+from llmdiag.diagnose.rules import findings
+from llmdiag.reports.context import pick_ranks
+from llmdiag.reports.render import SORT_JS, _code, render_html, render_report
 from tests.summaries import EVIL, analysis, busy, summary, typed
 
 
@@ -282,8 +282,8 @@ def _terminal_rows(text: str, title: str) -> list[list[str]]:
 
 def test_terminal_and_report_print_the_same_numbers():
     """One view, one unit: a communication row, a kernel and a finding's gain read the same in both outputs."""
-    from diagnose.cli.terminal import render
-    from diagnose.model.views import comm_by_group, kernel_table
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.views import comm_by_group, kernel_table
 
     a = analysed(busy())
     text, html = render(a), render_html(a)
@@ -308,7 +308,7 @@ def test_terminal_and_report_print_the_same_numbers():
 
 
 def test_short_names_stay_distinct():
-    from diagnose.model.names import short_names
+    from llmdiag.diagnose.model.names import short_names
 
     names = ["void k_a<float>(int*, int)", "void k_a<half>(int*, int)", "void g<1>(a)", "void g<1>(b)",
              "Memcpy DtoD (Device -> Device)", "x" * 200 + "1", "x" * 200 + "2",
@@ -324,7 +324,7 @@ def test_short_names_stay_distinct():
 
 # ---- units chosen from the data (issue 15 item 1) ------------------------------------------------------------
 def test_units_follow_the_value_and_never_round_a_value_to_zero():
-    from diagnose.model.format import column_unit
+    from llmdiag.diagnose.model.format import column_unit
 
     assert fmt(5 * 2**20, "gib") == "5.00 MiB" and fmt(23.5 * 2**30, "gib") == "23.50 GiB"
     assert fmt(0.00147, "tflops") == "1.5 GFLOP/s" and fmt(0.5, "gbps") == "500.0 MB/s"
@@ -357,7 +357,7 @@ def test_the_report_records_how_it_was_made(tmp_path):
     time; a report made with --exclude-last-step says so in its header."""
     from click.testing import CliRunner
 
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
     from tests.builder import gpu_rank
 
     d = tmp_path / "run"
@@ -383,8 +383,8 @@ def test_cpp_names_are_demangled_in_the_tables_but_kept_in_the_json():
     """`_ZN…` kernel names read as C++ (the maintained cpp_demangle library), in the report and the terminal;
     the summary keeps the name the trace wrote, and a name that is not a valid mangling stays as written."""
     pytest.importorskip("cpp_demangle")
-    from diagnose.cli.terminal import render
-    from diagnose.model.names import demangle
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.names import demangle
 
     mangled = "_ZN7cutlass6KernelINS_4gemm6kernel4GemmIfEEEEvNT_6ParamsE"
     assert demangle(mangled).startswith("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<float>")
@@ -404,8 +404,8 @@ def test_the_report_does_not_import_matplotlib():
     import subprocess
     import sys
 
-    code = ("import sys; from reports.render import render_html; from tests.summaries import busy, typed; "
-            "from diagnose.rules import findings; a = typed(busy(8)); a.findings = findings(a); h = render_html(a); "
+    code = ("import sys; from llmdiag.reports.render import render_html; from tests.summaries import busy, typed; "
+            "from llmdiag.diagnose.rules import findings; a = typed(busy(8)); a.findings = findings(a); h = render_html(a); "
             "assert 'id=\"fig-pipeline\"' in h and 'id=\"fig-memory\"' in h and 'id=\"fig-breakdown\"' in h; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -430,7 +430,7 @@ def test_many_steps_chart_and_heatmap_grouped_by_host():
     runs of one host) and its cells carry the values."""
     import dataclasses as dc
 
-    from reports.charts import rank_order, step_series
+    from llmdiag.reports.charts import rank_order, step_series
     from tests.summaries import _steps
 
     a = analysis(8)
@@ -472,9 +472,9 @@ def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
     and its note use the A100's table entry (busbw 6.6 GB/s of 240 GB/s), as the low_busbw finding does."""
     from pathlib import Path
 
-    from diagnose.analyze import analyze_path
-    from diagnose.model import views
-    from reports.render import render_html
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.model import views
+    from llmdiag.reports.render import render_html
 
     real = Path(__file__).resolve().parents[1].parent / "shared/fixtures/real/hta/nccl_data.json.gz"
     a = analyze_path(str(real), jobs=1)

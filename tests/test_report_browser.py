@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from diagnose.rules import findings
-from reports.render import render_report
+from llmdiag.diagnose.rules import findings
+from llmdiag.reports.render import render_report
 from tests.summaries import busy, typed
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -130,7 +130,7 @@ def test_real_gpu_fixture_in_a_narrow_window(tmp_path):
     no memory events, one of two ranks)."""
     import os
 
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     src = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "real", "hta", "nccl_data.json.gz")
     assert os.path.exists(src), f"the shared real fixtures stand beside every checkout CI runs: {src}"

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main as cli_main
-from diagnose.errors import LlmdiagError
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main as cli_main
+from llmdiag.diagnose.errors import LlmdiagError
 from tests.builder import TraceBuilder, gpu_rank
 
 WORLD = 3
@@ -636,7 +636,7 @@ def test_analyze_path_raises_only_llmdiag_errors(tmp_path):
 
 def test_a_bug_on_one_rank_does_not_take_down_the_others(tmp_path, baseline, monkeypatch):
     """The per-rank worker is a fault boundary: an unexpected exception leaves that file out, named."""
-    import diagnose.metrics.per_rank as rm
+    import llmdiag.diagnose.metrics.rank.per_rank as rm
 
     real = rm.classify
 
@@ -658,7 +658,7 @@ def test_a_bug_on_one_rank_does_not_take_down_the_others(tmp_path, baseline, mon
 
 def test_real_entry_point_in_a_subprocess(tmp_path):
     d = with_bad(tmp_path, "rank2.json", b"{")
-    p = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", str(d), "--no-report", "-q", "-j", "2",
+    p = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", str(d), "--no-report", "-q", "-j", "2",
                         "--json", str(tmp_path / "s.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr

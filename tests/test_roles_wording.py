@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.model.format import fmt
-from diagnose.model.manifest import layout_text
-from diagnose.model.views import comm_by_group
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.manifest import layout_text
+from llmdiag.diagnose.model.views import comm_by_group
 from tests.builder import TraceBuilder
 
 REAL = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real").resolve()
@@ -109,7 +109,7 @@ def test_real_mi300_ddp_role_layout_and_link_advice():
 
 
 def test_role_note_names_known_roles_and_only_the_unknown_as_unnamed():
-    from diagnose.model.roles import role_note
+    from llmdiag.diagnose.model.roles import role_note
 
     lay = {"dp": 4, "fsdp": 1, "tp": 2, "pp": 1, "cp": 1}
     got = role_note({("allreduce", "mesh_tp"): "tp", ("alltoall", ""): "?", ("allreduce", ""): "dp"}, lay)

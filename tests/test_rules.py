@@ -10,11 +10,11 @@ import re
 import orjson
 import pytest
 
-from diagnose.model.analysis import SEVERITIES, Evidence, Finding
-from diagnose.model.format import fmt
-from diagnose.model.roles import pg_role
-from diagnose.rules import RULES
-from diagnose.rules import findings as run_rules
+from llmdiag.diagnose.model.analysis import SEVERITIES, Evidence, Finding
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.roles import pg_role
+from llmdiag.diagnose.rules import RULES
+from llmdiag.diagnose.rules import findings as run_rules
 from tests.summaries import GIB, analysis, busy, summary, typed
 
 
@@ -438,7 +438,7 @@ def test_contaminated_run_prints_no_precise_gain():
 
 
 def test_fmt_gain_bound_and_estimate():
-    from diagnose.model.format import fmt_gain
+    from llmdiag.diagnose.model.format import fmt_gain
     f = Finding("x", "low", "t", Evidence("e", "m"), "a", "g", 7.5, 0.52, "bound")
     assert fmt_gain(f) == "up to 7.50 ms per step (52.0% of the step)"
     assert fmt_gain(dataclasses.replace(f, gain_kind="estimate")).startswith("≈ 7.50 ms")
@@ -516,7 +516,7 @@ def test_pipeline_unsimulated_schedule_takes_its_busy_time_from_the_cost_model()
     grows with m (`busy_ms`): its window is today's busy time × that growth / (1 − its bubble + today's
     excess), computed here from docs/recommendations.md, and it says so. It is named second at most: the
     replayed settings give the proposal."""
-    from diagnose.rules.pipeline import _candidates
+    from llmdiag.diagnose.rules.pipeline import _candidates
 
     s = big_bubble(summary(pipeline=True))
     pp = s["pipeline"]

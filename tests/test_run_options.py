@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from diagnose.cli.main import main
-from diagnose.cli.run import run
-from diagnose.errors import LlmdiagError
-from workloads.errors import WorkloadError
-from workloads.options import LaunchOptions, RunOptions, cli_options
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.cli.run import run
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.options import LaunchOptions, RunOptions, cli_options
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -31,17 +31,17 @@ def _folder(d: Path, n=3) -> Path:
 def _analyze_with_a_killed_worker(d: Path, out: Path, victim: str, sig: int) -> subprocess.CompletedProcess:
     code = f"""
 import os, sys
-import diagnose.analyze as an
+import llmdiag.diagnose.analyze as an
 real = an.run_job
 def job(j):
     if j.path.endswith({victim!r}):
         os.kill(os.getpid(), {int(sig)})  # what the OOM killer does to the worker parsing this rank
     return real(j)
 an.run_job = job
-import diagnose.engine.pool as pool
+import llmdiag.diagnose.engine.pool as pool
 pool.MIN_BYTES_PER_WORKER = 1  # small test traces: use worker processes anyway
 sys.argv = ["llmdiag", "analyze", {str(d)!r}, "--no-report", "-q", "--json", {str(out)!r}, "-j", "2"]
-from diagnose.cli.main import main
+from llmdiag.diagnose.cli.main import main
 main()
 """
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -83,13 +83,13 @@ def test_manifest_left_running_by_a_dead_launcher_is_stale(tmp_path):
         "schema_version": 1, "status": "running", "world_size": 2,
         "launch": {"launcher": "torchrun", "pid": _dead_pid(), "host": socket.gethostname()}}))
     env = {**os.environ, "PYTHONPATH": str(REPO), "GITHUB_ACTIONS": ""}
-    p = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", str(d), "--no-report", "--json",
+    p = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", str(d), "--no-report", "--json",
                         str(tmp_path / "s.json")], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0 and "Traceback" not in p.stderr
     s = orjson.loads((tmp_path / "s.json").read_bytes())
     assert s["manifest"]["status"] == "stale" and "never finalised" in s["manifest"]["failure"]["reason"]
     assert any(i["message"].startswith("stale run:") for i in s["issues"])
-    c = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "check", str(d), "--min-overlap", "0"],
+    c = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "check", str(d), "--min-overlap", "0"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert c.returncode == 1 and "marked stale" in c.stdout, c.stdout
 
@@ -127,7 +127,7 @@ def test_launcher_signal_leaves_no_orphan(tmp_path, sig):
     calls it stale (SIGKILL)."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.Popen([sys.executable, "-m", "diagnose.cli.main", "run", "--workload", "dp2", "--out", str(out),
+    p = subprocess.Popen([sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", "dp2", "--out", str(out),
                           "--steps", "3", "--profile-steps", "0,1,1", "--timeout", "300",
                           "--inject-fault", "rank:1:hang"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
@@ -145,14 +145,14 @@ def test_launcher_signal_leaves_no_orphan(tmp_path, sig):
     if sig == signal.SIGHUP:
         assert m["status"] == "failed" and "SIGHUP" in m["failure"]["reason"]
     else:
-        a = subprocess.run([sys.executable, "-m", "diagnose.cli.main", "analyze", str(out), "--no-report", "--json",
+        a = subprocess.run([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", str(out), "--no-report", "--json",
                             str(tmp_path / "s.json")], capture_output=True, text=True, env=env, timeout=300)
         assert "Traceback" not in a.stderr and (tmp_path / "s.json").exists(), a.stderr
         assert orjson.loads((tmp_path / "s.json").read_bytes())["manifest"]["status"] == "stale"
 
 
 def test_partial_files_of_stopped_ranks_are_removed(tmp_path):
-    from workloads.launch import _remove_partial_files
+    from llmdiag.workloads.launch import _remove_partial_files
 
     for sub in ("traces", "results"):
         (tmp_path / sub).mkdir()
@@ -173,7 +173,7 @@ def test_trace_export_uses_unpredictable_temp_files(tmp_path):
     pytest.importorskip("torch")
     import gzip
 
-    from workloads.profiling import export_trace
+    from llmdiag.workloads.profiling import export_trace
 
     class Prof:
         def export_chrome_trace(self, name):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path, analyze_runs
+from llmdiag.diagnose.analyze import analyze_path, analyze_runs
 from tests.builder import TraceBuilder
 
 MINUTE_US = 60_000_000

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.cli.main import main as cli_main
+from llmdiag.diagnose.cli.main import main as cli_main
 from tests.builder import gpu_rank
 
 WALL_US = 1_698_958_767_000_000  # 2023-11-02 20:59:27 UTC: an epoch clock, as older Kineto writes

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from benchmarks import generate
-from diagnose.cli.main import main
-from diagnose.model.format import fmt
-from diagnose.model.summary import read_summary, summary_bytes
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.summary import read_summary, summary_bytes
 
 pytestmark = pytest.mark.slow
 N = 2048

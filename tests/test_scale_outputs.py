@@ -16,15 +16,15 @@ import orjson
 import pytest
 
 from benchmarks import generate
-from diagnose.analyze import analyze_path
-from diagnose.cli.terminal import render
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt, ranges
-from diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS, pack, unpack
-from diagnose.model.summary import read_summary, summary_bytes
-from diagnose.rules import findings
-from reports import charts
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import fmt, ranges
+from llmdiag.diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS, pack, unpack
+from llmdiag.diagnose.model.summary import read_summary, summary_bytes
+from llmdiag.diagnose.rules import findings
+from llmdiag.reports import charts
+from llmdiag.reports.render import render_html
 
 N = 4096
 OUT = 3210  # the outlier rank

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.rules import RULES, findings
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.rules import RULES, findings
 from tests.gen_scenario_traces import trace_scenarios
 from tests.gen_scenarios import Scenario, base, scenarios
 

@@ -1,4 +1,4 @@
-"""diagnose/metrics/sets.py gives np.unique's and np.isin's answers exactly (it replaces them only to skip the
+"""diagnose/metrics/rank/sets.py gives np.unique's and np.isin's answers exactly (it replaces them only to skip the
 numpy.ma import they cost), on integers of every width and on the non-integer input it hands back to numpy."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.metrics.sets import distinct, member
+from llmdiag.diagnose.metrics.rank.sets import distinct, member
 
 ints = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300)
 small = st.lists(st.integers(-5, 40), max_size=300)
@@ -39,7 +39,7 @@ def test_an_analysis_never_imports_numpy_ma(tmp_path):
 
     for r in range(2):
         gpu_rank(r, world_size=2, steps=3).write(tmp_path / f"rank{r}.json")
-    code = ("import sys; from diagnose.analyze import analyze_path; "
+    code = ("import sys; from llmdiag.diagnose.analyze import analyze_path; "
             f"a = analyze_path({str(tmp_path)!r}, jobs=1); assert len(a.ranks) == 2; "
             "print('numpy.ma' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from diagnose.simulate.engine import CycleError, GraphBuilder, simulate
+from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder, simulate
 
 
 def _run(b: GraphBuilder, dur, delay=None, release=None):
@@ -108,7 +108,7 @@ def test_replay_is_linear_in_ops():
 def test_many_replays_at_once_match_one_at_a_time(seed):
     """simulate_many (one pass, each op's ends a vector over replays) gives, for every column, what
     simulate gives for that column's durations alone, on random DAGs without synchronisation groups."""
-    from diagnose.simulate.engine import simulate_many
+    from llmdiag.diagnose.simulate.engine import simulate_many
 
     rng = random.Random(seed)
     n, cols = 200, 7

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnose.metrics.per_rank import RankJob, run_job
-from diagnose.metrics.pipeline.actions import Action
-from diagnose.simulate.predict import CostModel, _latency_bandwidth, fit
-from diagnose.simulate.replay import predict, replay
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
+from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
+from llmdiag.diagnose.simulate.predict import CostModel, _latency_bandwidth, fit
+from llmdiag.diagnose.simulate.replay import predict, replay
 from tests.builder import MAIN_TID, TraceBuilder
 
 MS = 1_000_000  # ns
@@ -108,7 +108,7 @@ def test_moving_one_layer_off_the_slowest_stage_by_the_closed_form():
     stage 1 (F 2, B 4) moved to stage 0: stage 0 F 5 B 10, stage 1 F 4 B 8, now the earlier stage is the
     slower: stage 1's last F ends at 5m + 4, its first B at 5m + 12, stage 0's backwards then run back to
     back: 15m + 12 = 72. Gain 9."""
-    from diagnose.simulate.layers import move_one_layer
+    from llmdiag.diagnose.simulate.layers import move_one_layer
 
     var = {(0, "F"): 3.0, (0, "B"): 6.0, (1, "F"): 6.0, (1, "B"): 12.0}
     mv = move_one_layer(CostModel({k: 0.0 for k in var}, var, {}), predict, "gpipe", 2, 4, [3, 3])
@@ -118,10 +118,10 @@ def test_moving_one_layer_off_the_slowest_stage_by_the_closed_form():
 
 
 def test_layers_per_stage_from_the_manifest():
-    from diagnose.model.manifest import Manifest, PipelineConfig
-    from diagnose.simulate.layers import stage_layers
+    from llmdiag.diagnose.model.manifest import Manifest, PipelineConfig
+    from llmdiag.diagnose.simulate.layers import stage_layers
 
-    from workloads.grammar import Pipeline
+    from llmdiag.workloads.grammar import Pipeline
 
     for layers, p in ((8, 3), (4, 2), (7, 4), (2, 2)):
         man = Manifest(pipeline=PipelineConfig(stages=p, stages_per_rank=1), model={"layers": layers})
@@ -138,7 +138,7 @@ def test_generated_gpu_pipeline_predicted_by_the_generators_own_schedule(tmp_pat
     (each twice the work; one message size, so the same latency) as the generator's own m/2 job."""
     import dataclasses
 
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
     from tests.gen_pipeline import Case, simulate, write
 
     c = Case(p=p, m=m, schedule=schedule, lat_us=lat, steps=2)
@@ -172,7 +172,7 @@ def test_replay_with_spread_is_the_mean_over_varying_actions(monkeypatch):
     """Stage 0 runs F0, F1 (1 ms each, each ±a at random), stage 1 runs F0, F1 (1 ms, fixed). Stage 1's F1
     starts at max(its F0's end, stage 0's F1's end) = 2 + x0 + max(0, x1): the step ends at 3 + x0 + max(0, x1),
     whose mean is 3 + a/2 (x0, x1 = ±a equally likely), where the replay at mean durations says 3."""
-    from diagnose.simulate import replay as R
+    from llmdiag.diagnose.simulate import replay as R
 
     monkeypatch.setattr(R, "SAMPLES", 40_000)
     a = 0.5
@@ -189,7 +189,7 @@ def test_spread_is_what_neither_step_nor_microbatch_explains():
     """Durations over 2 steps × 2 microbatches [[10, 14], [12, 20]] ms: step means 12 and 16, microbatch
     means 11 and 17, mean 14; deviations d − step − microbatch + mean = [[1, −1], [−1, 1]]. A table with one
     step (nothing to separate) gives none."""
-    from diagnose.simulate.predict import _spread
+    from llmdiag.diagnose.simulate.predict import _spread
 
     ms = 1_000_000
     acts = {0: [Action(st, 0, "F", mb, 0, d * ms) for (st, mb), d in

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.metrics.skew import collectives_from, skew
+from llmdiag.diagnose.metrics.rank.collectives import collectives_from
+
+from llmdiag.diagnose.metrics.job.skew import skew
 
 
 def reference(truth: dict[int, list[tuple]], hosts: dict[int, str]):

@@ -15,11 +15,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main as cli_main
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt
-from diagnose.model.steps import concentrated, outlier_steps, step_span, step_values
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main as cli_main
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.steps import concentrated, outlier_steps, step_span, step_values
 from tests.builder import TraceBuilder
 
 WORLD = 4
@@ -119,7 +119,7 @@ def test_summary_terminal_and_report_print_the_same_step(tmp_path):
 
 def test_a_summary_without_steps_is_summarised_the_same_way(tmp_path):
     """A summary written before the step summary existed: outputs compute it from the ranks' own steps."""
-    from diagnose.model.steps import steps_of
+    from llmdiag.diagnose.model.steps import steps_of
 
     a = analyze_path(str(folder(tmp_path, SLOW_LAST)), jobs=1)
     d = a.to_dict()

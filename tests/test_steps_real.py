@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
 
 REAL = "../shared/fixtures/real"
@@ -120,7 +120,7 @@ def test_generated_trace_without_steps_starts_at_first_device_activity(tmp_path)
 def test_cross_check_names_communication_hta_cannot_see():
     """B200 fixture: HTA's communication is nccl* kernels only; the multimem all-reduce is named."""
     pytest.importorskip("hta")
-    from diagnose.cli.hta_check import cross_check_hta
+    from llmdiag.diagnose.cli.hta_check import cross_check_hta
 
     a = analyze_path(f"{REAL}/tracelens/b200_vllm_tp8_rank0.json.gz", rules=False, jobs=1, exclude_last_step=True)
     text = cross_check_hta(a, exclude_last_step=True)

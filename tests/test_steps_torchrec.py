@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.model.steps import concentrated
+from llmdiag.diagnose.model.steps import concentrated
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "real" / "torchrec"
 FOLDERS = ["sst_long_a2a_optimizer_3", "sst_long_a2a_optimizer_5", "sst_long_a2a_optimizer_5_qcomm",
@@ -67,7 +67,7 @@ def truth(path: str) -> tuple[dict[int, float], dict[int, float], dict[int, floa
 
 @pytest.fixture(scope="module")
 def analysed():
-    from diagnose.analyze import analyze_runs
+    from llmdiag.diagnose.analyze import analyze_runs
 
     return {name: analyze_runs(str(REAL / name), jobs=2, run="all", rules=False) for name in FOLDERS}
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.terminal import render
-from diagnose.export import tables as tb
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt
-from diagnose.rules import findings
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.export import tables as tb
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules import findings
+from llmdiag.reports.render import render_html
 from tests.builder import TraceBuilder
 
 REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "real"

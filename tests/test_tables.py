@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main
-from diagnose.export import tables as tb
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.export import tables as tb
 from tests import gen_pipeline
 from tests.builder import TraceBuilder, gpu_rank
 from tests.gen_moe import moe_ep_ranks
@@ -239,7 +239,7 @@ def test_missing_pyarrow_is_one_line_and_exit_2(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` now raises ImportError
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     called = []
-    monkeypatch.setattr("diagnose.analyze.analyze_path", lambda *a, **k: called.append(1))
+    monkeypatch.setattr("llmdiag.diagnose.analyze.analyze_path", lambda *a, **k: called.append(1))
     res = CliRunner().invoke(main, ["analyze", str(tmp_path), "--tables", str(tmp_path / "t")])
     assert res.exit_code == 2 and not called and not (tmp_path / "t").exists()
     lines = res.output.strip().splitlines()
@@ -288,7 +288,7 @@ def test_writing_tables_imports_no_pandas(tmp_path):
     """pa.array() over Python values imports pandas whenever it is installed: the tables are built without it."""
     import subprocess
 
-    code = ("import sys; from tests.gen_scenarios import base; from diagnose.export.tables import write_tables; "
+    code = ("import sys; from tests.gen_scenarios import base; from llmdiag.diagnose.export.tables import write_tables; "
             f"write_tables(base(8), {str(tmp_path / 't')!r}); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr

@@ -7,9 +7,9 @@ import re
 
 from click.testing import CliRunner
 
-from diagnose.cli.main import main
-from diagnose.cli.terminal import render
-from diagnose.rules import findings
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.rules import findings
 from tests.builder import gpu_rank
 from tests.summaries import analysis, busy, typed
 
@@ -88,7 +88,7 @@ def test_gloo_p2p_counted_as_bubble_is_said_beside_the_headline_and_the_table():
     """On a CPU pipeline run the headline's exposed communication is 0 while the per-op table lists send/recv
     with exposed time: both places say that blocked gloo p2p is the bubble (one sentence, views.p2p_bubble_note),
     and only where the trace is CPU and has send/recv."""
-    from reports.render import render_html
+    from llmdiag.reports.render import render_html
     from tests.summaries import summary
 
     s = summary(2)

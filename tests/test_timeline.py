@@ -13,11 +13,11 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main
-from diagnose.export.passthrough import PID_STRIDE
-from diagnose.export.timeline import build_timeline
-from diagnose.metrics.idle import CAUSES
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.export.passthrough import PID_STRIDE
+from llmdiag.diagnose.export.timeline import build_timeline
+from llmdiag.diagnose.metrics.rank.idle import CAUSES
 from tests.builder import TraceBuilder, gpu_rank
 from tests.test_metrics_exact import ONE_F_ONE_B_P2, _one_f_one_b_ranks
 
@@ -140,8 +140,8 @@ def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
 
 
 def test_a_track_past_its_cap_keeps_its_longest_intervals_in_time_order():
-    from diagnose.export.tracks import track_events
-    from diagnose.metrics.track_intervals import RankTracks
+    from llmdiag.diagnose.export.tracks import track_events
+    from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks
 
     tr = RankTracks(idle=[(0, 5, 1), (10, 40, 1), (50, 52, 1), (60, 100, 1), (200, 210, 2)])
     ev, dropped = track_events(3, tr, 1000, cap=3)
@@ -179,7 +179,7 @@ def test_real_gpu_pair_tracks_match_its_breakdown(tmp_path):
 
 
 def test_a_lone_surrogate_in_a_trace_name_is_written_not_raised(tmp_path):
-    from diagnose.export.timeline import write_timeline
+    from llmdiag.diagnose.export.timeline import write_timeline
 
     b = gpu_rank(0, world_size=1)
     b.kernel("bad\ud800name", 950, 10, stream=7, launch_at=940)
@@ -216,13 +216,13 @@ def test_idle_track_is_split_by_cause_and_sums_to_the_idle_attribution(tmp_path)
     idle attribution's own total; their union is each step's window − busy (the idle track before the split)."""
     import numpy as np
 
-    from diagnose.metrics.track_intervals import step_tracks
-    from diagnose.io.loader import load_trace
-    from diagnose.metrics import intervals as iv
-    from diagnose.metrics.classify import classify
-    from diagnose.metrics.overlap import timeline
-    from diagnose.metrics.steps import windows
-    from diagnose.model.format import NS_PER_MS
+    from llmdiag.diagnose.metrics.rank.track_intervals import step_tracks
+    from llmdiag.diagnose.io.loader import load_trace
+    from llmdiag.diagnose.metrics.rank import intervals as iv
+    from llmdiag.diagnose.metrics.rank.classify import classify
+    from llmdiag.diagnose.metrics.rank.overlap import timeline
+    from llmdiag.diagnose.metrics.rank.steps import windows
+    from llmdiag.diagnose.model.format import NS_PER_MS
 
     a, tracks = _analyse(tmp_path, [_idle_causes_rank()])
     (r,) = a.ranks
@@ -359,7 +359,7 @@ def test_real_traces_keep_every_event_args_and_flow(tmp_path, src):
     import gzip
     from collections import Counter
 
-    from diagnose.export.timeline import write_timeline
+    from llmdiag.diagnose.export.timeline import write_timeline
 
     tracks = {}
     a = analyze_path(str(REAL / src), jobs=1, tracks=tracks)
@@ -426,7 +426,7 @@ def test_a_real_trace_loader_reads_the_merged_timeline(tmp_path):
     tp = pytest.importorskip("hta.common.trace_parser")
     from hta.configs.parser_config import ParserConfig
 
-    from diagnose.export.timeline import write_timeline
+    from llmdiag.diagnose.export.timeline import write_timeline
 
     src = str(REAL / "hta" / "nccl_data.json.gz")
     tracks = {}

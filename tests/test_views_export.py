@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.main import main
-from diagnose.cli.terminal import render
-from diagnose.export.csv_tables import write_csv
-from diagnose.export.events import events
-from diagnose.export.tables import TABLES, write_tables
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.export.csv_tables import write_csv
+from llmdiag.diagnose.export.events import events
+from llmdiag.diagnose.export.tables import TABLES, write_tables
 from tests.builder import TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}]
@@ -104,7 +104,7 @@ def test_events_frame(run):
 
 def test_events_rank_not_found_is_one_line(run):
     path, _ = run
-    from diagnose.errors import LlmdiagError
+    from llmdiag.diagnose.errors import LlmdiagError
 
     with pytest.raises(LlmdiagError, match="no trace of rank 7"):
         events(path, rank=7)
@@ -114,7 +114,7 @@ def test_terminal_and_report_print_the_same_numbers(run, tmp_path):
     _, a = run
     text = render(a, width=200)
     assert "Op → kernel" in text and "Kernel launches per rank" in text
-    from reports.render import render_report
+    from llmdiag.reports.render import render_report
 
     html = open(render_report(a, str(tmp_path / "r.html")), encoding="utf-8").read()
     assert 'id="kernel-views"' in html and "GEMM and attention against the roofline" in html

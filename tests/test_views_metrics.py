@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.builder import TraceBuilder
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85_000_000_000}]
@@ -83,8 +83,8 @@ def test_op_kernel_rows(tmp_path):
 def test_op_kernel_rows_are_bounded(tmp_path):
     """More ops than kept: the top ones by time, the rest in one '(other ops)' row holding their sum (cut once in
     the rank's worker, once over the job)."""
-    from diagnose.metrics.kernel_world import WORLD_TOP
-    from diagnose.metrics.op_kernels import TOP_OPS
+    from llmdiag.diagnose.metrics.job.kernel_world import WORLD_TOP
+    from llmdiag.diagnose.metrics.rank.op_kernels import TOP_OPS
 
     n = TOP_OPS + 5
     b = TraceBuilder(rank=0, world_size=1, device_properties=H100)

@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.metrics import kernel_sequences as ks
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.metrics.rank import kernel_sequences as ks
 from tests.builder import TraceBuilder
 
 STEPS, CALLS, STEP_US = 3, 5, 10_000

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from diagnose.cli.main import main
-from diagnose.io.megatron_ops import read_op_table
-from diagnose.model.analysis import Analysis
-from diagnose.simulate.artifact import whatif_of_table
+from llmdiag.diagnose.cli.main import main
+from llmdiag.diagnose.io.megatron_ops import read_op_table
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.simulate.artifact import whatif_of_table
 
 pytestmark = pytest.mark.real
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
@@ -100,12 +100,12 @@ def test_a_missing_op_gives_no_partial_answer(job, tmp_path):
 
 
 def test_missing_pyarrow_names_the_extra(job, monkeypatch):
-    import diagnose.io.megatron_ops as mo
+    import llmdiag.diagnose.io.megatron_ops as mo
 
     real = mo.importlib.import_module
     monkeypatch.setattr(mo.importlib, "import_module",
                         lambda name: (_ for _ in ()).throw(ImportError(name)) if name.startswith("pyarrow") else real(name))
-    from diagnose.errors import LlmdiagError
+    from llmdiag.diagnose.errors import LlmdiagError
 
     with pytest.raises(LlmdiagError, match=r"needs pyarrow.parquet \(pip install 'llmdiag\[whatif\]'\)"):
         read_op_table(str(job / "trace-ST.parquet"))

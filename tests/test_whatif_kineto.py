@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from diagnose.analyze import analyze_path
+from llmdiag.diagnose.analyze import analyze_path
 from tests.gen_pipeline import Case, simulate, write
 
 CASES = [
@@ -83,7 +83,7 @@ def test_without_peer_records_the_schedule_edges_are_assumed_and_said(tmp_path, 
     """Traces whose send/recv carry no peers (gloo): forward after the previous stage's forward, backward after
     the next stage's backward; transfers fold into launch delays, so the no-delay and ideal replays are the
     generator's schedule with free communication. The section says so."""
-    import diagnose.analyze as an
+    import llmdiag.diagnose.analyze as an
 
     real = an.kineto_whatif
     monkeypatch.setattr(an, "kineto_whatif",

@@ -23,8 +23,8 @@ import sys
 import numpy as np
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.simulate.replay import predict
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.simulate.replay import predict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = ("--hidden", "256", "--seq-len", "128", "--batch", "16", "--profile-steps", "1,1,5")
@@ -34,7 +34,7 @@ SELF_TOLERANCE = 0.15
 
 
 def run(out: str, m: int) -> str:
-    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", "pp2", "--microbatches", str(m),
+    cmd = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", "pp2", "--microbatches", str(m),
            "--out", out, *MODEL]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"

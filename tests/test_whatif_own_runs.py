@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.simulate.gains import straggler_of
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.simulate.gains import straggler_of
 from tests.test_analyze_own_runs import PP_MODEL, run_workload
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.simulate.gains import attribution
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.simulate.gains import attribution
 from tests.gen_pipeline import write
 from tests.gen_planted import corpus
 
@@ -67,7 +67,7 @@ def test_op_type_where_one_was_planted(results):
 
 
 def test_the_section_prints_the_slowest_link(tmp_path):
-    from diagnose.model.whatif_view import whatif_cards
+    from llmdiag.diagnose.model.whatif_view import whatif_cards
     from tests.gen_planted import links
 
     c = links()[3]  # 4 stages, 1F1B, link between stages 0 and 1 slow
@@ -79,8 +79,8 @@ def test_the_section_prints_the_slowest_link(tmp_path):
 def test_shares_of_a_small_slowdown_are_said_to_be_unstable():
     """The demo (pp2 on 2 cores) printed S 1.032 beside M_S −163.6 % and M_W 263.6 %: shares of a 3 % slowdown.
     Below 5 % the section says why such shares leave [0, 100 %]; above it, nothing is added."""
-    from diagnose.model.whatif import WhatIf
-    from diagnose.model.whatif_view import whatif_cards
+    from llmdiag.diagnose.model.whatif import WhatIf
+    from llmdiag.diagnose.model.whatif_view import whatif_cards
 
     def labels(slowdown):
         w = WhatIf(source="kineto-pipeline", workers=2, steps=3, ops=48, slowdown=slowdown, ms=-1.636, mw=2.636,

@@ -14,10 +14,10 @@ import re
 
 import pytest
 
-from diagnose.analyze import analyze_path
-from diagnose.cli.terminal import render
-from diagnose.model.whatif_view import plant_of, whatif_cards
-from reports.render import render_html
+from llmdiag.diagnose.analyze import analyze_path
+from llmdiag.diagnose.cli.terminal import render
+from llmdiag.diagnose.model.whatif_view import plant_of, whatif_cards
+from llmdiag.reports.render import render_html
 from tests.gen_pipeline import Case, write
 
 WORDS = "rank 0's backward was slowed ×2 on purpose (--inject-slow rank:0:2:backward, recorded in the manifest)"
@@ -83,7 +83,7 @@ def test_negative_ms_is_explained_not_a_formatting_bug(tmp_path):
 
 def test_positive_ms_has_no_sign_note():
     """A last stage heavier than the mean (the usual case): M_S in [0, 1], no extra words."""
-    from diagnose.model.whatif import WhatIf
+    from llmdiag.diagnose.model.whatif import WhatIf
 
     w = WhatIf(source="kineto-pipeline", workers=2, steps=3, ops=48, slowdown=1.2, ms=0.8, mw=0.5, mw_ranks=[1],
                no_delay_step_ms=12.0, ideal_step_ms=10.0, measured_step_ms=12.1, simulated_step_ms=12.1,

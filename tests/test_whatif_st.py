@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.io.megatron_ops import read_op_table
-from diagnose.simulate.artifact import whatif_of_table
+from llmdiag.diagnose.io.megatron_ops import read_op_table
+from llmdiag.diagnose.simulate.artifact import whatif_of_table
 
 pytestmark = pytest.mark.real
 BYTEDANCE = (Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "real" / "bytedance").resolve()
@@ -97,7 +97,7 @@ def test_pipeline_per_stage(st):
 
 
 def test_straggler_gain_text(st):
-    from diagnose.simulate.gains import simulated_stage_gain, simulated_straggler_gain, straggler_of
+    from llmdiag.diagnose.simulate.gains import simulated_stage_gain, simulated_straggler_gain, straggler_of
 
     gain, how = simulated_straggler_gain(st, [7, 3], st.measured_step_ms)
     assert gain == pytest.approx(st.worker_gains[0].gain_ms)
@@ -109,7 +109,7 @@ def test_straggler_gain_text(st):
 
 def test_replay_budget_leaves_out_and_says_so(monkeypatch):
     """A job too large for the replay budget keeps S and what fits, and names every decomposition left out."""
-    import diagnose.simulate.whatif as wi
+    import llmdiag.diagnose.simulate.whatif as wi
 
     t = read_op_table(str(BYTEDANCE / "trace-ST.parquet"))
     monkeypatch.setattr(wi, "REPLAY_BUDGET", t.n * 20)  # the 4 headline replays + 11 op types + 4 stages fit

@@ -17,12 +17,12 @@ from itertools import product
 import pytest
 import torch
 
-from workloads.config import SIZES, model_config
-from workloads.data import global_batch, local_batch
-from workloads.grammar import parse_workload
-from workloads.model import reference_model
-from workloads.options import RunOptions
-from workloads.reference import reference_losses
+from llmdiag.workloads.config import SIZES, model_config
+from llmdiag.workloads.data import global_batch, local_batch
+from llmdiag.workloads.grammar import parse_workload
+from llmdiag.workloads.model import reference_model
+from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.reference import reference_losses
 
 STEPS = ["--profile-steps", "0,1,1", "--steps", "3"]
 # (id, workload, extra args). tp4pp2 is the 8-process case; the rest cover every parallelism, every schedule,
@@ -86,7 +86,7 @@ def runs(tmp_path_factory, llmdiag_run):
 @pytest.mark.parametrize("size", ["tiny", "125m"])
 def test_model_matches_the_config_arithmetic(size):
     cfg = model_config(size, layers=2) if size != "tiny" else SIZES["tiny"]
-    from workloads.model import build
+    from llmdiag.workloads.model import build
 
     model = build(cfg)
     assert sum(p.numel() for p in model.parameters()) == cfg.params()
@@ -96,7 +96,7 @@ def test_model_matches_the_config_arithmetic(size):
 
 
 def test_weights_do_not_depend_on_what_a_rank_holds():
-    from workloads.model import build, materialize
+    from llmdiag.workloads.model import build, materialize
 
     cfg = SIZES["tiny"]
     full = reference_model(cfg, seed=3)
@@ -126,7 +126,7 @@ def test_ring_attention_maths_on_one_rank_matches_sdpa(tmp_path):
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from workloads.parallel.cp import ring_attention
+    from llmdiag.workloads.parallel.cp import ring_attention
 
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=60))

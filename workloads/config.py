@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from workloads.errors import WorkloadError
+from llmdiag.workloads.errors import WorkloadError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import re
 import signal
 import time
 
-from workloads.errors import WorkloadError
+from llmdiag.workloads.errors import WorkloadError
 
 KINDS = ("raise", "kill", "hang")
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.config import ModelConfig
+from llmdiag.workloads.config import ModelConfig
 
 
 class FeedForward(nn.Module):

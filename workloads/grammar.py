@@ -11,8 +11,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from workloads.errors import WorkloadError
-from workloads.config import ModelConfig
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.config import ModelConfig
 
 DIMS = ("dp", "fsdp", "tp", "pp", "cp")
 # DeviceMesh order, outermost first (torchtitan's): pp, then data parallel (replicate, shard), cp, tp innermost

@@ -20,12 +20,12 @@ import threading
 import time
 from datetime import datetime
 
-from workloads.errors import WorkloadError
-from workloads import manifest as man
-from workloads.grammar import Plan
-from workloads.options import LaunchOptions, RunOptions
-from workloads.rankio import die_with_parent, now_iso
-from workloads.tracecheck import fresh_file, incomplete_trace
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads import manifest as man
+from llmdiag.workloads.grammar import Plan
+from llmdiag.workloads.options import LaunchOptions, RunOptions
+from llmdiag.workloads.rankio import die_with_parent, now_iso
+from llmdiag.workloads.tracecheck import fresh_file, incomplete_trace
 
 _TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -132,12 +132,12 @@ class Launch:
                     "--node-rank", str(self.node_rank)]
         else:
             cmd += ["--standalone"]
-        return cmd + ["-m", "workloads.train", *self.opts.to_argv()]
+        return cmd + ["-m", "llmdiag.workloads.train", *self.opts.to_argv()]
 
     def env(self) -> dict:
         env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        # This package only: `python -m` puts the current folder first on the path (a ./workloads/train.py
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds llmdiag/
+        # This package only: `python -m` puts the current folder first on the path (a ./llmdiag/workloads/train.py
         # there would run once per rank), so PYTHONSAFEPATH (3.11+) keeps it off, for torchrun and the ranks
         # alike; an empty PYTHONPATH entry means the current folder too, so those go.
         user = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

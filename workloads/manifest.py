@@ -10,9 +10,9 @@ import json
 import os
 import re
 
-from workloads.grammar import Plan
-from workloads.options import RunOptions
-from workloads.rankio import atomic_write_json
+from llmdiag.workloads.grammar import Plan
+from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.rankio import atomic_write_json
 
 SCHEMA_VERSION = 1
 
@@ -53,13 +53,10 @@ def host_memory() -> int | None:
 
 
 def _version() -> str:
-    """The installed package's version (workloads/ does not import diagnose/, which declares it)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """llmdiag's version, declared once in the top package (which imports neither half)."""
+    from llmdiag import __version__
 
-    try:
-        return version("llmdiag")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, command: list[str], cpu_cores: int,

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.config import ModelConfig
-from workloads.ffn import FeedForward
+from llmdiag.workloads.config import ModelConfig
+from llmdiag.workloads.ffn import FeedForward
 
 
 class RMSNorm(nn.Module):
@@ -73,7 +73,7 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D]
         if self.cp_group is not None:
-            from workloads.parallel.cp import ring_attention
+            from llmdiag.workloads.parallel.cp import ring_attention
 
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -90,7 +90,7 @@ class Block(nn.Module):
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.hidden, cfg.norm_eps)
         if cfg.is_moe_layer(layer):
-            from workloads.moe import MoE
+            from llmdiag.workloads.moe import MoE
 
             self.feed_forward = MoE(cfg, expert_ids)
         else:

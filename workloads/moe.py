@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
-from workloads.config import ModelConfig
-from workloads.ffn import FeedForward  # an expert is the dense SwiGLU FFN
+from llmdiag.workloads.config import ModelConfig
+from llmdiag.workloads.ffn import FeedForward  # an expert is the dense SwiGLU FFN
 
 
 def planted_experts(tokens: int, experts: int, topk: int, skew: float) -> torch.Tensor:

@@ -14,10 +14,10 @@ import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from types import NoneType
 
-from workloads import faults, slow
-from workloads.config import SIZES, model_config
-from workloads.errors import WorkloadError
-from workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
+from llmdiag.workloads import faults, slow
+from llmdiag.workloads.config import SIZES, model_config
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
 
 DEFAULT_TAIL_STEPS = 3  # unprofiled steps after the profiler stops, to measure its overhead
 DEVICES = ("auto", "cpu", "cuda")
@@ -187,7 +187,7 @@ class RunOptions:
 
     @classmethod
     def from_argv(cls, argv: list[str] | None) -> RunOptions:
-        p = argparse.ArgumentParser(prog="python -m workloads.train",
+        p = argparse.ArgumentParser(prog="python -m llmdiag.workloads.train",
                                     description="One rank of an llmdiag workload (start it under torchrun).")
         for o in cli_options(cls):
             if o.kind == "flag":

@@ -1,4 +1,4 @@
-"""Step time and profiler overhead per layout: `python -m workloads.overhead [--out DIR] [layout ...]`.
+"""Step time and profiler overhead per layout: `python -m llmdiag.workloads.overhead [--out DIR] [layout ...]`.
 
 A layout is a workload string, optionally followed by run options in the same argument
 (`"ep2 --moe-experts 4"`).
@@ -26,7 +26,7 @@ ARGS = ["--profile-steps", "2,2,6", "--steps", "24", "--device", "cpu"]
 
 def measure(out: str, spec: str) -> dict:
     workload, *extra = spec.split()
-    cmd = [sys.executable, "-m", "diagnose.cli.main", "run", "--workload", workload, "--out", out, *ARGS, *extra]
+    cmd = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "run", "--workload", workload, "--out", out, *ARGS, *extra]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "manifest.json")) as f:
         m = json.load(f)

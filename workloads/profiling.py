@@ -14,7 +14,7 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from workloads.options import RunOptions
+from llmdiag.workloads.options import RunOptions
 
 
 _TAIL = 1 << 16

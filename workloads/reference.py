@@ -2,7 +2,7 @@
 
 Every parallel layout must reproduce these losses step for step (within float tolerance): same weights
 (per-parameter seeds), same tokens (data.global_batch), same AdamW. Used by the tests; also handy by hand:
-`python -m workloads.reference --workload tp2pp2 --steps 3`.
+`python -m llmdiag.workloads.reference --workload tp2pp2 --steps 3`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 
 import torch
 
-from workloads.data import global_batch
-from workloads.model import loss_fn, reference_model
-from workloads.options import RunOptions
+from llmdiag.workloads.data import global_batch
+from llmdiag.workloads.model import loss_fn, reference_model
+from llmdiag.workloads.options import RunOptions
 
 
 def reference_losses(opts: RunOptions, steps: int) -> list[float]:

@@ -11,7 +11,7 @@ import contextlib
 import re
 import time
 
-from workloads.errors import WorkloadError
+from llmdiag.workloads.errors import WorkloadError
 
 KINDS = ("forward", "backward")
 MAX_FACTOR = 100.0

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import shlex
 
-from workloads.errors import WorkloadError
-from workloads.options import LaunchOptions, RunOptions
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.options import LaunchOptions, RunOptions
 
 GPUS_PER_NODE = 8  # without --nproc-per-node
 _NOT_FORWARDED = ("out", "device")  # the script sets its own

@@ -1,4 +1,4 @@
-"""The training loop every rank runs under torchrun: `python -m workloads.train --workload tp2pp2 --out DIR`.
+"""The training loop every rank runs under torchrun: `python -m llmdiag.workloads.train --workload tp2pp2 --out DIR`.
 
 One loop for every layout. torch.profiler records steps wait..wait+warmup+active (shapes and memory on,
 stacks optional) and writes one gzipped Kineto trace per rank; a few unprofiled steps follow so the result
@@ -19,10 +19,10 @@ import sys
 import time
 import traceback
 
-from workloads import slow
-from workloads.faults import Fault
-from workloads.options import RunOptions
-from workloads.rankio import ResultRecord, redirect_output
+from llmdiag.workloads import slow
+from llmdiag.workloads.faults import Fault
+from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.rankio import ResultRecord, redirect_output
 
 
 class Trainer:
@@ -39,10 +39,10 @@ class Trainer:
     def setup(self) -> None:
         import torch
 
-        from workloads.launch import resolve_device
-        from workloads.model import loss_fn
-        from workloads.parallel import build_local_modules
-        from workloads.parallel.mesh import build_mesh, init_distributed
+        from llmdiag.workloads.launch import resolve_device
+        from llmdiag.workloads.model import loss_fn
+        from llmdiag.workloads.parallel import build_local_modules
+        from llmdiag.workloads.parallel.mesh import build_mesh, init_distributed
 
         opts = self.opts
         opts.device = resolve_device(opts.device)[0]  # `llmdiag run` passes cpu|cuda; by hand it may be auto
@@ -75,14 +75,14 @@ class Trainer:
             # Under EP with FSDP the experts stay plain tensors beside FSDP's DTensors: same restriction.
             plain = plan.layout.tp > 1 or (plan.layout.ep > 1 and plan.layout.fsdp > 1)
             self.optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=0.0, foreach=not plain)
-        from workloads.moe import moe_modules
+        from llmdiag.workloads.moe import moe_modules
 
         for m in self.modules.values():
             for moe in moe_modules(m):
                 moe.aux_scale = 1.0 / plan.grad_accum
         self.schedule = None
         if plan.pipeline:
-            from workloads.parallel.pp import build_schedule
+            from llmdiag.workloads.parallel.pp import build_schedule
 
             self.schedule, _ = build_schedule(plan.pipeline, self.modules, self.mesh.group("pp"), self.device,
                                               loss_fn)
@@ -91,7 +91,7 @@ class Trainer:
         self.is_last = not plan.pipeline or plan.pipeline.stages - 1 in self.stage_ids
 
     def batch(self, step: int):
-        from workloads.data import local_batch
+        from llmdiag.workloads.data import local_batch
 
         lay, c = self.plan.layout, self.coords
         inputs, targets = local_batch(step, batch=self.plan.global_batch, seq_len=self.plan.model.seq_len,
@@ -132,7 +132,7 @@ class Trainer:
             if self.is_last:
                 loss = torch.stack([x.detach().float() for x in losses]).mean()
         if self.plan.layout.ep > 1:
-            from workloads.parallel.ep import reduce_expert_grads
+            from llmdiag.workloads.parallel.ep import reduce_expert_grads
 
             with record_function("llmdiag/moe/expert_grad_sync"):
                 lay = self.plan.layout
@@ -145,7 +145,7 @@ class Trainer:
     def run(self) -> None:
         import torch
 
-        from workloads.profiling import make_profiler
+        from llmdiag.workloads.profiling import make_profiler
 
         t_setup = time.perf_counter()
         self.setup()

@@ -13,11 +13,11 @@ import webbrowser
 
 import click
 
-from diagnose.errors import LlmdiagError, printable
-from diagnose.model.runs import RUNS_PREFIX
-from diagnose.model.files import write_atomic
-from diagnose.model.analysis import Analysis
-from diagnose.model.provenance import Provenance
+from llmdiag.diagnose.errors import LlmdiagError, printable
+from llmdiag.diagnose.model.runs import RUNS_PREFIX
+from llmdiag.diagnose.model.files import write_atomic
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.provenance import Provenance
 
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
@@ -34,7 +34,7 @@ def json_safe(analysis: Analysis) -> tuple[bytes, Analysis]:
     """The summary file's bytes, and the analysis the report renders: the same one, or, where a string cannot
     be written as UTF-8 (lone surrogates from non-UTF-8 file names), the mended copy the summary holds
     (model/summary.py `analysis_bytes`; packed above 256 ranks, model/pack.py)."""
-    from diagnose.model.summary import analysis_bytes
+    from llmdiag.diagnose.model.summary import analysis_bytes
 
     return analysis_bytes(analysis)
 
@@ -81,7 +81,7 @@ def engine_spec(ctx: click.Context, jobs, scheduler, scheduler_file, dask_local)
     command line (--dask-local, --scheduler-file, --jobs) wins over it. Two explicit choices: one line, exit 2."""
     from click.core import ParameterSource
 
-    from diagnose.engine import EngineSpec
+    from llmdiag.diagnose.engine import EngineSpec
 
     if ctx.get_parameter_source("scheduler") == ParameterSource.ENVIRONMENT and (dask_local or scheduler_file or jobs):
         scheduler = None
@@ -104,7 +104,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
 def _ranks_fit(target, ranks: list[int]) -> None:
     """--ranks against the input before any trace is parsed: more ranks than its trace files, or a rank at or
     past the manifest's world size, cannot be held (the exact check follows once the ranks are read)."""
-    from diagnose.io.discover import discover
+    from llmdiag.diagnose.io.discover import discover
 
     src = discover(target)
     world = (src.manifest or {}).get("world_size") if isinstance(src.manifest, dict) else None
@@ -160,7 +160,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     """
     import re
 
-    from diagnose.analyze import analyze_runs
+    from llmdiag.diagnose.analyze import analyze_runs
 
     run = run.strip().lower()
     if run not in ("newest", "all") and not (run.isdigit() and int(run) >= 1):
@@ -171,14 +171,14 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         except re.error as e:
             raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
     if tables_dir and tables_format != "csv":  # before the analysis: a missing extra is one line, not minutes lost
-        from diagnose.export.tables import require_pyarrow
+        from llmdiag.diagnose.export.tables import require_pyarrow
 
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
     if timeline_ranks and not timeline_path:
         raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
     if timeline_path and isinstance(target, str):
-        from diagnose.io.megatron_ops import find_op_table
+        from llmdiag.diagnose.io.megatron_ops import find_op_table
 
         if find_op_table(target):
             raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
@@ -189,7 +189,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
                             progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks)
     if timeline_ranks:  # ranks read from the traces: checked before any output is written
-        from diagnose.export.timeline import check_ranks
+        from llmdiag.diagnose.export.timeline import check_ranks
 
         for a in analyses:
             check_ranks([r.rank for r in a.ranks], timeline_ranks, a.source)
@@ -224,19 +224,19 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
         jpath, hpath = output_paths(analysis, json_path, report_path)
         write_json(summary, jpath)
         if not quiet:
-            from diagnose.cli.terminal import render
+            from llmdiag.diagnose.cli.terminal import render
 
             tty = sys.stdout.isatty()
             colour = tty and not os.environ.get("NO_COLOR")
             click.echo(render(analysis, colour=colour),
                        color=colour)  # the terminal escapes every trace-derived string itself
         if cross_check:
-            from diagnose.cli.hta_check import cross_check_hta
+            from llmdiag.diagnose.cli.hta_check import cross_check_hta
 
             click.echo(cross_check_hta(analysis, exclude_last_step))
         click.echo(("" if quiet else "\n") + f"summary: {printable(os.path.abspath(jpath))}")  # folder names may hold ESC bytes: never raw to the terminal
         if not no_report:
-            from reports.render import render_report
+            from llmdiag.reports.render import render_report
 
             try:
                 out = render_report(shown, hpath)
@@ -246,13 +246,13 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
             if open_browser:
                 webbrowser.open("file://" + os.path.abspath(out))
         if timeline_path:
-            from diagnose.export.timeline import write_timeline
+            from llmdiag.diagnose.export.timeline import write_timeline
 
             out = write_timeline(analysis, timeline_path, tracks, timeline_ranks, timeline_max_events)
             click.echo(f"timeline: {printable(out)}")
         if tables_dir:
-            from diagnose.export.csv_tables import write_csv
-            from diagnose.export.tables import write_tables
+            from llmdiag.diagnose.export.csv_tables import write_csv
+            from llmdiag.diagnose.export.tables import write_tables
 
             fmt = click.get_current_context().params.get("tables_format") or "parquet"
             n = {"parquet": lambda: f"{len(write_tables(shown, tables_dir))} Parquet files",

@@ -17,13 +17,13 @@ import time
 import click
 import orjson
 
-from diagnose.errors import LlmdiagError
-from diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
-from diagnose.gate.config import FLAG_GATES, build_gates
-from diagnose.gate.format import github_annotations, markdown_summary, render_verdict
-from diagnose.gate.junit import error_junit, to_junit, write_text
-from diagnose.gate.sides import load_side
-from diagnose.model.escape import markdown, terminal
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
+from llmdiag.diagnose.gate.config import FLAG_GATES, build_gates
+from llmdiag.diagnose.gate.format import github_annotations, markdown_summary, render_verdict
+from llmdiag.diagnose.gate.junit import error_junit, to_junit, write_text
+from llmdiag.diagnose.gate.sides import load_side
+from llmdiag.diagnose.model.escape import markdown, terminal
 
 
 def _one_line_errors(f):
@@ -180,14 +180,14 @@ def diff(a, b, html_path, json_path, top):
     Ranks are matched by number; with different world sizes only aggregates are compared, and the
     output says so.
     """
-    from diagnose.gate.diff import compare, render_text
+    from llmdiag.diagnose.gate.diff import compare, render_text
 
     c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
     click.echo(render_text(c))
     if json_path:
         _write_json(json_path, dataclasses.asdict(c))
     if html_path:
-        from reports.diff_render import render_diff_html
+        from llmdiag.reports.diff_render import render_diff_html
 
         write_text(html_path, render_diff_html(c))
         click.echo(f"\nwrote {html_path}")

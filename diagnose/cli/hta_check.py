@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-from diagnose.errors import LlmdiagError
+from llmdiag.diagnose.errors import LlmdiagError
 
 
 def hta_overlap(files: dict[int, str]) -> dict[int, float]:
@@ -34,7 +34,7 @@ def hta_overlap(files: dict[int, str]) -> dict[int, float]:
 
 
 def cross_check_hta(analysis, exclude_last_step: bool) -> str:
-    from diagnose.analyze import analyze_path
+    from llmdiag.diagnose.analyze import analyze_path
 
     files = {m.rank: m.file for m in analysis.ranks if m.trace_kind == "gpu"}
     if not files:

@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from diagnose import __version__
-from diagnose.errors import LlmdiagError
+from llmdiag.diagnose import __version__
+from llmdiag.diagnose.errors import LlmdiagError
 
 
 class _Group(click.Group):
@@ -62,9 +62,9 @@ EXAMPLES = {
 
 
 def _register() -> None:
-    from diagnose.cli.run import run
-    from diagnose.cli.analyze import analyze
-    from diagnose.cli.gate import check, diff
+    from llmdiag.diagnose.cli.run import run
+    from llmdiag.diagnose.cli.analyze import analyze
+    from llmdiag.diagnose.cli.gate import check, diff
 
     for cmd in (run, analyze, check, diff):
         cmd.short_help = SHORT_HELP[cmd.name]

@@ -11,9 +11,9 @@ import sys
 
 import click
 
-from diagnose.errors import LlmdiagError
-from workloads.errors import WorkloadError
-from workloads.options import CliOption, LaunchOptions, RunOptions, cli_options, pick
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads.options import CliOption, LaunchOptions, RunOptions, cli_options, pick
 
 
 def _click_option(o: CliOption):
@@ -56,12 +56,12 @@ def run(**kwargs):
 def _run(opts: RunOptions, lo: LaunchOptions) -> None:
     lo.check(opts)
     if lo.print_slurm:
-        from workloads.slurm import sbatch_script
+        from llmdiag.workloads.slurm import sbatch_script
 
         click.echo(sbatch_script(opts, lo), nl=False)
         return
 
-    from workloads.launch import launch
+    from llmdiag.workloads.launch import launch
 
     rc = launch(opts, lo,
                 command=["llmdiag", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("llmdiag") else sys.argv,

@@ -1,6 +1,6 @@
 """Plain-text tables for the terminal: the same cross-rank views, units and finding order as the HTML report.
 
-Every number prints through `diagnose.model.format.fmt`; every table title says whether its numbers are per
+Every number prints through `llmdiag.diagnose.model.format.fmt`; every table title says whether its numbers are per
 step, per rank (a rank's mean over its steps) or totals, and over which ranks. Every string that comes from a
 trace (names, hosts, groups, files, messages, evidence) passes through `printable`, so a name cannot move the
 cursor or rewrite the screen.
@@ -13,17 +13,17 @@ from contextvars import ContextVar
 
 import click
 
-from diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
-from diagnose.gate.format import table, terminal_width
-from diagnose.model import views
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
-from diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
-from diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from diagnose.model.names import demangle, demangle_many, middle, short_names
-from diagnose.model.steps import step_span, steps_of
-from diagnose.model.views import DISTRIBUTIONS
-from diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
+from llmdiag.diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
+from llmdiag.diagnose.gate.format import table, terminal_width
+from llmdiag.diagnose.model import views
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
+from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
+from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
+from llmdiag.diagnose.model.names import demangle, demangle_many, middle, short_names
+from llmdiag.diagnose.model.steps import step_span, steps_of
+from llmdiag.diagnose.model.views import DISTRIBUTIONS
+from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
                                         whatif_cards)
 
 MAX_ROWS = 16
@@ -360,7 +360,7 @@ def render(a: Analysis, width: int | None = None, colour: bool = False) -> str:
 
 # ---- op → kernel and launch statistics (diagnose.model.kernel_view_rows; the report prints the same rows) ----
 def _op_kernels(a: Analysis) -> str:
-    from diagnose.model.kernel_view_rows import OP_HEADER, OP_NOTE, op_rows
+    from llmdiag.diagnose.model.kernel_view_rows import OP_HEADER, OP_NOTE, op_rows
 
     rows, n = op_rows(a, 10)
     body = [[x.op, str(x.ranks), str(x.count), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
@@ -371,7 +371,7 @@ def _op_kernels(a: Analysis) -> str:
 
 
 def _kernel_sequences(a: Analysis) -> str:
-    from diagnose.model.kernel_view_rows import SEQ_HEADER, SEQ_NOTE, seq_rows, seq_text
+    from llmdiag.diagnose.model.kernel_view_rows import SEQ_HEADER, SEQ_NOTE, seq_rows, seq_text
 
     rows = seq_rows(a, 5)
     body = [[x.op, seq_text(x.kernels), str(x.ranks), fmt(x.count_per_step, "avg"), _ms(x.ms_per_step),
@@ -380,7 +380,7 @@ def _kernel_sequences(a: Analysis) -> str:
 
 
 def _launches(a: Analysis) -> str:
-    from diagnose.model.kernel_view_rows import LAUNCH_HEADER, LAUNCH_NOTE, launch_rows
+    from llmdiag.diagnose.model.kernel_view_rows import LAUNCH_HEADER, LAUNCH_NOTE, launch_rows
 
     rows, n = launch_rows(a, MAX_ROWS)
     body = [[str(r.rank), fmt(r.launch.launches_per_step, "avg"), fmt(r.launch.delay_median_us, "us", False),

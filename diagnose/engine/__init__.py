@@ -1,20 +1,23 @@
-"""Where the per-rank jobs run: the local process pool (the default on one machine) or a Dask cluster.
+"""Where the per-file jobs run: the local process pool (the default on one machine) or a Dask cluster.
 
-Both take the same RankJobs, return the RankOutputs in job order (so the summary does not depend on the engine)
-and report to the same progress display; a trace whose worker died comes back as a named error, the others
-are kept. The Dask engine (and dask itself) is imported only when an EngineSpec asks for it.
+The engine runs any function over jobs that each read one file (`job.path`): it knows nothing of traces or
+metrics (`diagnose/analyze.py` hands it the worker's function, `metrics.rank.per_rank.run_job`). Both engines
+return the outputs in job order (so the summary does not depend on the engine) and report to the same progress
+display; a job whose worker died comes back as `work.failed(job, line)`, the others are kept. The Dask engine
+(and dask itself) is imported only when an EngineSpec asks for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnose.engine.pool import run_pool
-from diagnose.engine.progress import Progress
-from diagnose.errors import LlmdiagError
-from diagnose.io.loader import file_size
-from diagnose.metrics.per_rank import RankJob, RankOutput, default_jobs, run_job
+from llmdiag.diagnose.engine.pool import run_pool
+from llmdiag.diagnose.engine.progress import Progress
+from llmdiag.diagnose.engine.work import FileJob, Work, default_workers, failure_line
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.io.loader import file_size
+
+__all__ = ["EngineSpec", "FileJob", "Work", "default_workers", "failure_line", "run_jobs"]
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,15 @@ class EngineSpec:
         return bool(self.dask_local or self.scheduler or self.scheduler_file)
 
 
-def run_jobs(jobs: list[RankJob], spec: EngineSpec | None = None, *, progress: bool = False,
-             fn: Callable[[RankJob], RankOutput] = run_job, console=None) -> list[RankOutput]:
-    """`fn(job)` for every job on the engine `spec` names; outputs in the order of `jobs`. `progress` draws
+def run_jobs(jobs: list, work: Work, spec: EngineSpec | None = None, *, progress: bool = False,
+             console=None) -> list:
+    """`work.fn(job)` for every job on the engine `spec` names; outputs in the order of `jobs`. `progress` draws
     files done / total, MB/s and ETA on stderr when it is a terminal (or on `console`, for tests)."""
     spec = spec or EngineSpec()
     sizes = [file_size(j.path) for j in jobs]
     with Progress(len(jobs), sum(sizes), enabled=progress, console=console) as bar:
         if spec.is_dask:
-            from diagnose.engine.dask_engine import run_dask
+            from llmdiag.diagnose.engine.dask_engine import run_dask
 
-            return run_dask(jobs, sizes, spec, fn, bar)
-        return run_pool(jobs, sizes, spec.jobs or default_jobs(), fn, bar)
+            return run_dask(jobs, sizes, spec, work, bar)
+        return run_pool(jobs, sizes, spec.jobs or default_workers(), work, bar)

@@ -30,13 +30,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
 
-from diagnose.engine.pool import failed
-from diagnose.engine.progress import Progress
-from diagnose.errors import LlmdiagError
-from diagnose.model.files import read_bounded
-from diagnose.metrics.per_rank import RankJob, RankOutput
+from llmdiag.diagnose.engine.pool import failed
+from llmdiag.diagnose.engine.progress import Progress
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.files import read_bounded
+from llmdiag.diagnose.engine.work import Work
 
 EXTRA = "pip install 'llmdiag[cluster]'"
 WAIT_FLOOR_S = 600.0  # the longest wait for the next result, whatever the sizes: covers queueing and slow disks
@@ -46,8 +45,7 @@ SCHEDULER_FILE_BUDGET = 1 << 20  # `dask scheduler --scheduler-file` writes ~1 k
 SATURATION = 1.0  # tasks a one-thread worker of --dask-local holds (1: the one it runs; see _local_cluster)
 
 
-def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob], RankOutput],
-             bar: Progress) -> list[RankOutput]:
+def run_dask(jobs: list, sizes: list[int], spec, work: Work, bar: Progress) -> list:
     """Outputs in the order of `jobs`, computed on the cluster `spec` names (diagnose.engine.EngineSpec)."""
     if spec.dask_local:  # no more workers than traces or cores: 4,096 processes for 2 traces help nobody
         spec = dataclasses.replace(spec, dask_local=min(spec.dask_local, max(1, len(jobs)), os.cpu_count() or 1))
@@ -61,7 +59,7 @@ def run_dask(jobs: list[RankJob], sizes: list[int], spec, fn: Callable[[RankJob]
                            f"{EXTRA}") from None
     with _quiet(), _client(spec) as (client, where):
         bar.describe("analysing traces")
-        return _collect(client, where, jobs, sizes, fn, bar)
+        return _collect(client, where, jobs, sizes, work, bar)
 
 
 @contextlib.contextmanager
@@ -187,7 +185,7 @@ def _probe(address: str, timeout: float) -> None:
                            "right?") from None
 
 
-def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar: Progress) -> list[RankOutput]:
+def _collect(client, where: str, jobs: list, sizes: list[int], work: Work, bar: Progress) -> list:
     from distributed import as_completed
 
     n = len(jobs)
@@ -195,7 +193,7 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
     run = uuid.uuid4().hex[:8]
     keys = [f"llmdiag-{run}-rank-file-{k}" for k in order]
     slot = dict(zip(keys, order))
-    futures = client.map(functools.partial(_remote, fn), [jobs[k] for k in order], key=keys, pure=False)  # one message
+    futures = client.map(functools.partial(_remote, work), [jobs[k] for k in order], key=keys, pure=False)  # one message
     out: list = [None] * n
     ac = as_completed(futures)
     del futures  # as_completed holds each future until it is taken: then it is released below
@@ -218,7 +216,7 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
             continue
         for fut in batch:
             k = slot.pop(fut.key)
-            out[k] = _result(fut, jobs[k], where, done, n, bound(), client)
+            out[k] = _result(fut, jobs[k], work, where, done, n, bound(), client)
             fut.release()
             done += 1
             bar.advance(sizes[k])
@@ -227,7 +225,7 @@ def _collect(client, where: str, jobs: list[RankJob], sizes: list[int], fn, bar:
     return out
 
 
-def _result(fut, job: RankJob, where: str, done: int, n: int, bound: float, client) -> RankOutput:
+def _result(fut, job, work: Work, where: str, done: int, n: int, bound: float, client):
     """The trace's output, or its failure as one line. A future as_completed gave may have lost its result since
     (held by a worker that died after): `result` then waits for Dask to compute it again, within the bound."""
     from distributed.utils import CancelledError
@@ -240,13 +238,13 @@ def _result(fut, job: RankJob, where: str, done: int, n: int, bound: float, clie
         raise LlmdiagError(_stalled(client, where, done, n, bound)) from None
     except Exception as e:
         if type(e).__name__ == "KilledWorker":
-            return failed(job, f"the Dask workers analysing this trace died ({e.allowed_failures + 1} tries, the "
+            return failed(job, work, f"the Dask workers analysing this trace died ({e.allowed_failures + 1} tries, the "
                                f"last on {e.last_worker.address}; killed by a signal or the out-of-memory killer?)")
-        return failed(job, f"the Dask worker could not run this job ({type(e).__name__}: {e}); is llmdiag "
+        return failed(job, work, f"the Dask worker could not run this job ({type(e).__name__}: {e}); is llmdiag "
                            "installed on the workers, in the same version?")
-    if isinstance(res, RankOutput):
+    if isinstance(res, work.out):
         return res
-    return failed(job, f"the Dask worker returned {type(res).__name__}, not a rank's output")
+    return failed(job, work, f"the Dask worker returned {type(res).__name__}, not a rank's output")
 
 
 def _stalled(client, where: str, done: int, n: int, bound: float) -> str:
@@ -259,14 +257,14 @@ def _stalled(client, where: str, done: int, n: int, bound: float) -> str:
             f"{WAIT_FLOOR_S:g} s plus {1 / MB_PER_S:g} s per MB of the largest trace left)")
 
 
-def _remote(fn, job: RankJob) -> RankOutput:
+def _remote(work: Work, job):
     """Runs on the worker: a trace it cannot open is named, with the likely reason (found on the coordinator,
     missing here: not on a filesystem the workers share)."""
     try:
         with open(job.path, "rb"):
             pass
     except OSError as e:
-        return failed(job, f"a Dask worker on {socket.gethostname()} cannot open this trace "
+        return failed(job, work, f"a Dask worker on {socket.gethostname()} cannot open this trace "
                            f"({e.strerror or type(e).__name__}): the traces must be on a filesystem the workers "
                            "share, at the same path")
-    return fn(job)
+    return work.fn(job)

@@ -7,29 +7,24 @@ others kept.
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import signal
-from collections.abc import Callable
 
-from diagnose.engine.progress import Progress
-from diagnose.metrics.per_rank import RankJob, RankOutput
+from llmdiag.diagnose.engine.progress import Progress
+from llmdiag.diagnose.engine.work import Work, failure_line
 
 MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
 
 
-def run_pool(jobs: list[RankJob], sizes: list[int], n_workers: int, fn: Callable[[RankJob], RankOutput],
-             bar: Progress) -> list[RankOutput]:
+def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Progress) -> list:
     """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
     end; small inputs run in this process (forking workers would cost more than the parse)."""
-    n = len(jobs)
-    if n == 1 and n_workers > 1:  # one rank: its parse is split across the cores instead (split_parse.py)
-        jobs = [dataclasses.replace(jobs[0], helpers=n_workers)]
+    n, fn = len(jobs), work.fn
     n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
     order = sorted(range(n), key=lambda k: -sizes[k])
     out: list = [None] * n
 
-    def keep(k: int, res: RankOutput) -> None:
+    def keep(k: int, res) -> None:
         out[k] = res
         bar.advance(sizes[k])
 
@@ -47,17 +42,17 @@ def run_pool(jobs: list[RankJob], sizes: list[int], n_workers: int, fn: Callable
     except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
         left = [k for k in order if out[k] is None]
         with ThreadPoolExecutor(max_workers=n_workers) as tp:
-            for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k], fn), left)):
+            for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k], work), left)):
                 keep(k, res)
     return out
 
 
-def _isolated(job: RankJob, fn: Callable[[RankJob], RankOutput]) -> RankOutput:
+def _isolated(job, work: Work):
     """`fn(job)` in a process of its own, so a worker killed by the OOM killer or a signal costs only the
     trace it was analysing: that rank comes back as an error naming the signal, the others as usual."""
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(job, fn, send), daemon=True)
+    p = ctx.Process(target=_child, args=(job, work.fn, send), daemon=True)
     p.start()
     send.close()
     try:
@@ -67,21 +62,20 @@ def _isolated(job: RankJob, fn: Callable[[RankJob], RankOutput]) -> RankOutput:
     finally:
         recv.close()
         p.join()
-    if isinstance(res, RankOutput):
+    if isinstance(res, work.out):
         return res
     code = p.exitcode
     how = (f"killed by signal {-code} ({signal.Signals(-code).name}{'; the out-of-memory killer?' if -code == 9 else ''})"
            if code is not None and code < 0 and -code in signal.valid_signals() else f"exit status {code}")
-    return failed(job, f"the worker analysing this trace died ({how})")
+    return failed(job, work, f"the worker analysing this trace died ({how})")
 
 
-def failed(job: RankJob, why: str) -> RankOutput:
-    """The RankOutput of a trace the engine could not analyse: one line naming the file, the others carry on."""
-    return RankOutput(job.path, None, None, {}, "", "", None,
-                      error=f"llmdiag: {job.path}: {why}; left out (the other ranks are analysed)")
+def failed(job, work: Work, why: str):
+    """The output of a job the engine could not run: one line naming the file, the others carry on."""
+    return work.failed(job, failure_line(job, why))
 
 
-def _child(job: RankJob, fn, conn) -> None:
+def _child(job, fn, conn) -> None:
     try:
         conn.send(fn(job))
     finally:

@@ -12,9 +12,9 @@ import csv
 import io
 import os
 
-from diagnose.export.tables import OPTIONAL, TABLES, _text, columns, make_folder
-from diagnose.model.analysis import Analysis
-from diagnose.model.files import write_atomic_with
+from llmdiag.diagnose.export.tables import OPTIONAL, TABLES, _text, columns, make_folder
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.files import write_atomic_with
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 

@@ -1,4 +1,4 @@
-"""`diagnose.export.events.events(path, rank=R)`: one rank's events as a DataFrame (HTA's `t.get_trace(rank)`).
+"""`llmdiag.diagnose.export.events.events(path, rank=R)`: one rank's events as a DataFrame (HTA's `t.get_trace(rank)`).
 
 Every complete event of the rank's trace, one row each, in start order, with what llmdiag derived for it: its
 kind (compute, comm, memcpy, ..., as the metrics classify it), the step it starts in, and its op parent — for
@@ -15,14 +15,14 @@ import os
 
 import numpy as np
 
-from diagnose.errors import LlmdiagError
-from diagnose.io.discover import discover, rank_from_name
-from diagnose.io.loader import load_trace
-from diagnose.io.trace import CPU_OP, KIND_NAMES, RankTrace
-from diagnose.metrics import host_ops
-from diagnose.metrics.classify import classify
-from diagnose.metrics.launches import launch_calls
-from diagnose.metrics.steps import windows
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.io.discover import discover, rank_from_name
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.io.trace import CPU_OP, KIND_NAMES, RankTrace
+from llmdiag.diagnose.metrics.rank import host_ops
+from llmdiag.diagnose.metrics.rank.classify import classify
+from llmdiag.diagnose.metrics.rank.launches import launch_calls
+from llmdiag.diagnose.metrics.rank.steps import windows
 
 # (column, meaning), in table order (docs/python.md lists them)
 EVENT_COLUMNS = (

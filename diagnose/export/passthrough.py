@@ -22,8 +22,8 @@ from collections import Counter
 import numpy as np
 import orjson
 
-from diagnose.errors import LlmdiagError, TraceError
-from diagnose.io.stream import Malformed, Stream, Whole, read_bytes
+from llmdiag.diagnose.errors import LlmdiagError, TraceError
+from llmdiag.diagnose.io.stream import Malformed, Stream, Whole, read_bytes
 
 PID_STRIDE = 1000  # pids of rank R: R*1000 (llmdiag's tracks), R*1000+1 ... (its own processes)
 MAX_EXACT = 2**53  # JSON readers hold numbers as doubles
@@ -187,7 +187,7 @@ def _slim(dist) -> dict | None:
     """The rank's distributedInfo without every group's rank list (O(world) per rank)."""
     if type(dist) is not dict:
         return None
-    from diagnose.metrics.layout import slim_pg_config
+    from llmdiag.diagnose.metrics.rank.layout import slim_pg_config
 
     return {**{k: v for k, v in dist.items() if k != "pg_config"}, **({"pg_config": slim_pg_config(dist)}
                                                                         if "pg_config" in dist else {})}

@@ -22,10 +22,10 @@ from operator import is_not
 
 import numpy as np
 
-from diagnose.errors import LlmdiagError
-from diagnose.model import views
-from diagnose.model.analysis import Analysis
-from diagnose.model.files import write_atomic_with
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model import views
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.files import write_atomic_with
 
 TABLES_SCHEMA_VERSION = 1
 EXTRA = "pip install 'llmdiag[tables]'"
@@ -158,7 +158,7 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("other_ms", "f64", "of which launched and waiting on a dependency"),
         ("max_rank", "i64", "the rank where it idles most"), ("max_rank_ms", "f64", "that rank's idle per step")]),
     "kernel_sequences": ("one run of kernels a top-level host op launched back to back on one stream, summed over the "
-                         "ranks (the top 10 by time per step; diagnose/metrics/kernel_sequences.py)", [
+                         "ranks (the top 10 by time per step; diagnose/metrics/rank/kernel_sequences.py)", [
         ("op", "str", "the top-level host op that launched them"),
         ("kernels", "str", "kernel names in launch order as the trace wrote them, joined by ' → '"),
         ("ranks", "i64", "ranks whose top sequences hold it"), ("count", "i64", "occurrences, all ranks and steps"),

@@ -24,11 +24,11 @@ import os
 
 import orjson
 
-from diagnose.errors import LlmdiagError
-from diagnose.export import tracks as tk
-from diagnose.export.passthrough import PID_STRIDE, RankSource, dumps
-from diagnose.model.analysis import Analysis
-from diagnose.model.files import write_atomic_with
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.export import tracks as tk
+from llmdiag.diagnose.export.passthrough import PID_STRIDE, RankSource, dumps
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.files import write_atomic_with
 
 CLOCK = "µs from the earliest rank's trace origin; each rank's clock_shift_ns (origin and host skew) applied"
 

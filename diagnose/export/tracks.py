@@ -1,14 +1,14 @@
 """llmdiag's own tracks in the merged timeline: one process per rank ("rank R: llmdiag"), one named thread
 per track (exposed comm, idle, pipeline bubble, straggler wait), and the findings as global instants.
 
-The intervals come from the analysis (metrics/track_intervals.py, on each rank's own clock); here they are
+The intervals come from the analysis (metrics/rank/track_intervals.py, on each rank's own clock); here they are
 only shifted by the rank's `clock_shift_ns` and written. Where the user capped the timeline's size, a track
 keeps its longest intervals (at least 1,000) and the count of what it dropped goes in the trace.
 """
 
 from __future__ import annotations
 
-from diagnose.metrics.track_intervals import RankTracks
+from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks
 
 TRACKS = {"exposed": ("llmdiag: exposed comm", 1), "idle": ("llmdiag: idle", 2),
           "bubble": ("llmdiag: pipeline bubble", 3), "waits": ("llmdiag: straggler wait", 4)}

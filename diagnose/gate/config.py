@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import difflib
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.files import CONFIG_BUDGET, read_bounded
-from diagnose.gate.inputs import ALLOW_NAMES
-from diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.files import CONFIG_BUDGET, read_bounded
+from llmdiag.diagnose.gate.inputs import ALLOW_NAMES
+from llmdiag.diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
 
 try:  # Python 3.11+
     import tomllib as _toml

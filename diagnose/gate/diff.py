@@ -1,6 +1,6 @@
 """`llmdiag diff`: two analyses side by side, as typed rows a terminal table and the HTML both render.
 
-The numbers are the shared cross-rank views (`diagnose.model.views`): communication per (kind, process
+The numbers are the shared cross-rank views (`llmdiag.diagnose.model.views`): communication per (kind, process
 group) from `comm_by_group`, kernels from `kernel_table`, headline shares and the memory peak from the
 aggregate, so a row of the diff shows what the terminal and the report show for the same thing.
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from diagnose.gate.format import prose, ranks_text, table
-from diagnose.gate.settings import differences
-from diagnose.gate.verdict import METRICS, Side, describe, units
-from diagnose.model import views
-from diagnose.model.analysis import Analysis
-from diagnose.model.escape import terminal
-from diagnose.model.format import fmt, fmt_delta
-from diagnose.model.manifest import layout_text
+from llmdiag.diagnose.gate.format import prose, ranks_text, table
+from llmdiag.diagnose.gate.settings import differences
+from llmdiag.diagnose.gate.verdict import METRICS, Side, describe, units
+from llmdiag.diagnose.model import views
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.escape import terminal
+from llmdiag.diagnose.model.format import fmt, fmt_delta
+from llmdiag.diagnose.model.manifest import layout_text
 
 SAME_REL = 0.02  # changes under 2 % (or 1 point for percentages) read as "same"
 SAME_POINTS = 0.01

@@ -13,9 +13,9 @@ import shutil
 import sys
 import textwrap
 
-from diagnose.gate.verdict import GateResult, Side, Verdict, shown
-from diagnose.model.escape import github_data, github_property, markdown, terminal
-from diagnose.model.format import fmt, fmt_delta, plural
+from llmdiag.diagnose.gate.verdict import GateResult, Side, Verdict, shown
+from llmdiag.diagnose.model.escape import github_data, github_property, markdown, terminal
+from llmdiag.diagnose.model.format import fmt, fmt_delta, plural
 
 
 DEFAULT_WIDTH = 100  # columns off a terminal (a pipe, a CI log) when COLUMNS is not set

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from diagnose.errors import printable
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import plural, ranges
+from llmdiag.diagnose.errors import printable
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import plural, ranges
 
 # reason -> the flag (and config `allow` entry) that opts out of it; "" = no opt-out
 OPT_OUTS = {

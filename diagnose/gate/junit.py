@@ -11,9 +11,9 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 
-from diagnose.model.escape import junit_xml
-from diagnose.model.files import write_atomic
-from diagnose.gate.verdict import Verdict
+from llmdiag.diagnose.model.escape import junit_xml
+from llmdiag.diagnose.model.files import write_atomic
+from llmdiag.diagnose.gate.verdict import Verdict
 
 SUITE = "llmdiag.check"
 

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from diagnose.errors import LlmdiagError
+from llmdiag.diagnose.errors import LlmdiagError
 
 RULES = ("max_rise", "max_drop", "min", "max")
 RELATIVE_RULES = ("max_rise", "max_drop")

@@ -3,7 +3,7 @@ names every difference, `check` warns when its baseline ran with other run optio
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.analysis import Analysis
 
 
 def settings(a: Analysis) -> dict[str, str]:

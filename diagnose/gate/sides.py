@@ -13,10 +13,10 @@ import zlib
 
 import orjson
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.files import special, write_atomic
-from diagnose.model.analysis import Analysis
-from diagnose.model.summary import read_summary, slim
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.files import special, write_atomic
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.summary import read_summary, slim
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -39,7 +39,7 @@ def _is_trace(path: str) -> bool:
 
 def analyze(path: str) -> Analysis:
     """Analyze traces with the default options, read back as a summary file would be."""
-    from diagnose.analyze import analyze_path  # the analyzer only when a side needs it: a JSON check stays light
+    from llmdiag.diagnose.analyze import analyze_path  # the analyzer only when a side needs it: a JSON check stays light
 
     return Analysis.from_dict(analyze_path(path).to_dict(), path)
 
@@ -60,12 +60,12 @@ def load_side(path: str, role: str = "input") -> Analysis:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m diagnose.gate.sides SIDE OUT.json`: write a slim summary to commit as a baseline."""
+    """`python -m llmdiag.diagnose.gate.sides SIDE OUT.json`: write a slim summary to commit as a baseline."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        sys.exit("usage: python -m diagnose.gate.sides RUN|TRACES|SUMMARY OUT.json")
+        sys.exit("usage: python -m llmdiag.diagnose.gate.sides RUN|TRACES|SUMMARY OUT.json")
     try:
         data = slim(load_side(args[0]))
         write_atomic(args[1], orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")

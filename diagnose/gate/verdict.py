@@ -12,13 +12,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from diagnose.errors import printable
-from diagnose.gate.settings import run_differences
-from diagnose.gate.inputs import InputCheck, apply_allow, partial_checks, side_checks, undefined_check
-from diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
+from llmdiag.diagnose.errors import printable
+from llmdiag.diagnose.gate.settings import run_differences
+from llmdiag.diagnose.gate.inputs import InputCheck, apply_allow, partial_checks, side_checks, undefined_check
+from llmdiag.diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
                                   metric_named, parse_limit)
-from diagnose.model.analysis import Analysis, RankMetrics
-from diagnose.model.format import fmt, ranges
+from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
+from llmdiag.diagnose.model.format import fmt, ranges
 
 VERDICT_SCHEMA = 1
 AGGS = ("worst", "min", "max", "mean", "rank")

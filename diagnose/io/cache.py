@@ -23,12 +23,12 @@ import zipfile
 import numpy as np
 import orjson
 
-from diagnose.io.trace import MemoryEvents, RankTrace
+from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
 
 ENV = "LLMDIAG_CACHE_DIR"
 VERSION = 9  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type;
 # 5: gloo all-to-alls' split sizes (from Concrete Inputs); 6: gpu_user_annotation's stream from its tid;
-# 7: GEMM ops' Input Dims; 8: SDPA attention ops' Input type and Input Dims (metrics/roofline.py);
+# 7: GEMM ops' Input Dims; 8: SDPA attention ops' Input type and Input Dims (metrics/rank/roofline.py);
 # 9: ProfilerStep#N under an op category filed as user_annotation
 _COLUMNS = ("ts", "dur", "name", "cat", "thread", "stream", "corr", "ext")
 _MEMORY = ("ts", "device_type", "device_id", "allocated", "reserved", "bytes", "thread")

@@ -14,7 +14,7 @@ from operator import eq, itemgetter
 
 import numpy as np
 
-from diagnose.io import fastjson
+from llmdiag.diagnose.io import fastjson
 
 _EMPTY: dict = {}
 _COMM_ARG_KEYS = fastjson.COMM_FIELDS  # the args kept for collectives (and gloo spans' Input Dims)
@@ -77,11 +77,11 @@ def _hashable(v):
     return v if isinstance(v, (int, str, float)) or v is None else str(v)
 
 
-# GEMM host ops whose `Input type` gives the precision of the kernels they launch (metrics/precision.py).
+# GEMM host ops whose `Input type` gives the precision of the kernels they launch (metrics/rank/precision.py).
 GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                       "aten::_scaled_mm", "aten::addmv", "aten::mv", "aten::_addmm_activation", "aten::_grouped_mm",
                       "aten::_scaled_grouped_mm", "aten::_int_mm"))
-# SDPA-family attention ops ([B, H, S, D] inputs): their Input Dims size the roofline view (metrics/roofline.py).
+# SDPA-family attention ops ([B, H, S, D] inputs): their Input Dims size the roofline view (metrics/rank/roofline.py).
 ATTENTION_OPS = frozenset(("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                            "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_backward",
                            "aten::_scaled_dot_product_efficient_attention_backward",
@@ -90,13 +90,13 @@ ATTENTION_OPS = frozenset(("aten::_scaled_dot_product_flash_attention", "aten::_
 
 # gloo's all-to-all records its split sizes only in its Concrete Inputs (4th: output splits, 5th: input splits);
 # NCCL's record_param_comms has them as `In split size` / `Out split size`. The loader files them under the NCCL
-# keys, still as the trace's text, so one reader (metrics/moe.py, which validates them) serves both backends.
+# keys, still as the trace's text, so one reader (metrics/rank/moe.py, which validates them) serves both backends.
 GLOO_A2A = "c10d::alltoall_base_"
 
 
 # ProfilerStep#N is a step annotation in every schema, but its category changed: `Operator` (2021 Kineto),
 # `cpu_op` (torch 1.8-1.9), `user_annotation` (later). The op spellings are filed under `user_annotation`
-# here, at the one place every parse goes through, so the step is found (metrics/steps.py) and never counted
+# here, at the one place every parse goes through, so the step is found (metrics/rank/steps.py) and never counted
 # as a host op (the idle under a step span is not "host op running").
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 STEP_OP_CATS = ("Operator", "cpu_op", "operator")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.files import MANIFEST_BUDGET, read_bounded, special
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.files import MANIFEST_BUDGET, read_bounded, special
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
 NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}

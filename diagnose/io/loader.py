@@ -16,13 +16,13 @@ import os
 
 import numpy as np
 
-from diagnose.io import cache
-from diagnose.io import fastjson
-from diagnose.io import stream as tracestream
-from diagnose.errors import TraceError
-from diagnose.io.columns import Columns, concat
-from diagnose.io.trace import MemoryEvents, RankTrace
-from diagnose.io.stream import JSON_HINT, Malformed, Stream, Whole, read_bytes
+from llmdiag.diagnose.io import cache
+from llmdiag.diagnose.io import fastjson
+from llmdiag.diagnose.io import stream as tracestream
+from llmdiag.diagnose.errors import TraceError
+from llmdiag.diagnose.io.columns import Columns, concat
+from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
+from llmdiag.diagnose.io.stream import JSON_HINT, Malformed, Stream, Whole, read_bytes
 
 __all__ = ["load_trace", "read_bytes", "file_size"]
 # The 2021 schema (kineto's TensorBoard samples) used capitalised categories.
@@ -66,7 +66,7 @@ def load_trace(path: str, helpers: int = 0) -> RankTrace:
 def _parse_once(path: str, helpers: int) -> RankTrace:
     t = None
     if helpers > 1 and file_size(path) >= SPLIT_MIN_BYTES:
-        from diagnose.io.split_parse import parse_split
+        from llmdiag.diagnose.io.split_parse import parse_split
 
         if (got := parse_split(path, helpers)) is not None:
             cols, header, nbytes, replaced = got

@@ -18,9 +18,9 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
-from diagnose.io import fastjson
-from diagnose.io.columns import Columns, intern
-from diagnose.io.stream import Malformed, Stream, Whole
+from llmdiag.diagnose.io import fastjson
+from llmdiag.diagnose.io.columns import Columns, intern
+from llmdiag.diagnose.io.stream import Malformed, Stream, Whole
 
 IN_FLIGHT_PER_HELPER = 3  # pieces queued per helper: enough to keep it busy, few enough to bound memory
 

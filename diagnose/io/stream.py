@@ -23,7 +23,7 @@ from itertools import chain
 
 import orjson
 
-from diagnose.errors import TraceError
+from llmdiag.diagnose.errors import TraceError
 
 try:  # ISA-L inflates gzip about twice as fast as zlib: a tenth of a rank's analysis time
     from isal import isal_zlib as _zlib

@@ -2,7 +2,7 @@
 
 Times are milliseconds, sizes bytes, ratios in [0, 1] or None where undefined (no communication means
 no overlap ratio, never NaN). Rules, the terminal, the HTML report, `check` and `diff` all read one
-`Analysis`; JSON exists only at the edge (`diagnose.model.summary`: `to_dict` / `from_dict`).
+`Analysis`; JSON exists only at the edge (`llmdiag.diagnose.model.summary`: `to_dict` / `from_dict`).
 Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summaries are read as well.
 """
 
@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.codec import Invalid, build, to_json_dict
-from diagnose.model.moe import AccumSummary, MoeSummary
-from diagnose.model.idle import IdleBreakdown, TrainingEvidence
-from diagnose.model.kernel_views import KernelViews, LaunchStats
-from diagnose.model.manifest import Manifest
-from diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
-from diagnose.model.provenance import Provenance
-from diagnose.model.runs import RunInfo
-from diagnose.model.steps import StepSummary
-from diagnose.model.pack import PACKED_SCHEMA, unpack
-from diagnose.model.whatif import WhatIf
-from diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.codec import Invalid, build, to_json_dict
+from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
+from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
+from llmdiag.diagnose.model.manifest import Manifest
+from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
+from llmdiag.diagnose.model.provenance import Provenance
+from llmdiag.diagnose.model.runs import RunInfo
+from llmdiag.diagnose.model.steps import StepSummary
+from llmdiag.diagnose.model.pack import PACKED_SCHEMA, unpack
+from llmdiag.diagnose.model.whatif import WhatIf
+from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
 
 SCHEMA_VERSION = 2
 
@@ -102,16 +102,16 @@ class Hints:
     device_idle_frac: float | None  # GPU idle share of step time (GPU traces)
     dataloader_frac: float | None  # host time in DataLoader __next__ per step time
     fp32_gemm_frac: float | None  # share of compute kernel time in GEMMs evidenced to run in fp32 (non tensor-core);
-    # None when no GEMM's precision is evidenced (host op Input type or a name that states it: metrics/precision.py)
+    # None when no GEMM's precision is evidenced (host op Input type or a name that states it: metrics/rank/precision.py)
     compute_capability: float | None  # e.g. 8.0, for tensor-core questions
     gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM ms per step by input precision
     # (fp32, tf32, bf16, fp16, fp8, mxfp4, ..., "unknown")
-    # Profiler options the trace shows (metrics/profiler_options.py): None where not measured
+    # Profiler options the trace shows (metrics/rank/profiler_options.py): None where not measured
     python_events_per_step: float | None = None  # `python_function` events (with_stack=True)
     host_ops_per_step: float | None = None  # cpu_op events
     memory_events_per_step: float | None = None  # `[memory]` instants (profile_memory=True)
     shapes_recorded: bool | None = None  # ops carry Input Dims / Input type (record_shapes=True); None: no evidence
-    # Unfused elementwise/reduction kernels (metrics/elementwise.py): None on CPU traces or without kernels
+    # Unfused elementwise/reduction kernels (metrics/rank/elementwise.py): None on CPU traces or without kernels
     elementwise_frac: float | None = None  # share of compute kernel time
     elementwise_per_step: float | None = None  # kernels per step
     elementwise_median_us: float | None = None
@@ -159,7 +159,7 @@ class RankMetrics:
     training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
     device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
-    # (its origin against the earliest rank's, plus its host's skew shift): metrics/cross_rank.py sets it once
+    # (its origin against the earliest rank's, plus its host's skew shift): metrics/job/cross_rank.py sets it once
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
 
     @property
@@ -191,7 +191,7 @@ class Straggler:
     rank: int
     reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
     value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
-    kind: str = ""  # the collective kind it is most clearly last at (metrics/stragglers.py), "" for compute
+    kind: str = ""  # the collective kind it is most clearly last at (metrics/job/stragglers.py), "" for compute
     imposed_ms: float = 0.0  # Σ over collectives where it alone arrived last of (its start − the second-latest
     # start), per step: what the other ranks would save had it alone been on time
     last_n: int = 0  # collectives of `kind` it alone arrived last at
@@ -221,7 +221,7 @@ class SkewResult:
     partial: int = 0  # collectives only some ranks of their group recorded (capture edges): left out of skew
     by_order: int = 0  # (rank, group, kind) whose completion times fit no alignment: matched by order
     matching_failed: bool = False  # skew or a straggler cost longer than the step: pairs are wrong, no finding
-    decided: bool = False  # stragglers decided per kind (metrics/stragglers.py); False in older summaries
+    decided: bool = False  # stragglers decided per kind (metrics/job/stragglers.py); False in older summaries
 
 
 @dataclass
@@ -347,7 +347,7 @@ class Analysis:
             raise LlmdiagError(f"summary schema_version {v} without its encoding ('columnar')", where,
                                "re-record the summary with `llmdiag analyze RUN --json FILE`")
         if v == PACKED_SCHEMA:
-            from diagnose.model.pack_read import Slow, read_packed
+            from llmdiag.diagnose.model.pack_read import Slow, read_packed
 
             try:
                 return read_packed(cls, data)  # column by column (16,384 ranks in seconds)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.errors import printable
+from llmdiag.diagnose.errors import printable
 
 # terminal (and any one-line log): C0/C1 controls, DEL, line/paragraph separators, bidi overrides, lone
 # surrogates written as `\n`, `\x1b`, `\u202e`. The implementation lives in diagnose/errors.py, which is below

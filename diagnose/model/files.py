@@ -19,7 +19,7 @@ import stat
 import tempfile
 import zlib
 
-from diagnose.errors import LlmdiagError
+from llmdiag.diagnose.errors import LlmdiagError
 
 MiB = 1 << 20
 SUMMARY_BUDGET = 256 * MiB  # a 1,024-rank summary with memory timelines is ~20 MB

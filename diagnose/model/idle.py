@@ -1,7 +1,7 @@
 """Where a rank's device idle time goes, and whether its trace shows a training step at all.
 
 Idle time alone says "the GPU waited"; a recommendation needs to know on what. Each step's device idle is
-split by what the host was doing meanwhile (metrics/idle.py), so rules can quote the op names they act on
+split by what the host was doing meanwhile (metrics/rank/idle.py), so rules can quote the op names they act on
 and stay silent where the idle belongs to something no setting changes (capture edges).
 """
 

@@ -1,6 +1,6 @@
 """The idle breakdown as a table: where each rank's device idle went, per cause (issue 28 item 8).
 
-Computed once per rank by metrics/idle.py (`ranks[].idle`); until now it showed only inside one finding's
+Computed once per rank by metrics/rank/idle.py (`ranks[].idle`); until now it showed only inside one finding's
 evidence. The terminal and the report print these same rows: per rank (idle is the device's, across all its
 streams), ms per step, the causes in their order of precedence, which sum to the idle, and the blocking call
 holding the most of it. The ranks with the most idle come first.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.idle import IdleBreakdown
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.idle import IdleBreakdown
 
 # (column, IdleBreakdown field): the causes in precedence order; together they are `idle_ms`.
 IDLE_COLUMNS = (("edge", "edge_ms"), ("queued", "queued_ms"), ("runtime", "runtime_ms"),

@@ -4,9 +4,9 @@ per rank (RankMetrics.launch). Headers and captions live here, once."""
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.kernel_views import OpRow, RoofRow, SeqRow
-from diagnose.model.names import demangle_many
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.kernel_views import OpRow, RoofRow, SeqRow
+from llmdiag.diagnose.model.names import demangle_many
 
 OP_HEADER = ["op", "ranks", "events", "ms/step", "mean µs", "launch delay µs", "most ms/step (rank)", "top kernel"]
 OP_NOTE = ("Device events by the innermost host op enclosing their launch call, summed over the ranks (ms/step: the "

@@ -165,4 +165,4 @@ class KernelViews:
     roofline_total: int = 0
     devices_without_peak: list[str] = field(default_factory=list)  # device names with no listed peak (no class)
     streams: list[StreamIdle] = field(default_factory=list)  # idle per stream id, most idle first (at most 16)
-    sequences: list[SeqRow] = field(default_factory=list)  # frequent kernel sequences (metrics/kernel_sequences.py)
+    sequences: list[SeqRow] = field(default_factory=list)  # frequent kernel sequences (metrics/rank/kernel_sequences.py)

@@ -44,7 +44,7 @@ class P2PMatch:
 @dataclass
 class CaptureWindow:
     """A rank whose capture starts after collectives its group's other ranks recorded (or ends before some):
-    those collectives are left out of skew rather than paired with the next one (metrics/collective_match.py)."""
+    those collectives are left out of skew rather than paired with the next one (metrics/job/collective_match.py)."""
 
     rank: int
     lead_n: int  # collectives (over its groups and kinds) the others recorded before this rank's first

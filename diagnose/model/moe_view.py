@@ -3,8 +3,8 @@ formatted values each, so the two outputs cannot disagree on a number or its uni
 
 from __future__ import annotations
 
-from diagnose.model.format import fmt
-from diagnose.model.moe import AccumSummary, MoeSummary
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
 
 MOE_RANK_HEADER = ["rank", "sent", "received", "dispatch ms", "combine ms", "experts ms", "all-to-all ms",
                    "exposed ms", "step ms"]

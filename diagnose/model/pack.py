@@ -100,7 +100,7 @@ def _rows(v):
 
 
 def _order(m: dict, rank) -> tuple:
-    """Closest to capacity first, as metrics/cross_rank.py keeps them (views.memory_use's order)."""
+    """Closest to capacity first, as metrics/job/cross_rank.py keeps them (views.memory_use's order)."""
     used = max(m.get("peak_reserved") or 0, m.get("peak_allocated") or 0)
     cap = m.get("capacity")
     return (not cap, -(used / cap if cap else used), rank)

@@ -18,8 +18,8 @@ import types
 import typing
 from functools import cache
 
-from diagnose.model.codec import Invalid, _converter, _fields
-from diagnose.model.pack import _CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS, _column, _rows
+from llmdiag.diagnose.model.codec import Invalid, _converter, _fields
+from llmdiag.diagnose.model.pack import _CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS, _column, _rows
 
 _NONE = type(None)
 

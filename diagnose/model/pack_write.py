@@ -19,9 +19,9 @@ import typing
 from functools import cache
 from operator import attrgetter
 
-from diagnose.model.analysis import Analysis, KernelStat, MemoryStat, RankMetrics
-from diagnose.model.codec import _fields
-from diagnose.model.pack import (_CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS,
+from llmdiag.diagnose.model.analysis import Analysis, KernelStat, MemoryStat, RankMetrics
+from llmdiag.diagnose.model.codec import _fields
+from llmdiag.diagnose.model.pack import (_CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS,
                                  MEMORY_TIMELINES, PACKED_SCHEMA, _hoist)
 
 _RESERVED = (_TABLE, _RECORDS, _TABLES)

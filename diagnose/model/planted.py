@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.analysis import Analysis
 
 _SPEC = re.compile(r"rank:([0-9]{1,7}):([0-9]{1,3}(?:\.[0-9]{1,6})?)(?::(forward|backward))?")  # workloads/slow.py
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import orjson
 
-from diagnose.errors import LlmdiagError
-from diagnose.model.files import SUMMARY_BUDGET, read_bounded
-from diagnose.model.analysis import Analysis
-from diagnose.model.codec import _JSON, Invalid, _as_dict, build, no_gc, to_json_dict
-from diagnose.model.manifest import Manifest
-from diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.files import SUMMARY_BUDGET, read_bounded
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.codec import _JSON, Invalid, _as_dict, build, no_gc, to_json_dict
+from llmdiag.diagnose.model.manifest import Manifest
+from llmdiag.diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
@@ -57,7 +57,7 @@ def analysis_bytes(a: Analysis) -> tuple[bytes, Analysis]:
     Written straight from the dataclasses (model/pack_write.py above PACK_ABOVE_RANKS ranks, orjson's own
     walk below), without the intermediate tree of dicts; orjson refuses what needs mending, and only then
     is the summary built the general way (codec.to_json_dict mends it)."""
-    from diagnose.model.pack_write import Fallback, pack_analysis
+    from llmdiag.diagnose.model.pack_write import Fallback, pack_analysis
 
     opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
     try:

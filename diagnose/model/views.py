@@ -15,10 +15,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from operator import attrgetter, sub, truediv
 
-from diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
-from diagnose.model.devices import link_busbw_gbps, link_peak
-from diagnose.model.format import fmt
-from diagnose.model.roles import pg_role
+from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
+from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.roles import pg_role
 
 
 def _mean(xs) -> float | None:

@@ -3,10 +3,10 @@ so the two outputs cannot disagree on a number or its unit."""
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis
-from diagnose.model.format import fmt
-from diagnose.model.planted import planted, planted_words
-from diagnose.model.whatif import Contribution, WhatIf
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.planted import planted, planted_words
+from llmdiag.diagnose.model.whatif import Contribution, WhatIf
 
 GROUP_NAMES = {"optype": "op type", "stage": "stage", "dp_rank": "DP rank"}
 CONTRIB_HEADER = ["by", "group", "S with only it measured", "share of (S − 1)"]

@@ -7,21 +7,21 @@ describes every rule: trigger, evidence, action and how the gain is computed.
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis, Finding
-from diagnose.rules.base import Ctx
-from diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
-from diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
+from llmdiag.diagnose.model.analysis import Analysis, Finding
+from llmdiag.diagnose.rules.base import Ctx
+from llmdiag.diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
+from llmdiag.diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
-from diagnose.rules.precision import fp32_gemm
-from diagnose.rules.fusion import unfused_elementwise
-from diagnose.rules.profiler import profiler_overhead
-from diagnose.rules.memory import memory_near_capacity, memory_unused
-from diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
-from diagnose.rules.accum import accum_fsdp_regather
-from diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
-from diagnose.rules.idle_calls import host_op_stall
-from diagnose.rules.overlaps import rank_overlaps
-from diagnose.rules.planted import name_planted
+from llmdiag.diagnose.rules.precision import fp32_gemm
+from llmdiag.diagnose.rules.fusion import unfused_elementwise
+from llmdiag.diagnose.rules.profiler import profiler_overhead
+from llmdiag.diagnose.rules.memory import memory_near_capacity, memory_unused
+from llmdiag.diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
+from llmdiag.diagnose.rules.accum import accum_fsdp_regather
+from llmdiag.diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
+from llmdiag.diagnose.rules.idle_calls import host_op_stall
+from llmdiag.diagnose.rules.overlaps import rank_overlaps
+from llmdiag.diagnose.rules.planted import name_planted
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
     ("pipeline_bubble", pipeline_bubble), ("pipeline_imbalance", pipeline_imbalance), ("dp_overlap", dp_overlap),

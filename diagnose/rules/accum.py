@@ -7,9 +7,9 @@ parameters unsharded between microsteps gathers once per optimizer step.
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt
-from diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 
 GATHER_FLOOR = 0.03  # all-gather time per optimizer step, as a share of the step
 

@@ -1,16 +1,16 @@
 """What every recommendation rule shares: the facts of one Analysis, and how a finding is built.
 
-Numbers in evidence and gains print through `diagnose.model.format.fmt`, the formatter every output uses,
+Numbers in evidence and gains print through `llmdiag.diagnose.model.format.fmt`, the formatter every output uses,
 so a number in a finding reads exactly as in the report's and the terminal's tables.
 """
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis, CommGroupStats, Evidence, Finding, RankMetrics
-from diagnose.model.devices import device_word
-from diagnose.model.format import fmt
-from diagnose.model.roles import pg_role
-from diagnose.model.views import device_name, hosts, ranks_per_host
+from llmdiag.diagnose.model.analysis import Analysis, CommGroupStats, Evidence, Finding, RankMetrics
+from llmdiag.diagnose.model.devices import device_word
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.roles import pg_role
+from llmdiag.diagnose.model.views import device_name, hosts, ranks_per_host
 
 FP32_TO_BF16_SPEEDUP = 4.0  # conservative: tensor-core bf16 vs fp32 FMA peak is 8-16x on sm80+
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.model.analysis import Finding
-from diagnose.model.devices import link_peak
-from diagnose.model.format import fmt, plural, ranges
-from diagnose.model.roles import role_note
-from diagnose.rules.base import Ctx, severity_for, steps_where
-from diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.devices import link_peak
+from llmdiag.diagnose.model.format import fmt, plural, ranges
+from llmdiag.diagnose.model.roles import role_note
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
 
@@ -223,7 +223,7 @@ def tp_exposed(c: Ctx) -> list[Finding]:
                       events=["collective kernels (kind, process group, group size)", "compute kernels"])]
 
 
-from diagnose.metrics.stragglers import (STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail,  # noqa: E402
+from llmdiag.diagnose.metrics.job.stragglers import (STRAGGLER_ALPHA, STRAGGLER_FLOOR, binom_tail,  # noqa: E402
                                          compute_stragglers)
 
 
@@ -254,13 +254,13 @@ def stragglers(c: Ctx) -> list[Finding]:
     if not sk or not step or len(c.ranks) < 3:  # with two ranks one of them always arrives last
         return []
     nsteps = statistics.median([r.nsteps for r in c.ranks])
-    # Who arrives late and what it costs is decided once (metrics/stragglers.py); the finding quotes it.
+    # Who arrives late and what it costs is decided once (metrics/job/stragglers.py); the finding quotes it.
     late = {x.rank: x for x in sk.stragglers if x.kind and not sk.matching_failed}
     found: dict[int, tuple[float, str]] = {r: (x.gain_ms if x.gain_ms is not None else x.imposed_ms, x.reason)
                                            for r, x in late.items()}
     if not sk.decided:  # a summary written before the per-kind decision: its pooled counts, as it was read then
         found.update(_legacy_arrivals(sk, nsteps, len(c.ranks)))
-    # Compute excess over the peers' median: decided with the rest in metrics/stragglers.py; an older
+    # Compute excess over the peers' median: decided with the rest in metrics/job/stragglers.py; an older
     # summary's is decided here the same way.
     comp = ([x for x in sk.stragglers if not x.kind] if sk.decided else
             compute_stragglers(c.ranks, c.a.pipeline, c.man, c.layout, c.a.moe, step, set(found)))
@@ -313,11 +313,11 @@ def stragglers(c: Ctx) -> list[Finding]:
     if top in late and late[top].gain_kind == "simulated":
         kind = "estimate"
         eg = c.gain_text(gain, f"simulated: the matched collectives of all ranks replayed with rank {top}'s launch "
-                         "gaps at its peers' median (metrics/straggler_replay.py)")
+                         "gaps at its peers' median (metrics/job/straggler_replay.py)")
     else:
         eg = c.gain_text(gain, "the waiting the straggler alone imposes on the other ranks (its start − the "
                          "second-latest, where it is last), or its extra compute over the median", bound=True)
-    from diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists
+    from llmdiag.diagnose.simulate.gains import simulated_straggler_gain  # the replayed gain, where a graph exists
 
     if (sim := simulated_straggler_gain(c.a.whatif, found, step)) is not None:  # the replay, where one exists
         gain, eg, kind = sim[0], c.gain_text(*sim), "estimate"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt, plural
-from diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import Ctx, severity_for
 
 ELEMENTWISE_FLOOR = 0.40  # share of compute kernel time: eager transformer training spends ~15-30 % there
 MIN_KERNELS = 100  # per step: many...

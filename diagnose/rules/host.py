@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt, plural
-from diagnose.rules.base import Ctx, severity_for, steps_where
-from diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
 
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding

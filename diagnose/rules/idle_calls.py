@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import statistics
 
-from diagnose.model.analysis import Finding
-from diagnose.metrics.idle_stretch import SAMPLED_SHARE
-from diagnose.model.format import fmt, plural
-from diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import Ctx, severity_for
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
 ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)

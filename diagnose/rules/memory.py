@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Finding, MemoryStat, RankMetrics
-from diagnose.model.format import fmt
-from diagnose.rules.base import Ctx, steps_where
+from llmdiag.diagnose.model.analysis import Finding, MemoryStat, RankMetrics
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules.base import Ctx, steps_where
 
 MEM_EVENTS = ["[memory] instant events (Total Allocated / Total Reserved)", "deviceProperties.totalGlobalMem"]
 

@@ -5,9 +5,9 @@ All read `Analysis.moe` (diagnose.metrics.moe); they stay silent on traces witho
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt
-from diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 
 IMBALANCE_FLOOR = 1.25  # max/mean rows per rank: below this, routing noise (a learned router at init: ~1.02-1.15)
 EXPOSED_FLOOR = 0.05  # exposed all-to-all as a share of the step

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 
-from diagnose.model.analysis import Analysis, Finding
-from diagnose.model.format import fmt
+from llmdiag.diagnose.model.analysis import Analysis, Finding
+from llmdiag.diagnose.model.format import fmt
 
 EXPOSED = "exposed_comm"
 CLAIMS = {  # rule id → the piece of time its gain is taken from

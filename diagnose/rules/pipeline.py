@@ -5,11 +5,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from diagnose.metrics.pipeline.actions import theory_bubble
-from diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
-from diagnose.model.format import fmt
-from diagnose.rules.base import Ctx, severity_for, steps_where
-from diagnose.simulate.gains import simulated_stage_gain
+from llmdiag.diagnose.metrics.rank.pipeline.actions import theory_bubble
+from llmdiag.diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.simulate.gains import simulated_stage_gain
 
 IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
 

@@ -5,8 +5,8 @@ about our knob, not the user's model: it says so and advises no layer move for i
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Analysis, Evidence, Finding
-from diagnose.model.planted import planted, planted_words  # read once, also by the what-if view
+from llmdiag.diagnose.model.analysis import Analysis, Evidence, Finding
+from llmdiag.diagnose.model.planted import planted, planted_words  # read once, also by the what-if view
 
 BLAMES = ("pipeline_imbalance", "stragglers")  # rules whose evidence.ranks name the slow rank
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import statistics
 
-from diagnose.model.analysis import Finding, RankMetrics
-from diagnose.model.devices import compute_capability
-from diagnose.model.format import fmt, plural
-from diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for
+from llmdiag.diagnose.model.analysis import Finding, RankMetrics
+from llmdiag.diagnose.model.devices import compute_capability
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
 AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)

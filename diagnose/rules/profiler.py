@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from diagnose.model.analysis import Finding
-from diagnose.model.format import fmt, plural
-from diagnose.rules.base import Ctx
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import Ctx
 
 # Host time one `python_function` event adds: 0.42 µs measured on this project's build machine (AMD EPYC, torch
 # CPU profiler, 100k calls, best of 3, with vs without with_stack), rounded up.

@@ -1,11 +1,11 @@
 """Where a straggler's peers wait, worded for its finding: the collective kinds and process groups whose
 matched instances carry the arrival skew, how often the straggler was last there, and every late rank with
-its mean lateness. Read from SkewResult (metrics/skew.py); nothing is recomputed here."""
+its mean lateness. Read from SkewResult (metrics/job/skew.py); nothing is recomputed here."""
 
 from __future__ import annotations
 
-from diagnose.model.analysis import SkewResult
-from diagnose.model.format import fmt
+from llmdiag.diagnose.model.analysis import SkewResult
+from llmdiag.diagnose.model.format import fmt
 
 WAIT_FLOOR = 0.02  # a collective whose skew costs the waiting ranks under 2 % of the step is not named
 MAX_KINDS = 3

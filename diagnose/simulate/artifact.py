@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnose.io.megatron_ops import OpTable
-from diagnose.metrics import intervals as iv
-from diagnose.model.whatif import StageLoad, WhatIf
-from diagnose.simulate.engine import CycleError
-from diagnose.simulate.megatron import BWD, COMM_TYPES, FWD, P2P, build
-from diagnose.simulate.whatif import SimJob, analyse
+from llmdiag.diagnose.io.megatron_ops import OpTable
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.model.whatif import StageLoad, WhatIf
+from llmdiag.diagnose.simulate.engine import CycleError
+from llmdiag.diagnose.simulate.megatron import BWD, COMM_TYPES, FWD, P2P, build
+from llmdiag.diagnose.simulate.whatif import SimJob, analyse
 
 MS = 1e3  # the artifact's times are seconds
 # reported as the artifact reports them: the four p2p kinds folded into one per direction

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.model.format import fmt
-from diagnose.model.whatif import WhatIf, WorkerGain
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.whatif import WhatIf, WorkerGain
 
 # 1 % of the step: on the planted corpus (tests/gen_planted.py) the silent twins, whose actions vary by ±2-4 %,
 # reach at most 0.4 %; the weakest plant (one stage's forward ×1.25) gains 2 %. The ST job's worst worker

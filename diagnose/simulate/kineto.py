@@ -20,9 +20,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from diagnose.model.whatif import WhatIf
-from diagnose.simulate.engine import CycleError, GraphBuilder
-from diagnose.simulate.whatif import SimJob, analyse
+from llmdiag.diagnose.model.whatif import WhatIf
+from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder
+from llmdiag.diagnose.simulate.whatif import SimJob, analyse
 
 OPTYPE = {"F": "forward-compute", "B": "backward-compute", "I": "backward-input", "W": "backward-weight"}
 LABEL = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm", "backward-send": "backward-pp-comm",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnose.simulate.predict import CostModel
+from llmdiag.diagnose.simulate.predict import CostModel
 
 
 @dataclass

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.io.megatron_ops import OpTable
-from diagnose.simulate.engine import Graph, GraphBuilder
+from llmdiag.diagnose.io.megatron_ops import OpTable
+from llmdiag.diagnose.simulate.engine import Graph, GraphBuilder
 
 FWD, BWD = "forward-compute", "backward-compute"
 P2P = {"forward-send": ("forward", "send", "forward-recv", 1), "forward-recv": ("forward", "recv", "forward-send", -1),

@@ -12,13 +12,13 @@ import os
 
 import numpy as np
 
-from diagnose.io.megatron_ops import OpTable, read_op_table
-from diagnose.metrics import intervals as iv
-from diagnose.metrics.cross_rank import _aggregate as aggregate  # the one aggregate over ranks, shared with Kineto
-from diagnose.model.analysis import Analysis, AnalysisOptions, Hints, Issue, KernelStat, RankMetrics, StepBreakdown
-from diagnose.model.manifest import DIMS
-from diagnose.simulate.artifact import whatif_of_table
-from diagnose.simulate.megatron import COMM_TYPES
+from llmdiag.diagnose.io.megatron_ops import OpTable, read_op_table
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.metrics.job.cross_rank import _aggregate as aggregate  # the one aggregate over ranks, shared with Kineto
+from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Hints, Issue, KernelStat, RankMetrics, StepBreakdown
+from llmdiag.diagnose.model.manifest import DIMS
+from llmdiag.diagnose.simulate.artifact import whatif_of_table
+from llmdiag.diagnose.simulate.megatron import COMM_TYPES
 
 NS = 1e9  # the artifact's seconds as int64 ns, for the interval algebra
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.format import NS_PER_MS
 
 Link = tuple[int, int]  # (source stage, destination stage)
 SAMPLES = 64  # replays averaged where actions vary (replay.replay's `spread`)

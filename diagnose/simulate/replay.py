@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.metrics.pipeline.actions import Action, theory_bubble
-from diagnose.metrics.pipeline.bubbles import explain
-from diagnose.model.analysis import PipelinePrediction, PipelineResult
-from diagnose.model.format import NS_PER_MS
-from diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
-from diagnose.simulate.layers import move_one_layer, stage_layers
-from diagnose.simulate.predict import SAMPLES, CostModel, fit
+from llmdiag.diagnose.metrics.rank.pipeline.actions import Action, theory_bubble
+from llmdiag.diagnose.metrics.job.pipeline.bubbles import explain
+from llmdiag.diagnose.model.analysis import PipelinePrediction, PipelineResult
+from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
+from llmdiag.diagnose.simulate.layers import move_one_layer, stage_layers
+from llmdiag.diagnose.simulate.predict import SAMPLES, CostModel, fit
 
 Key = tuple[int, str, int]  # (stage, kind, microbatch)
 SIMULATED = ("gpipe", "1f1b")  # the schedules predicted at every microbatch count

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from diagnose.model.whatif import Contribution, WhatIf, WorkerGain
-from diagnose.simulate.engine import Graph, simulate
+from llmdiag.diagnose.model.whatif import Contribution, WhatIf, WorkerGain
+from llmdiag.diagnose.simulate.engine import Graph, simulate
 
 NEG_CLAMP_MS = 10.0  # a launch delay or transfer below −10 ms is clock error and becomes 0 (the artifact's EPS)
 MW_SHARE = 0.03  # M_W makes the worst 3 % of workers ideal (at least one)

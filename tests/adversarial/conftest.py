@@ -40,7 +40,7 @@ if fsize:
 sys.argv = ['llmdiag'] + sys.argv[4:]
 sys.path = [p for p in sys.path if p not in ('', os.getcwd())]  # as the installed `llmdiag` script: no cwd
 try:
-    from diagnose.cli.main import main
+    from llmdiag.diagnose.cli.main import main
     main()
 finally:
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)

@@ -65,8 +65,8 @@ def test_a_silent_listener_is_refused_within_the_handshake_bound():
     handshake bound (5 s), inside the 10 s every attack gets."""
     import time
 
-    from diagnose.engine.dask_engine import HANDSHAKE_S, _probe
-    from diagnose.errors import LlmdiagError
+    from llmdiag.diagnose.engine.dask_engine import HANDSHAKE_S, _probe
+    from llmdiag.diagnose.errors import LlmdiagError
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

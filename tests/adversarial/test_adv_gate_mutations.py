@@ -23,9 +23,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.errors import LlmdiagError
-from diagnose.gate.verdict import AGGS, METRICS, Gate, evaluate, parse_limit
-from diagnose.model.analysis import Analysis
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.gate.verdict import AGGS, METRICS, Gate, evaluate, parse_limit
+from llmdiag.diagnose.model.analysis import Analysis
 from tests.test_gate import GiB, make_pipeline, make_summary
 
 EXAMPLES = int(os.environ.get("LLMDIAG_FUZZ_EXAMPLES", "300"))

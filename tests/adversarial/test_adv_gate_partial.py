@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diagnose.cli.gate import check
+from llmdiag.diagnose.cli.gate import check
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "baselines" / "dp2-cpu.json"
@@ -157,7 +157,7 @@ def test_manifest_strings_escaped_at_every_sink(tmp_path, base):
 
 
 def test_diff_escapes_the_same_strings(tmp_path, base):
-    from diagnose.cli.gate import diff
+    from llmdiag.diagnose.cli.gate import diff
 
     cur = copy.deepcopy(base)
     cur["manifest"]["workload"] = EVIL

@@ -125,7 +125,7 @@ def test_a_table_and_kineto_traces_in_one_folder_is_refused(tmp_path):
 
 def test_row_cap_is_read_from_the_footer(tmp_path, monkeypatch):
     """60 M rows were read whole (2 GB) before the cap was checked: the footer's count refuses them unread."""
-    from diagnose.io import megatron_ops
+    from llmdiag.diagnose.io import megatron_ops
 
     folder = table(tmp_path / "t")
     monkeypatch.setattr(megatron_ops, "MAX_OPS", 5)
@@ -135,7 +135,7 @@ def test_row_cap_is_read_from_the_footer(tmp_path, monkeypatch):
 
 
 def test_only_the_needed_columns_are_read(tmp_path, monkeypatch):
-    from diagnose.io import megatron_ops
+    from llmdiag.diagnose.io import megatron_ops
 
     folder = table(tmp_path / "t", extra=np.zeros(12).tolist())
     seen = []

@@ -12,7 +12,7 @@ import stat
 
 import pytest
 
-from diagnose.model.files import open_atomic, write_atomic
+from llmdiag.diagnose.model.files import open_atomic, write_atomic
 from tests.adversarial.conftest import attack, check
 
 

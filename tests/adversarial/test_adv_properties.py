@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.errors import LlmdiagError
-from diagnose.model import names
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model import names
 
 pytest.importorskip("yaml")
-from diagnose.io.megatron_ops import SIZES, read_meta
-from diagnose.model.manifest import MAX_WORLD
+from llmdiag.diagnose.io.megatron_ops import SIZES, read_meta
+from llmdiag.diagnose.model.manifest import MAX_WORLD
 
 EXAMPLES = int(os.environ.get("LLMDIAG_FUZZ_EXAMPLES", "200"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize="LLMDIAG_FUZZ_SEED" not in os.environ,

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.adversarial.conftest import attack, check
-from workloads.tracecheck import fresh_file, incomplete_trace
+from llmdiag.workloads.tracecheck import fresh_file, incomplete_trace
 
 RUN = ["--device", "cpu", "--profile-steps", "0,1,1", "--steps", "3", "--timeout", "300"]
 
@@ -45,23 +45,25 @@ def test_inject_fault_outside_the_world(tmp_path):
 
 
 def _plant_package(folder) -> str:
-    """./workloads/ whose import writes a marker: what `python -m workloads.train` ran from the cwd."""
+    """./llmdiag/workloads/ whose import writes a marker: what `python -m llmdiag.workloads.train` ran from the cwd."""
     marker = os.path.join(folder, "PWNED")
-    pkg = os.path.join(folder, "workloads")
+    top = os.path.join(folder, "llmdiag")
+    pkg = os.path.join(top, "workloads")
     os.makedirs(pkg)
-    for name in ("__init__.py", "train.py", "errors.py"):
-        with open(os.path.join(pkg, name), "w") as f:
-            f.write(f"open({marker!r}, 'a').write('{name}\\n')\n")
+    for d, names in ((top, ("__init__.py",)), (pkg, ("__init__.py", "train.py", "errors.py"))):
+        for name in names:
+            with open(os.path.join(d, name), "w") as f:
+                f.write(f"open({marker!r}, 'a').write('{name}\\n')\n")
     return marker
 
 
 def test_the_ranks_import_the_installed_package_not_the_cwd(tmp_path):
-    """The launcher's environment, given to `python -m` in a folder holding a planted ./workloads/."""
-    from workloads.launch import Launch
+    """The launcher's environment, given to `python -m` in a folder holding a planted ./llmdiag/workloads/."""
+    from llmdiag.workloads.launch import Launch
 
     marker = _plant_package(tmp_path)
     env = Launch.env(type("L", (), {"opts": type("O", (), {"device": "cuda"})(), "fault": None, "nproc": 1})())
-    p = subprocess.run([sys.executable, "-m", "workloads.errors"], cwd=tmp_path, env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "llmdiag.workloads.errors"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert not os.path.exists(marker)

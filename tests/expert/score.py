@@ -1,7 +1,7 @@
 """`python -m tests.expert.score [--json | --markdown | --xfail-report] [--real-only | --planted-only] [--llmdiag DIR]
 [SET ...]`: the verdict.
 
-Runs llmdiag (`diagnose.analyze.analyze_path`, findings from `diagnose.rules`) on every real set under
+Runs llmdiag (`llmdiag.diagnose.analyze.analyze_path`, findings from `llmdiag.diagnose.rules`) on every real set under
 ../shared/fixtures/real and on the planted corpus (tests/expert/planted.py, written to a temporary folder),
 judges each finding against the expectations (tests/expert/expectations.py, judge.py), and prints per set and
 overall: findings with verdicts, precision = right high/medium findings / all judged high/medium findings
@@ -45,8 +45,8 @@ def truth_values(path: str) -> dict:
 
 def run_llmdiag(path: str) -> dict:
     """llmdiag's findings, issues and headline numbers for one set; a refusal is recorded, not raised."""
-    from diagnose.analyze import analyze_path
-    from diagnose.errors import LlmdiagError
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.errors import LlmdiagError
 
     try:
         a = analyze_path(path, jobs=1)
@@ -70,7 +70,7 @@ def run_llmdiag(path: str) -> dict:
 def headline_text(a) -> str | None:
     """The terminal's headline, unwrapped: what a user reads first (the report and summary say the same)."""
     try:
-        from diagnose.cli import terminal
+        from llmdiag.diagnose.cli import terminal
         tok = terminal.WIDTH.set(100_000)
         try:
             return " ".join(x.strip() for x in terminal._headline(a).splitlines())
@@ -212,9 +212,9 @@ def _use_llmdiag(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     argv = _use_llmdiag(argv)
-    import diagnose
+    import llmdiag
 
-    print(f"llmdiag under judgement: {os.path.dirname(diagnose.__file__)}", file=sys.stderr)
+    print(f"llmdiag under judgement: {os.path.dirname(llmdiag.__file__)}", file=sys.stderr)
     as_json = "--json" in argv
     only = [a for a in argv if not a.startswith("--")]
     report = {}

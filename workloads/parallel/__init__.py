@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads import model as M
-from workloads.grammar import Plan
-from workloads.options import RunOptions
-from workloads.parallel.mesh import Mesh
+from llmdiag.workloads import model as M
+from llmdiag.workloads.grammar import Plan
+from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.parallel.mesh import Mesh
 
 
 def apply_ac(module: nn.Module) -> None:
@@ -30,11 +30,11 @@ def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, dev
     Master weights are fp32 everywhere; on GPU the forward runs in bf16 (autocast, and FSDP's
     MixedPrecisionPolicy so that gathers move bf16).
     """
-    from workloads.parallel import ep as EP
-    from workloads.parallel.cp import apply_cp
-    from workloads.parallel.dp import apply_ddp
-    from workloads.parallel.fsdp import apply_fsdp, mixed_precision
-    from workloads.parallel.tp import apply_tp
+    from llmdiag.workloads.parallel import ep as EP
+    from llmdiag.workloads.parallel.cp import apply_cp
+    from llmdiag.workloads.parallel.dp import apply_ddp
+    from llmdiag.workloads.parallel.fsdp import apply_fsdp, mixed_precision
+    from llmdiag.workloads.parallel.tp import apply_tp
 
     cfg, pipe, lay = plan.model, plan.pipeline, plan.layout
     stage_ids = plan.stages_of(rank)

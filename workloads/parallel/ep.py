@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from workloads.grammar import Layout
-from workloads.moe import is_expert_param, moe_modules
+from llmdiag.workloads.grammar import Layout
+from llmdiag.workloads.moe import is_expert_param, moe_modules
 
 
 def local_experts(layout: Layout, rank: int, experts: int) -> list[int] | None:

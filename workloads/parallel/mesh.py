@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from workloads.grammar import Layout
+from llmdiag.workloads.grammar import Layout
 
 
 def init_distributed(device: torch.device, timeout_s: float = 1800.0) -> None:
@@ -71,7 +71,7 @@ def build_mesh(layout: Layout, device: torch.device) -> Mesh:
         world[("fsdp", "cp")]._flatten("fsdp_cp")
     elif layout.dp > 1 and layout.cp > 1:
         world[("dp", "cp")]._flatten("dp_cp")
-    from workloads.parallel.ep import make_groups
+    from llmdiag.workloads.parallel.ep import make_groups
 
     ep_group, edp_group = make_groups(layout, dist.get_rank())
     return Mesh(layout, world, ep_group, edp_group)

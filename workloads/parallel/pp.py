@@ -28,8 +28,8 @@ from torch.distributed.pipelining import (
 )
 from torch.profiler import record_function
 
-from workloads import slow
-from workloads.grammar import Pipeline
+from llmdiag.workloads import slow
+from llmdiag.workloads.grammar import Pipeline
 
 SCHEDULE_CLASSES = {
     "gpipe": ScheduleGPipe,

@@ -1,0 +1,222 @@
+"""Which traces of one input belong to which run, when a folder holds several complete runs.
+
+A folder where a script ran twice (minutes apart, same hosts, same GPUs) holds two files per rank. Without
+grouping, every rank is "claimed twice" and left out. Runs are split only on evidence that cannot be a
+single run's duplicates:
+- some rank number is claimed by more than one file (else there is nothing to split: one run, as before);
+- every trace has a wall-clock span (epoch ts, or ts + baseTimeNanoseconds) or, failing that, every file
+  has Kineto's `host_PID.TIME.pt.trace.json` name with its write time;
+- the spans fall into groups separated by idle time (a run's ranks profile the same steps: their spans
+  overlap; two runs of one GPU cannot), at least MIN_GAP_US apart (MIN_NAME_GAP_US for file-name times);
+- within each group no rank is claimed twice, and all groups ran on the same device model (a different
+  device is another job: diagnose.metrics.ranks names it as before).
+Anything else (true duplicates in one run, runs overlapping in time, files that do not say when they ran)
+is one group, and diagnose.metrics.ranks resolves its duplicates as it always has.
+
+A trace with no rank at all (no distributedInfo, manifest record or rank in its name) is claimed by the process
+its file name names: torch.profiler's `tensorboard_trace_handler` writes `<worker>.<time>.pt.trace.json(.gz)`,
+the worker `host_pid` by default or the name the user gave. Two such files of one worker taken minutes apart
+are two captures of one process (kineto's resnet50 samples: `worker0.1623143089861` and `worker0.1623143566756`),
+not ranks 0 and 1: the same time-gap evidence splits them into runs. Files of one worker that overlap in time
+stay one group (ranks of a job whose workers share a name), as do rank-less files with distinct workers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections import Counter
+
+from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.io.discover import rank_from_name
+from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
+from llmdiag.diagnose.metrics.job.ranks import wall_clock
+from llmdiag.diagnose.model.runs import RUNS_PREFIX, RunInfo
+
+KINETO_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d{1,10})\.(?P<ns>\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
+# tensorboard_trace_handler's names: `<worker>.<epoch ms>.pt.trace.json` (older torch) or `<worker>.<epoch ns>`
+HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<t>\d{13}|\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
+MIN_GAP_US = 1e6  # two runs are at least a process start apart; one run's ranks overlap in time
+MIN_NAME_GAP_US = 60e6  # file-name times are when each rank finished writing: a large trace takes a while
+
+
+def group_runs(outputs: list[RankOutput]) -> list[list[RankOutput]]:
+    """The outputs split into runs, oldest first; one group (all of them) unless the evidence above holds.
+    Unreadable files go to the run their file-name time falls in, else to the newest run."""
+    good = [o for o in outputs if not o.error]
+    claims = Counter(r for o in good if (r := _claim(o)) is not None)
+    if not claims or max(claims.values()) < 2:
+        return [outputs]
+    spans = [_span(o) for o in good]
+    gap = MIN_GAP_US
+    if any(s is None for s in spans):
+        times = [_name_time(o.path) for o in good]
+        if any(t is None for t in times):
+            return [outputs]
+        spans, gap = [(t, t) for t in times], MIN_NAME_GAP_US
+    order = sorted(range(len(good)), key=lambda i: spans[i])
+    groups: list[list[int]] = []
+    end = None
+    for i in order:
+        s, e = spans[i]
+        if end is None or s > end + gap:
+            groups.append([])
+            end = e
+        groups[-1].append(i)
+        end = max(end, e)
+    if len(groups) < 2:
+        return [outputs]
+    for g in groups:
+        c = Counter(r for i in g if (r := _claim(good[i])) is not None)
+        if c and max(c.values()) > 1:
+            return [outputs]  # a rank twice within one time group: true duplicates, not runs
+    if len({o.device_name for o in good if o.device_name}) > 1:
+        return [outputs]
+    runs = [[good[i] for i in g] for g in groups]
+    bounds = []  # each run's file-name times, widened by the gap: where an unreadable file's name puts it
+    for run in runs:
+        ts = [t for o in run if (t := _name_time(o.path)) is not None]
+        bounds.append((min(ts) - MIN_NAME_GAP_US, max(ts) + MIN_NAME_GAP_US) if ts else None)
+    for o in outputs:
+        if o.error:
+            t = _name_time(o.path)
+            k = next((k for k, b in enumerate(bounds) if t is not None and b and b[0] <= t <= b[1]), len(runs) - 1)
+            runs[k].append(o)
+    return runs
+
+
+def complete(run: list[RankOutput]) -> bool:
+    """Every rank of its world has one readable trace (the world from distributedInfo)."""
+    good = [o for o in run if not o.error]
+    worlds = {o.world_size for o in good if o.world_size}
+    if len(worlds) != 1 or len(good) != len(run) or len(good) != (w := worlds.pop()):  # w untrusted: never a range
+        return False
+    ranks = {_rank(o) for o in good}
+    return len(ranks) == w and all(r is not None and 0 <= r < w for r in ranks)
+
+
+def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> list[int]:
+    """0-based indices of the runs to analyse: "newest" (the newest complete run, else the newest: groups are
+    oldest first), "all", or a number 1..N; anything else is one line, exit 2."""
+    n = len(groups)
+    if run == "newest":
+        if n == 1:
+            return [0]
+        done = [k for k in range(n) if complete(groups[k])]
+        return [done[-1] if done else n - 1]
+    if run == "all":
+        return list(range(n))
+    k = run if isinstance(run, int) else int(run) if isinstance(run, str) and run.isdigit() else None
+    if k is None:
+        raise LlmdiagError(f"--run {run!r}: expected newest, all or a run number")
+    if not 1 <= k <= n:
+        raise LlmdiagError(f"--run {k}: the input holds {f'{n} runs (1-{n}, oldest first)' if n > 1 else 'one run'}",
+                           where, None if n > 1 else "leave --run out")
+    return [k - 1]
+
+
+def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
+    """What each run is (files, ranks, start, pids); `chosen` is the 0-based index of the run analysed."""
+    out = []
+    for k, run in enumerate(runs):
+        good = [o for o in run if not o.error]
+        spans = [s for o in good if (s := _span(o)) is not None]
+        starts = [s for s, _ in spans] or [t for o in good if (t := _name_time(o.path)) is not None]
+        start = min(starts) if starts else None
+        worlds = Counter(o.world_size for o in good if o.world_size)
+        pids = sorted({int(m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))})
+        out.append(RunInfo(k + 1, len(run), sorted({r for o in good if not _rankless(o) and (r := _rank(o)) is not None}),
+                           worlds.most_common(1)[0][0] if worlds else None, _when(start) if start else "", start,
+                           max((e for _, e in spans), default=None), pids, k == chosen))
+    return out
+
+
+def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
+    """One line: the runs, which one was analysed, how to pick another."""
+    done = [complete(run) for run in runs]
+    hosts_pids = [{(m.group("host"), m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))}
+                  for run in runs]
+    same = any(a & b for i, a in enumerate(hosts_pids) for b in hosts_pids[i + 1:])
+    workers = [{w for o in run if _rankless(o) and (w := _worker(o.path))} for run in runs]
+    one = len(set().union(*workers)) == 1 and all(workers) and all(_rankless(o) for r in runs for o in r if not o.error)
+    word = ("captures of the same process at different times (no rank in the traces: one process profiled more "
+            f"than once, worker `{_short(next(iter(workers[0])))}`)" if one else
+            "captures of the same processes (the same run profiled more than once)" if same else "runs")
+    parts = []
+    for r in infos:
+        pid = f", pids {_span_text(r.pids)}" if r.pids else ""
+        ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"
+        parts.append(f"run {r.number}: {r.files} file{'s' if r.files != 1 else ''}, {ranks}"
+                     f"{f' of {r.world_size}' if r.world_size else ''}, started {r.start or 'at an unknown time'}{pid}")
+    chosen = next(r for r in infos if r.analysed)
+    newest = " (the newest)" if chosen.number == len(infos) else ""
+    if not newest and all(r.number <= chosen.number or not c for r, c in zip(infos, done)) and done[chosen.number - 1]:
+        newest = " (the newest complete run)"
+    other = next(r.number for r in infos if not r.analysed)
+    return (f"{RUNS_PREFIX}{len(infos)} {word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
+            f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
+
+
+def _short(name: str, n: int = 60) -> str:
+    """A file-name part (untrusted) cut for the one-line message; outputs escape it."""
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def _span_text(xs: list[int]) -> str:
+    from llmdiag.diagnose.model.format import ranges
+
+    return ranges(sorted(xs))
+
+
+def _rank(o: RankOutput) -> int | None:
+    return o.rank if o.rank is not None else rank_from_name(o.path)
+
+
+def _rankless(o: RankOutput) -> bool:
+    """The trace names no rank (no distributedInfo rank, none in its file name): its rank number, if any, was
+    given by file order when its run was assembled."""
+    return not (isinstance(o.distributed, dict) and o.distributed.get("rank") is not None) \
+        and rank_from_name(o.path) is None
+
+
+def _claim(o: RankOutput) -> tuple | None:
+    """What a file is one copy of: its rank, else the worker (process) its handler-written name names."""
+    if (r := _rank(o)) is not None:
+        return ("rank", r)
+    w = _worker(o.path)
+    return ("worker", w) if w else None
+
+
+def _worker(path: str) -> str | None:
+    m = HANDLER_NAME.match(os.path.basename(path))
+    return m.group("worker") if m else None
+
+
+def _span(o: RankOutput) -> tuple[float, float] | None:
+    """The wall-clock span of the rank's analysed steps, epoch µs; None where the trace has no wall clock."""
+    if o.metrics is None or (c := wall_clock(o)) is None:
+        return None
+    st = o.metrics.steps
+    if not st:
+        return c, c
+    return c + min(s.start_ms for s in st) * 1e3, c + max(s.start_ms + s.time_ms for s in st) * 1e3
+
+
+def _name_time(path: str) -> float | None:
+    """The write time (epoch µs) in a Kineto file name `host_PID.NS.pt.trace.json(.gz)`, if plausible."""
+    m = KINETO_NAME.match(os.path.basename(path))
+    if m:
+        us = int(m.group("ns")) / 1e3
+    elif (h := HANDLER_NAME.match(os.path.basename(path))) and len(h.group("t")) == 13:
+        us = int(h.group("t")) * 1e3  # epoch ms
+    else:
+        return None
+    return us if 1e15 < us < 4e15 else None
+
+
+def _when(us: float) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return ""

@@ -1,0 +1,36 @@
+"""The analysis' step summary (model/steps.py says why) and a warning per outlier step, so every output
+(terminal, report, summary) names the step beside the mean it moves."""
+
+from __future__ import annotations
+
+import statistics
+
+from llmdiag.diagnose.model.analysis import Analysis, Issue
+from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.steps import step_span, step_summary
+
+
+PARTS = (("device idle", "idle_ms"), ("compute", "compute_ms"), ("exposed communication", "exposed_comm_ms"))
+
+
+def add_step_summary(a: Analysis) -> None:
+    """Sets `a.steps` and adds one warning per outlier step: its number, duration and ratio to the median, and
+    the part of the step (idle, compute, exposed comm; medians over ranks) holding most of its excess over the
+    median step where one part holds more than half of it."""
+    a.steps = step_summary(a.ranks)
+    if a.steps is None:
+        return
+    span = step_span(a.steps.numbers)
+    rows = a.steps.steps
+    medians = {label: statistics.median(getattr(x, key) for x in rows) for label, key in PARTS}
+    for s in rows:
+        if s.outlier:
+            label, key = max(PARTS, key=lambda p: getattr(s, p[1]) - medians[p[0]])
+            more = getattr(s, key) - medians[label]
+            part = (f"; most of the excess is {label} ({fmt(getattr(s, key), 'ms')} against a median of "
+                    f"{fmt(medians[label], 'ms')} per step)") if more > 0.5 * (s.time_ms - a.steps.median_ms) else ""
+            a.issues.append(Issue(a.source, (
+                f"step {s.step} took {fmt(s.time_ms, 'ms')} (median over its {s.ranks} rank"
+                f"{'s' if s.ranks != 1 else ''}), {fmt(s.ratio, 'x')} the median step of {fmt(a.steps.median_ms, 'ms')} "
+                f"over {span}{part}: means over steps (the headline's mean step time, per-step averages in findings) "
+                "include it; the per-step table shows each step"), None, "warning"))

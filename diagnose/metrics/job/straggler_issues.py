@@ -1,0 +1,59 @@
+"""What the cross-rank pass says about collective matching once it is done: compute-excess stragglers decided
+beside the arrival ones, captures that start or end at different collectives, and matching failures (skew or
+a straggler cost longer than a step), each as an issue line (diagnose.metrics.cross_rank calls these)."""
+
+from __future__ import annotations
+
+from llmdiag.diagnose.metrics.job.stragglers import compute_stragglers
+from llmdiag.diagnose.model.analysis import Analysis, Issue, SkewResult
+from llmdiag.diagnose.model.format import fmt, plural
+
+
+def compute_stragglers_into(a: Analysis) -> None:
+    """Compute-excess stragglers join the arrival ones in skew.stragglers, decided once (metrics/job/stragglers.py)
+    now that the stages and the MoE expert compute they discount are known."""
+    if a.skew is not None and not a.skew.decided:  # send/recv only: no collectives were matched
+        a.skew.decided = True
+    late = [x for x in (a.skew.stragglers if a.skew else []) if x.kind]
+    comp = compute_stragglers(a.ranks, a.pipeline, a.manifest, a.layout, a.moe, a.step_ms, {x.rank for x in late})
+    if comp and a.skew is None:
+        a.skew = SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[],
+                            decided=True)
+    if a.skew is not None:
+        a.skew.stragglers = late + comp
+
+
+MAX_WINDOW_LINES = 8  # ranks named one line each; the rest counted (all are in skew.capture_windows)
+
+
+def alignment_issues(sk: SkewResult, step_ms: float | None, longest: float | None, source: str,
+                      issues: list[Issue]) -> None:
+    """Captures that start or end at different collectives, one line per rank; and skew or a straggler cost
+    longer than the step, which no real job has: a matching failure, said as such (the finding is withheld)."""
+    for w in sk.capture_windows[:MAX_WINDOW_LINES]:
+        late = w.first_event_ms if w.first_event_ms is not None and w.first_event_ms > 0 else w.lead_ms
+        parts = ([f"starts {plural(w.lead_n, 'collective')} / {fmt(late, 'ms')} after the others'"]
+                 if w.lead_n else []) + ([f"ends {plural(w.trail_n, 'collective')} / {fmt(w.trail_ms, 'ms')} before the "
+                                          "others'"] if w.trail_n else [])
+        issues.append(Issue(source, f"rank {w.rank}'s capture {' and '.join(parts)}: collectives not every rank of "
+                                    "their group recorded are left out of skew (not paired with the next one)",
+                            w.rank, "warning"))
+    if len(sk.capture_windows) > MAX_WINDOW_LINES:
+        issues.append(Issue(source, f"{len(sk.capture_windows) - MAX_WINDOW_LINES} more ranks' captures start or end "
+                                    "at different collectives (skew.capture_windows)", None, "warning"))
+    if sk.by_order:
+        issues.append(Issue(source, f"{plural(sk.by_order, 'rank-group')} of collectives whose completion times fit no "
+                                    "alignment with the other ranks' were matched by order: their skew may pair "
+                                    "different collectives", None, "warning"))
+    if not step_ms:
+        return
+    too_long = [b for b in sk.by_collective if b.max_skew_ms > (longest or step_ms)]
+    bad = [x for x in sk.stragglers if x.imposed_ms > step_ms]
+    if too_long or bad:
+        what = (f"arrival skew up to {fmt(max(b.max_skew_ms for b in too_long), 'ms')}" if too_long else
+                f"a straggler cost of {fmt(max(x.imposed_ms for x in bad), 'ms')} per step")
+        issues.append(Issue(source, f"{what}, longer than a step ({fmt(step_ms, 'ms')}): a matching failure (the ranks' "
+                                    "collectives are paired wrongly), not a measurement; no straggler finding is "
+                                    "drawn from it", None, "warning"))
+        sk.stragglers = [x for x in sk.stragglers if not x.kind]
+        sk.matching_failed = True

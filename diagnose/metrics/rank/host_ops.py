@@ -1,0 +1,150 @@
+"""Device events linked to the host ops that launched them.
+
+A kernel's launch is the runtime call (cudaLaunchKernel, hipExtLaunchKernel, ...) carrying the same
+`correlation` id; the host ops enclosing that call on its thread are the kernel's call stack. Kineto
+writes `correlation` into both events in every schema we know (2021 to 2025; the `ac2g` /
+`async_cpu_to_gpu` flow events of older traces repeat the same id, so they add nothing). The
+`External id` of a kernel names its innermost op only in recent traces (older ones copy the
+correlation into it), so the call stack is found by nesting, which works in both.
+
+What this gives classification: whether a kernel ran under a host communication op
+(`record_param_comms`, `nccl:*`, `c10d::*`, `_c10d_functional::*`, `symm_mem::*`, `vllm::all_reduce`,
+...), and which one says the most about it (the innermost carrying `Collective name`, else the
+innermost whose name names a collective).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from llmdiag.diagnose.metrics.rank.sets import distinct, member
+from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.metrics.rank.comm_families import NAME_CAP
+
+# Host ops whose kernels are communication. Waits are excluded (they launch nothing that moves data).
+# (no `broadcast` here: prims::broadcast_in_dim, aten::broadcast_tensors are no communication; c10d's and
+# NCCL's broadcasts are covered by the prefixes)
+_NAMESPACED_COLL = re.compile(r"^\w{1,64}::\w{0,64}?(?:all_reduce|allreduce|all_gather|allgather|reduce_scatter|"
+                              r"reducescatter|all_to_all|alltoall)")
+_PREFIXES = ("record_param_comms", "nccl:", "rccl:", "c10d::", "_c10d_functional::", "c10d_functional::",
+             "_c10d_functional_autograd::", "symm_mem::")
+
+
+def is_comm_op(name: str) -> bool:
+    head = name[:NAME_CAP]
+    if "wait" in head[:80]:
+        return False
+    return head.startswith(_PREFIXES) or is_custom_comm_op(head)
+
+
+def is_custom_comm_op(name: str) -> bool:
+    """A dispatched custom op naming a collective (`vllm::all_reduce`, `trtllm::allreduce`): its kernels are the
+    collective. Copies around a collective (`*copy_in`, `*copy_out`) are not communication."""
+    head = name[:NAME_CAP]
+    return (not head.startswith("aten::") and "copy" not in head[:120]
+            and _NAMESPACED_COLL.match(head) is not None)
+
+
+def is_prefixed_comm_op(name: str) -> bool:
+    head = name[:NAME_CAP]
+    return "wait" not in head[:80] and head.startswith(_PREFIXES)
+
+
+def comm_launches(t: RankTrace, op_kind: np.ndarray) -> dict[int, int]:
+    """Device event index -> index of the host communication op that explains it (see module doc).
+
+    `op_kind` is classify's kind array so far (host ops and runtime calls already sorted)."""
+    # Annotations (record_function spans: `nccl:all_reduce`, FSDP2's `FSDP::all_gather`, a user's own) count only
+    # under the communication prefixes: a span named for a collective also encloses its copy-in/out kernels and
+    # whatever else the caller launches there. Dispatched custom ops (cpu_op) naming a collective count too.
+    ops = (t.name_mask(is_comm_op, (t.stream < 0) & (op_kind == CPU_OP))
+           | t.name_mask(is_prefixed_comm_op, (t.stream < 0) & (op_kind == ANNOTATION)))
+    return launching_ops(t, np.flatnonzero(ops), op_kind, lambda o: _score(t, o))
+
+
+def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None) -> dict[int, int]:
+    """Device event index -> the op of `ops` enclosing its launch (innermost; among the best by `score`)."""
+    if not len(ops):
+        return {}
+    dev = np.flatnonzero((t.stream >= 0) & (t.corr >= 0))
+    if not len(dev):
+        return {}
+    rt = np.flatnonzero((op_kind == RUNTIME) & (t.corr >= 0))
+    rt = rt[member(t.corr[rt], t.corr[dev]) & member(t.thread[rt], t.thread[ops])]
+    if not len(rt):
+        return {}
+    best = _explaining_op(t, ops, rt, score) if score else _innermost_op(t, ops, rt)  # runtime index -> op index
+    corr_op = {int(t.corr[r]): o for r, o in best.items()}
+    out = {}
+    for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
+        o = corr_op.get(c)
+        if o is not None:
+            out[d] = o
+    return out
+
+
+def _score(t: RankTrace, o: int) -> int:
+    """How much an enclosing comm op says: 2 its own collective args, 1 a collective in its name."""
+    a = t.comm_args.get(o)
+    if a and a.get("Collective name"):
+        return 2
+    return 0 if t.names[t.name[o]] == "record_param_comms" else 1
+
+
+def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+    """The innermost op of `ops` enclosing each runtime call, vectorised: the op starting last at or before the
+    call (the shortest of equal starts) is the innermost when it still runs; calls whose latest op has ended
+    (inside a parent, after a sibling) go through the sweep."""
+    out: dict[int, int] = {}
+    ends = t.ts + t.dur
+    rest = []
+    for th in distinct(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
+        r = rt[t.thread[rt] == th]
+        j = np.searchsorted(t.ts[o], t.ts[r], side="right") - 1
+        cand = o[np.maximum(j, 0)]
+        hit = (j >= 0) & (ends[cand] >= t.ts[r])
+        out.update(zip(r[hit].tolist(), cand[hit].tolist()))
+        rest.append(r[(j >= 0) & ~hit])
+    if rest and (left := np.concatenate(rest)).size:
+        out.update(_explaining_op(t, ops, left, lambda o: 0))
+    return out
+
+
+def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:
+    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored).
+    One sweep per thread over ops (sorted by start, longer first) and calls (sorted by time) with a stack
+    of open ops: linear after the sort."""
+    out: dict[int, int] = {}
+    ends = t.ts + t.dur
+    for th in distinct(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
+        r = rt[t.thread[rt] == th]
+        us, ue = iv.union(t.ts[o], ends[o])  # only calls inside some op go through the Python sweep
+        if not len(us):  # the thread's ops are all zero-length (no dur): none encloses a call
+            continue
+        k = np.searchsorted(us, t.ts[r], side="right") - 1
+        r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
+        r = r[np.argsort(t.ts[r], kind="stable")]
+        r_ts, o_ts = t.ts[r].tolist(), t.ts[o].tolist()  # Python ints: the sweep reads no numpy scalar
+        end = dict(zip(o.tolist(), ends[o].tolist()))
+        o = o.tolist()
+        stack: list[int] = []
+        j = 0
+        for call, ts in zip(r.tolist(), r_ts):
+            while j < len(o) and o_ts[j] <= ts:
+                while stack and end[stack[-1]] < o_ts[j]:
+                    stack.pop()
+                stack.append(o[j])
+                j += 1
+            while stack and end[stack[-1]] < ts:
+                stack.pop()
+            live = [s for s in stack if end[s] >= ts]
+            if live:
+                out[call] = max(reversed(live), key=score)
+    return out

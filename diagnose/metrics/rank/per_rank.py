@@ -1,0 +1,235 @@
+"""Everything computed from one rank's trace alone; runs in a worker process per rank.
+
+Only small results leave the worker: the RankMetrics, the pipeline actions and the collective records
+needed for cross-rank matching. The RankTrace columns die with the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmdiag.diagnose.metrics.rank.classify import classify, collective_kind
+from llmdiag.diagnose.model.roles import P2P_KINDS
+from llmdiag.diagnose.errors import TraceError
+from llmdiag.diagnose.metrics.rank.kernels import hints, top_kernels
+from llmdiag.diagnose.metrics.rank.idle import idle_breakdown, training_evidence
+from llmdiag.diagnose.metrics.rank.layout import pg_sizes, slim_pg_config
+from llmdiag.diagnose.io.loader import load_trace
+from llmdiag.diagnose.metrics.rank.memory import memory_stats
+from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts
+from llmdiag.diagnose.metrics.rank.profiler_options import profiler_facts
+from llmdiag.diagnose.metrics.rank.moe import RankMoe, rank_moe
+from llmdiag.diagnose.metrics.rank.accum import forward_counts, regather_ms
+from llmdiag.diagnose.metrics.rank.overlap import comm_stats, gloo_collective_labels, in_windows, step_breakdowns, timeline
+from llmdiag.diagnose.metrics.rank.pipeline.actions import Action, extract_actions
+from llmdiag.diagnose.metrics.rank.pipeline.infer import Links, infer_actions
+from llmdiag.diagnose.metrics.rank.pipeline.p2p import Record, p2p_records
+from llmdiag.diagnose.model.bounds import bound_values
+from llmdiag.diagnose.model.devices import device_from_categories
+from llmdiag.diagnose.model.analysis import RankMetrics
+from llmdiag.diagnose.model.kernel_views import RankSequences
+from llmdiag.diagnose.metrics.rank.collectives import Collectives, collectives_from
+from llmdiag.diagnose.metrics.rank.before_capture import adopt as adopt_before_capture
+from llmdiag.diagnose.metrics.rank.steps import windows
+from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
+from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks, step_tracks
+from llmdiag.diagnose.io.trace import COMM
+from llmdiag.diagnose.metrics.rank.action_costs import action_fixed_ns, host_p2p
+from llmdiag.diagnose.metrics.rank.launch_stats import launch_stats
+from llmdiag.diagnose.metrics.rank.op_kernels import op_kernels
+from llmdiag.diagnose.metrics.rank.roofline import roofline
+from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
+from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
+
+
+@dataclass
+class RankJob:
+    path: str
+    comm_regex: str | None = None
+    exclude_last_step: bool = False
+    stage_hint: int | None = None
+    cpu_capacity: int | None = None
+    top_k: int = 20
+    helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
+    tracks: bool | frozenset = False  # also return the exposed-comm and idle intervals (`analyze --timeline`):
+    # of every rank, or of the ranks in the set
+
+
+@dataclass
+class RankOutput:
+    path: str
+    rank: int | None
+    world_size: int | None
+    distributed: dict
+    host: str
+    device_name: str
+    metrics: RankMetrics | None
+    actions: list[Action] = field(default_factory=list)
+    collectives: Collectives = field(default_factory=Collectives)
+    links: Links | None = None  # pipeline neighbours inferred from send/recv (no PP: labels), or why not
+    p2p: list[Record] = field(default_factory=list)  # send/recv with their peers, for matching across ranks
+    bytes_read: int = 0
+    error: str | None = None  # one line: the rank could not be analysed
+    moe: RankMoe | None = None  # all-to-all split sizes and MoE times (diagnose.metrics.moe)
+    base_time_ns: int | None = None  # Kineto's baseTimeNanoseconds: wall clock of ts 0 (jobs told apart: ranks.py)
+    forwards: list[int] = field(default_factory=list)  # llmdiag/forward spans per step (gradient accumulation)
+    regather_ms: float = 0.0  # all-gathers per step in accumulation microsteps after the first
+    action_fixed_ns: list[int] = field(default_factory=list)  # per action: its size-independent host time
+    host_p2p: list = field(default_factory=list)  # gloo send/recv spans with bytes (diagnose.metrics.action_costs)
+    tracks: RankTracks | None = None  # the timeline's per-step intervals, where the job asked for them
+    op_kernels: list = field(default_factory=list)  # OpKernels rows (diagnose.metrics.op_kernels): summed over ranks
+    roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
+    stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
+    kernel_sequences: RankSequences | None = None  # frequent kernel sequences (diagnose.metrics.kernel_sequences)
+
+
+def failed_output(job: RankJob, line: str) -> RankOutput:
+    """The output of a rank left out: `line` says which file and why; the other ranks carry on."""
+    return RankOutput(job.path, None, None, {}, "", "", None, error=line)
+
+
+def run_job(job: RankJob) -> RankOutput:
+    """Never raises for a bad file: the error comes back as text so the other ranks carry on."""
+    try:
+        return _run(job)
+    except TraceError as e:
+        return failed_output(job, e.line())
+    except MemoryError:
+        return failed_output(job, f"llmdiag: {job.path}: out of memory while parsing (trace too large for this machine)")
+    except Exception as e:  # a bug of ours, not the user's: this rank is left out, the others carry on
+        return failed_output(job, f"llmdiag: {job.path}: internal error while analysing this trace "
+                                  f"({type(e).__name__}: {e}) (a bug in llmdiag; please report it with the trace)")
+
+
+def _run(job: RankJob) -> RankOutput:
+    t = load_trace(job.path, job.helpers)
+    classify(t, job.comm_regex)
+    wins, warns = windows(t, job.exclude_last_step)
+    if not wins:
+        raise TraceError("no events to analyse", job.path, "the trace holds no complete events")
+    tl = timeline(t)
+    steps = step_breakdowns(tl, wins)
+    n = len(steps)
+
+    def mean(attr):
+        return float(sum(getattr(s, attr) for s in steps) / n)
+
+    comm_total = sum(s.comm_ms for s in steps)
+    step_ms = mean("time_ms")
+    dist = t.distributed
+    host = str(t.meta.get("host_name", "") or "")
+    top, kernel_ms = top_kernels(t, wins, job.top_k)
+    groups = resolve_groups(t, np.flatnonzero(in_windows(t, np.asarray(t.kind == COMM), wins)))  # once, for both users
+    metrics = RankMetrics(
+        rank=t.rank if t.rank is not None else -1,
+        file=job.path,
+        host=host,
+        trace_kind="gpu" if t.is_gpu else "cpu",
+        steps=steps,
+        step_time_ms=step_ms,
+        compute_ms=mean("compute_ms"),
+        comm_ms=mean("comm_ms"),
+        overlapped_comm_ms=mean("overlapped_comm_ms"),
+        exposed_comm_ms=mean("exposed_comm_ms"),
+        compute_only_ms=mean("compute_only_ms"),
+        other_ms=mean("other_ms"),
+        idle_ms=mean("idle_ms"),
+        overlap_ratio=(sum(s.overlapped_comm_ms for s in steps) / comm_total) if comm_total > 0 else None,
+        exposed_comm_frac=mean("exposed_comm_ms") / step_ms if step_ms > 0 else 0.0,
+        idle_frac=mean("idle_ms") / step_ms if step_ms > 0 else 0.0,
+        comm_by_kind=comm_stats(t, tl, wins, pg_sizes(dist), t.world_size, groups),
+        top_kernels=top,
+        kernel_time_ms=kernel_ms,
+        memory=memory_stats(t, job.cpu_capacity),
+        hints=hints(t, wins, mean("idle_ms"), step_ms),
+        origin_us=t.origin_us,
+        warnings=list(t.warnings) + warns,
+        idle=idle_breakdown(t, wins),
+        training=training_evidence(t, wins),
+    )
+    metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
+    profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
+    elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
+    p2p, no_peers = p2p_records(t, wins)
+    actions, links = extract_actions(t, wins, job.stage_hint), None
+    if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
+        actions, links = infer_actions(t, wins, p2p, no_peers)
+    props = t.meta.get("deviceProperties")
+    device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
+    metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
+    views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
+    metrics.launch = launch_stats(t, wins) if t.is_gpu else None
+    return RankOutput(
+        path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
+        device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
+        collectives=collective_records(t, wins, groups), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        base_time_ns=_base_time(t.meta),
+        forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
+        action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
+        tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
+        op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
+        kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
+    )
+
+
+# Skew is measured on collectives only: the n-th send of one rank and the n-th send of another are unrelated,
+# and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
+
+
+def collective_records(t, wins, groups: dict | None = None) -> Collectives:
+    """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them,
+    each keyed on its process group's name and members (metrics/rank/groups.py)."""
+    idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
+    relabel = gloo_collective_labels(t, idx)
+    groups = groups if groups is not None else resolve_groups(t, idx)
+    kinds, pgs = [], []
+    for i in idx.tolist():
+        kinds.append(relabel.get(i) or collective_kind(t.names[t.name[i]], t.comm_args.get(i, {})))
+        pg = groups[i].key  # name and members: two groups of one name are never matched together
+        pgs.append(pg)
+    adopt_before_capture(t, idx, kinds, pgs)  # a kernel whose launch preceded the capture: its stream's collective
+    out = []
+    for i, kind, pg in zip(idx.tolist(), kinds, pgs):
+        if kind in P2P_KINDS:
+            continue
+        args = t.comm_args.get(i, {})
+        out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
+                    _seq(args)))
+    return collectives_from(out)
+
+
+def _base_time(meta: dict) -> int | None:
+    v = meta.get("baseTimeNanoseconds")
+    return v if type(v) is int and 0 < v < 2**63 else None
+
+
+def _seq(args: dict) -> int:
+    """The group's collective sequence number (Kineto's `Seq`, a number or its text), -1 unknown."""
+    v = args.get("Seq", args.get("seq"))
+    if type(v) is str and v.isdigit() and len(v) < 19:
+        v = int(v)
+    return v if type(v) is int and 0 <= v < 2**62 else -1
+
+
+MAX_NELEMS = 1 << 62  # elements of one message: far beyond any real one, and int64-safe when summed
+
+
+def _nelems(args: dict, side: str) -> int:
+    """Elements sent (In) or received (Out): all_to_all(v)'s per-peer splits summed, else the msg nelems; -1."""
+    split = args.get(f"{side} split size")
+    n: object
+    if isinstance(split, list) and split and all(type(x) is int and x >= 0 for x in split):
+        n = sum(split)
+    else:
+        n = args.get(f"{side} msg nelems")
+    return n if type(n) is int and 0 <= n < MAX_NELEMS else -1  # unknown beyond: the skew's int64 columns
+
+
+def _small(dist: dict) -> dict:
+    out = {k: dist[k] for k in ("rank", "world_size", "backend", "nccl_version") if k in dist}
+    return {**out, "pg_config": slim_pg_config(dist)} if "pg_config" in dist else out  # no O(world) lists
+
+

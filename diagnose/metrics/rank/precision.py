@@ -1,0 +1,219 @@
+"""Numeric precision of GEMM kernels, from evidence only.
+
+Evidence, in order: (1) the `Input type` of the GEMM host op (aten::mm, addmm, bmm, _scaled_mm, ...)
+that launched the kernel (recorded with `record_shapes`); a float input is fp32 unless the kernel's
+name says tf32; (2) the kernel's name, read by a parser that knows which token is the input type, so the
+accumulator and epilogue tokens never decide (`sm90_xmma_gemm_bf16bf16_bf16f32_f32_...` is bf16: its
+`_f32_` is the accumulator and epilogue). Names known: cuBLAS/cuBLASLt (`<arch>_xmma_gemm_<A><B>_<C><acc>_
+<epi>_...`, `ampere_bf16_s16816gemm_...`, `volta_h884gemm_...`, `*_sgemm_*`, gemv/gemmSN templates),
+CUTLASS 2.x/3.x (`cutlass_80_tensorop_bf16_s16816gemm_...`, `cutlass3x_sm90_tensorop_gemm_e4m3_e4m3_f32_...`,
+`cutlass::half_t` template arguments), hipBLASLt/Tensile (`Cijk_Alik_Bljk_BBS_BH_...`: the data-type
+token), TRT-LLM/FlashInfer `bmm_<A>_<B>_<out>` (MXFP4 `E2m1`, MXFP6, FP8 `E4m3`/`E5m2`). nvjet and Triton
+names carry no input type: their precision comes from the host op or stays unknown. Unknown stays
+unknown: never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from llmdiag.diagnose.io.columns import GEMM_OPS
+from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
+from llmdiag.diagnose.metrics.rank import host_ops
+from llmdiag.diagnose.metrics.rank.name_memo import per_name
+
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp6", "mxfp4", "fp4", "int8")
+_HEAD = 1024  # characters of a kernel name read: the type tokens sit in its head
+_GEMM_TOKENS = ("gemm", "gemv", "nvjet", "cijk_", "bmm_", "matmul", "triton_tem_fused_mm", "triton_tem_fused_addmm",
+                "triton_tem_fused_bmm")
+
+# host op `Input type` -> precision
+_HOST_TYPES = {"float": "fp32", "double": "fp64", "c10::bfloat16": "bf16", "c10::half": "fp16",
+               "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
+               "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8", "c10::float4_e2m1fn_x2": "fp4",
+               "signed char": "int8", "char": "int8"}
+# type tokens of kernel names -> precision (lower case)
+_TOKENS = {"bf16": "bf16", "bfloat16": "bf16", "f16": "fp16", "fp16": "fp16", "half": "fp16", "tf32": "tf32",
+           "f32": "fp32", "fp32": "fp32", "f64": "fp64", "fp64": "fp64", "e4m3": "fp8", "e5m2": "fp8",
+           "fp8": "fp8", "i8": "int8", "int8": "int8", "s8": "int8"}
+_ARCH_GEMM = re.compile(r"(?:^|_)(bf16|fp16|f16|tf32|i8|int8)_([hsi])\d{3,6}gemm|(?:^|_)([hsi])(\d{3,6})gemm")
+_CUTLASS3 = re.compile(r"gemm_(bf16|f16|tf32|f32|e4m3|e5m2|f64|s8|i8)_(bf16|f16|tf32|f32|e4m3|e5m2|f64|s8|i8)")
+_CUTLASS_T = re.compile(r"cutlass::(bfloat16_t|half_t|tfloat32_t|float_e4m3_t|float_e5m2_t|float_e2m1_t|"
+                        r"float_e2m3_t|float_e3m2_t)")
+_CUTLASS_T_MAP = {"bfloat16_t": "bf16", "half_t": "fp16", "tfloat32_t": "tf32", "float_e4m3_t": "fp8",
+                  "float_e5m2_t": "fp8", "float_e2m1_t": "mxfp4", "float_e2m3_t": "mxfp6", "float_e3m2_t": "mxfp6"}
+_TEMPLATE_FIRST_FLOAT = re.compile(r"<(?:\s*(?:int|long|unsigned|bool|\d+)\s*,)*\s*(float|double|__half|half|"
+                                   r"__nv_bfloat16|c10::bfloat16|c10::half)\s*[,>]")
+_CUBLAS_TEMPLATES = ("gemv2t_kernel", "gemv2n_kernel", "gemvnsp_kernel", "gemmk1_kernel", "gemmsn_", "gemvx",
+                     "cublas")  # cuBLAS's non-tensor-core kernels, typed by their first template argument
+_TENSILE = {"S": "fp32", "SB": "fp32", "D": "fp64", "DB": "fp64", "H": "fp16", "HB": "fp16"}
+
+
+@per_name
+def is_gemm_name(name: str) -> bool:
+    low = name[:_HEAD].lower().replace("fbgemm", "")  # FBGEMM-GPU's embedding/permute kernels are no GEMMs
+    return any(tok in low for tok in _GEMM_TOKENS)
+
+
+def _xmma_precision(low: str) -> str | None:
+    """cuBLAS/cuDNN `sm80_xmma_<op>_gemm[_indexed]_<A><B>_<C><acc>_<epi>_...`: A and B are the inputs."""
+    j = low.find("gemm_", low.find("xmma_"))
+    rest = [tok for tok in low[j + 5:].split("_", 4)[:4] if tok != "indexed"]
+    if len(rest) < 2:
+        return None
+    if "tf32" in rest[0] or "tf32" in rest[1]:
+        return "tf32"
+    for tok in ("bf16", "f16", "f32", "f64", "e4m3", "e5m2", "i8", "s8"):
+        if rest[0].startswith(tok):
+            return _TOKENS[tok]
+    return None
+
+
+def host_precision(input_type) -> str | None:
+    """Precision of a GEMM host op from its `Input type` list (the first tensor's)."""
+    if not isinstance(input_type, list):
+        return None
+    for v in input_type[:2]:
+        if isinstance(v, str) and v:
+            return _HOST_TYPES.get(v.lower())
+    return None
+
+
+def _bmm_precision(low: str) -> str | None:
+    """TRT-LLM / FlashInfer `bmm_<A>_<B>_<out>_t...`: the lowest-precision input of A and B."""
+    toks = low[4:].split("_")[:2]
+    found = []
+    for tok in toks:
+        if "e2m1" in tok:
+            found.append("mxfp4" if "mx" in tok else "fp4")
+        elif "e2m3" in tok or "e3m2" in tok:
+            found.append("mxfp6")
+        elif "e4m3" in tok or "e5m2" in tok:
+            found.append("fp8")
+        elif tok in ("bfloat16", "bf16"):
+            found.append("bf16")
+        elif tok in ("fp16", "half"):
+            found.append("fp16")
+        elif tok in ("fp32", "float32"):
+            found.append("fp32")
+    order = ("mxfp4", "fp4", "mxfp6", "fp8", "fp16", "bf16", "fp32")
+    return min(found, key=order.index) if found else None
+
+
+@per_name
+def name_precision(name: str) -> str | None:
+    """Input precision a GEMM kernel's name states, or None (not a GEMM, or the name does not say)."""
+    head = name[:_HEAD]
+    low = head.lower()
+    if not any(tok in low for tok in _GEMM_TOKENS):
+        return None
+    if head.startswith("Cijk_"):  # Tensile/hipBLASLt: Cijk_<A>_<B>_<types>_...
+        parts = head.split("_")
+        if len(parts) > 3:
+            dt = parts[3]
+            if "_XF32" in head or dt.startswith("X"):
+                return "tf32"
+            if dt.startswith(("BBS", "BSS", "BB")):
+                return "bf16"
+            if dt.startswith(("HHS", "HSS", "HH")):
+                return "fp16"
+            if dt.startswith(("F8", "B8")):
+                return "fp8"
+            if dt.startswith(("I8", "4xi8")):
+                return "int8"
+            return _TENSILE.get(dt)
+        return None
+    if low.startswith("bmm_"):
+        return _bmm_precision(low)
+    if "xmma_" in low and "gemm_" in low:
+        return _xmma_precision(low)
+    if low.startswith("igemm_"):  # MIOpen implicit-GEMM convolutions: igemm_<dir>_gtc..._<layout>_<type>_...
+        return next((_TOKENS[tok] for tok in low.split("_")[:8] if tok in ("fp32", "fp16", "bf16", "int8")), None)
+    if "tf32" in low.split("gemm")[0]:
+        return "tf32"
+    if (m := _CUTLASS3.search(low)) is not None:
+        a, b = _TOKENS[m.group(1)], _TOKENS[m.group(2)]
+        return a if a == b else min((a, b), key=PRECISIONS.index, default=None)
+    if (m := _ARCH_GEMM.search(low)) is not None:
+        if m.group(1):
+            return _TOKENS[m.group(1)]
+        acc = m.group(3)
+        if acc == "h":
+            return "fp16"
+        if acc == "i":
+            return "int8"
+        if "tensorop" in low:  # CUTLASS tensor-op with fp32 operands and no type token: tf32 on the tensor cores
+            return "tf32"
+        return None
+    if "sgemm" in low:
+        return "fp32"
+    if "dgemm" in low:
+        return "fp64"
+    if "hgemm" in low:
+        return "fp16"
+    if (m := _CUTLASS_T.search(head)) is not None:
+        return _CUTLASS_T_MAP[m.group(1)]
+    if low.removeprefix("void ").startswith(_CUBLAS_TEMPLATES) and (m := _TEMPLATE_FIRST_FLOAT.search(low)) is not None:
+        t = m.group(1)
+        return {"float": "fp32", "double": "fp64", "__half": "fp16", "half": "fp16", "c10::half": "fp16"}.get(t, "bf16")
+    return None
+
+
+def gemm_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
+    """GEMM kernel time (ns) in the mask `compute`, by precision ("unknown" where no evidence says)."""
+    idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
+    if not len(idx):
+        return {}
+    gemm_ids = t.name_ids(is_gemm_name, compute)
+    idx = idx[np.isin(t.name[idx], gemm_ids)] if len(gemm_ids) else idx[:0]
+    if not len(idx):
+        return {}
+    labels = list(PRECISIONS) + ["unknown"]
+    code_of_name = np.full(len(t.names), labels.index("unknown"), np.int8)
+    for i in gemm_ids.tolist():
+        p = name_precision(t.names[i])
+        if p is not None:
+            code_of_name[i] = labels.index(p)
+    code = code_of_name[t.name[idx]]
+    host_idx, host_code = _host_evidence(t, idx)
+    if len(host_idx):  # host evidence wins, but a float input run as tf32 (the name says so) is tf32
+        pos = np.searchsorted(idx, host_idx)
+        tf32 = (host_code == labels.index("fp32")) & (code[pos] == labels.index("tf32"))
+        code[pos] = np.where(tf32, code[pos], host_code)
+    tot = np.bincount(code, weights=t.dur[idx], minlength=len(labels))
+    return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+
+
+def _host_evidence(t: RankTrace, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel indices among `kernels`, precision codes) from the `Input type` of the GEMM op that launched
+    each (sorted by index)."""
+    empty = np.zeros(0, np.int64), np.zeros(0, np.int8)
+    gemm_name_ids = [i for i, n in enumerate(t.names) if n in GEMM_OPS]
+    if not gemm_name_ids or t.kind is None:
+        return empty
+    ops = np.flatnonzero(np.isin(t.name, gemm_name_ids) & (t.stream < 0) & (t.kind == CPU_OP))
+    ops = ops[[("Input type" in t.comm_args.get(int(o), ())) for o in ops.tolist()]] if len(ops) else ops
+    if not len(ops):
+        return empty
+    labels = list(PRECISIONS) + ["unknown"]
+    memo: dict[int, int] = {}  # id of the (shared) args dict -> code
+    out_i, out_c = [], []
+    wanted = set(kernels.tolist())
+    for d, o in host_ops.launching_ops(t, ops, t.kind).items():
+        if d not in wanted:
+            continue
+        a = t.comm_args[o]
+        c = memo.get(id(a))
+        if c is None:
+            p = host_precision(a.get("Input type"))
+            c = memo[id(a)] = -1 if p is None else labels.index(p)
+        if c >= 0:
+            out_i.append(d)
+            out_c.append(c)
+    if not out_i:
+        return empty
+    i, c = np.array(out_i, np.int64), np.array(out_c, np.int8)
+    o = np.argsort(i)
+    return i[o], c[o]
