@@ -52,7 +52,7 @@ test-fast: $(STAMP)
 # default 10,000: the gate's mutated summaries, where no FAIL may turn into a PASS, among them; about an hour
 # on 2 cores). The suite itself runs a few hundred, derandomized.
 fuzz: $(STAMP)
-	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-10000} LLMDIAG_FUZZ_SEED=$${LLMDIAG_FUZZ_SEED:-random} $(PY) -m pytest -q -x -p no:cacheprovider tests/test_properties.py tests/adversarial
+	LLMDIAG_FUZZ_EXAMPLES=$${LLMDIAG_FUZZ_EXAMPLES:-10000} LLMDIAG_FUZZ_SEED=$${LLMDIAG_FUZZ_SEED:-random} $(PY) -m pytest -q -x -p no:cacheprovider tests/unit/test_properties.py tests/adversarial
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

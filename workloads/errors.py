@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-# Same set as diagnose.errors.printable (tests/test_run_options.py checks the two agree): controls, bidi
+# Same set as diagnose.errors.printable (tests/unit/workloads/test_run_options.py checks the two agree): controls, bidi
 # overrides and lone surrogates are written as escapes so the message stays one safe terminal line.
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 

@@ -5,7 +5,7 @@ walked that tree once more to build its columns: at 16,384 ranks, ~600,000 recor
 render phase. Here each column is read off the objects once (`[x.time_ms for x in steps]`), fields whose type
 hint is plain JSON (numbers, strings, lists of them) are not walked at all, and a list of records of one
 dataclass is a table by construction. The result is the dict `pack(a.to_dict())` gives, key for key
-(tests/test_pack_fast.py compares the bytes), so readers see no difference.
+(tests/unit/model/test_pack_fast.py compares the bytes), so readers see no difference.
 
 Anything this path does not take exactly as `pack` would (a dict with non-string keys in a list of records,
 a trace name spelling a packed key) raises `Fallback`, and the caller writes the summary the general way.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.whatif import WhatIf, WorkerGain
 
-# 1 % of the step: on the planted corpus (tests/gen_planted.py) the silent twins, whose actions vary by ±2-4 %,
+# 1 % of the step: on the planted corpus (tests/gen/planted.py) the silent twins, whose actions vary by ±2-4 %,
 # reach at most 0.4 %; the weakest plant (one stage's forward ×1.25) gains 2 %. The ST job's worst worker
 # gains 0.5 %: its slowdown is the stage split (M_S), not a worker (M_W 3 %), as the study says.
 STRAGGLER_SHARE = 0.01

@@ -107,7 +107,7 @@ def check(r: Result, rc: int, *words: str, one_line: bool = True) -> str | None:
 @pytest.fixture
 def run(tmp_path):
     """A good 2-rank GPU run folder, the input most attacks aim their options at."""
-    from tests.builder import gpu_rank
+    from tests.gen.builder import gpu_rank
 
     d = tmp_path / "run"
     for r in (0, 1):

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from tests.adversarial.conftest import attack, check
-from tests.builder import gpu_rank
+from tests.gen.builder import gpu_rank
 
 
 @pytest.mark.parametrize("value", [2**63, 2**64 - 1, -(2**63) - 1, [2**63, 2**63]])

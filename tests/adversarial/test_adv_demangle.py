@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from tests.adversarial.conftest import attack, check
-from tests.builder import gpu_rank
+from tests.gen.builder import gpu_rank
 
 
 def _sub(i: int) -> str:  # the i-th substitution: S_, S0_, S1_, ... (base 36)

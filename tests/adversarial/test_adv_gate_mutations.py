@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.gate.verdict import AGGS, METRICS, Gate, evaluate, parse_limit
 from llmdiag.diagnose.model.analysis import Analysis
-from tests.test_gate import GiB, make_pipeline, make_summary
+from tests.unit.gate.test_gate import GiB, make_pipeline, make_summary
 
 EXAMPLES = int(os.environ.get("LLMDIAG_FUZZ_EXAMPLES", "300"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize="LLMDIAG_FUZZ_SEED" not in os.environ,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.adversarial.conftest import attack, check
-from tests.builder import gpu_rank
+from tests.gen.builder import gpu_rank
 
 
 def run_folder(tmp_path, **manifest):

@@ -1,5 +1,5 @@
 """Property tests over the untrusted-input readers added for the adversarial suite (`make fuzz` runs them with
-LLMDIAG_FUZZ_EXAMPLES fresh examples; 200 derandomized ones by default, as tests/test_properties.py):
+LLMDIAG_FUZZ_EXAMPLES fresh examples; 200 derandomized ones by default, as tests/unit/test_properties.py):
 
 - the meta yaml reader on arbitrary text and on yaml-shaped text: only LlmdiagError (one line) escapes, and
   what it returns has sizes within 1..MAX_WORLD;
