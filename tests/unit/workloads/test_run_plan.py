@@ -134,3 +134,14 @@ def test_no_module_derives_the_plan_but_options():
             bad += [f"{os.path.relpath(path, ROOT)}:{n.lineno} .{n.func.attr}()" for n in ast.walk(tree)
                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in derived]
     assert not bad
+
+
+def test_launch_checks_the_world_size_against_the_gpus_it_counts(tmp_path, plan_calls, monkeypatch):
+    """`auto` on a 2-GPU node: the plan from `prepare` needs 4 ranks; launch refuses before any file is written."""
+    monkeypatch.setattr(L, "resolve_device", lambda requested: ("cuda", 2))
+    run = prepare(RunOptions("tp2pp2", out=str(tmp_path / "run")), LaunchOptions())
+    with pytest.raises(WorkloadError, match=r"needs 4 ranks but 2 are available \(1 node\(s\) x 2 GPUs per node\)"):
+        launch(run, LaunchOptions())
+    with pytest.raises(WorkloadError, match="--nproc-per-node 4 but only 2 GPUs are visible"):
+        launch(run, LaunchOptions(nproc_per_node=4))
+    assert len(plan_calls) == 1 and not _Torchrun.commands and not os.path.exists(tmp_path / "run")
