@@ -199,9 +199,8 @@ def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, m
     """
     lay = parse_workload(workload)
     tp, pp, cp = lay.tp, lay.pp, lay.cp
-    if ranks_available is not None and lay.world_size != ranks_available:
-        raise WorkloadError(f"workload {workload!r} needs {lay.world_size} ranks but {ranks_available} are available"
-                            + (f" ({ranks_reason})" if ranks_reason else ""))
+    if ranks_available is not None:
+        check_ranks(workload, lay.world_size, ranks_available, ranks_reason)
     if model.heads % tp:
         raise WorkloadError(f"tp{tp}: {model.heads} attention heads are not divisible by {tp}",
                             hint=f"tp must divide heads={model.heads}")
@@ -260,6 +259,13 @@ def resolve(workload: str, model: ModelConfig, *, schedule: str | None = None, m
         model = replace(model, batch=batch)
     return Plan(workload=workload, layout=lay, model=model, pipeline=pipeline, global_batch=batch, sp=sp,
                 grad_accum=grad_accum)
+
+
+def check_ranks(workload: str, world_size: int, available: int, reason: str = "") -> None:
+    """The ranks a launcher can start must be the layout's world size (checked again once the GPUs are counted)."""
+    if world_size != available:
+        raise WorkloadError(f"workload {workload!r} needs {world_size} ranks but {available} are available"
+                            + (f" ({reason})" if reason else ""))
 
 
 def _check_moe(workload: str, lay: Layout, model: ModelConfig, sp: bool) -> None:

@@ -18,12 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 
 from llmdiag.workloads.errors import WorkloadError
 from llmdiag.workloads import manifest as man
-from llmdiag.workloads.grammar import Plan
-from llmdiag.workloads.options import LaunchOptions, RunOptions
+from llmdiag.workloads.grammar import check_ranks
+from llmdiag.workloads.options import LaunchOptions, RunPlan
+from llmdiag.workloads.optspec import to_argv
 from llmdiag.workloads.rankio import die_with_parent, now_iso
 from llmdiag.workloads.tracecheck import fresh_file, incomplete_trace
 
@@ -116,15 +118,17 @@ def _signal(pid: int, sig: int, group: bool = False) -> None:
 
 
 class Launch:
-    def __init__(self, opts: RunOptions, plan: Plan, lo: LaunchOptions, *, nproc: int, echo, echo_err):
-        self.opts, self.plan, self.nproc, self.nnodes, self.node_rank = opts, plan, nproc, lo.nnodes, lo.node_rank
+    def __init__(self, run: RunPlan, lo: LaunchOptions, *, nproc: int, echo, echo_err):
+        self.opts, self.plan, self.nproc = run.options, run.plan, nproc
+        self.nnodes, self.node_rank = lo.nnodes, lo.node_rank
         self.rdzv_endpoint, self.timeout, self.fault = lo.rdzv_endpoint, lo.timeout, lo.inject_fault
         self.echo, self.echo_err = echo, echo_err
-        self.out = opts.out
+        self.out = run.options.out
         self.local_ranks = range(lo.node_rank * nproc, (lo.node_rank + 1) * nproc)
         self.torchrun_output: list[str] = []
+        self.command = self._command()
 
-    def command(self) -> list[str]:
+    def _command(self) -> list[str]:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(self.nproc),
                "--nnodes", str(self.nnodes), "--max-restarts", "0"]
         if self.rdzv_endpoint:
@@ -132,7 +136,7 @@ class Launch:
                     "--node-rank", str(self.node_rank)]
         else:
             cmd += ["--standalone"]
-        return cmd + ["-m", "llmdiag.workloads.train", *self.opts.to_argv()]
+        return cmd + ["-m", "llmdiag.workloads.train", *to_argv(self.opts)]
 
     def env(self) -> dict:
         env = dict(os.environ)
@@ -168,7 +172,7 @@ class Launch:
         # Python 3.10 has no PYTHONSAFEPATH: there torchrun and the ranks start in the run's logs/ folder instead
         cwd = None if sys.version_info >= (3, 11) else os.path.join(self.out, "logs")
         with os.fdopen(fresh_file(os.path.join(self.out, "logs", log_name)), "w") as logfile:
-            proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     errors="replace", env=self.env(), start_new_session=True,
                                     preexec_fn=_torchrun_dies_with_us, cwd=cwd)
             pump = threading.Thread(target=self._pump, args=(proc.stdout, logfile), daemon=True)
@@ -275,69 +279,71 @@ def judge(out: str, world: int, local_ranks, results: dict, codes: dict[int, int
     return status, {"rank": root, "ranks": bad, "reason": f"rank {root}: {reason}"}
 
 
-def launch(opts: RunOptions, lo: LaunchOptions, *, command: list[str] | None = None, echo=print,
+def launch(run: RunPlan, lo: LaunchOptions, *, command: list[str] | None = None, echo=print,
            echo_err=None) -> int:
-    """Run the workload; returns the process exit code (0 ok, 1 a rank failed or timed out)."""
+    """Run the workload `prepare` planned; returns the exit code (0 ok, 1 a rank failed or timed out). Nothing is
+    derived again: the resolved device and absolute run folder go into a copy of the options (`replace`)."""
     echo_err = echo_err or (lambda s: print(s, file=sys.stderr))
+    plan, opts = run.plan, run.options
     nnodes, node_rank, nproc_per_node, timeout = lo.nnodes, lo.node_rank, lo.nproc_per_node, lo.timeout
-    opts.device, gpus = resolve_device(opts.device)
-    cuda = opts.device == "cuda"
-    plan = opts.plan()
+    device_kind, gpus = resolve_device(opts.device)
+    cuda = device_kind == "cuda"
     if nproc_per_node is None:
         nproc_per_node = gpus if cuda else -(-plan.layout.world_size // nnodes)
     if cuda and nproc_per_node > gpus:
         raise WorkloadError(f"--nproc-per-node {nproc_per_node} but only {gpus} GPUs are visible")
     reason = (f"{nnodes} node(s) x {nproc_per_node} " + ("GPUs" if cuda else "processes")) + " per node"
-    plan = opts.plan(ranks_available=nnodes * nproc_per_node, ranks_reason=reason)
+    check_ranks(plan.workload, plan.layout.world_size, nnodes * nproc_per_node, reason)
     if nnodes > 1 and not opts.out:
         raise WorkloadError("multi-node runs need --out on a filesystem every node shares")
-    opts.out = os.path.abspath(opts.out or default_out(opts.workload))
-    results_dir = os.path.join(opts.out, "results")
-    if node_rank == 0 and (os.path.exists(os.path.join(opts.out, "manifest.json"))
+    out = os.path.abspath(opts.out or default_out(opts.workload))
+    run = replace(run, options=(opts := replace(opts, device=device_kind, out=out)))
+    results_dir = os.path.join(out, "results")
+    if node_rank == 0 and (os.path.exists(os.path.join(out, "manifest.json"))
                            or (os.path.isdir(results_dir) and os.listdir(results_dir))):
-        raise WorkloadError(f"{opts.out} already holds a run", hint="choose another --out")
+        raise WorkloadError(f"{out} already holds a run", hint="choose another --out")
     for sub in ("traces", "results", "logs"):
-        os.makedirs(os.path.join(opts.out, sub), exist_ok=True)
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
 
     cores = os.cpu_count() or 1
     oversubscribed = not cuda and nproc_per_node > cores
-    device, torch_version = _device_info(opts.device)
-    run = Launch(opts, plan, lo, nproc=nproc_per_node, echo=echo, echo_err=echo_err)
+    device, torch_version = _device_info(device_kind)
+    torchrun = Launch(run, lo, nproc=nproc_per_node, echo=echo, echo_err=echo_err)
     launch_info = {"launcher": "torchrun", "pid": os.getpid(), "host": socket.gethostname(), "nnodes": nnodes, "nproc_per_node": nproc_per_node,
                    "node_rank": node_rank, "rdzv_endpoint": lo.rdzv_endpoint, "timeout_s": timeout,
-                   "torchrun_command": run.command()}
-    manifest = man.build(plan, opts, device=device, torch_version=torch_version,
+                   "torchrun_command": torchrun.command}
+    manifest = man.build(run, device=device, torch_version=torch_version,
                          command=command or sys.argv, cpu_cores=cores, oversubscribed=oversubscribed,
                          launch=launch_info, started_at=now_iso())
     writes_manifest = node_rank == 0
     if writes_manifest:
-        _write_manifest(opts.out, manifest)
+        _write_manifest(out, manifest)
 
     pipe = f", {plan.pipeline.schedule} x{plan.pipeline.microbatches} microbatches" if plan.pipeline else ""
     echo(f"llmdiag run: {opts.workload} on {plan.layout.world_size} ranks ({manifest['backend']}, "
-         f"{device['name']}), model {plan.model.size}{pipe}, {opts.total_steps()} steps -> {opts.out}")
+         f"{device['name']}), model {plan.model.size}{pipe}, {run.steps} steps -> {out}")
     if oversubscribed:
         echo(f"  note: {nproc_per_node} ranks on {cores} CPU cores: oversubscribed, step times are contaminated")
 
-    rc, stopped = run.run()
-    left = _remove_partial_files(opts.out, run.local_ranks)
+    rc, stopped = torchrun.run()
+    left = _remove_partial_files(out, torchrun.local_ranks)
     if left:
         echo_err(f"  note: removed {left} partial file(s) of ranks stopped mid-write (traces/, results/)")
-    results = man.read_results(opts.out, plan.layout.world_size)
+    results = man.read_results(out, plan.layout.world_size)
     for r, rec in results.items():
         manifest["ranks"][str(r)]["host"] = rec.get("host")
-    for r in run.local_ranks:  # "ok" is the rank's word; its trace must say so too (a full disk, RLIMIT_FSIZE)
+    for r in torchrun.local_ranks:  # "ok" is the rank's word; its trace must say so too (a full disk, RLIMIT_FSIZE)
         rec = results.get(r)
         if rec and rec.get("status") == "ok" and (why := incomplete_trace(
-                os.path.join(opts.out, "traces", f"rank{r}.pt.trace.json.gz"))):
+                os.path.join(out, "traces", f"rank{r}.pt.trace.json.gz"))):
             results[r] = {**rec, "status": "failed", "error": f"its trace is incomplete: {why}"}
-    status, failure = judge(opts.out, plan.layout.world_size, run.local_ranks, results,
-                            run.torchrun_exit_codes(), stopped, timeout)
+    status, failure = judge(out, plan.layout.world_size, torchrun.local_ranks, results,
+                            torchrun.torchrun_exit_codes(), stopped, timeout)
     manifest.update(rank_status=status, failure=failure, status="ok" if failure is None else "failed",
                     finished_at=now_iso())
     if writes_manifest:
-        _write_manifest(opts.out, manifest)
-    _report(manifest, opts.out, echo, echo_err)
+        _write_manifest(out, manifest)
+    _report(manifest, out, echo, echo_err)
     if failure is None and rc != 0:  # every record says ok: a rank stumbled after finishing (teardown)
         echo_err(f"  note: torchrun exited {rc} after every rank reported ok (see logs/torchrun.log)")
     return 0 if failure is None else 1

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import asdict
 
-from llmdiag.workloads.grammar import Plan
-from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.options import RunPlan
 from llmdiag.workloads.rankio import atomic_write_json
 
 SCHEMA_VERSION = 1
@@ -59,9 +59,10 @@ def _version() -> str:
     return __version__
 
 
-def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, command: list[str], cpu_cores: int,
+def build(run: RunPlan, *, device: dict, torch_version: str, command: list[str], cpu_cores: int,
           oversubscribed: bool, launch: dict, started_at: str) -> dict:
-    wait, warmup, active = opts.profile()
+    plan, opts = run.plan, run.options
+    wait, warmup, active = run.profile
     lay = plan.layout
     ranks = {}
     for r in range(lay.world_size):
@@ -90,8 +91,8 @@ def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, com
         "llmdiag_version": _version(),
         "profiler": {"wait": wait, "warmup": warmup, "active": active, "record_shapes": True,
                      "profile_memory": True, "with_stack": opts.with_stack},
-        "steps": opts.total_steps(),
-        "options": opts.manifest(plan),
+        "steps": run.steps,
+        "options": _options(run),
         "command": command,
         "cpu_cores": cpu_cores,
         "oversubscribed": oversubscribed,
@@ -102,6 +103,18 @@ def build(plan: Plan, opts: RunOptions, *, device: dict, torch_version: str, com
         "started_at": started_at,
         "finished_at": None,
     }
+
+
+def _options(run: RunPlan) -> dict:
+    """The options as given, with what the plan decided for those left to it (schedule, microbatches,
+    reshard, global batch); the run folder is the manifest's own location, so it is left out."""
+    plan = run.plan
+    d = asdict(run.options)
+    d.pop("out")
+    d.update(schedule=plan.pipeline.schedule if plan.pipeline else None,
+             microbatches=plan.pipeline.microbatches if plan.pipeline else None,
+             reshard_after_forward=run.reshard_after_forward, global_batch=plan.global_batch)
+    return d
 
 
 def read_results(out_dir: str, world_size: int) -> dict[int, dict]:

@@ -1,88 +1,34 @@
-"""The options of one run, declared once: `llmdiag run`'s click options and each rank's argv parser come from here.
+"""The options of one run, declared once, and the RunPlan derived from them once.
 
-RunOptions is what reaches the ranks: the launcher turns it into argv for torchrun (`to_argv`), each rank
-parses it back (`from_argv`) and calls `plan()`, so both sides derive the same Plan from the same text.
-LaunchOptions is what only the launcher needs (timeout, nodes, rendezvous). Every field carries its default,
-help, choices and flag spelling (`opt`); `cli_options` reads them for both the click command
-(diagnose/cli/run.py) and argparse here, so no default or help text is written twice. Torch-free.
+RunOptions is what reaches the ranks: the launcher writes it as argv for torchrun (optspec.to_argv), each rank
+reads it back (`RunOptions.from_argv`). LaunchOptions is what only the launcher needs (timeout, nodes,
+rendezvous). Every field carries its default, help, choices and flag spelling (optspec.opt), read by the
+click command (diagnose/cli/run.py) and the ranks' argparse, so no default or help text is written twice.
+
+`prepare` derives everything a run implies (the Plan, profiler schedule, step count, FSDP reshard) in one call:
+`llmdiag run` calls it once before launching and each rank once at its start, from the same text, so both
+sides hold the same RunPlan and nothing downstream comes back here to recompute it. Torch-free.
 """
 
 from __future__ import annotations
 
-import argparse
-import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from types import NoneType
+from dataclasses import dataclass
 
 from llmdiag.workloads import faults, slow
 from llmdiag.workloads.config import SIZES, model_config
 from llmdiag.workloads.errors import WorkloadError
 from llmdiag.workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
+from llmdiag.workloads.optspec import from_argv, opt
 
 DEFAULT_TAIL_STEPS = 3  # unprofiled steps after the profiler stops, to measure its overhead
 DEVICES = ("auto", "cpu", "cuda")
 
 
-def opt(default=MISSING, help: str = "", *, choices=None, flag: str | None = None, short: str | None = None,
-        shown: str | None = None, hidden: bool = False, argv_required: bool = False):
-    """A dataclass field that is also a command-line option.
-
-    `flag` overrides `--field-name`; `short` adds an alias (`-w`); `shown` is the `[default: ...]` text for a
-    default that is decided later (None here, filled by the plan); `argv_required` makes a rank refuse argv
-    without it (the launcher always passes it, so the CLI need not).
-    """
-    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag, "short": short,
-                                             "shown": shown, "hidden": hidden, "argv_required": argv_required})
-
-
 @dataclass(frozen=True)
-class CliOption:
-    """One field as a command-line option. kind: `flag` (bool, off by default), `tristate` (bool | None:
-    `--x/--no-x`, None when neither is given) or `value` (int, float or str, one argument)."""
-
-    name: str
-    flag: str
-    kind: str
-    type: type
-    default: object
-    required: bool
-    help: str
-    choices: tuple | None
-    short: str | None
-    shown: str | None
-    hidden: bool
-    argv_required: bool
-
-    @property
-    def negative(self) -> str:
-        return "--no-" + self.flag[2:]
-
-
-def cli_options(cls) -> list[CliOption]:
-    """The fields of an options dataclass, in declaration order, as command-line options."""
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in fields(cls):
-        args = typing.get_args(hints[f.name])
-        base = next(a for a in args if a is not NoneType) if args else hints[f.name]
-        kind = "value" if base is not bool else ("tristate" if NoneType in args else "flag")
-        if kind == "flag" and f.default is not False:
-            raise TypeError(f"{cls.__name__}.{f.name}: a flag must default to False")
-        m = f.metadata
-        out.append(CliOption(f.name, m["flag"] or "--" + f.name.replace("_", "-"), kind, base,
-                             None if f.default is MISSING else f.default, f.default is MISSING, m["help"],
-                             tuple(m["choices"]) if m["choices"] else None, m["short"], m["shown"], m["hidden"],
-                             m["argv_required"]))
-    return out
-
-
-def pick(cls, values: dict):
-    """An options dataclass from a dict that may hold other classes' options too (click's kwargs)."""
-    return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-
-
-@dataclass
 class RunOptions:
+    """What reaches the ranks (as argv); frozen: a value decided later (the device, the run folder) is a
+    `dataclasses.replace`, never an assignment to a shared object."""
+
     workload: str = opt(help="Parallel layout: any concatenation of dpN fsdpN tpN ppN cpN (tp2pp2, dp2tp2pp2, "
                              "fsdp8), or single.", short="-w")
     model: str = opt("tiny", "Model size: " + ", ".join(SIZES) + " (tiny is the CPU default).")
@@ -120,7 +66,7 @@ class RunOptions:
     inject_slow: str | None = opt(None, "Planted straggler: rank:<R>:<FACTOR>[:forward|backward] runs that rank's "
                                         "compute FACTOR times as long (recorded in the manifest).")
 
-    # -- derived ---------------------------------------------------------------------------------------------
+    # -- derived (by `prepare`, once per process) ---------------------------------------------------------------
     def profile(self) -> tuple[int, int, int]:
         """(wait, warmup, active) from `W,U,A`; a single number A means `1,1,A`."""
         try:
@@ -155,53 +101,13 @@ class RunOptions:
                                 hint="e.g. fsdp2 --grad-accum 4 --accum-keep-gathered")
         return plan
 
-    def reshard(self, plan: Plan) -> bool:
-        """FSDP reshard_after_forward: torchtitan's default, off under PP (it would re-gather per microbatch)."""
-        if self.reshard_after_forward is not None:
-            return self.reshard_after_forward
-        return plan.pipeline is None
-
-    def manifest(self, plan: Plan) -> dict:
-        d = asdict(self)
-        d.pop("out")
-        d.update(schedule=plan.pipeline.schedule if plan.pipeline else None,
-                 microbatches=plan.pipeline.microbatches if plan.pipeline else None,
-                 reshard_after_forward=self.reshard(plan), global_batch=plan.global_batch)
-        return d
-
-    # -- argv round trip ---------------------------------------------------------------------------------------
-    def to_argv(self, exclude: tuple[str, ...] = ()) -> list[str]:
-        """Every option that is not None, as the flags `from_argv` reads back (`exclude`: field names left out)."""
-        argv = []
-        for o in cli_options(type(self)):
-            value = getattr(self, o.name)
-            if value is None or o.name in exclude:
-                continue
-            if o.kind == "tristate":
-                argv.append(o.flag if value else o.negative)
-            elif o.kind == "flag":
-                argv += [o.flag] if value else []
-            else:
-                argv += [o.flag, str(value)]
-        return argv
-
     @classmethod
     def from_argv(cls, argv: list[str] | None) -> RunOptions:
-        p = argparse.ArgumentParser(prog="python -m llmdiag.workloads.train",
-                                    description="One rank of an llmdiag workload (start it under torchrun).")
-        for o in cli_options(cls):
-            if o.kind == "flag":
-                p.add_argument(o.flag, dest=o.name, action="store_true", help=o.help)
-            elif o.kind == "tristate":
-                p.add_argument(o.flag, dest=o.name, action="store_true", default=None, help=o.help)
-                p.add_argument(o.negative, dest=o.name, action="store_false")
-            else:
-                p.add_argument(o.flag, dest=o.name, type=o.type, choices=o.choices, default=o.default,
-                               required=o.required or o.argv_required, help=o.help)
-        return cls(**vars(p.parse_args(argv)))
+        return from_argv(cls, argv, prog="python -m llmdiag.workloads.train",
+                         description="One rank of an llmdiag workload (start it under torchrun).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchOptions:
     """How `llmdiag run` starts this node's ranks; the ranks never see these."""
 
@@ -213,18 +119,43 @@ class LaunchOptions:
     print_slurm: bool = opt(False, "Print an sbatch script for this run and exit.")
     inject_fault: str | None = opt(None, "Test hook: rank:<R>:raise|kill|hang[:<step>].", hidden=True)
 
-    def check(self, opts: RunOptions) -> None:
-        """Everything that can be refused before torch is imported or a process starts."""
-        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
-            raise WorkloadError(f"--node-rank {self.node_rank} must lie in 0..{self.nnodes - 1}")
-        if self.nnodes > 1 and not self.rdzv_endpoint and not self.print_slurm:
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run as the launcher and every rank hold it: its options and all they imply, derived once.
+
+    Downstream code (launch, slurm, manifest, train, profiling, parallel) reads these fields and never calls
+    back into RunOptions to recompute them. `options` may later be replaced with its resolved device and run
+    folder (`dataclasses.replace`); nothing here depends on either.
+    """
+
+    options: RunOptions
+    plan: Plan
+    profile: tuple[int, int, int]  # profiler schedule (wait, warmup, active)
+    steps: int  # total optimizer steps: profiled + unprofiled tail
+    reshard_after_forward: bool  # FSDP: torchtitan's default, off under PP (it would re-gather per microbatch)
+
+
+def prepare(opts: RunOptions, lo: LaunchOptions | None = None) -> RunPlan:
+    """The RunPlan of `opts`: the one call to `plan()`, and everything refused before torch is imported or a
+    process starts. `lo` (the launcher's options; None in a rank) adds what only the launcher checks: nodes,
+    timeout, ranks per node x nodes against the world size, fault and straggler specs."""
+    available, reason = None, ""
+    if lo is not None:
+        if lo.nnodes < 1 or not 0 <= lo.node_rank < lo.nnodes:
+            raise WorkloadError(f"--node-rank {lo.node_rank} must lie in 0..{lo.nnodes - 1}")
+        if lo.nnodes > 1 and not lo.rdzv_endpoint and not lo.print_slurm:
             raise WorkloadError("--nnodes > 1 needs --rdzv-endpoint host:port (node 0's address)")
-        if self.timeout <= 0:
-            raise WorkloadError(f"--timeout must be > 0, got {self.timeout}")
+        if lo.timeout <= 0:
+            raise WorkloadError(f"--timeout must be > 0, got {lo.timeout}")
         # --print-slurm picks the node count itself; otherwise ranks per node x nodes must be the world size.
-        per_node = self.nproc_per_node
-        available = per_node * self.nnodes if per_node and not self.print_slurm else None
-        plan = opts.plan(ranks_available=available, ranks_reason=f"{self.nnodes} node(s) x {per_node} per node")
-        opts.total_steps()
-        faults.parse(self.inject_fault, plan.layout.world_size)
+        per_node = lo.nproc_per_node
+        available = per_node * lo.nnodes if per_node and not lo.print_slurm else None
+        reason = f"{lo.nnodes} node(s) x {per_node} per node"
+    plan = opts.plan(ranks_available=available, ranks_reason=reason)
+    steps = opts.total_steps()
+    if lo is not None:
+        faults.parse(lo.inject_fault, plan.layout.world_size)
         slow.parse(opts.inject_slow, plan.layout.world_size)
+    reshard = opts.reshard_after_forward if opts.reshard_after_forward is not None else plan.pipeline is None
+    return RunPlan(opts, plan, opts.profile(), steps, reshard)

@@ -14,7 +14,7 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.options import RunPlan
 
 
 _TAIL = 1 << 16
@@ -56,8 +56,8 @@ def export_trace(prof: profile, path: str) -> None:
                 os.remove(tmp)
 
 
-def make_profiler(opts: RunOptions, trace_path: str, device: torch.device) -> profile:
-    wait, warmup, active = opts.profile()
+def make_profiler(run: RunPlan, trace_path: str, device: torch.device) -> profile:
+    wait, warmup, active = run.profile
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -67,5 +67,5 @@ def make_profiler(opts: RunOptions, trace_path: str, device: torch.device) -> pr
         on_trace_ready=lambda p: export_trace(p, trace_path),
         record_shapes=True,
         profile_memory=True,
-        with_stack=opts.with_stack,
+        with_stack=run.options.with_stack,
     )

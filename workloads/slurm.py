@@ -11,14 +11,15 @@ import math
 import shlex
 
 from llmdiag.workloads.errors import WorkloadError
-from llmdiag.workloads.options import LaunchOptions, RunOptions
+from llmdiag.workloads.options import LaunchOptions, RunPlan
+from llmdiag.workloads.optspec import to_argv
 
 GPUS_PER_NODE = 8  # without --nproc-per-node
 _NOT_FORWARDED = ("out", "device")  # the script sets its own
 
 
-def sbatch_script(opts: RunOptions, lo: LaunchOptions) -> str:
-    world = opts.plan().layout.world_size
+def sbatch_script(run: RunPlan, lo: LaunchOptions) -> str:
+    opts, world = run.options, run.plan.layout.world_size
     gpn = min(lo.nproc_per_node or GPUS_PER_NODE, world)
     timeout = lo.timeout
     if world % gpn:  # every node runs gpn ranks: a remainder would make each node's plan refuse the world size
@@ -26,7 +27,7 @@ def sbatch_script(opts: RunOptions, lo: LaunchOptions) -> str:
                             hint="pass --nproc-per-node with a divisor of the world size")
     nodes = world // gpn
     minutes = math.ceil(timeout / 60) + 10
-    args = " ".join(shlex.quote(a) for a in opts.to_argv(exclude=_NOT_FORWARDED))
+    args = " ".join(shlex.quote(a) for a in to_argv(opts, exclude=_NOT_FORWARDED))
     return f"""#!/bin/bash
 # llmdiag: {opts.workload} on {nodes} node(s) x {gpn} GPU(s). Submit with: sbatch this-file.sbatch
 #SBATCH --job-name=llmdiag-{opts.workload}

@@ -18,14 +18,18 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import replace
 
 from llmdiag.workloads import slow
 from llmdiag.workloads.faults import Fault
-from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.options import RunOptions, prepare
 from llmdiag.workloads.rankio import ResultRecord, redirect_output
 
 
 class Trainer:
+    """One rank. `setup` derives the run's plan once from the options the launcher wrote (the same text, so the
+    same RunPlan as the launcher's); everything after reads `self.runplan` and never derives it again."""
+
     def __init__(self, opts: RunOptions, rank: int, world: int, local_rank: int, record: ResultRecord,
                  progress_fd: int):
         self.opts, self.rank, self.world, self.local_rank = opts, rank, world, local_rank
@@ -44,9 +48,9 @@ class Trainer:
         from llmdiag.workloads.parallel import build_local_modules
         from llmdiag.workloads.parallel.mesh import build_mesh, init_distributed
 
-        opts = self.opts
-        opts.device = resolve_device(opts.device)[0]  # `llmdiag run` passes cpu|cuda; by hand it may be auto
-        self.plan = plan = opts.plan()
+        # `llmdiag run` passes cpu|cuda; by hand it may be auto
+        self.runplan = run = prepare(replace(self.opts, device=resolve_device(self.opts.device)[0]))
+        self.opts, self.plan = opts, plan = run.options, run.plan
         if plan.layout.world_size != self.world:
             raise RuntimeError(f"workload {opts.workload} needs {plan.layout.world_size} ranks, torchrun started "
                                f"{self.world}")
@@ -61,7 +65,7 @@ class Trainer:
         self.stage_ids = plan.stages_of(self.rank)
         self.record.update(coords=self.coords, stages=self.stage_ids if plan.pipeline else [])
         torch.manual_seed(opts.seed)
-        self.modules = build_local_modules(plan, opts, self.mesh, self.rank, self.device, self.compute_dtype)
+        self.modules = build_local_modules(run, self.mesh, self.rank, self.device, self.compute_dtype)
         params = [p for m in self.modules.values() for p in m.parameters()]
         # foreach kernels cannot mix DTensor and plain tensor parameters (TP without --sp leaves norms plain).
         if opts.zero == 1:
@@ -149,15 +153,15 @@ class Trainer:
 
         t_setup = time.perf_counter()
         self.setup()
-        opts = self.opts
-        wait, warmup, active = opts.profile()
-        profiled, total = wait + warmup + active, opts.total_steps()
+        opts, run = self.opts, self.runplan
+        wait, warmup, active = run.profile
+        profiled, total = wait + warmup + active, run.steps
         fault = Fault(self.rank, default_step=min(profiled, total - 1))
         slow.install(self.rank, self.opts.inject_slow)
         self.say(f"rank {self.rank}/{self.world} ready in {time.perf_counter() - t_setup:.1f}s: "
                  f"{opts.workload}, {total} steps (profiling {wait},{warmup},{active})")
         trace_rel = os.path.join("traces", f"rank{self.rank}.pt.trace.json.gz")
-        prof = make_profiler(opts, os.path.join(opts.out, trace_rel), self.device)
+        prof = make_profiler(run, os.path.join(opts.out, trace_rel), self.device)
         prof.start()
         losses, times = [], []
         t_start = time.perf_counter()

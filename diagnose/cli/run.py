@@ -1,8 +1,10 @@
 """`llmdiag run`: the click command. Validates everything torch-free, then hands over to workloads.launch.
 
 Its options are generated from workloads.options (RunOptions, LaunchOptions), where each one's default and
-help live once. A bad workload string or a layout the model cannot take raises WorkloadError, turned here
-into LlmdiagError (same text), which the group prints as one line with exit 2, before torch is imported.
+help live once. The options are read and planned (`prepare`, the run's one plan) in one go, then handed
+over: nothing downstream goes back to the options. A bad workload string or a layout the model cannot take
+raises WorkloadError, turned here into LlmdiagError (same text), which the group prints as one line with
+exit 2, before torch is imported.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import click
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.workloads.errors import WorkloadError
-from llmdiag.workloads.options import CliOption, LaunchOptions, RunOptions, cli_options, pick
+from llmdiag.workloads.options import LaunchOptions, RunOptions, RunPlan, prepare
+from llmdiag.workloads.optspec import CliOption, cli_options, pick
 
 
 def _click_option(o: CliOption):
@@ -46,24 +49,24 @@ def click_options(*classes):
 def run(**kwargs):
     """Run a parallel layout as a profiled training workload; write a run folder."""
     try:
-        _run(pick(RunOptions, kwargs), pick(LaunchOptions, kwargs))
+        lo = pick(LaunchOptions, kwargs)
+        _run(prepare(pick(RunOptions, kwargs), lo), lo)
     except WorkloadError as e:
         raise LlmdiagError(e.what, hint=e.hint) from e
     except OSError as e:  # the run folder cannot be written (disk full, read-only): one line, exit 2
         raise LlmdiagError(f"cannot write the run folder: {e.strerror or e}", e.filename) from None
 
 
-def _run(opts: RunOptions, lo: LaunchOptions) -> None:
-    lo.check(opts)
+def _run(runplan: RunPlan, lo: LaunchOptions) -> None:
     if lo.print_slurm:
         from llmdiag.workloads.slurm import sbatch_script
 
-        click.echo(sbatch_script(opts, lo), nl=False)
+        click.echo(sbatch_script(runplan, lo), nl=False)
         return
 
     from llmdiag.workloads.launch import launch
 
-    rc = launch(opts, lo,
+    rc = launch(runplan, lo,
                 command=["llmdiag", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("llmdiag") else sys.argv,
                 echo=click.echo, echo_err=lambda s: click.echo(s, err=True))
     if rc:

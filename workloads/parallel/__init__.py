@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from llmdiag.workloads import model as M
-from llmdiag.workloads.grammar import Plan
-from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.options import RunPlan
 from llmdiag.workloads.parallel.mesh import Mesh
 
 
@@ -23,7 +22,7 @@ def apply_ac(module: nn.Module) -> None:
         module.layers[key] = checkpoint_wrapper(layer, preserve_rng_state=False)
 
 
-def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, device: torch.device,
+def build_local_modules(run: RunPlan, mesh: Mesh, rank: int, device: torch.device,
                         compute_dtype: torch.dtype) -> dict[int, nn.Module]:
     """The modules this rank trains, keyed by pipeline stage index ({0: whole model} without PP).
 
@@ -36,6 +35,7 @@ def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, dev
     from llmdiag.workloads.parallel.fsdp import apply_fsdp, mixed_precision
     from llmdiag.workloads.parallel.tp import apply_tp
 
+    plan, opts = run.plan, run.options
     cfg, pipe, lay = plan.model, plan.pipeline, plan.layout
     stage_ids = plan.stages_of(rank)
     dp_kind, dp_mesh = mesh.data_parallel()
@@ -58,7 +58,7 @@ def build_local_modules(plan: Plan, opts: RunOptions, mesh: Mesh, rank: int, dev
         if opts.ac:
             apply_ac(module)
         if dp_kind in ("fsdp", "hsdp"):
-            module = apply_fsdp(module, dp_mesh, opts.reshard(plan), mp, ignored)
+            module = apply_fsdp(module, dp_mesh, run.reshard_after_forward, mp, ignored)
         elif dp_kind == "ddp":
             split_backward = pipe is not None and pipe.schedule in ("zbv", "dualpipev")
             module = apply_ddp(module, dp_mesh, device, opts.bucket_cap_mb, lay.tp > 1 or split_backward, mp,

@@ -17,6 +17,7 @@ from llmdiag.workloads.config import SIZES, model_config
 from llmdiag.workloads.errors import WorkloadError
 from llmdiag.workloads.grammar import DIMS, SCHEDULES, Layout, Pipeline, parse_workload, resolve
 from llmdiag.workloads.options import RunOptions
+from llmdiag.workloads.optspec import to_argv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TINY = SIZES["tiny"]
@@ -176,7 +177,7 @@ def test_model_config_arithmetic_and_overrides():
                  reshard_after_forward=st.none() | st.booleans(), bucket_cap_mb=st.floats(0.01, 1000),
                  device=st.sampled_from(["cpu", "cuda"])))
 def test_options_survive_the_trip_through_torchrun_argv(opts):
-    assert RunOptions.from_argv(opts.to_argv()) == opts
+    assert RunOptions.from_argv(to_argv(opts)) == opts
 
 
 def test_profile_steps_and_total_steps():
