@@ -1,7 +1,7 @@
 """The what-if graph of a Kineto pipeline job, from what cross-rank assembly already resolved (the Job,
 metrics/job/state.py: the kept ranks, each one's clock shift, its staged pipeline actions): each rank's
 pipeline actions (F/B/I/W per microbatch and step), its send/recv records with their peers, and its
-collectives (matched across ranks by group, kind and order).
+collectives (as the skew matched them across ranks: by sequence number or completion time).
 
 - a rank's actions run in their traced order (its compute stream);
 - the n-th send from a rank to the next stage carries the activation of its n-th forward; the n-th recv
@@ -21,6 +21,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from llmdiag.diagnose.metrics.job.collective_match import LONE
 from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.model.whatif import WhatIf
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder
@@ -81,7 +82,7 @@ def kineto_whatif(job: Job) -> WhatIf | None:
             assumed.append("the traces hold no send/recv with peers: each forward waits for the previous stage's, "
                            "each backward for the next stage's, and transfers are part of the launch delays "
                            "(free communication in the no-delay and ideal replays)")
-        _collectives(good, shift, by_rank, ops, b_edges, groups)
+        _collectives(good, shift, job.collectives, by_rank, ops, b_edges, groups)
     except _Unbuildable as e:
         return missing(str(e))
     try:
@@ -175,10 +176,13 @@ def _prev_in_stream(acts):
         prev[x[2]] = x[0]
 
 
-def _collectives(good, shift, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+def _collectives(good, shift, matched, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+    """Each collective after the action before its launch, and synchronised with the rows of the other ranks
+    the assembly matched it to (`matched`: Job.collectives); one no other rank's row matched is a group of one."""
     members = defaultdict(list)
     for o in good:
         c = o.collectives
+        idx = matched.get(o.rank)
         acts = by_rank[o.rank]["acts"]
         ends = np.array([ops.rows[i][4] for i, _, _ in acts], dtype=np.int64)
         order = np.argsort(ends, kind="stable")
@@ -196,7 +200,8 @@ def _collectives(good, shift, by_rank, ops: _Ops, edges: list, groups: list) -> 
             if (pg, kind) in last_of_pg:
                 edges.append((i, last_of_pg[(pg, kind)]))
             last_of_pg[(pg, kind)] = i
-            members[(pg, kind, int(c.ordinal[k]))].append(i)
+            lone = idx is None or idx[k] <= LONE  # a group of its own
+            members[(pg, kind, o.rank, k) if lone else (pg, kind, int(idx[k]))].append(i)
     for m in members.values():
         if len({ops.rows[i][1] for i in m}) > 1:
             raise _Unbuildable("a collective matched across ranks falls in different steps on different ranks")

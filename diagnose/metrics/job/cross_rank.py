@@ -96,8 +96,9 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         records = {}
     steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
     step_ms = float(median([o.metrics.step_time_ms for o in good])) if good else None
+    matched: dict = {} if any(o.actions for o in good) else None  # kept for the what-if where there is a pipeline
     sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(median(steps_n)) if steps_n else 0.0,
-              step_ms=step_ms) if len(good) > 1 else None
+              step_ms=step_ms, matched=matched) if len(good) > 1 else None
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
         # the capture's own start: its first event against the other ranks' earliest. The two earliest are
@@ -149,7 +150,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                  [o.kernel_sequences for o in good if o.kernel_sequences]),
     )
     compute_stragglers_into(a)
-    return a, Job(sorted(good, key=lambda o: o.rank), shift, missing, staged, chained, pairs,
+    return a, Job(sorted(good, key=lambda o: o.rank), shift, missing, staged, chained, matched or {}, pairs,
                   bool(man and man.oversubscribed))
 
 

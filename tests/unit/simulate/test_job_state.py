@@ -5,6 +5,7 @@ A byte-identical copy of one rank's trace in a sub-folder is a duplicate the ass
 planted in a generated pipeline (one rank's clock reads D ahead while its capture starts with the others', so
 the trace origins hide it and only the matched all-reduces show it) is found once, and the replay, the what-if
 and the timeline all put that rank's events on the same clock: the generated all-reduce ends together there.
+The what-if syncs the collectives the skew matched, not each rank's n-th.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import llmdiag.diagnose.analyze as an
 from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.export.passthrough import PID_STRIDE
 from llmdiag.diagnose.export.timeline import build_timeline
-from tests.gen.pipeline import ALLREDUCE, Case, build, write
+from tests.gen.pipeline import ALLREDUCE, Case, build, simulate, write
 
 CASE = Case(p=4, m=8, slow_stage=3, lat_us=30, steps=3)
 
@@ -104,3 +105,20 @@ def test_one_clock_shift_read_by_the_replay_the_whatif_and_the_timeline(tmp_path
     first = [sorted(v) for v in ends_by_rank.values()]
     for k in range(CASE.steps):
         assert max(x[k] for x in first) - min(x[k] for x in first) == pytest.approx(0, abs=1e-3)
+
+
+def test_the_whatif_syncs_the_collectives_the_assembly_matched(tmp_path):
+    """Rank 0's capture lacks the first step's all-reduce: its first all-reduce is the others' second. The skew
+    matches them by sequence number, and the what-if syncs what the skew matched (by each rank's n-th, its
+    all-reduce would fall in different steps on different ranks and no graph be built): the replay without
+    launch delays is the generator's own schedule."""
+    builders, _ = build(CASE)
+    first = min((e for e in builders[0].events if e.get("name") == ALLREDUCE), key=lambda e: e["ts"])
+    builders[0].events = [e for e in builders[0].events if e is not first and not (
+        e.get("name") == "record_param_comms" and e["args"].get("Collective name") == "allreduce"
+        and e["args"].get("Seq") == 1)]
+    for b in builders:
+        b.write(f"{tmp_path}/rank{b.rank}.pt.trace.json.gz")
+    w = analyze_path(str(tmp_path), jobs=1, rules=False).whatif
+    assert w is not None and w.missing == []
+    assert w.no_delay_step_ms == pytest.approx((simulate(CASE).window_us + CASE.allreduce_us) / 1e3, rel=1e-6)
