@@ -22,7 +22,7 @@ from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from llmdiag.diagnose.model.summary import manifest_from_dict
 from llmdiag.diagnose.simulate.kineto import kineto_whatif
-from llmdiag.diagnose.simulate.replay import complete_from_outputs
+from llmdiag.diagnose.simulate.replay import complete_from_job
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
@@ -85,12 +85,13 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
                                run_folder=bool(src.run_folder))
         name = src.name if len(groups) == 1 else f"{src.name}-run{k + 1}"  # outputs of two runs never overwrite
         run_tracks: dict | None = {} if tracks is not None else None
-        analysis = assemble(outputs, man, source=src.path, name=name, skipped=src.skipped, opts=opts,
-                            version=__version__, tracks=run_tracks)
+        analysis, job = assemble(outputs, man, source=src.path, name=name, skipped=src.skipped, opts=opts,
+                                 version=__version__, tracks=run_tracks)
         if tracks is not None:
             tracks[name] = run_tracks
-        complete_from_outputs(analysis, [o for o in outputs if not o.error], bool(man and man.oversubscribed))
-        analysis.whatif = kineto_whatif([o for o in outputs if not o.error], analysis.ranks_missing)
+        complete_from_job(analysis, job)  # the replay and the what-if read the job assembly resolved
+        analysis.whatif = kineto_whatif(job)
+        del job
         add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in
         if len(groups) > 1:
             analysis.runs = run_infos(groups, k)

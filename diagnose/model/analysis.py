@@ -159,7 +159,7 @@ class RankMetrics:
     training: TrainingEvidence | None = None  # backward / optimizer ops seen: training advice needs both
     device: str = ""  # deviceProperties[0].name of the trace ("" unknown): link peaks for foreign traces
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
-    # (its origin against the earliest rank's, plus its host's skew shift): metrics/job/cross_rank.py sets it once
+    # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
 
     @property

@@ -1,6 +1,7 @@
-"""The what-if graph of a Kineto pipeline job, from what cross-rank assembly already has: each rank's
+"""The what-if graph of a Kineto pipeline job, from what cross-rank assembly already resolved (the Job,
+metrics/job/state.py: the kept ranks, each one's clock shift, its staged pipeline actions): each rank's
 pipeline actions (F/B/I/W per microbatch and step), its send/recv records with their peers, and its
-collectives (matched across ranks by group, kind and order).
+collectives (as the skew matched them across ranks: by sequence number or completion time).
 
 - a rank's actions run in their traced order (its compute stream);
 - the n-th send from a rank to the next stage carries the activation of its n-th forward; the n-th recv
@@ -20,6 +21,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from llmdiag.diagnose.metrics.job.collective_match import LONE
+from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.model.whatif import WhatIf
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder
 from llmdiag.diagnose.simulate.whatif import SimJob, analyse
@@ -40,38 +43,38 @@ class _Ops:
         return len(self.rows) - 1
 
 
-def kineto_whatif(outputs, ranks_missing: list[int]) -> WhatIf | None:
+def kineto_whatif(job: Job) -> WhatIf | None:
     """None where no rank has pipeline actions (nothing to simulate); a WhatIf naming what is missing where
-    the graph cannot be built from the evidence."""
-    good = [o for o in outputs if not o.error and o.metrics is not None and o.actions]
+    the graph cannot be built from the evidence. Ranks, actions and clocks are the Job's, as assembly resolved
+    them (a duplicate trace it left out is not a rank here)."""
+    good = [o for o in job.ranks if o.actions or job.actions.get(o.rank)]
     if not good:
         return None
-    n_ops = sum(len(o.actions) for o in good)
+    acts = {o.rank: job.actions.get(o.rank, []) for o in good}
+    n_ops = sum(len(acts[o.rank] or o.actions) for o in good)
 
     def missing(*why) -> WhatIf:
         return WhatIf("kineto-pipeline", len(good), 0, n_ops, missing=list(why))
 
-    if ranks_missing:
-        return missing(f"ranks without a trace: {', '.join(map(str, ranks_missing[:8]))}: their ops and the "
+    if job.missing:
+        return missing(f"ranks without a trace: {', '.join(map(str, job.missing[:8]))}: their ops and the "
                        "transfers to them are unknown")
-    stage, shift = {}, {}
+    stage, shift = {}, job.shift_ns
     for o in good:
-        pa = o.metrics.pipeline_actions
-        stages = {a.stage for a in pa}
-        if len(pa) != len(o.actions) or not pa:
-            return missing(f"rank {o.rank}: pipeline actions not aligned to the common clock")
+        stages = {a.stage for a in acts[o.rank]}
+        if not stages:
+            return missing(f"rank {o.rank}: its actions are in no pipeline the assembly could read")
         if len(stages) != 1:
             return missing(f"rank {o.rank} holds {len(stages)} stages (an interleaved schedule): not simulated")
         stage[o.rank] = stages.pop()
-        shift[o.rank] = round(pa[0].start_ms * 1e6) - o.actions[0].start
-    step_sets = {o.rank: {a.step for a in o.actions} for o in good}
+    step_sets = {r: {a.step for a in xs} for r, xs in acts.items()}
     if len({frozenset(s) for s in step_sets.values()}) != 1:
         return missing("ranks traced different steps")
     steps = sorted(next(iter(step_sets.values())))
     ops, b_edges, groups = _Ops(), [], []
     assumed = []
     try:
-        by_rank = {o.rank: _rank_ops(o, shift[o.rank], ops, b_edges) for o in good}
+        by_rank = {o.rank: _rank_ops(o.rank, acts[o.rank], shift[o.rank], ops, b_edges) for o in good}
         if any(o.p2p for o in good) or len(set(stage.values())) < 2:
             _p2p(good, stage, shift, by_rank, ops, b_edges, groups)
         else:  # no send/recv with peers (gloo's host ops carry none): the schedule's edges, transfers unknown
@@ -79,7 +82,7 @@ def kineto_whatif(outputs, ranks_missing: list[int]) -> WhatIf | None:
             assumed.append("the traces hold no send/recv with peers: each forward waits for the previous stage's, "
                            "each backward for the next stage's, and transfers are part of the launch delays "
                            "(free communication in the no-delay and ideal replays)")
-        _collectives(good, shift, by_rank, ops, b_edges, groups)
+        _collectives(good, shift, job.collectives, by_rank, ops, b_edges, groups)
     except _Unbuildable as e:
         return missing(str(e))
     try:
@@ -110,12 +113,13 @@ class _Unbuildable(ValueError):
     pass
 
 
-def _rank_ops(o, sh: int, ops: _Ops, edges: list) -> dict:
-    """Actions as ops, chained in start order per step; returns the rank's action ids and their kinds."""
-    acts = sorted(o.actions, key=lambda a: (a.start, a.end))
+def _rank_ops(rank: int, actions, sh: int, ops: _Ops, edges: list) -> dict:
+    """Actions (rank-relative, `sh` ns to the common clock) as ops, chained in start order per step; returns the
+    rank's action ids and their kinds."""
+    acts = sorted(actions, key=lambda a: (a.start, a.end))
     ids, prev = [], {}
     for a in acts:
-        i = ops.add(o.rank, a.step, OPTYPE.get(a.kind, a.kind), a.start + sh, a.end + sh, False)
+        i = ops.add(rank, a.step, OPTYPE.get(a.kind, a.kind), a.start + sh, a.end + sh, False)
         if a.step in prev:
             edges.append((i, prev[a.step]))
         prev[a.step] = i
@@ -172,10 +176,13 @@ def _prev_in_stream(acts):
         prev[x[2]] = x[0]
 
 
-def _collectives(good, shift, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+def _collectives(good, shift, matched, by_rank, ops: _Ops, edges: list, groups: list) -> None:
+    """Each collective after the action before its launch, and synchronised with the rows of the other ranks
+    the assembly matched it to (`matched`: Job.collectives); one no other rank's row matched is a group of one."""
     members = defaultdict(list)
     for o in good:
         c = o.collectives
+        idx = matched.get(o.rank)
         acts = by_rank[o.rank]["acts"]
         ends = np.array([ops.rows[i][4] for i, _, _ in acts], dtype=np.int64)
         order = np.argsort(ends, kind="stable")
@@ -193,7 +200,8 @@ def _collectives(good, shift, by_rank, ops: _Ops, edges: list, groups: list) -> 
             if (pg, kind) in last_of_pg:
                 edges.append((i, last_of_pg[(pg, kind)]))
             last_of_pg[(pg, kind)] = i
-            members[(pg, kind, int(c.ordinal[k]))].append(i)
+            lone = idx is None or idx[k] <= LONE  # a group of its own
+            members[(pg, kind, o.rank, k) if lone else (pg, kind, int(idx[k]))].append(i)
     for m in members.values():
         if len({ops.rows[i][1] for i in m}) > 1:
             raise _Unbuildable("a collective matched across ranks falls in different steps on different ranks")

@@ -24,6 +24,7 @@ import numpy as np
 
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action, theory_bubble
 from llmdiag.diagnose.metrics.job.pipeline.bubbles import explain
+from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.model.analysis import PipelinePrediction, PipelineResult
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
@@ -259,19 +260,18 @@ def _busiest(cost: dict[tuple[int, str], float], m2: int) -> float | None:
     return max(per.values()) if per else None
 
 
-def complete_from_outputs(analysis, outputs, oversubscribed: bool = False) -> None:
-    """`complete_pipeline` with each rank's actions as assembly staged them (its pipeline_actions carry the
-    stage; the parsed actions the step)."""
+def complete_from_job(analysis, job: Job) -> None:
+    """`complete_pipeline` over the pipeline assembly measured: the Job's kept ranks, their staged actions and
+    clock shifts (metrics/job/state.py), not worked out again from the raw outputs."""
     if analysis.pipeline is None:
         return
-    acts, fixed, host, shift = {}, {}, {}, {}
-    origin = min((o.metrics.origin_us for o in outputs if o.metrics is not None), default=0.0)
-    for o in outputs:
-        pa = o.metrics.pipeline_actions if o.metrics is not None else []
-        if o.actions and len(pa) == len(o.actions):
-            acts[o.rank] = [Action(a.step, x.stage, a.kind, a.microbatch, a.start, a.end) for a, x in zip(o.actions, pa)]
-            fixed[o.rank] = o.action_fixed_ns if len(o.action_fixed_ns) == len(o.actions) else []
+    fixed, host = {}, {}
+    for o in job.ranks:
+        if (acts := job.actions.get(o.rank)) is not None:
+            # host costs are per parsed action: paired where the staged actions are those (virtual stages re-cut them)
+            same = len(o.actions) == len(acts) and all(a.start == b.start and a.end == b.end for a, b in zip(o.actions, acts))
+            fixed[o.rank] = o.action_fixed_ns if same and len(o.action_fixed_ns) == len(acts) else []
             # gloo's host spans carry the bytes; device send/recv (o.p2p) only their span: latency alone
             host[o.rank] = o.host_p2p or [(k, s, e, 0) for _, k, _, s, e in o.p2p]
-            shift[o.rank] = int(round((o.metrics.origin_us - origin) * 1000))
-    complete_pipeline(analysis.pipeline, acts, oversubscribed, (fixed, host, shift), stage_layers(analysis.manifest))
+    complete_pipeline(analysis.pipeline, job.actions, job.oversubscribed, (fixed, host, job.shift_ns),
+                      stage_layers(analysis.manifest))

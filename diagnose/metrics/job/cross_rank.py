@@ -9,7 +9,6 @@ neighbours look like.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections import Counter
 
@@ -19,10 +18,12 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.job.moe import moe_summary
 from llmdiag.diagnose.metrics.job.accum import accum_summary
+from llmdiag.diagnose.metrics.job.clock import clock_shifts, origin_offsets
 from llmdiag.diagnose.model.manifest import DIMS
 from llmdiag.diagnose.metrics.job.layout import layout_from_pg, pipeline_groups
 from llmdiag.diagnose.metrics.job.kernel_world import world_views
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
+from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
 from llmdiag.diagnose.metrics.job.pipeline.p2p import match_p2p
 from llmdiag.diagnose.metrics.job.pipeline.timematch import recover_peers
 from llmdiag.diagnose.metrics.job.pipeline.bubbles import analyse_pipeline
@@ -32,6 +33,7 @@ from llmdiag.diagnose.metrics.job.pipeline.virtual import VIRTUAL_NOTE, virtual_
 from llmdiag.diagnose.metrics.job.pipeline.vshape import V_NAME, V_NOTE
 from llmdiag.diagnose.metrics.job.mesh import mesh_members, with_mesh_members
 from llmdiag.diagnose.metrics.job.skew import skew
+from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.metrics.job.straggler_issues import alignment_issues, compute_stragglers_into
 from llmdiag.diagnose.metrics.job.track_intervals import bubble_tracks, wait_tracks
 from llmdiag.diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
@@ -43,10 +45,11 @@ from llmdiag.diagnose.metrics.rank.sets import median
 
 
 def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
-             version: str, tracks: dict | None = None) -> Analysis:
-    """The Analysis of one job from its ranks' outputs (in file order); LlmdiagError when no rank is usable.
-    `tracks`, when given, gets each rank's timeline intervals (metrics/rank/track_intervals.py): its own, plus the
-    bubbles and straggler waits of this pass's pipeline and matching."""
+             version: str, tracks: dict | None = None) -> tuple[Analysis, Job]:
+    """The Analysis of one job from its ranks' outputs (in file order), and the Job it resolved (state.py: the
+    kept ranks, their clock shifts, the pipeline) for the replay and the what-if; LlmdiagError when no rank is
+    usable. `tracks`, when given, gets each rank's timeline intervals (metrics/rank/track_intervals.py): its own,
+    plus the bubbles and straggler waits of this pass's pipeline and matching."""
     issues = [Issue(o.path, o.error, None, "error") for o in outputs if o.error]
     issues += [Issue(p, f"llmdiag: {p}: not a regular file ({why}); left out", None, "error") for p, why in skipped]
     good = [o for o in outputs if not o.error]
@@ -82,7 +85,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
 
     layout = (man.layout if man else None) or layout_from_pg(good[0].distributed, world) or _wrapper_layout(good, world)
     hosts = {o.rank: o.host or (man.host_of(o.rank) if man else None) or "" for o in good}
-    offset = _clock_offsets(good, issues)
+    offset = origin_offsets(good, issues)
     if man:
         for o in good:
             o.metrics.coords = man.coords_of(o.rank)
@@ -93,8 +96,9 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         records = {}
     steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
     step_ms = float(median([o.metrics.step_time_ms for o in good])) if good else None
+    matched: dict = {} if any(o.actions for o in good) else None  # kept for the what-if where there is a pipeline
     sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(median(steps_n)) if steps_n else 0.0,
-              step_ms=step_ms) if len(good) > 1 else None
+              step_ms=step_ms, matched=matched) if len(good) > 1 else None
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
         # the capture's own start: its first event against the other ranks' earliest. The two earliest are
@@ -104,15 +108,14 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
             other = next((v for r, v in first if r != w.rank), None)
             w.first_event_ms = (offset[w.rank] - other) / NS_PER_MS if other is not None else None
         alignment_issues(sk, step_ms, longest, source, issues)
-    shift_ns = {h: s * NS_PER_MS for h, s in (sk.host_shift_ms.items() if sk else [])}
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
                                     "on their message size: where no sequence number (Seq) pairs them, the traces "
                                     "likely start at different collectives and matching by order pairs different ones",
                             None, "warning"))
-    # One clock shift per rank (its origin against the earliest, plus its host's skew shift; whole ns, as
-    # skew.py), kept on the rank for every later reader (the timeline).
-    shift = {o.rank: offset[o.rank] + round(shift_ns.get(hosts.get(o.rank, ""), 0)) for o in good}
+    # One clock shift per rank, computed once (clock.py): on the Job for the replay and the what-if, on the rank
+    # for the timeline.
+    shift = clock_shifts(offset, hosts, sk.host_shift_ms if sk else {})
     for o in good:
         o.metrics.clock_shift_ns = shift[o.rank]
     recover_peers(good, shift)
@@ -123,7 +126,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
 
     if tracks is not None:  # each rank's own intervals (of the ranks asked for); the pipeline adds its bubbles
         tracks.update({o.rank: o.tracks for o in good if o.tracks is not None})
-    pipeline = _pipeline(good, man, shift, issues, source, tracks)
+    pipeline, staged, chained = _pipeline(good, man, shift, issues, source, tracks)
     if tracks is not None and records:  # the straggler waits of the skew's own matching, on the aligned clock
         for r, xs in wait_tracks({o.rank: o.collectives.shifted(shift[o.rank]) for o in good}, shift).items():
             if r in tracks:
@@ -147,7 +150,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
                                  [o.kernel_sequences for o in good if o.kernel_sequences]),
     )
     compute_stragglers_into(a)
-    return a
+    return a, Job(sorted(good, key=lambda o: o.rank), shift, missing, staged, chained, matched or {}, pairs,
+                  bool(man and man.oversubscribed))
 
 
 def _drop_timelines(metrics: list[RankMetrics]) -> None:
@@ -183,24 +187,6 @@ def _wrapper_layout(good: list[RankOutput], world: int | None) -> dict | None:
     return {**{d: 1 for d in DIMS}, dim: world} if dim else None
 
 
-MAX_CLOCK_US = 2.0**52  # µs (~142 years): beyond it a float clock has lost its µs and the trace is not a real clock
-
-
-def _clock_offsets(good: list[RankOutput], issues: list[Issue]) -> dict[int, int]:
-    """ns from the earliest rank's time 0 to each rank's; a rank with an absurd clock origin is not aligned."""
-    ok = [o.metrics.origin_us for o in good if math.isfinite(o.metrics.origin_us) and abs(o.metrics.origin_us) < MAX_CLOCK_US]
-    origin = min(ok) if ok else 0.0
-    out = {}
-    for o in good:
-        d = (o.metrics.origin_us - origin) * 1000
-        if not math.isfinite(d) or abs(d) >= 2**62:
-            issues.append(Issue(o.path, f"implausible clock origin ({o.metrics.origin_us:g} µs): not aligned with the "
-                                        "other ranks", o.rank, "warning"))
-            d = 0.0
-        out[o.rank] = int(round(d))
-    return out
-
-
 def _world_size(good: list[RankOutput], man: Manifest | None) -> int | None:
     ws = [o.world_size for o in good if o.world_size]
     if ws:
@@ -224,27 +210,25 @@ def _can_match(records: dict, layout: dict | None) -> bool:
 
 
 def _pipeline(good, man, shift, issues, source, tracks=None):
-    acts = {}
-    for o in good:
-        sh = shift[o.rank]
-        acts[o.rank] = [dataclasses.replace(a, start=a.start + sh, end=a.end + sh) for a in o.actions]
+    """(PipelineResult or None, rank -> its actions with their stage (rank-relative ns; ranks in a chain only),
+    the chains). Actions are staged on the rank's own clock and measured on the common one."""
+    acts = {o.rank: o.actions for o in good}
     with_actions = [r for r, a in acts.items() if a]
     links = {o.rank: o.links for o in good if o.links is not None}
     groups, why = chains(links) if links else ([], "")
     virtual, v_sched, v = False, "", None
     if why and all(lk.blocks for lk in links.values()):  # one stage per rank does not read: virtual stages?
-        blocks = {r: [dataclasses.replace(a, start=a.start + shift[r], end=a.end + shift[r]) for a in lk.blocks]
-                  for r, lk in links.items()}
+        blocks = {r: _moved(lk.blocks, shift[r]) for r, lk in links.items()}
         placed, groups, v_sched, v, v_why = virtual_layout(blocks, {o.rank: o.p2p for o in good}, shift)
         why = f"{why}; virtual stages (interleaved, zero-bubble, V-shaped) do not read either: {v_why}" if v_why else ""
         if not v_why:
-            acts, virtual = placed, True
+            acts, virtual = {r: _moved(xs, -shift[r]) for r, xs in placed.items()}, True
             with_actions = [r for r, a in acts.items() if a]
     if why:  # send/recv without PP: labels that do not read as a pipeline: say so, guess nothing
         issues.append(Issue(source, f"pipeline layout unknown: send/recv seen but {why}", None, "warning"))
-        return None
+        return None, {}, []
     if not with_actions:
-        return None
+        return None, {}, []
     pp = (man.pipeline if man else None) or PipelineConfig()
     if links:  # no PP: labels anywhere: stages from the chain of send/recv neighbours
         with_actions = [r for g in groups for r in g if acts.get(r)]
@@ -257,10 +241,11 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
                 acts[r] = [dataclasses.replace(a, stage=pos) if a.stage < 0 else a for a in acts[r]]
     schedule = pp.schedule or v_sched or (schedule_of(acts.get(groups[0][-1], [])) if links
                                           else _infer_schedule(acts, with_actions))
-    res = analyse_pipeline(acts, groups, schedule, pp.microbatches, pp.stages_per_rank or v,
+    on_clock = {r: _moved(xs, shift[r]) for r, xs in acts.items()}
+    res = analyse_pipeline(on_clock, groups, schedule, pp.microbatches, pp.stages_per_rank or v,
                            bool(man and man.oversubscribed))
     for g in groups if tracks is not None and res is not None else []:  # the bubbles this pipeline measured
-        for r, xs in bubble_tracks([x for x in g if x in acts], acts, shift).items():
+        for r, xs in bubble_tracks([x for x in g if x in on_clock], on_clock, shift).items():
             if r in tracks:
                 tracks[r].bubble = xs
     if res is not None and links:
@@ -269,13 +254,17 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
             "Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches and "
             "forward/backward from the transfers. ")
         res.explanation = next((lk.note for lk in links.values() if lk.note), "") + how + res.explanation
-    origin = min(a.start for r in with_actions for a in acts[r])
+    origin = min(a.start for r in with_actions for a in on_clock[r])
     for o in good:
         o.metrics.pipeline_actions = [
             PipelineAction(a.stage, a.kind, a.microbatch, (a.start - origin) / NS_PER_MS, (a.end - origin) / NS_PER_MS)
-            for a in acts.get(o.rank, [])
+            for a in on_clock.get(o.rank, [])
         ]
-    return res
+    return res, {r: xs for r, xs in acts.items() if xs}, [list(g) for g in groups]
+
+
+def _moved(acts: list[Action], ns: int) -> list[Action]:
+    return [dataclasses.replace(a, start=a.start + ns, end=a.end + ns) for a in acts]
 
 
 def _stages(good) -> dict[int, int]:

@@ -44,10 +44,12 @@ class _Table:
     by_order: list = field(default_factory=list)  # (rank, key id) whose completion times did not fit: by order
 
 
-def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None) -> _Table:
+def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None,
+           matched: dict[int, np.ndarray] | None = None) -> _Table:
     """Every rank's rows, matched (diagnose.metrics.collective_match), in segments of one collective each. Only
     collectives every rank of their (group, kind) recorded are kept: one a late-starting capture lacks is left
-    out (counted in `partial` and named in `windows`), not paired with the next one."""
+    out (counted in `partial` and named in `windows`), not paired with the next one. `matched`, when given,
+    gets per rank each of its rows' collective number within its (group, kind) (LONE and below: unmatched)."""
     ids: dict[tuple[str, str], int] = {}
     cols: dict[str, list] = {"rank": [], "key": [], "ordinal": [], "start": [], "end": [], "in_n": [], "out_n": [],
                              "seq": []}
@@ -71,6 +73,8 @@ def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None)
         m = match_rows(rank, key, ordinal, end + at, seq, len(ids))
     else:
         m = match_rows(rank, key, ordinal, end, seq, len(ids))
+    if matched is not None:  # rows are in records' order: each rank's slice is its own rows
+        matched.update(zip(records, np.split(m.idx, np.cumsum([len(c) for c in records.values()])[:-1])))
     ordinal = m.idx
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
@@ -111,16 +115,16 @@ def arrival_waits(records: dict[int, Collectives]) -> dict[int, list[tuple[int, 
 
 def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dict[int, float],
          stage_of: dict[int, int] | None = None, *, nsteps: float = 0.0,
-         step_ms: float | None = None) -> SkewResult | None:
+         step_ms: float | None = None, matched: dict[int, np.ndarray] | None = None) -> SkewResult | None:
     """Collectives matched by what identifies them (collective_match.py); skew = latest start - earliest start.
 
     `stage_of` (rank -> pipeline stage): a collective whose ranks sit on different stages is reached in the
     order the schedule sets (stage 0 finishes 1F1B's backward last), so its last arrival is nobody's fault.
     `nsteps` / `step_ms` (median over ranks) put the imposed waits per step for the straggler decision.
     `compute_ms` is no longer read: compute-excess stragglers are decided in assembly, where stages and MoE
-    expert compute are known (stragglers.compute_stragglers).
+    expert compute are known (stragglers.compute_stragglers). `matched`: as _table's.
     """
-    t = _table(records, hosts)
+    t = _table(records, hosts, matched)
     shifts = align_hosts(t.rank, t.group, t.end, hosts)
     if any(shifts.values()):
         per_rank = by_rank(t.rank, lambda r: int(shifts.get(hosts.get(r, ""), 0.0)))

@@ -87,7 +87,8 @@ def test_without_peer_records_the_schedule_edges_are_assumed_and_said(tmp_path, 
 
     real = an.kineto_whatif
     monkeypatch.setattr(an, "kineto_whatif",
-                        lambda outs, missing: real([dataclasses.replace(o, p2p=[]) for o in outs], missing))
+                        lambda job: real(dataclasses.replace(job, ranks=[dataclasses.replace(o, p2p=[])
+                                                                         for o in job.ranks])))
     c = CASES[0]
     write(c, tmp_path)
     w = analyze_path(str(tmp_path), jobs=1, rules=False).whatif
