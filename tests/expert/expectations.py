@@ -125,9 +125,7 @@ REAL: dict[str, dict] = {
         {"verdict": "right", "rules": ["host_op_stall"], "rank": 2, "text": r"_AlltoAllSingle", "gain_ms": [8.0, 20.0],
          "why": "run B (the one analysed): rank 2's device idles 15.1-15.2 ms/step (steps 4, 6) under one 21.7 ms "
                 "`_AlltoAllSingle` with 3 child events and a 20.2 ms stretch with none, no launch on any thread inside "
-                "(truth/host_ops.py): the device waits on that op's unprofiled host time"}]), xfail={
-        "host_stall_r2": "no finding says rank 2 stalls on the host with no profiled op (host_op_stall calls the "
-                         "20 ms inside `_AlltoAllSingle` host work; stragglers says 'uneven work')"}),
+                "(truth/host_ops.py): the device waits on that op's unprofiled host time"}])),
     "torchrec/sst_sleep_pl_dense_after_backward_2": _torchrec(0, [2], (500.0, 1100.0), True, sleep=True),
     "hta/sampled_pair": {
         "problems": [{"id": "exposed_comm", "what": "exposed comm 134-172 ms/step",
