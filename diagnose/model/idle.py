@@ -21,6 +21,7 @@ class IdleStretch:
     op_ms: float  # that event's own duration
     cause: str  # "runtime" (a blocking call or host sync op) or "host" (any other host op)
     stack: list[str] = field(default_factory=list)
+    unrecorded_ms: float = 0.0  # a host op's longest stretch with no child op or runtime call under it (0: no child)
 
 
 @dataclass

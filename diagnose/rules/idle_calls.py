@@ -9,7 +9,7 @@ import re
 import statistics
 
 from llmdiag.diagnose.model.analysis import Finding
-from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE
+from llmdiag.diagnose.metrics.rank.idle_stretch import COVER, SAMPLED_SHARE
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for
 
@@ -233,9 +233,12 @@ def host_op_stall(c: Ctx) -> list[Finding]:
         if len(held) > 1 else ""
     where = (f"{fmt(single_op_ms(r), 'ms')} per step over the {r.nsteps} profiled steps, in "
              f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r), 'ms')} in all")
+    bare = s.unrecorded_ms >= COVER * s.idle_ms  # the idle fits in a stretch of the op with nothing recorded
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "
-          f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between{others}; "
-          f"{where} ({plural(len(bad), 'rank')}){stack_caveat(r)}")
+          f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between"
+          + (f"; the op records nothing under it (no child op or runtime call) for {fmt(s.unrecorded_ms, 'ms')}: "
+             "unprofiled host time" if bare else "")
+          + f"{others}; {where} ({plural(len(bad), 'rank')}){stack_caveat(r)}")
     if COPY_RE.search(s.op):
         act = (f"a copy call holding the host {fmt(s.op_ms, 'ms')}: it waits for the stream's earlier work or stages "
                "pageable memory; copy from pinned memory (`tensor.pin_memory()`) with `non_blocking=True`, and "
@@ -244,6 +247,11 @@ def host_op_stall(c: Ctx) -> list[Finding]:
         act = (f"one launch call taking {fmt(s.op_ms, 'ms')} is the runtime loading the kernel's code (first launch, "
                "lazy module loading), not launch overhead: a warm-up cost; profile steps after warm-up (a later "
                "`schedule(wait=..., warmup=...)`) before acting on it")
+    elif bare:
+        act = (f"a host stall inside `{short(s.op)}` that no profiled op accounts for (the op's own code between its "
+               "children: a first-call setup, a lock or the GIL, I/O, a host-side wait), not launch overhead: torch.compile or CUDA graphs do not remove "
+               "it; find it with `py-spy dump` or `torch.profiler(with_stack=True)`, then remove it, precompute it or "
+               "move it off the step's critical path, or give the device independent work to overlap it")
     else:
         act = (f"host work inside `{short(s.op)}`, not launch overhead: torch.compile or CUDA graphs do not remove it; "
                "find what the op does on the host (`torch.profiler(with_stack=True)`, `py-spy dump`), precompute it "

@@ -119,23 +119,13 @@ def _torchrec(outlier: int, late: list[int], lead_ms: tuple[float, float], stall
 
 
 REAL: dict[str, dict] = {
-    "torchrec/sst_long_a2a_optimizer_3": dict(_torchrec(4, [1, 2], (10.0, 100.0), True), xfail={
-        "step_median": "median step 227.5 ms, truth 157.2: step #6's window runs to the "
-                       "device's end, which comes 46-76 ms after the host's ProfilerStep#6 (the queue drained under the "
-                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time"}),
-    "torchrec/sst_long_a2a_optimizer_5": dict(_torchrec(4, [2], (10.0, 100.0), True), xfail={
-        "step_median": "median step 238.1 ms, truth 162.9: step #6's window runs to the "
-                       "device's end, which comes tens of ms after the host's ProfilerStep#6 (the queue drained under the "
-                       "capture-end cudaDeviceSynchronize): the capture's edge counted as step time"}),
+    "torchrec/sst_long_a2a_optimizer_3": _torchrec(4, [1, 2], (10.0, 100.0), True),
+    "torchrec/sst_long_a2a_optimizer_5": _torchrec(4, [2], (10.0, 100.0), True),
     "torchrec/sst_long_a2a_optimizer_5_qcomm": dict(_torchrec(5, [2], (10.0, 100.0), True, two_runs=True, claims=[
         {"verdict": "right", "rules": ["host_op_stall"], "rank": 2, "text": r"_AlltoAllSingle", "gain_ms": [8.0, 20.0],
          "why": "run B (the one analysed): rank 2's device idles 15.1-15.2 ms/step (steps 4, 6) under one 21.7 ms "
                 "`_AlltoAllSingle` with 3 child events and a 20.2 ms stretch with none, no launch on any thread inside "
-                "(truth/host_ops.py): the device waits on that op's unprofiled host time"}]), xfail={
-        "host_stall_r2": "no finding says rank 2 stalls on the host with no profiled op (host_op_stall calls the "
-                         "20 ms inside `_AlltoAllSingle` host work; stragglers says 'uneven work')",
-        "step_median": "median step 206.8 ms, truth 176.0 (run B, the one analysed): step #6's window runs to the "
-                       "device's end, 25-74 ms after the host's ProfilerStep#6 (the capture's edge counted as step time)"}),
+                "(truth/host_ops.py): the device waits on that op's unprofiled host time"}])),
     "torchrec/sst_sleep_pl_dense_after_backward_2": _torchrec(0, [2], (500.0, 1100.0), True, sleep=True),
     "hta/sampled_pair": {
         "problems": [{"id": "exposed_comm", "what": "exposed comm 134-172 ms/step",
@@ -168,10 +158,7 @@ REAL: dict[str, dict] = {
                            "the 138 ms/step idle is dependency waits"}],
         "silent": [{"id": "no_launch_bound", "why": "host is far ahead (queue up to 946)",
                     "match": {"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}}],
-        "headline": step_headlines("steps 210-216 ms"),
-        "xfail": {"outlier_named": "step 554 flagged an outlier (372 ms, 1.72x the median): its window runs to the "
-                                   "capture's end (a 158 ms cudaDeviceSynchronize); host ProfilerStep#554 is 216 ms, "
-                                   "no step is over 1.5x the median"}},
+        "headline": step_headlines("steps 210-216 ms")},
     "hta/nccl_data.json.gz": {
         "problems": [{"id": "host_bound", "what": "159 ms/step of GPU idle waits for the host's next launch",
                       "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
@@ -229,7 +216,10 @@ REAL: dict[str, dict] = {
                     "why": "one rank of eight: kernel time includes waiting for peers"}],
         "silent": [], "headline": step_headlines("steps 15.9-16.8 ms"),
         "xfail": {"step_median": "median step 18.98 ms, truth 15.95: every step's window is 18.6-19.0 ms while the "
-                                 "host's ProfilerSteps start every 16.0-16.8 ms"}},
+                                 "host's ProfilerSteps start every 16.0-16.8 ms. Disputed (stepedge): the device is busy "
+                                 "but one 2.2 ms gap of the capture, its windows are back to back (starts 18.9, 19.1 ms "
+                                 "apart) and it begins each step 30.1, 32.2, 35.3 ms after the host: device-bound, the "
+                                 "host enqueueing ahead; the job cannot step faster than its device, 19 ms"}},
     "tracelens/mi300_resnet18_no_caching_allocator.json.gz": {
         "problems": [{"id": "allocator_off", "what": "hipFree 1360 calls 3346 ms, hipMalloc 1460: caching off",
                       "any": [{"where": "finding", "text": r"hipFree|hipMalloc|allocat", "min_severity": "medium"}]}],

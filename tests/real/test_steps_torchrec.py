@@ -3,7 +3,9 @@ where the allocator time lies, checked against the events themselves.
 
 The truth is computed here from the gzip'd JSON, independently of llmdiag: a step's device window is the
 first to the last kernel/copy/set whose launch (cuda_runtime, same correlation) lies in the host
-ProfilerStep span, clipped where the next step's window begins; the allocator time of a step is the
+ProfilerStep span, clipped where the next step's window begins (the last: where the next would begin, its
+own end less the earlier steps' median carry into the next window, not before its host end plus the delay of
+its device start; docs/metrics.md "Analysis window"); the allocator time of a step is the
 cudaMalloc + cudaFree time that starts in its host span. What is tested holds for every folder: the
 per-step medians, the steps over 1.5x the median step, and that the allocator time concentrates in the
 outlier step where it concentrates at all (in sst_sleep_pl_dense_after_backward_2 it does not, and no step
@@ -48,9 +50,13 @@ def truth(path: str) -> tuple[dict[int, float], dict[int, float], dict[int, floa
             w = dev.setdefault(n, [e["ts"], e["ts"] + e["dur"]])
             w[0], w[1] = min(w[0], e["ts"]), max(w[1], e["ts"] + e["dur"])
     wins = [dev[n] for _, _, n in steps]
+    carry = []
     for a, b in zip(wins, wins[1:]):
-        if a[1] > b[0] > a[0]:
-            a[1] = b[0]
+        carry.append(a[1] - b[0] if a[1] > b[0] > a[0] else 0)
+        a[1] -= carry[-1]
+    if any(carry):  # the last ends where the next would begin: less the earlier steps' median carry, not before
+        (hs, he, _), w = steps[-1], wins[-1]  # its host end + the delay of its device start
+        w[1] = min(w[1], max(w[1] - statistics.median(carry), he + max(w[0] - hs, 0)))
     alloc = {n: sum(e["dur"] for e in ev if e.get("name") in ("cudaMalloc", "cudaFree") and s <= e["ts"] < t) / 1e3
              for s, t, n in steps}
     busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
