@@ -23,7 +23,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import COMPUTE, RankTrace
 from llmdiag.diagnose.metrics.rank.op_scaling import GEMM_2D, fit_gemms, gemm_shape
-from llmdiag.diagnose.metrics.rank.overlap import DTYPE_BYTES
+from llmdiag.diagnose.model.dtypes import element_bytes
 
 VIEW_OPS = frozenset({
     "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
@@ -148,7 +148,7 @@ def host_p2p(t: RankTrace) -> list[HostP2P]:
         nbytes = 0
         for k, d in enumerate(dims):
             if isinstance(d, list) and all(isinstance(x, int) for x in d):
-                nbytes += math.prod(d) * DTYPE_BYTES.get(str(types[k]).lower() if k < len(types) else "float", 4)
+                nbytes += math.prod(d) * ((element_bytes(types[k]) if k < len(types) else None) or 4)
         start = min(posted.pop(name[5:9], int(t.ts[i])), int(t.ts[i]))
         out.append((name[5:], start, int(t.ts[i] + t.dur[i]), nbytes))
     return sorted(out, key=lambda r: (r[1], r[2]))

@@ -17,16 +17,8 @@ from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
 from llmdiag.diagnose.model.analysis import CommGroupStats, StepBreakdown
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
+from llmdiag.diagnose.model.dtypes import element_bytes
 from llmdiag.diagnose.model.format import NS_PER_MS
-
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
-    "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "short int": 2, "int16": 2,
-    "double": 8, "float64": 8, "long": 8, "int64": 8, "long int": 8, "c10::complex<float>": 8,
-    "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "signed char": 1, "unsigned char": 1, "c10::half": 2, "c10::bfloat16": 2,
-}
-
 
 @dataclass
 class Timeline:
@@ -106,9 +98,8 @@ def in_windows(t: RankTrace, mask: np.ndarray, wins: list[Window]) -> np.ndarray
 
 def message_bytes(args: dict) -> int | None:
     """Bytes moved by one collective from Kineto's args (NCCL records) or Input Dims (gloo spans)."""
-    dtype = str(args.get("dtype", "")).lower()
     if "In msg nelems" in args or "Out msg nelems" in args:
-        size = DTYPE_BYTES.get(dtype)
+        size = element_bytes(args.get("dtype", ""))
         n = max(_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
         return n * size if size and n > 0 else None
     dims = args.get("Input Dims")

@@ -23,17 +23,13 @@ from llmdiag.diagnose.io.columns import GEMM_OPS
 from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
+from llmdiag.diagnose.model.dtypes import precision as dtype_precision
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp6", "mxfp4", "fp4", "int8")
 _HEAD = 1024  # characters of a kernel name read: the type tokens sit in its head
 _GEMM_TOKENS = ("gemm", "gemv", "nvjet", "cijk_", "bmm_", "matmul", "triton_tem_fused_mm", "triton_tem_fused_addmm",
                 "triton_tem_fused_bmm")
 
-# host op `Input type` -> precision
-_HOST_TYPES = {"float": "fp32", "double": "fp64", "c10::bfloat16": "bf16", "c10::half": "fp16",
-               "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
-               "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8", "c10::float4_e2m1fn_x2": "fp4",
-               "signed char": "int8", "char": "int8"}
 # type tokens of kernel names -> precision (lower case)
 _TOKENS = {"bf16": "bf16", "bfloat16": "bf16", "f16": "fp16", "fp16": "fp16", "half": "fp16", "tf32": "tf32",
            "f32": "fp32", "fp32": "fp32", "f64": "fp64", "fp64": "fp64", "e4m3": "fp8", "e5m2": "fp8",
@@ -77,7 +73,7 @@ def host_precision(input_type) -> str | None:
         return None
     for v in input_type[:2]:
         if isinstance(v, str) and v:
-            return _HOST_TYPES.get(v.lower())
+            return dtype_precision(v)
     return None
 
 

@@ -8,7 +8,7 @@ gives the work:
   dims, N the weight's rows);
 - attention FLOPs 2·B·H·Sq·Sk·(D + Dv) forward (4·B·H·S²·D at equal sizes: Q·Kᵀ and P·V), ×2.5 backward. The
   causal mask is not recorded, so a causal attention's FLOPs are counted in full: its TFLOP/s is up to 2× too high;
-- bytes: each input tensor and the output once, at the input's element size (overlap.DTYPE_BYTES): a lower
+- bytes: each input tensor and the output once, at the input's element size (model.dtypes): a lower
   bound on the memory traffic.
 Achieved TFLOP/s = FLOPs / kernel time, GB/s = bytes / kernel time, intensity = FLOPs / byte. Against the
 device's datasheet peaks (diagnose.model.devices.compute_peak) an op is compute-bound when its intensity is
@@ -27,8 +27,8 @@ from llmdiag.diagnose.io.columns import ATTENTION_OPS, GEMM_OPS
 from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
 from llmdiag.diagnose.metrics.rank.launches import device_events
-from llmdiag.diagnose.metrics.rank.overlap import DTYPE_BYTES
 from llmdiag.diagnose.metrics.rank.precision import host_precision, name_precision
+from llmdiag.diagnose.model.dtypes import element_bytes
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.devices import ComputePeak, compute_peak
 from llmdiag.diagnose.model.kernel_views import RooflineRow
@@ -92,7 +92,7 @@ def op_bytes(dims, types, out_elems: int) -> int:
     for i, d in enumerate(dims):
         if not _tensor(d):
             continue
-        size = DTYPE_BYTES.get(str(types[i]).lower().removeprefix("c10::") if i < len(types) else "", 0) or (first or 4)
+        size = (element_bytes(types[i]) if i < len(types) else None) or (first or 4)
         first = first or size
         total += math.prod(d) * size
     return total + out_elems * (first or 4)
