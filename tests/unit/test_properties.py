@@ -69,6 +69,19 @@ def test_interval_algebra_bounds(a_pairs, b_pairs):
     assert iv.total(both) == iv.total(a) + iv.total(b) - inter
 
 
+@SETTINGS
+@given(spans, st.integers(-10**6, 10**6), st.integers(0, 10**6))
+def test_within_is_intersection_with_the_window(pairs, lo, width):
+    """iv.within (the one window clip of idle, overlap, tracks and MoE) is the union's intersection with
+    [lo, lo + width]: the same pieces iv.difference leaves of the window's complement, still a union."""
+    a = iv.union(*_arrays(pairs))
+    hi = lo + width
+    got = iv.within(a, lo, hi)
+    outside = (np.array([-10**7, hi]), np.array([lo, 10**7]))
+    want = iv.difference(a, outside)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
 # ------------------------------------------------------------------------------------------------ GPU traces
 
 KINDS = ("compute", "compute", "comm", "memcpy", "memset")

@@ -16,6 +16,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.classify import collective_kind
+from llmdiag.diagnose.metrics.rank.launches import launch_ts
 from llmdiag.diagnose.metrics.rank.overlap import gloo_collective_labels
 
 FORWARD = "llmdiag/forward"
@@ -50,17 +51,6 @@ def regather_ms(t: RankTrace, wins) -> float:
             continue
         for i in idx.tolist():
             kind = relabel.get(i) or collective_kind(t.names[t.name[i]], t.comm_args.get(i))
-            if kind == "allgather" and w.start <= t.ts[i] < w.end and _host_time(t, i) >= inside[1]:
+            if kind == "allgather" and w.start <= t.ts[i] < w.end and launch_ts(t, i) >= inside[1]:
                 total += int(t.dur[i])
     return total / max(1, len(wins)) / 1e6
-
-
-def _host_time(t: RankTrace, i: int) -> int:
-    c = t.corr[i]
-    if t.stream[i] >= 0 and c >= 0:
-        hit = np.flatnonzero((t.corr == c) & (t.stream < 0))
-        if len(hit):
-            return int(t.ts[hit[0]])
-    return int(t.ts[i])
-
-

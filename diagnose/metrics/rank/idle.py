@@ -58,14 +58,6 @@ def _u(t: RankTrace, mask: np.ndarray) -> iv.Union:
     return iv.union(t.ts[mask], t.ts[mask] + t.dur[mask])
 
 
-def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
-    """The part of a union inside [lo, hi] (binary search: a step touches only its own intervals)."""
-    s, e = u
-    a = np.searchsorted(e, lo, side="right")
-    b = np.searchsorted(s, hi, side="left")
-    return iv.union(iv.clip(s[a:b], lo, hi), iv.clip(e[a:b], lo, hi))
-
-
 # The causes in order of precedence; each names its IdleBreakdown field (`<cause>_ms`).
 CAUSES = ("edge", "queued", "runtime", "dataloader", "comm_wait", "host_bound", "unattributed")
 
@@ -149,7 +141,7 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
     orphan_calls = _u(t, _unmatched_copy_calls(t, blocking, device))
     out = []
     for w in wins:
-        dev = _clip(busy, w.start, w.end)
+        dev = iv.within(busy, w.start, w.end)
         idle = iv.difference((np.array([w.start]), np.array([w.end])), dev)
         if len(dev[0]):  # capture edge: no device work after (before the first kernel is the step's lead-in:
             # the host preparing the step, metrics/rank/steps.py, attributed like any other idle)
@@ -162,9 +154,9 @@ def _attribute(t: RankTrace, wins: list[Window]) -> tuple[list[StepIdle], np.nda
         # side the trace lacks, is that call's: the two are one copy whose correlation link was not recorded.
         # Any other gap ended by unlaunched work stays unattributed.
         if len(copies[0]) and len(orphan_calls[0]):
-            unlaunched = iv.difference(unlaunched, _split(copies, _clip(orphan_calls, w.start, w.end))[0])
+            unlaunched = iv.difference(unlaunched, _split(copies, iv.within(orphan_calls, w.start, w.end))[0])
         for cause, op, u in (("edge", "", edges), ("queued", "", queued), ("unattributed", "", unlaunched), *causes):
-            u = _clip(u, w.start, w.end)
+            u = iv.within(u, w.start, w.end)
             if not iv.intersect_total(left, u):
                 continue
             got, left = _split(left, u)

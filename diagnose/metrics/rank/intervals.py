@@ -38,6 +38,17 @@ def clip(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.minimum(np.maximum(x, lo), hi)
 
 
+def within(u: Union, lo: int, hi: int) -> Union:
+    """The part of a union inside [lo, hi], still a union (binary search: a step touches only its own intervals,
+    and the clipped pieces of disjoint intervals stay disjoint and non-empty)."""
+    s, e = u
+    if hi <= lo:
+        return s[:0], e[:0]
+    a = np.searchsorted(e, lo, side="right")
+    b = np.searchsorted(s, hi, side="left")
+    return clip(s[a:b], lo, hi), clip(e[a:b], lo, hi)
+
+
 def total(u: Union) -> int:
     return int((u[1] - u[0]).sum())
 

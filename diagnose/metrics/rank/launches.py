@@ -31,3 +31,14 @@ def launch_calls(t: RankTrace, dev: np.ndarray) -> np.ndarray:
     hit = has & (keys[pos] == c)
     out[hit] = order[pos[hit]]
     return out
+
+
+def launch_ts(t: RankTrace, i: int) -> int:
+    """Host time of one event: for a device event, the first host event of its correlation id (its launch);
+    else, or where the trace lacks the launch, its own start."""
+    c = t.corr[i]
+    if t.stream[i] >= 0 and c >= 0:
+        hit = np.flatnonzero((t.corr == c) & (t.stream < 0))
+        if len(hit):
+            return int(t.ts[hit[0]])
+    return int(t.ts[i])

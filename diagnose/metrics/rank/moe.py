@@ -20,6 +20,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import collective_kind
+from llmdiag.diagnose.metrics.rank.launches import launch_ts
 
 LABELS = {"llmdiag/moe/dispatch": "dispatch", "llmdiag/moe/combine": "combine", "llmdiag/moe/experts": "experts"}
 _EP_KERNEL = re.compile(r"deep_ep::|dpsk::ep::")
@@ -69,11 +70,6 @@ def _spans(t: RankTrace, name: str, device: bool) -> iv.Union:
     return iv.union(t.ts[m], (t.ts + t.dur)[m])
 
 
-def _clip_total(u: iv.Union, lo: int, hi: int) -> int:
-    s, e = u
-    return int(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
-
-
 def _ep_group_of(dist: dict, rank: int | None, n: int) -> list[int] | None:
     """The group an n-way all-to-all of this rank runs in: `mesh_ep` in pg_config, else the only n-rank group."""
     cands = []
@@ -108,7 +104,7 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
             continue
         sent, recv = _ints(args.get("In split size")), _ints(args.get("Out split size"))
         if sent and recv and len(sent) == len(recv):
-            ts = int(t.ts[i]) if t.stream[i] < 0 else _launch_ts(t, i)
+            ts = launch_ts(t, i)
             (host if t.stream[i] < 0 else device).append((ts, sent, recv, _group_from_args(args, dist, t.rank,
                                                                                           len(sent))))
     raw = sorted(host or device, key=lambda x: x[0])
@@ -159,7 +155,7 @@ def rank_moe(t: RankTrace, wins) -> RankMoe | None:
         tot["step"] += w.end - w.start
         for key, u in (("dispatch", label_u["dispatch"]), ("combine", label_u["combine"]),
                        ("experts", label_u["experts"]), ("a2a", a2a_u), ("exposed", exposed_u)):
-            tot[key] += _clip_total(u, w.start, w.end)
+            tot[key] += iv.total(iv.within(u, w.start, w.end))
     n = out.nsteps * 1e6
     out.dispatch_ms, out.combine_ms, out.expert_ms = tot["dispatch"] / n, tot["combine"] / n, tot["experts"] / n
     out.a2a_ms, out.a2a_exposed_ms, out.step_ms = tot["a2a"] / n, tot["exposed"] / n, tot["step"] / n
@@ -181,15 +177,6 @@ def _pair_by_transpose(ops: list[A2AOp]) -> None:
         else:
             open_.append(op)
 
-
-def _launch_ts(t: RankTrace, i: int) -> int:
-    """Host time of a kernel: its launch (same correlation id on a host thread), else its own start."""
-    c = t.corr[i]
-    if c >= 0:
-        hit = np.flatnonzero((t.corr == c) & (t.stream < 0))
-        if len(hit):
-            return int(t.ts[hit[0]])
-    return int(t.ts[i])
 
 
 def _inside(u: iv.Union, ts: int) -> bool:

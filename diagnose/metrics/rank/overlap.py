@@ -51,19 +51,12 @@ def cpu_recv_mask(t: RankTrace) -> np.ndarray:
     return t.name_mask(lambda n: n.startswith(("gloo:recv", "gloo:send")), t.kind == COMM)
 
 
-def _clip_union(u: iv.Union, lo: int, hi: int) -> iv.Union:
-    s, e = u
-    a = np.searchsorted(e, lo, side="right")
-    b = np.searchsorted(s, hi, side="left")
-    return iv.clip(s[a:b], lo, hi), iv.clip(e[a:b], lo, hi)
-
-
 def step_breakdowns(tl: Timeline, wins: list[Window]) -> list[StepBreakdown]:
     out = []
     for w in wins:
-        comp = _clip_union(tl.compute, w.start, w.end)
-        comm = _clip_union(tl.comm, w.start, w.end)
-        other = _clip_union(tl.other, w.start, w.end)
+        comp = iv.within(tl.compute, w.start, w.end)
+        comm = iv.within(tl.comm, w.start, w.end)
+        other = iv.within(tl.other, w.start, w.end)
         t_comp, t_comm = iv.total(comp), iv.total(comm)
         ov = iv.intersect_total(comm, comp)
         busy = iv.total(iv.union_of(comp, comm, other))

@@ -30,13 +30,6 @@ class RankTracks:
     waits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, "kind pg")
 
 
-def _clip(u: iv.Union, lo: int, hi: int) -> iv.Union:
-    s, e = u
-    a = np.searchsorted(e, lo, side="right")
-    b = np.searchsorted(s, hi, side="left")
-    return np.clip(s[a:b], lo, hi), np.clip(e[a:b], lo, hi)
-
-
 def step_pairs(u: iv.Union, step: int) -> list[tuple[int, int, int]]:
     return [(int(s), int(e), step) for s, e in zip(u[0].tolist(), u[1].tolist()) if e > s]
 
@@ -48,7 +41,7 @@ def step_tracks(t: RankTrace, wins: list[Window]) -> RankTracks:
     split = idle_intervals(t, wins)
     out = RankTracks()
     for j, w in enumerate(wins):
-        comp, comm, other = (_clip(u, w.start, w.end) for u in (tl.compute, tl.comm, tl.other))
+        comp, comm, other = (iv.within(u, w.start, w.end) for u in (tl.compute, tl.comm, tl.other))
         out.exposed += step_pairs(iv.difference(comm, comp), w.step)
         if split is None:
             whole = (np.array([w.start], np.int64), np.array([w.end], np.int64))
