@@ -8,27 +8,18 @@ Torch-free.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 
-from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads import rankspec
 
 KINDS = ("raise", "kill", "hang")
 
 
 def parse(spec: str | None, world: int | None = None) -> tuple[int, str, int | None] | None:
-    if not spec:
-        return None
-    parts = spec.split(":")
-    hint = "rank:<R>:raise|kill|hang[:<step>]"
-    if (parts[0] != "rank" or len(parts) not in (3, 4) or parts[2] not in KINDS
-            or not all(re.fullmatch(r"[0-9]{1,7}", p) for p in parts[1:2] + parts[3:])):
-        raise WorkloadError(f"bad fault spec {spec!r}", hint=hint)  # digits only: int() reads "1_0" as 10
-    rank = int(parts[1])
-    if world is not None and rank >= world:
-        raise WorkloadError(f"fault spec {spec!r}: rank {rank} is outside the world of {world} ranks", hint=hint)
-    return rank, parts[2], (int(parts[3]) if len(parts) == 4 else None)
+    p = rankspec.parse(spec, world, "fault", "rank:<R>:raise|kill|hang[:<step>]", KINDS.__contains__,
+                       lambda s: bool(rankspec.DIGITS.fullmatch(s)))
+    return None if p is None else (p[0], p[1], int(p[2]) if p[2] is not None else None)
 
 
 class Fault:

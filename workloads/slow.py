@@ -11,33 +11,21 @@ import contextlib
 import re
 import time
 
-from llmdiag.workloads.errors import WorkloadError
+from llmdiag.workloads import rankspec
 
 KINDS = ("forward", "backward")
 MAX_FACTOR = 100.0
 _active: tuple[str | None, float] | None = None  # (kind or None for all compute, factor) on this rank
 
 
-_RANK = re.compile(r"[0-9]{1,7}")  # digits only: int() also reads "1_0" (10), " 1", "+1"
 _FACTOR = re.compile(r"[0-9]{1,3}(\.[0-9]{1,6})?")  # float() also reads "1_0", "nan", "1e1"
 
 
 def parse(spec: str | None, world: int | None = None) -> tuple[int, float, str | None] | None:
-    """(rank, factor, kind or None) from `rank:<R>:<FACTOR>[:forward|backward]`, R written as digits and inside
-    the world when it is given (a straggler planted on no rank would be recorded as planted)."""
-    if not spec:
-        return None
-    parts = spec.split(":")
-    hint = f"rank:<R>:<FACTOR 1..{MAX_FACTOR:g}>[:forward|backward]"
-    if (parts[0] != "rank" or len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] not in KINDS)
-            or not _RANK.fullmatch(parts[1]) or not _FACTOR.fullmatch(parts[2])
-            or not 1.0 <= float(parts[2]) <= MAX_FACTOR):
-        raise WorkloadError(f"bad --inject-slow spec {spec!r}", hint=hint)
-    rank = int(parts[1])
-    if world is not None and rank >= world:
-        raise WorkloadError(f"--inject-slow {spec!r}: rank {rank} is outside the world of {world} ranks",
-                            hint=f"a rank from 0 to {world - 1}")
-    return rank, float(parts[2]), parts[3] if len(parts) == 4 else None
+    """(rank, factor, kind or None) from `rank:<R>:<FACTOR>[:forward|backward]` (workloads/rankspec.py)."""
+    p = rankspec.parse(spec, world, "--inject-slow", f"rank:<R>:<FACTOR 1..{MAX_FACTOR:g}>[:forward|backward]",
+                       lambda f: bool(_FACTOR.fullmatch(f)) and 1.0 <= float(f) <= MAX_FACTOR, KINDS.__contains__)
+    return None if p is None else (p[0], float(p[1]), p[2])
 
 
 def install(rank: int, spec: str | None) -> None:

@@ -201,6 +201,25 @@ def test_fault_specs():
             parse(bad)
 
 
+@pytest.mark.parametrize("rank", ["1_0", "+1", " 1", "", "12345678", "x"])
+def test_both_rank_knobs_refuse_the_same_bad_ranks(rank):
+    """One parser (workloads/rankspec.py): a rank int() would read but the grammar does not is refused by both."""
+    from llmdiag.workloads import faults, slow
+
+    for parse, spec in ((faults.parse, f"rank:{rank}:raise"), (slow.parse, f"rank:{rank}:2")):
+        with pytest.raises(WorkloadError, match="bad"):
+            parse(spec)
+
+
+def test_both_rank_knobs_check_the_world():
+    from llmdiag.workloads import faults, slow
+
+    assert faults.parse("rank:1:kill:3", 2) == (1, "kill", 3) and slow.parse("rank:1:2.5:forward", 2) == (1, 2.5, "forward")
+    for parse, spec in ((faults.parse, "rank:2:raise"), (slow.parse, "rank:2:2")):
+        with pytest.raises(WorkloadError, match="rank 2 is outside the world of 2 ranks"):
+            parse(spec, 2)
+
+
 def test_the_launch_path_does_not_import_torch():
     code = ("import sys; import llmdiag.diagnose.cli.run, llmdiag.workloads.grammar, llmdiag.workloads.options, "
             "llmdiag.workloads.launch, llmdiag.workloads.manifest, llmdiag.workloads.slurm, llmdiag.workloads.faults, "
