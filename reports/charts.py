@@ -22,6 +22,7 @@ from markupsafe import escape
 
 from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
 from llmdiag.diagnose.model.format import column_unit, fmt
+from llmdiag.diagnose.model.step_parts import STEP_PARTS
 from llmdiag.diagnose.model.views import hosts as rank_hosts
 
 # (label, unit, value of a rank or None, worse is higher)
@@ -34,9 +35,6 @@ HEAT_ROWS = [
     ("memory peak", "gib", lambda r, x: r.memory_peak),
 ]
 LEVELS = 12  # colour steps per row: enough to see an outlier, few enough to merge runs
-PARTS = [("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", "overlapped comm", "#72b7b2"),
-         ("exposed_comm_ms", "exposed comm", "#e45756"), ("other_ms", "other", "#b279a2"),
-         ("idle_ms", "idle", "#c7c7c7")]
 
 
 def _colour(level: int) -> str:
@@ -234,7 +232,7 @@ def step_series(a: Analysis) -> list[dict]:
         out.append({"step": step, "ranks": len(xs), "min": min(times), "max": max(times),
                     "mean": statistics.fmean(times),
                     "parts": [(label, colour, statistics.fmean(list(map(attrgetter(key), xs))))
-                              for key, label, colour in PARTS]})
+                              for key, label, colour in STEP_PARTS]})
     return out
 
 
@@ -280,6 +278,6 @@ def per_step(a: Analysis) -> str:
     x = left
     for label, colour, _ in series[0]["parts"]:
         out.append(f'<rect x="{x}" y="22" width="10" height="10" fill="{colour}"/><text x="{x + 14}" y="31">{label}</text>')
-        x += 130
+        x += max(130, 24 + 7.4 * len(label))
     out.append("</svg>")
     return "".join(out)

@@ -13,13 +13,9 @@ import math
 from markupsafe import escape
 
 from llmdiag.diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics
+from llmdiag.diagnose.model.step_parts import STEP_PARTS
 from llmdiag.diagnose.model.format import UNITS, column_unit, fmt, header_unit
 
-PARTS = [  # (attribute of RankMetrics, legend label, colour): the five parts that sum to the step time
-    ("compute_only_ms", "compute only", "#4c78a8"), ("overlapped_comm_ms", "overlapped comm", "#72b7b2"),
-    ("exposed_comm_ms", "exposed comm", "#e45756"), ("other_ms", "other (memcpy/memset)", "#b279a2"),
-    ("idle_ms", "idle", "#d8d8d8"),
-]
 PP_COLOURS = {"F": "#4c78a8", "B": "#f58518", "I": "#f58518", "W": "#54a24b"}
 SERIES = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 W = 1000  # viewBox width of every figure
@@ -70,15 +66,15 @@ def step_breakdown(rows: list[RankMetrics]) -> str:
         return ""
     left, right, top, bar = 90, 20, 34, 20
     h = top + bar * len(rows) + 46
-    total = max(sum(float(getattr(r, k) or 0.0) for k, _, _ in PARTS) for r in rows)
+    total = max(sum(float(getattr(r, k) or 0.0) for k, _, _ in STEP_PARTS) for r in rows)
     ticks = nice_ticks(total)
     sx = lambda v: left + v / ticks[-1] * (W - left - right)
     out = _open("breakdown", h, "mean step time per rank, by part")
-    out += _legend([(lbl, c, c) for _, lbl, c in PARTS], 16, left)
+    out += _legend([(lbl, c, c) for _, lbl, c in STEP_PARTS], 16, left)
     for i, r in enumerate(rows):
         y, x = top + i * bar, 0.0
         out.append(f'<text x="{left - 6}" y="{y + bar * 0.68:.1f}" text-anchor="end">rank {int(r.rank)}</text>')
-        for key, lbl, colour in PARTS:
+        for key, lbl, colour in STEP_PARTS:
             v = float(getattr(r, key) or 0.0)
             if v > 0:
                 out.append(f'<rect x="{sx(x):.2f}" y="{y + 2}" width="{sx(x + v) - sx(x):.2f}" height="{bar - 4}" '

@@ -483,3 +483,23 @@ def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
     assert ar.of_link_peak == pytest.approx(ar.busbw_gbps / 240.0)
     html = render_html(a)
     assert "Link peak: 240.0 GB/s achievable bus bandwidth of NVIDIA A100" in html
+
+
+def test_step_parts_one_name_and_colour_in_both_figures():
+    """The breakdown bars and the per-step chart read one table (model/step_parts.py): each part's legend
+    shows the same words in the same colour in both, idle included."""
+    import re
+
+    from llmdiag.diagnose.model.step_parts import STEP_PARTS
+    from tests.gen.summaries import _steps
+
+    a = analysis(2)
+    for r in a.ranks:
+        r.steps = _steps(4, 3.0, {"compute_only": 80.0, "overlapped": 12.0, "exposed": 2.0, "other": 1.0,
+                                  "idle": 5.0})
+    html = render_html(a)
+    for fig in ('id="fig-breakdown"', 'id="fig-steps"'):
+        svg = html[html.index(fig):].split("</svg>")[0]
+        legend = re.findall(r'fill="(#[0-9a-f]{6})"[^>]*/><text[^>]*>([^<]+)</text>', svg)
+        assert [(label, colour) for colour, label in legend[:len(STEP_PARTS)]] == [
+            (p.label, p.colour) for p in STEP_PARTS], fig
