@@ -70,7 +70,7 @@ _ALL_OK = {float: lambda v: all(map(_is_float, v)), int: lambda v: all(type(x) i
 
 
 @cache
-def _converter(tp) -> Converter:
+def converter(tp) -> Converter:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return _union(tp)
@@ -90,7 +90,7 @@ def _converter(tp) -> Converter:
 
 def _union(tp) -> Converter:
     optional = type(None) in typing.get_args(tp)
-    subs = [_converter(a) for a in typing.get_args(tp) if a is not type(None)]
+    subs = [converter(a) for a in typing.get_args(tp) if a is not type(None)]
 
     def conv(v, path):
         if v is None:
@@ -111,7 +111,7 @@ def _union(tp) -> Converter:
 def _container(tp, origin) -> Converter:
     if origin is list:
         (item_tp,) = typing.get_args(tp) or (typing.Any,)
-        item, fast = _converter(item_tp), _ALL_OK.get(item_tp)
+        item, fast = converter(item_tp), _ALL_OK.get(item_tp)
 
         def conv_list(v, path):
             if type(v) is not list:
@@ -123,7 +123,7 @@ def _container(tp, origin) -> Converter:
         return conv_list
     if origin is dict or tp is dict:
         args = typing.get_args(tp)
-        value = _converter(args[1]) if args else None
+        value = converter(args[1]) if args else None
 
         def conv_dict(v, path):
             if type(v) is not dict:
@@ -140,7 +140,7 @@ def _dataclass(cls) -> Converter:
     rest = next((f.name for f in dataclasses.fields(cls) if f.metadata.get("rest")), None)
     names = {f.name for f in dataclasses.fields(cls)}
     # (name, converter, required): a field without a default may be left out only where None fits it
-    spec = [(f.name, _converter(hints[f.name]),
+    spec = [(f.name, converter(hints[f.name]),
              f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) for f in fields]
 
     def conv(v, path):
@@ -162,12 +162,12 @@ def _dataclass(cls) -> Converter:
 
 def build(cls, v, path: str = ""):
     """An instance of dataclass `cls` from the mapping `v`; fields left out take their defaults (or None)."""
-    return _converter(cls)(v, path)
+    return converter(cls)(v, path)
 
 
 # ---- writing --------------------------------------------------------------------------------------------
 @cache
-def _fields(cls) -> tuple[tuple[str, ...], str | None]:
+def record_fields(cls) -> tuple[tuple[str, ...], str | None]:
     fs = dataclasses.fields(cls)
     return tuple(f.name for f in fs if not f.metadata.get("rest")), next(
         (f.name for f in fs if f.metadata.get("rest")), None)
@@ -176,7 +176,7 @@ def _fields(cls) -> tuple[tuple[str, ...], str | None]:
 def _as_dict(obj):
     """orjson's hook for dataclasses: their fields, with a `rest` field's keys merged into the parent."""
     if dataclasses.is_dataclass(obj):
-        names, rest = _fields(type(obj))
+        names, rest = record_fields(type(obj))
         d = {n: getattr(obj, n) for n in names}
         return {**d, **getattr(obj, rest)} if rest else d
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")

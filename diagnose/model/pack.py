@@ -20,7 +20,12 @@ from __future__ import annotations
 PACK_ABOVE_RANKS = 256
 MEMORY_TIMELINES = 16  # ≥ the report's memory chart (reports/context.py MAX_MEMORY_SERIES)
 PACKED_SCHEMA = 3
-_COLS, _CELLS, _RECS, _TABS, _LENS, _NAMES = "@columns", "@cells", "@records", "@tables", "@lengths", "@kernel_names"
+UNPACKED_SCHEMA = 2  # what a packed summary reads back as (the in-memory schema)
+ENCODING = "columnar"  # the packed file's "encoding"
+# The format's keys: the writers (pack below, model/pack_write.py) and readers (unpack below, model/pack_read.py)
+# all spell the format with these names.
+COLS, CELLS, RECS, TABS, LENS, KERNEL_NAMES = "@columns", "@cells", "@records", "@tables", "@lengths", "@kernel_names"
+HEADER = (KERNEL_NAMES, "encoding")  # the keys a packed file adds to a summary's own
 
 
 def should_pack(d: dict) -> bool:
@@ -32,7 +37,13 @@ def file_schema(n_ranks: int, plain: int) -> int:
     return PACKED_SCHEMA if n_ranks > PACK_ABOVE_RANKS else plain
 
 
-_TABLE, _RECORDS, _TABLES = {_COLS, _CELLS}, {_RECS, _CELLS}, {_TABS, _CELLS, _LENS}
+TABLE, RECORDS, TABLES = {COLS, CELLS}, {RECS, CELLS}, {TABS, CELLS, LENS}
+
+
+def reserved(d: dict) -> bool:
+    """A dict (from the trace: op names as keys) that spells one of the packed forms: its summary is written
+    plain, or a reader would decode it as a table."""
+    return len(d) <= 3 and set(d) in (TABLE, RECORDS, TABLES)
 
 
 _NESTED = (dict, list)
@@ -47,7 +58,7 @@ def _columnar(v):
     objects of one key order (hints, idle) or all tables of one column set (steps, collectives per rank)
     is hoisted, so its keys are written once for all ranks, not once per rank."""
     if type(v) is dict:
-        if len(v) <= 3 and set(v) in (_TABLE, _RECORDS, _TABLES):
+        if reserved(v):
             raise _Reserved
         return {k: _columnar(x) if type(x) in _NESTED else x for k, x in v.items()}
     if type(v) is list:
@@ -55,55 +66,67 @@ def _columnar(v):
         if items and type(v[0]) is dict and v[0]:
             keys = list(v[0])
             if all(type(x) is dict and list(x) == keys for x in v):
-                return {_COLS: keys, _CELLS: [_hoist([x[k] for x in items]) for k in keys]}
+                return {COLS: keys, CELLS: [hoist([x[k] for x in items]) for k in keys]}
         return items
     return v
 
 
-def _hoist(col: list):
+def hoist(col: list):
     if len(col) < 2 or type(col[0]) is not dict:  # most columns hold numbers: out at once
         return col
     if all(type(x) is dict for x in col):
         first = col[0]
-        if set(first) == _TABLE and all(set(x) == _TABLE and x[_COLS] == first[_COLS]
-                                        and all(type(c) is list for c in x[_CELLS]) for x in col):
-            return {_TABS: first[_COLS], _LENS: [len(x[_CELLS][0]) for x in col],
-                    _CELLS: [_hoist([c for x in col for c in x[_CELLS][j]]) for j in range(len(first[_COLS]))]}
+        if set(first) == TABLE and all(set(x) == TABLE and x[COLS] == first[COLS]
+                                        and all(type(c) is list for c in x[CELLS]) for x in col):
+            return {TABS: first[COLS], LENS: [len(x[CELLS][0]) for x in col],
+                    CELLS: [hoist([c for x in col for c in x[CELLS][j]]) for j in range(len(first[COLS]))]}
         keys = list(first)
-        if keys and not set(first) & {_COLS, _RECS, _TABS} and all(list(x) == keys for x in col):
-            return {_RECS: keys, _CELLS: [_hoist([x[k] for x in col]) for k in keys]}
+        if keys and not set(first) & {COLS, RECS, TABS} and all(list(x) == keys for x in col):
+            return {RECS: keys, CELLS: [hoist([x[k] for x in col]) for k in keys]}
     return col
 
 
-def _column(c) -> list:
+def decode_column(c) -> list:
     """The decoded values of one column."""
-    if type(c) is dict and set(c) == _RECORDS:
-        return [dict(zip(c[_RECS], row)) for row in zip(*map(_column, c[_CELLS]))]
-    if type(c) is dict and set(c) == _TABLES:
-        rows = [dict(zip(c[_TABS], row)) for row in zip(*map(_column, c[_CELLS]))]
+    if type(c) is dict and set(c) == RECORDS:
+        return [dict(zip(c[RECS], row)) for row in zip(*map(decode_column, c[CELLS]))]
+    if type(c) is dict and set(c) == TABLES:
+        rows = [dict(zip(c[TABS], row)) for row in zip(*map(decode_column, c[CELLS]))]
         out, i = [], 0
-        for n in c[_LENS]:
+        for n in c[LENS]:
             out.append(rows[i:i + n])
             i += n
         return out
-    return [_rows(x) if type(x) in _NESTED else x for x in c]
+    return [decode(x) if type(x) in _NESTED else x for x in c]
 
 
-def _rows(v):
+def decode(v):
     if type(v) is dict:
-        if len(v) == 2 and set(v) == _TABLE:
-            return [dict(zip(v[_COLS], row)) for row in zip(*map(_column, v[_CELLS]))]
-        return {k: _rows(x) if type(x) in _NESTED else x for k, x in v.items()}
+        if len(v) == 2 and set(v) == TABLE:
+            return [dict(zip(v[COLS], row)) for row in zip(*map(decode_column, v[CELLS]))]
+        return {k: decode(x) if type(x) in _NESTED else x for k, x in v.items()}
     if type(v) is list:
-        return [_rows(x) if type(x) in _NESTED else x for x in v]
+        return [decode(x) if type(x) in _NESTED else x for x in v]
     return v
 
 
+def memory_order(peak_reserved, peak_allocated, capacity, rank) -> tuple:
+    """The sort key of the devices whose timelines are kept: closest to capacity first, as
+    metrics/job/cross_rank.py keeps them (views.memory_use's order)."""
+    used = max(peak_reserved or 0, peak_allocated or 0)
+    return (not capacity, -(used / capacity if capacity else used), rank)
+
+
 def _order(m: dict, rank) -> tuple:
-    """Closest to capacity first, as metrics/job/cross_rank.py keeps them (views.memory_use's order)."""
-    used = max(m.get("peak_reserved") or 0, m.get("peak_allocated") or 0)
-    cap = m.get("capacity")
-    return (not cap, -(used / cap if cap else used), rank)
+    return memory_order(m.get("peak_reserved"), m.get("peak_allocated"), m.get("capacity"), rank)
+
+
+def finish(out: dict, names: dict[str, int]) -> dict:
+    """`out` (a summary's columns) with the packed file's header: the kernel names, schema and encoding."""
+    out[KERNEL_NAMES] = list(names)
+    out["schema_version"] = PACKED_SCHEMA
+    out["encoding"] = ENCODING
+    return out
 
 
 def pack(d: dict) -> dict | None:
@@ -122,18 +145,15 @@ def pack(d: dict) -> dict | None:
         out = _columnar({**d, "ranks": ranks})
     except _Reserved:
         return None
-    out[_NAMES] = list(names)
-    out["schema_version"] = PACKED_SCHEMA
-    out["encoding"] = "columnar"
-    return out
+    return finish(out, names)
 
 
 def unpack(d: dict) -> dict:
     """The plain (schema-2) dict of a packed summary; a summary that is not packed comes back as it is."""
-    if d.get("encoding") != "columnar":
+    if d.get("encoding") != ENCODING:
         return d
-    names = d.get(_NAMES)
-    out = _rows({k: v for k, v in d.items() if k not in (_NAMES, "encoding")})
+    names = d.get(KERNEL_NAMES)
+    out = decode({k: v for k, v in d.items() if k not in HEADER})
     if not isinstance(names, list) or not isinstance(out.get("ranks"), list):
         return out  # from_dict names what is wrong
     for r in out["ranks"]:
@@ -141,5 +161,5 @@ def unpack(d: dict) -> dict:
             i = k.get("name") if isinstance(k, dict) else None
             if type(i) is int and 0 <= i < len(names):
                 k["name"] = names[i]
-    out["schema_version"] = 2
+    out["schema_version"] = UNPACKED_SCHEMA
     return out

@@ -18,8 +18,9 @@ import types
 import typing
 from functools import cache
 
-from llmdiag.diagnose.model.codec import Invalid, _converter, _fields
-from llmdiag.diagnose.model.pack import _CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS, _column, _rows
+from llmdiag.diagnose.model.codec import Invalid, converter, record_fields
+from llmdiag.diagnose.model.pack import (CELLS, COLS, HEADER, KERNEL_NAMES, LENS, RECORDS, RECS, TABLE, TABLES, TABS,
+                                         UNPACKED_SCHEMA, decode, decode_column)
 
 _NONE = type(None)
 
@@ -78,7 +79,7 @@ class _Field:
 def _plan(cls) -> tuple[tuple[_Field, ...], bool]:
     """The fields of `cls` as this reader takes them, and whether it can (no `rest` field)."""
     hints = typing.get_type_hints(cls)
-    names, rest = _fields(cls)
+    names, rest = record_fields(cls)
     out = []
     for f in dataclasses.fields(cls):
         if f.name not in names:
@@ -103,11 +104,11 @@ def _general(tp, values: list, decoded: bool = False) -> list:
     if check is not None and all(type(v) is dict and set(map(type, v)) <= {str}
                                  and check(vals := list(v.values()), False) is vals for v in values):
         return [dict(v) for v in values]  # dict[str, float] (op name -> ms), checked a map at a time, as is
-    conv = _converter(tp)
+    conv = converter(tp)
     try:
         if decoded:
             return [conv(v, "") for v in values]
-        return [conv(_rows(v) if type(v) in (dict, list) else v, "") for v in values]
+        return [conv(decode(v) if type(v) in (dict, list) else v, "") for v in values]
     except Invalid:
         raise Slow from None
 
@@ -115,10 +116,10 @@ def _general(tp, values: list, decoded: bool = False) -> list:
 def _length(cell) -> int:
     if type(cell) is list:
         return len(cell)
-    if type(cell) is dict and set(cell) == _RECORDS and cell[_CELLS]:
-        return _length(cell[_CELLS][0])
-    if type(cell) is dict and set(cell) == _TABLES:
-        return len(cell[_LENS])
+    if type(cell) is dict and set(cell) == RECORDS and cell[CELLS]:
+        return _length(cell[CELLS][0])
+    if type(cell) is dict and set(cell) == TABLES:
+        return len(cell[LENS])
     raise Slow
 
 
@@ -128,7 +129,7 @@ def _records(cls, keys, cells, n: int) -> list:
     if type(keys) is not list or type(cells) is not list or len(keys) != len(cells):
         raise Slow
     if not ok:
-        rows = [dict(zip(keys, row)) for row in zip(*map(_column, cells))]
+        rows = [dict(zip(keys, row)) for row in zip(*map(decode_column, cells))]
         if len(rows) != n:
             raise Slow
         return _general(cls, rows, decoded=True)
@@ -150,23 +151,23 @@ def _records(cls, keys, cells, n: int) -> list:
 def _values(f: _Field, cell, n: int) -> list:
     """The `n` values of field `f` from its column."""
     if f.records is not None and type(cell) is dict:
-        if set(cell) != _TABLES or type(cell[_LENS]) is not list:
+        if set(cell) != TABLES or type(cell[LENS]) is not list:
             raise Slow
-        lens = cell[_LENS]
+        lens = cell[LENS]
         if len(lens) != n or not set(map(type, lens)) <= {int}:
             raise Slow
-        rows = _records(f.records, cell[_TABS], cell[_CELLS], sum(lens))
+        rows = _records(f.records, cell[TABS], cell[CELLS], sum(lens))
         out, i = [], 0
         for k in lens:
             out.append(rows[i:i + k])
             i += k
         return out
     if f.record is not None and type(cell) is dict:
-        if set(cell) != _RECORDS:
+        if set(cell) != RECORDS:
             raise Slow
-        return _records(f.record, cell[_RECS], cell[_CELLS], n)
+        return _records(f.record, cell[RECS], cell[CELLS], n)
     if type(cell) is dict:  # a column of free-form objects or lists, hoisted (coords, a dict per rank)
-        rows = _column(cell)
+        rows = decode_column(cell)
         if len(rows) != n:
             raise Slow
         return _general(f.tp, rows, decoded=True)
@@ -184,9 +185,9 @@ def _values(f: _Field, cell, n: int) -> list:
 def _list(cls, v) -> list:
     """A list of records: a table, or (written so where its records differ in keys) a list of objects."""
     if type(v) is dict:
-        if set(v) != _TABLE or type(v[_CELLS]) is not list or not v[_CELLS]:
+        if set(v) != TABLE or type(v[CELLS]) is not list or not v[CELLS]:
             raise Slow
-        return _records(cls, v[_COLS], v[_CELLS], _length(v[_CELLS][0]))
+        return _records(cls, v[COLS], v[CELLS], _length(v[CELLS][0]))
     if type(v) is not list:
         raise Slow
     return [_one(cls, x) for x in v]
@@ -221,26 +222,26 @@ def _one(cls, v):
 
 def _kernel_names(ranks, names) -> dict:
     """The ranks table with each top kernel's name index replaced by its name (pack wrote names once)."""
-    if type(ranks) is not dict or set(ranks) != _TABLE or type(names) is not list:
+    if type(ranks) is not dict or set(ranks) != TABLE or type(names) is not list:
         raise Slow
-    cells = list(ranks[_CELLS])
-    if "top_kernels" not in ranks[_COLS]:
+    cells = list(ranks[CELLS])
+    if "top_kernels" not in ranks[COLS]:
         return ranks
-    j = ranks[_COLS].index("top_kernels")
+    j = ranks[COLS].index("top_kernels")
     col = cells[j]
 
     def named(tab: dict) -> dict:
         """A table of top kernels (one rank's, or all ranks' hoisted) with names for indices."""
-        keys = tab.get(_COLS, tab.get(_TABS)) if type(tab) is dict and set(tab) in (_TABLE, _TABLES) else None
-        if type(keys) is not list or "name" not in keys or type(tab[_CELLS]) is not list:
+        keys = tab.get(COLS, tab.get(TABS)) if type(tab) is dict and set(tab) in (TABLE, TABLES) else None
+        if type(keys) is not list or "name" not in keys or type(tab[CELLS]) is not list:
             raise Slow
-        inner = list(tab[_CELLS])
+        inner = list(tab[CELLS])
         k = keys.index("name")
         idx = inner[k] if k < len(inner) else None
         if type(idx) is not list or not set(map(type, idx)) <= {int} or (idx and not 0 <= min(idx) <= max(idx) < len(names)):
             raise Slow
         inner[k] = [names[i] for i in idx]
-        return {**tab, _CELLS: inner}
+        return {**tab, CELLS: inner}
 
     if type(col) is dict:
         cells[j] = named(col)
@@ -248,13 +249,13 @@ def _kernel_names(ranks, names) -> dict:
         cells[j] = [named(t) if t else t for t in col]
     else:
         raise Slow
-    return {**ranks, _CELLS: cells}
+    return {**ranks, CELLS: cells}
 
 
 def read_packed(cls, data: dict):
     """The analysis (`cls`, model/analysis.py `Analysis`) of a packed summary dict; Slow where only the
     general reader is sure."""
-    d = {k: v for k, v in data.items() if k not in (_NAMES, "encoding")}
-    d["ranks"] = _kernel_names(d.get("ranks"), data.get(_NAMES))
-    d["schema_version"] = 2  # what `unpack` gives: the in-memory schema
+    d = {k: v for k, v in data.items() if k not in HEADER}
+    d["ranks"] = _kernel_names(d.get("ranks"), data.get(KERNEL_NAMES))
+    d["schema_version"] = UNPACKED_SCHEMA
     return _one(cls, d)

@@ -20,11 +20,10 @@ from functools import cache
 from operator import attrgetter
 
 from llmdiag.diagnose.model.analysis import Analysis, KernelStat, MemoryStat, RankMetrics
-from llmdiag.diagnose.model.codec import _fields
-from llmdiag.diagnose.model.pack import (_CELLS, _COLS, _LENS, _NAMES, _RECORDS, _RECS, _TABLE, _TABLES, _TABS,
-                                 MEMORY_TIMELINES, PACKED_SCHEMA, _hoist)
+from llmdiag.diagnose.model.codec import record_fields
+from llmdiag.diagnose.model.pack import (CELLS, COLS, LENS, MEMORY_TIMELINES, RECS, TABS, finish, hoist, memory_order,
+                                         reserved)
 
-_RESERVED = (_TABLE, _RECORDS, _TABLES)
 _FLAT_SCALARS = (int, float, str, bool)
 _PLAIN = frozenset((int, float, str, bool, type(None)))
 
@@ -49,7 +48,7 @@ def _flat(tp) -> bool:
 @cache
 def _shape(cls) -> tuple[tuple[str, ...], frozenset, str | None, bool]:
     """(field names in order, the names typed plain JSON, the `rest` field, whether every field is plain)."""
-    names, rest = _fields(cls)
+    names, rest = record_fields(cls)
     hints = typing.get_type_hints(cls)
     flat = frozenset(n for n in names if _flat(hints[n]))
     return names, flat, rest, rest is None and len(flat) == len(names)
@@ -67,7 +66,7 @@ def _nested(v) -> bool:
 
 
 def _dict(d: dict) -> dict:
-    if len(d) <= 3 and set(d) in _RESERVED:
+    if reserved(d):
         raise Fallback  # a trace's own names spell a packed form: `pack` writes that summary plain
     if set(map(type, d.values())) <= _PLAIN:
         return d  # written as it is (orjson writes the same text for a copy); never changed here
@@ -106,22 +105,22 @@ def _columns(objs: list, cls, hooks: dict | None = None, start: int = 0) -> list
             col = hooks[n](objs, start)
         elif n not in flat:
             col = [_walk(x) if _nested(x) else x for x in col]
-        cells.append(_hoist(col))
+        cells.append(hoist(col))
     return cells
 
 
 def _table(objs: list, cls, hooks: dict | None = None, start: int = 0) -> dict:
-    return {_COLS: list(_shape(cls)[0]), _CELLS: _columns(objs, cls, hooks, start)}
+    return {COLS: list(_shape(cls)[0]), CELLS: _columns(objs, cls, hooks, start)}
 
 
-def _column(col: list):
+def _field_column(col: list):
     """One field's column over records (hints, idle per rank): a column of records of one dataclass is one
     record of columns, as `pack` hoists it."""
     cls = type(col[0]) if col else None
     if (len(col) >= 2 and _is_dc(col[0]) and _shape(cls)[0] and _shape(cls)[2] is None
             and all(type(x) is cls for x in col)):
-        return {_RECS: list(_shape(cls)[0]), _CELLS: _columns(col, cls)}
-    return _hoist([_walk(x) if _nested(x) else x for x in col])
+        return {RECS: list(_shape(cls)[0]), CELLS: _columns(col, cls)}
+    return hoist([_walk(x) if _nested(x) else x for x in col])
 
 
 def _list(v) -> list | dict:
@@ -136,7 +135,7 @@ def _list(v) -> list | dict:
         if all(type(x) is dict and list(x) == keys for x in items):
             if not all(type(k) is str for k in keys):
                 raise Fallback  # non-string keys: the general writer's round trip makes them strings first
-            return {_COLS: keys, _CELLS: [_hoist([x[k] for x in items]) for k in keys]}
+            return {COLS: keys, CELLS: [hoist([x[k] for x in items]) for k in keys]}
     return items
 
 
@@ -147,19 +146,12 @@ def _lists(lists: list, cls, hooks: dict) -> list | dict:
         raise Fallback
     if len(lists) >= 2 and all(lists) and _shape(cls)[3]:
         tab = _table([x for lst in lists for x in lst], cls, hooks)
-        return {_TABS: tab[_COLS], _LENS: [len(lst) for lst in lists], _CELLS: tab[_CELLS]}
+        return {TABS: tab[COLS], LENS: [len(lst) for lst in lists], CELLS: tab[CELLS]}
     col, start = [], 0
     for lst in lists:
         col.append(_table(lst, cls, hooks, start) if lst else [])
         start += len(lst)
-    return _hoist(col)
-
-
-def _order(m: MemoryStat, rank) -> tuple:
-    """pack.py's `_order`, on the object."""
-    used = max(m.peak_reserved or 0, m.peak_allocated or 0)
-    cap = m.capacity
-    return (not cap, -(used / cap if cap else used), rank)
+    return hoist(col)
 
 
 def pack_analysis(a: Analysis) -> dict:
@@ -168,7 +160,8 @@ def pack_analysis(a: Analysis) -> dict:
     if not all(type(r) is RankMetrics for r in ranks):
         raise Fallback
     mem = [(k, m, r.rank) for k, (m, r) in enumerate((m, r) for r in ranks for m in r.memory) if m.timeline]
-    keep = {k for k, _, _ in sorted(mem, key=lambda x: _order(x[1], x[2]))[:MEMORY_TIMELINES]}
+    keep = {k for k, _, _ in sorted(mem, key=lambda x: memory_order(x[1].peak_reserved, x[1].peak_allocated,
+                                                                     x[1].capacity, x[2]))[:MEMORY_TIMELINES]}
     names: dict[str, int] = {}
     kernel_hooks = {"name": lambda objs, start: [names.setdefault(k.name, len(names)) for k in objs]}
     memory_hooks = {"timeline": lambda objs, start: [m.timeline if start + i in keep else []
@@ -184,15 +177,12 @@ def pack_analysis(a: Analysis) -> dict:
         elif n in rflat:
             cells.append(col)
         else:
-            cells.append(_column(col))
+            cells.append(_field_column(col))
     out = {}
     for f in dataclasses.fields(Analysis):
         v = getattr(a, f.name)
-        out[f.name] = {_COLS: list(rnames), _CELLS: cells} if f.name == "ranks" else (_walk(v) if _nested(v) else v)
-    out[_NAMES] = list(names)
-    out["schema_version"] = PACKED_SCHEMA
-    out["encoding"] = "columnar"
-    return out
+        out[f.name] = {COLS: list(rnames), CELLS: cells} if f.name == "ranks" else (_walk(v) if _nested(v) else v)
+    return finish(out, names)
 
 
 assert _shape(KernelStat)[3] and _shape(MemoryStat)[3]  # the hooks above assume plain fields
