@@ -22,6 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from llmdiag.diagnose.metrics.job.collective_match import LONE
+from llmdiag.diagnose.metrics.job.pipeline.p2p import on_clock, ordered_pairs
 from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.model.whatif import WhatIf
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder
@@ -131,7 +132,6 @@ def _p2p(good, stage, shift, by_rank, ops: _Ops, edges: list, groups: list) -> N
     rank_of_stage = defaultdict(list)
     for r, s in stage.items():
         rank_of_stage[s].append(r)
-    sends, recvs = defaultdict(list), defaultdict(list)
     for o in good:
         for pg, kind, peer, s, e in o.p2p:
             if peer not in stage:
@@ -140,16 +140,13 @@ def _p2p(good, stage, shift, by_rank, ops: _Ops, edges: list, groups: list) -> N
             if abs(d) != 1:
                 raise _Unbuildable(f"rank {o.rank} (stage {stage[o.rank]}) exchanges with rank {peer} "
                                    f"(stage {stage[peer]}): not a neighbouring stage")
-            (sends if kind == "send" else recvs)[(pg, o.rank, peer) if kind == "send" else (pg, peer, o.rank)].append(
-                (s + shift[o.rank], e + shift[o.rank]))
+    pairs = ordered_pairs(on_clock({o.rank: o.p2p for o in good}, shift))
     last = max(stage.values())
     for r, s in sorted(stage.items()):
-        if s < last and not any(k[1] == r and stage[k[2]] == s + 1 for k in set(sends) | set(recvs)):
+        if s < last and not any(k[1] == r and stage[k[2]] == s + 1 for k in pairs):
             raise _Unbuildable(f"no send/recv with a peer from rank {r} (stage {s}) to the next stage: the "
                                "transfers between stages are unknown")
-    for key in sorted(set(sends) | set(recvs)):
-        pg, src, dst = key
-        a, b = sends.get(key, []), recvs.get(key, [])
+    for (pg, src, dst), (a, b) in pairs.items():
         fwd = stage[dst] == stage[src] + 1
         produce = [x for x in by_rank[src]["acts"] if (x[1] == "F" if fwd else x[1] in ("B", "I"))]
         consume = [x for x in by_rank[dst]["acts"] if (x[1] == "F" if fwd else x[1] in ("B", "I"))]

@@ -188,3 +188,22 @@ def test_torchrec_sizes_are_consistent(tmp_path):
     _torchrec(tmp_path, steps=1)
     a = analyze_path(str(tmp_path), jobs=1)
     assert a.skew.size_mismatches == 0  # all_to_all: elements sent over all ranks = elements received
+
+
+def test_one_pairing_of_sends_and_receives():
+    """ordered_pairs (the pairing match_p2p, the Kineto replay and the peer recovery share): per (group, sender,
+    receiver) the sends of the sender and the receives of the receiver, each in its rank's order, keys sorted."""
+    from llmdiag.diagnose.metrics.job.pipeline.p2p import match_p2p, on_clock, ordered_pairs
+
+    records = {1: [("pp", "recv", 0, 10, 30), ("pp", "send", 0, 40, 45), ("pp", "recv", 0, 50, 70)],
+               0: [("pp", "send", 1, 5, 8), ("pp", "recv", 1, 41, 60), ("pp", "send", 1, 20, 22)]}
+    pairs = ordered_pairs(on_clock(records, {0: 0, 1: 100}))
+    assert list(pairs) == [("pp", 0, 1), ("pp", 1, 0)]
+    assert pairs[("pp", 0, 1)] == ([(5, 8), (20, 22)], [(110, 130), (150, 170)])
+    assert pairs[("pp", 1, 0)] == ([(140, 145)], [(41, 60)])
+    m = {(x.src, x.dst): x for x in match_p2p(records, {0: 0, 1: 100})}
+    # 0→1: posts 5 vs 110 and 20 vs 150: the receiver posted late both times; transfer = recv end − later post
+    assert m[(0, 1)].matched == 2 and m[(0, 1)].sender_waits == 2 and m[(0, 1)].receiver_waits == 0
+    assert m[(0, 1)].mean_wait_ms == pytest.approx((105 + 130) / 2 / 1e6)
+    assert m[(0, 1)].mean_transfer_ms == pytest.approx((20 + 20) / 2 / 1e6)
+    assert m[(1, 0)].receiver_waits == 1

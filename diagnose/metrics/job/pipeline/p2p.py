@@ -7,7 +7,8 @@ a send posted first means the receiver was late), transfer = the receive's end â
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 import numpy as np
 
@@ -16,23 +17,38 @@ from llmdiag.diagnose.model.matching import P2PMatch
 from llmdiag.diagnose.metrics.rank.pipeline.p2p import Record
 
 
-def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> list[P2PMatch]:
-    """One P2PMatch per (group, sender, receiver), times on the common clock (`shift_ns` per rank)."""
-    sends: dict[tuple, list] = defaultdict(list)
-    recvs: dict[tuple, list] = defaultdict(list)
+Pair = tuple[str, int, int]  # (group, sender, receiver)
+T = TypeVar("T")
+
+
+def ordered_pairs(ops: Iterable[tuple[str, str, int, int, T]]) -> dict[Pair, tuple[list[T], list[T]]]:
+    """(group, send|recv, rank, peer, x) for each op, in each rank's order -> per (group, sender, receiver), by
+    key: the x of its sends and of its receives, in order. The one pairing of point-to-point traffic: NCCL
+    delivers one ordered pair's messages in order, so the n-th send of a list is the n-th receive's."""
+    out: dict[Pair, tuple[list[T], list[T]]] = {}
+    for pg, kind, rank, peer, x in ops:
+        send = kind == "send"
+        key = (pg, rank, peer) if send else (pg, peer, rank)
+        pair = out.get(key) or out.setdefault(key, ([], []))
+        pair[0 if send else 1].append(x)
+    return dict(sorted(out.items()))
+
+
+def on_clock(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> Iterator[tuple[str, str, int, int,
+                                                                                             tuple[int, int]]]:
+    """Each rank's records as `ordered_pairs` takes them, (start, end) on the common clock (`shift_ns` per rank)."""
     for r, recs in records.items():
         sh = shift_ns.get(r, 0)
         for pg, kind, peer, s, e in recs:
-            if kind == "send":
-                sends[(pg, r, peer)].append((s + sh, e + sh))
-            else:
-                recvs[(pg, peer, r)].append((s + sh, e + sh))
+            yield pg, kind, r, peer, (s + sh, e + sh)
+
+
+def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> list[P2PMatch]:
+    """One P2PMatch per (group, sender, receiver), times on the common clock (`shift_ns` per rank)."""
     out = []
-    for key in sorted(set(sends) | set(recvs), key=lambda k: (k[0], k[1], k[2])):
-        pg, src, dst = key
+    for (pg, src, dst), (a, b) in ordered_pairs(on_clock(records, shift_ns)).items():
         if src not in records or dst not in records or src < 0 or dst < 0:
             continue  # the other side has no trace: nothing to match against
-        a, b = sends.get(key, []), recvs.get(key, [])
         n = min(len(a), len(b))
         if n == 0:
             out.append(P2PMatch(pg, src, dst, 0, len(a) + len(b), 0.0, 0.0, 0, 0))

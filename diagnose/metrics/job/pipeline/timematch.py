@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import replace
 from itertools import accumulate
 
+from llmdiag.diagnose.metrics.job.pipeline.p2p import ordered_pairs
 from llmdiag.diagnose.metrics.rank.pipeline.batch import P2POp
 from llmdiag.diagnose.metrics.rank.pipeline.infer import _P2P, read_rank
 from llmdiag.diagnose.metrics.rank.pipeline.peers import NO_PEERS
@@ -206,14 +207,8 @@ def _same_size(a: P2POp, b: P2POp) -> bool:
 
 def _check(ops, peer) -> str:
     """"" when every pair matches as NCCL pairs it (n-th send a→b with the n-th receive on b from a, overlapping)."""
-    sends: dict[tuple, list[P2POp]] = defaultdict(list)
-    recvs: dict[tuple, list[P2POp]] = defaultdict(list)
-    for r, v in ops.items():
-        for i, x in enumerate(v):
-            (sends if x.kind == "send" else recvs)[(x.pg, r, peer[(r, i)]) if x.kind == "send"
-                                                   else (x.pg, peer[(r, i)], r)].append(x)
-    for key in set(sends) | set(recvs):
-        a, b = sends.get(key, []), recvs.get(key, [])
+    pairs = ordered_pairs((x.pg, x.kind, r, peer[(r, i)], x) for r, v in ops.items() for i, x in enumerate(v))
+    for key, (a, b) in pairs.items():
         if len(a) != len(b):
             return f"rank {key[1]} sends {len(a)} to rank {key[2]}, which receives {len(b)} from it"
         for n, (s, t) in enumerate(zip(a, b)):
