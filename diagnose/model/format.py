@@ -11,6 +11,10 @@ unit its header states, chosen for the column by `column_unit`.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.pipeline import PipelineResult
 
 NS_PER_MS = 1_000_000  # trace times are integer ns after loading; summaries hold ms
 GIB = 2**30
@@ -129,3 +133,44 @@ def fmt_gain(finding) -> str:
     share = "" if _undefined(frac) else f" ({fmt(frac, 'pct')} of the step)"
     lead = "up to" if getattr(finding, "gain_kind", "estimate") == "bound" else "≈"
     return f"{lead} {fmt(g, 'ms')} per step{share}"
+
+
+def pipeline_explanation(res: PipelineResult, oversubscribed: bool) -> str:
+    """Why the measured, replayed and formula bubbles of a finished pipeline result differ, in words, after how
+    its stages were found (`inference_note`): written once, when the replay is in (simulate/replay.py)."""
+    bubbles = res.stage_bubbles
+    parts = [f"Measured bubble {res.measured:.1%} against {res.theory:.1%} from the {res.schedule} formula "
+             f"(p={res.stages}, m={res.microbatches}"
+             + (f", v={res.stages_per_rank}" if res.stages_per_rank > 1 else "") + ")"]
+    ideal = res.theory == 0.0 and res.stages > 1  # the zero-bubble family's 0 is an ideal, not this m's answer
+    if res.replay is not None:
+        parts[0] += f" and {res.replay:.1%} in a replay of the same run with free communication."
+        inherent = res.replay - res.theory
+        overhead = res.measured - res.replay
+        if ideal:
+            parts.append(f"Replay − formula = {inherent:+.1%}: the schedule's fill and drain at this m (the "
+                         "formula's 0 is not reached at a finite m), plus any stage imbalance.")
+        elif res.imbalance is not None and inherent > 0.02:
+            busiest = max(bubbles, key=lambda b: b.busy_ms)
+            parts.append(f"Replay − formula = {inherent:+.1%}: stage imbalance (stage {busiest.stage} on rank "
+                         f"{busiest.rank} is {res.imbalance:.0%} busier than the mean stage; the formula assumes "
+                         f"equal stages with backward costing the same on every stage).")
+        elif inherent < -0.02:
+            parts.append(f"Replay − formula = {inherent:+.1%}: the stages overlap more than the formula's "
+                         "uniform model allows (cheap first/last stages or uneven F/B costs).")
+        else:
+            parts.append(f"Replay − formula = {inherent:+.1%}: the stages are balanced; the schedule itself "
+                         "accounts for the replayed bubble.")
+        if overhead > 0.02:
+            why = ("point-to-point communication waits, host overhead and, on this oversubscribed CPU run, "
+                   "ranks competing for cores") if oversubscribed else \
+                "point-to-point communication waits and host overhead between actions"
+            parts.append(f"Measured − replay = {overhead:+.1%}: {why}.")
+        else:
+            parts.append(f"Measured − replay = {overhead:+.1%}: communication and overheads add little.")
+    else:
+        parts[0] += "."
+    if ideal:
+        parts.append("The formula's 0 is the zero-bubble ideal (F, B and W of equal cost, W filling every gap); "
+                     "DualPipe(V)'s own bubble, (stages/2 − 1)(F&B + B − 3W), is a time, not a fraction.")
+    return res.inference_note + " ".join(parts)

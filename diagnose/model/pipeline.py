@@ -46,6 +46,7 @@ class PipelineResult:
     predictions: list[PipelinePrediction] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)  # ranks of each pipeline replica, in stage order
     inferred: bool = False  # stages, microbatches, F/B and schedule read from send/recv, no PP: labels
+    inference_note: str = ""  # how, where inferred, in words: the explanation's first sentences
     prediction_model: str = ""  # what the predictions' cost model fitted from the run (diagnose.simulate.predict)
     prediction_error: float | None = None  # prediction at the run's own schedule and m / measured window − 1
     # moving one layer from the slowest stage to its lighter neighbour (diagnose.simulate.layers): estimate

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action, theory_bubble
-from llmdiag.diagnose.metrics.job.pipeline.bubbles import explain
 from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.model.analysis import PipelinePrediction, PipelineResult
-from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.format import NS_PER_MS, pipeline_explanation
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder, simulate, simulate_many
 from llmdiag.diagnose.simulate.layers import move_one_layer, stage_layers
 from llmdiag.diagnose.simulate.predict import SAMPLES, CostModel, fit
@@ -173,9 +172,8 @@ def predict(schedule: str, p: int, m: int, stage_cost: dict[tuple[int, str], flo
 def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], oversubscribed: bool = False,
                       costs: tuple[dict, dict, dict] | None = None, layers: list[int] | None = None) -> None:
     """The replay of each pipeline replica's observed order, the predictions, and the explanation that reads
-    them, filled into `res` (whose measured numbers metrics computed over the same actions and groups).
+    them (written here, once, from the finished result), filled into `res` (whose measured numbers metrics computed over the same actions and groups).
     `costs`: per rank the actions' fixed host ns, the host send/recv records and the clock shift (ns)."""
-    before = explain(res, res.stage_bubbles, oversubscribed)
     windows, per_rank = [], {}
     for group in res.groups:
         g = [r for r in group if actions.get(r)]
@@ -201,8 +199,7 @@ def complete_pipeline(res: PipelineResult, actions: dict[int, list[Action]], ove
             res.prediction_error = own[0].step_ms / res.window_ms - 1
         if layers and (mv := move_one_layer(model, predict, res.schedule, res.stages, res.microbatches, layers)):
             res.layer_move = {"src": mv.src, "dst": mv.dst, "step_ms": mv.step_ms, "gain_ms": mv.gain_ms}
-    after = explain(res, res.stage_bubbles, oversubscribed)
-    res.explanation = res.explanation.replace(before, after) if before in res.explanation else after
+    res.explanation = pipeline_explanation(res, oversubscribed)
 
 
 def _replay_group(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -> ReplayResult | None:

@@ -242,8 +242,7 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
     schedule = pp.schedule or v_sched or (schedule_of(acts.get(groups[0][-1], [])) if links
                                           else _infer_schedule(acts, with_actions))
     on_clock = {r: _moved(xs, shift[r]) for r, xs in acts.items()}
-    res = analyse_pipeline(on_clock, groups, schedule, pp.microbatches, pp.stages_per_rank or v,
-                           bool(man and man.oversubscribed))
+    res = analyse_pipeline(on_clock, groups, schedule, pp.microbatches, pp.stages_per_rank or v)
     for g in groups if tracks is not None and res is not None else []:  # the bubbles this pipeline measured
         for r, xs in bubble_tracks([x for x in g if x in on_clock], on_clock, shift).items():
             if r in tracks:
@@ -253,7 +252,7 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
         how = (V_NOTE if v_sched == V_NAME else VIRTUAL_NOTE) if virtual else (
             "Inferred from send/recv (no PP: labels): stages from the chain of peers, microbatches and "
             "forward/backward from the transfers. ")
-        res.explanation = next((lk.note for lk in links.values() if lk.note), "") + how + res.explanation
+        res.inference_note = next((lk.note for lk in links.values() if lk.note), "") + how
     origin = min(a.start for r in with_actions for a in on_clock[r])
     for o in good:
         o.metrics.pipeline_actions = [

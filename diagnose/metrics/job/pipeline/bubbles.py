@@ -4,7 +4,8 @@ Measured bubble of a pipeline rank in a step = 1 − |U(its F/B/I/W spans)| / W,
 window of that step: first action start to last action end over all ranks of the same pipeline (clocks
 aligned). That is the quantity the formula (p−1)/(m+p−1) describes. The replay (replay.py) runs the
 observed per-rank orders with the measured per-microbatch durations and no communication cost: it is one use
-of the what-if engine, filled in by diagnose.simulate.replay.complete_pipeline (a stage above metrics).
+of the what-if engine, filled in by diagnose.simulate.replay.complete_pipeline (a stage above metrics), which
+then writes the explanation.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ def analyse_pipeline(
     schedule: str,
     microbatches: int | None,
     stages_per_rank: int | None,
-    oversubscribed: bool = False,
 ) -> PipelineResult | None:
     ranks = [r for r in actions if actions[r]]
     if not ranks:
@@ -68,8 +68,7 @@ def analyse_pipeline(
         theory=theory, imbalance=float(imbalance) if imbalance is not None else None, explanation="",
     )
     result.groups = [list(g) for g in groups] or [ranks]
-    result.explanation = explain(result, bubbles, oversubscribed)
-    return result
+    return result  # its explanation is written once it is complete (model/format.py pipeline_explanation)
 
 
 def _measure(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -> tuple[float, dict[int, list[float]]]:
@@ -85,41 +84,3 @@ def _measure(g: list[int], actions: dict[int, list[Action]], steps: list[int]) -
             u = iv.union(np.array([a.start for a in acts[r]]), np.array([a.end for a in acts[r]]))
             busy[r].append(iv.total(u) / NS_PER_MS)
     return float(np.mean(win_ms)), busy
-
-
-def explain(res: PipelineResult, bubbles: list[StageBubble], oversubscribed: bool) -> str:
-    parts = [f"Measured bubble {res.measured:.1%} against {res.theory:.1%} from the {res.schedule} formula "
-             f"(p={res.stages}, m={res.microbatches}"
-             + (f", v={res.stages_per_rank}" if res.stages_per_rank > 1 else "") + ")"]
-    ideal = res.theory == 0.0 and res.stages > 1  # the zero-bubble family's 0 is an ideal, not this m's answer
-    if res.replay is not None:
-        parts[0] += f" and {res.replay:.1%} in a replay of the same run with free communication."
-        inherent = res.replay - res.theory
-        overhead = res.measured - res.replay
-        if ideal:
-            parts.append(f"Replay − formula = {inherent:+.1%}: the schedule's fill and drain at this m (the "
-                         "formula's 0 is not reached at a finite m), plus any stage imbalance.")
-        elif res.imbalance is not None and inherent > 0.02:
-            busiest = max(bubbles, key=lambda b: b.busy_ms)
-            parts.append(f"Replay − formula = {inherent:+.1%}: stage imbalance (stage {busiest.stage} on rank "
-                         f"{busiest.rank} is {res.imbalance:.0%} busier than the mean stage; the formula assumes "
-                         f"equal stages with backward costing the same on every stage).")
-        elif inherent < -0.02:
-            parts.append(f"Replay − formula = {inherent:+.1%}: the stages overlap more than the formula's "
-                         "uniform model allows (cheap first/last stages or uneven F/B costs).")
-        else:
-            parts.append(f"Replay − formula = {inherent:+.1%}: the stages are balanced; the schedule itself "
-                         "accounts for the replayed bubble.")
-        if overhead > 0.02:
-            why = ("point-to-point communication waits, host overhead and, on this oversubscribed CPU run, "
-                   "ranks competing for cores") if oversubscribed else \
-                "point-to-point communication waits and host overhead between actions"
-            parts.append(f"Measured − replay = {overhead:+.1%}: {why}.")
-        else:
-            parts.append(f"Measured − replay = {overhead:+.1%}: communication and overheads add little.")
-    else:
-        parts[0] += "."
-    if ideal:
-        parts.append("The formula's 0 is the zero-bubble ideal (F, B and W of equal cost, W filling every gap); "
-                     "DualPipe(V)'s own bubble, (stages/2 − 1)(F&B + B − 3W), is a time, not a fraction.")
-    return " ".join(parts)
