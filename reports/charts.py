@@ -22,18 +22,18 @@ from markupsafe import escape
 
 from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
 from llmdiag.diagnose.model.format import column_unit, fmt
-from llmdiag.diagnose.model.step_parts import STEP_PARTS
+from llmdiag.diagnose.model.fields import FIELDS, STEP_PARTS
 from llmdiag.diagnose.model.views import hosts as rank_hosts
 
-# (label, unit, value of a rank or None, worse is higher)
-HEAT_ROWS = [
-    ("step time", "ms", lambda r, x: r.step_time_ms),
-    ("compute only", "ms", lambda r, x: r.compute_only_ms),
-    ("exposed comm", "ms", lambda r, x: r.exposed_comm_ms),
-    ("idle", "ms", lambda r, x: r.idle_ms),
-    ("pipeline bubble", "pct", lambda r, x: x["bubble"].get(r.rank)),
-    ("memory peak", "gib", lambda r, x: r.memory_peak),
-]
+def _heat_row(key: str):
+    """(label, unit, value of a rank or None) of a registry field (model/fields.py); worse is higher on each."""
+    f = FIELDS[key]
+    get = (lambda r, x: x["bubble"].get(r.rank)) if key == "bubble" else (lambda r, x: getattr(r, key))
+    return f.label, f.unit, get
+
+
+HEAT_ROWS = [_heat_row(k) for k in ("step_time_ms", "compute_only_ms", "exposed_comm_ms", "idle_ms", "bubble",
+                                    "memory_peak")]
 LEVELS = 12  # colour steps per row: enough to see an outlier, few enough to merge runs
 
 
@@ -133,7 +133,7 @@ def heatmap(a: Analysis) -> str:
         rows.append((label, unit, cells))
     n, nb = len(ranks), len(bins)
     per = bins[0][1] - bins[0][0] + 1
-    left, right, cell_h, width = 120, 190, 22, 1000
+    left, right, cell_h, width = 170, 190, 22, 1000  # left: the longest row label, "memory peak (allocated)"
     plot_w = width - left - right
     cw = plot_w / nb
     top = 34 if nb == n else 48  # a binned map has a second caption line
@@ -231,8 +231,8 @@ def step_series(a: Analysis) -> list[dict]:
         times = [s.time_ms for s in xs]
         out.append({"step": step, "ranks": len(xs), "min": min(times), "max": max(times),
                     "mean": statistics.fmean(times),
-                    "parts": [(label, colour, statistics.fmean(list(map(attrgetter(key), xs))))
-                              for key, label, colour in STEP_PARTS]})
+                    "parts": [(p.label, p.colour, statistics.fmean(list(map(attrgetter(p.key), xs))))
+                              for p in STEP_PARTS]})
     return out
 
 

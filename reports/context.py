@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 
 from markupsafe import Markup
 
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
+from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import column_unit, fmt, header_unit, ranges
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.manifest import layout_text
@@ -89,9 +91,10 @@ class Paths:
         return f"ranks.{i}.memory.{j}."
 
 
-OUTLIER_TESTS = [  # (why, value of a rank, +1 where higher is worse / -1 where lower is, unit)
-    ("slow step", lambda r: r.step_time_ms, 1, "ms"), ("exposed comm", lambda r: r.exposed_comm_frac, 1, "pct"),
-    ("idle", lambda r: r.idle_frac, 1, "pct"), ("low overlap", lambda r: r.overlap_ratio, -1, "pct"),
+OUTLIER_TESTS = [  # (why, value of a rank, +1 where higher is worse / -1 where lower is, unit): model/fields.py's
+    (why, attrgetter(k), 1 if FIELDS[k].better == "lower" else -1, FIELDS[k].unit)
+    for why, k in (("slow step", "step_time_ms"), ("exposed comm", "exposed_comm_frac"), ("idle", "idle_frac"),
+                   ("low overlap", "overlap_ratio"))
 ]
 
 

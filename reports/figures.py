@@ -13,7 +13,7 @@ import math
 from markupsafe import escape
 
 from llmdiag.diagnose.model.analysis import MemoryStat, PipelineAction, RankMetrics
-from llmdiag.diagnose.model.step_parts import STEP_PARTS
+from llmdiag.diagnose.model.fields import STEP_PARTS
 from llmdiag.diagnose.model.format import UNITS, column_unit, fmt, header_unit
 
 PP_COLOURS = {"F": "#4c78a8", "B": "#f58518", "I": "#f58518", "W": "#54a24b"}
@@ -66,19 +66,19 @@ def step_breakdown(rows: list[RankMetrics]) -> str:
         return ""
     left, right, top, bar = 90, 20, 34, 20
     h = top + bar * len(rows) + 46
-    total = max(sum(float(getattr(r, k) or 0.0) for k, _, _ in STEP_PARTS) for r in rows)
+    total = max(sum(float(getattr(r, p.key) or 0.0) for p in STEP_PARTS) for r in rows)
     ticks = nice_ticks(total)
     sx = lambda v: left + v / ticks[-1] * (W - left - right)
     out = _open("breakdown", h, "mean step time per rank, by part")
-    out += _legend([(lbl, c, c) for _, lbl, c in STEP_PARTS], 16, left)
+    out += _legend([(p.label, p.colour, p.colour) for p in STEP_PARTS], 16, left)
     for i, r in enumerate(rows):
         y, x = top + i * bar, 0.0
         out.append(f'<text x="{left - 6}" y="{y + bar * 0.68:.1f}" text-anchor="end">rank {int(r.rank)}</text>')
-        for key, lbl, colour in STEP_PARTS:
-            v = float(getattr(r, key) or 0.0)
+        for p in STEP_PARTS:
+            v = float(getattr(r, p.key) or 0.0)
             if v > 0:
                 out.append(f'<rect x="{sx(x):.2f}" y="{y + 2}" width="{sx(x + v) - sx(x):.2f}" height="{bar - 4}" '
-                           f'fill="{colour}"><title>rank {int(r.rank)} {lbl}: {fmt(v, "ms")}</title></rect>')
+                           f'fill="{p.colour}"><title>rank {int(r.rank)} {p.label}: {fmt(v, "ms")}</title></rect>')
             x += v
     axis_y = top + bar * len(rows) + 2
     out.append(f'<line x1="{left}" x2="{W - right}" y1="{axis_y}" y2="{axis_y}" stroke="#5b6475"/>')

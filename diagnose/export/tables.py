@@ -25,17 +25,14 @@ import numpy as np
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.fields import BREAKDOWN, FIELDS
 from llmdiag.diagnose.model.files import write_atomic_with
 
 TABLES_SCHEMA_VERSION = 1
 EXTRA = "pip install 'llmdiag[tables]'"
 
 # name -> (what one row is, [(column, type, meaning)]); types: i64, f64, str, bool
-_STEP_PARTS = [("compute_ms", "f64", "|U(compute)| in the step"), ("comm_ms", "f64", "|U(comm)| in the step"),
-               ("overlapped_comm_ms", "f64", "|U(comm) ∩ U(compute)|"), ("exposed_comm_ms", "f64", "|U(comm) − U(compute)|"),
-               ("compute_only_ms", "f64", "|U(compute) − U(comm)|"),
-               ("other_ms", "f64", "memcpy/memset time under neither compute nor comm"),
-               ("idle_ms", "f64", "nothing running"), ("overlap_ratio", "f64", "overlapped / comm; null without comm")]
+_STEP_PARTS = [(f.key, "f64", f.meaning) for f in BREAKDOWN]  # model/fields.py: the breakdown's columns
 TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "ranks": ("one analysed rank: per-step means of its breakdown, and its arrival waits at matched collectives", [
         ("rank", "i64", "global rank"), ("file", "str", "its trace file"), ("host", "str", "host name, '' unknown"),
@@ -43,9 +40,9 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("steps", "i64", "analysed steps"), ("step_ms", "f64", "mean step time"),
         *[(c, t, f"mean per step: {d}") for c, t, d in _STEP_PARTS[:-1]],
         ("overlap_ratio", "f64", "Σ overlapped / Σ comm over the steps; null without comm"),
-        ("exposed_comm_frac", "f64", "exposed comm / step time"), ("idle_frac", "f64", "idle / step time"),
+        *[(k, "f64", FIELDS[k].meaning) for k in ("exposed_comm_frac", "idle_frac")],
         ("kernel_time_ms", "f64", "summed time of all kernels (or top-level CPU ops) in the steps"),
-        ("memory_peak_bytes", "i64", "peak allocated over its devices"),
+        ("memory_peak_bytes", "i64", FIELDS["memory_peak"].meaning),
         ("last_arrivals", "i64", "matched collectives it arrived last at"),
         ("late_ms", "f64", "Σ its lateness where it was late (start − earliest start), whole trace"),
         ("imposed_ms", "f64", "Σ over the collectives it alone arrived last at of (its start − the second-latest "

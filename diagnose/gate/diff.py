@@ -26,6 +26,7 @@ from llmdiag.diagnose.gate.verdict import METRICS, Side, describe, units
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.escape import terminal
+from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt, fmt_delta
 from llmdiag.diagnose.model.manifest import layout_text
 
@@ -96,7 +97,8 @@ def _change(unit: str, a: float, b: float) -> str:
 
 
 def row(name: str, measure: str, a, b, kind: str = "") -> Row:
-    unit, better = MEASURES[measure]
+    """`measure`: a MEASURES kind, or a registry field (model/fields.py) whose unit and direction it takes."""
+    unit, better = MEASURES[measure] if measure in MEASURES else (FIELDS[measure].unit, FIELDS[measure].better)
     a = None if a is None else float(a)
     b = None if b is None else float(b)
     if a is None or b is None:
@@ -139,12 +141,10 @@ def _notes(sa: Side, sb: Side, matched: bool) -> list[str]:
 
 # ---- sections -------------------------------------------------------------------------------------------
 def _steps(a: Analysis, b: Analysis) -> Section:
-    parts = [("step time", "step_time_ms", "time"), ("compute", "compute_ms", "part"),
-             ("communication", "comm_ms", "part"), ("  overlapped", "overlapped_comm_ms", "part"),
-             ("  exposed", "exposed_comm_ms", "waste"), ("compute only", "compute_only_ms", "part"),
-             ("memcpy/memset", "other_ms", "waste"), ("idle", "idle_ms", "waste")]
-    rows = [row(name, m, _rank_mean(a, lambda r: getattr(r, key)), _rank_mean(b, lambda r: getattr(r, key)))
-            for name, key, m in parts]
+    parts = [("", "step_time_ms"), ("", "compute_ms"), ("", "comm_ms"), ("  ", "overlapped_comm_ms"),
+             ("  ", "exposed_comm_ms"), ("", "compute_only_ms"), ("", "other_ms"), ("", "idle_ms")]  # "  ": of comm
+    rows = [row(indent + FIELDS[key].label, key, _rank_mean(a, lambda r: getattr(r, key)),
+                _rank_mean(b, lambda r: getattr(r, key))) for indent, key in parts]
     rows.append(row("step time, slowest rank", "time", a.aggregate.step_time_max_ms, b.aggregate.step_time_max_ms))
     return Section("Step breakdown (ms per step, mean over ranks)", _defined(rows))
 
@@ -152,11 +152,12 @@ def _steps(a: Analysis, b: Analysis) -> Section:
 def _overlap(a: Analysis, b: Analysis) -> Section:
     """The headline shares, read from the aggregate the report's cards print."""
     x, y = a.aggregate, b.aggregate
-    rows = [row("overlap ratio, worst rank", "overlap", x.overlap_ratio_min, y.overlap_ratio_min),
-            row("overlap ratio, mean", "overlap", x.overlap_ratio_mean, y.overlap_ratio_mean),
-            row("exposed comm / step, mean", "waste_frac", x.exposed_comm_frac_mean, y.exposed_comm_frac_mean),
-            row("exposed comm / step, worst", "waste_frac", x.exposed_comm_frac_max, y.exposed_comm_frac_max),
-            row("idle / step, mean", "waste_frac", x.idle_frac_mean, y.idle_frac_mean)]
+    ovl, exp, idle = "overlap_ratio", "exposed_comm_frac", "idle_frac"
+    rows = [row(f"{FIELDS[ovl].label}, worst rank", ovl, x.overlap_ratio_min, y.overlap_ratio_min),
+            row(f"{FIELDS[ovl].label}, mean", ovl, x.overlap_ratio_mean, y.overlap_ratio_mean),
+            row(f"{FIELDS[exp].label}, mean", exp, x.exposed_comm_frac_mean, y.exposed_comm_frac_mean),
+            row(f"{FIELDS[exp].label}, worst", exp, x.exposed_comm_frac_max, y.exposed_comm_frac_max),
+            row(f"{FIELDS[idle].label}, mean", idle, x.idle_frac_mean, y.idle_frac_mean)]
     return Section("Overlap", _defined(rows))
 
 

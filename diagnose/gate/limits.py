@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.fields import FIELDS
 
 RULES = ("max_rise", "max_drop", "min", "max")
 RELATIVE_RULES = ("max_rise", "max_drop")
@@ -23,20 +24,32 @@ RELATIVE_RULES = ("max_rise", "max_drop")
 @dataclass(frozen=True)
 class Metric:
     name: str
-    title: str
-    unit: str  # "ratio", "ms" or "bytes"
-    higher_is_better: bool
+    key: str  # its field in the registry (model/fields.py): RankMetrics attribute, or "bubble"
     per: str = "rank"  # "rank", or "stage" for pipeline bubbles
 
+    @property
+    def title(self) -> str:
+        return FIELDS[self.key].label
 
+    @property
+    def unit(self) -> str:
+        """What its limits are given in: "ratio", "ms" or "bytes"."""
+        return _LIMIT_UNIT[FIELDS[self.key].unit]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return FIELDS[self.key].better == "higher"
+
+
+_LIMIT_UNIT = {"pct": "ratio", "ms": "ms", "gib": "bytes"}
 METRICS = {
     m.name: m
     for m in (
-        Metric("overlap_ratio", "comm/compute overlap", "ratio", True),
-        Metric("exposed_comm", "exposed comm / step time", "ratio", False),
-        Metric("step_time", "step time", "ms", False),
-        Metric("memory_peak", "memory peak (allocated)", "bytes", False),
-        Metric("bubble", "pipeline bubble", "ratio", False, per="stage"),
+        Metric("overlap_ratio", "overlap_ratio"),
+        Metric("exposed_comm", "exposed_comm_frac"),
+        Metric("step_time", "step_time_ms"),
+        Metric("memory_peak", "memory_peak"),
+        Metric("bubble", "bubble", per="stage"),
     )
 }
 ALIASES = {

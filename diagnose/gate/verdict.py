@@ -9,7 +9,6 @@ caller decides with `strict` whether n/a fails.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmdiag.diagnose.errors import printable
@@ -17,7 +16,7 @@ from llmdiag.diagnose.gate.settings import run_differences
 from llmdiag.diagnose.gate.inputs import InputCheck, apply_allow, partial_checks, side_checks, undefined_check
 from llmdiag.diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
                                   metric_named, parse_limit)
-from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
+from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.format import fmt, ranges
 
 VERDICT_SCHEMA = 1
@@ -68,12 +67,6 @@ def default_gates(agg: str | None = None, cpu: bool = False) -> list[Gate]:
 
 # --- metric extraction -------------------------------------------------------------------------
 
-_RANK_VALUE: dict[str, Callable[[RankMetrics], float | int | None]] = {
-    "overlap_ratio": lambda r: r.overlap_ratio,
-    "exposed_comm": lambda r: r.exposed_comm_frac,
-    "step_time": lambda r: r.step_time_ms,
-    "memory_peak": lambda r: r.memory_peak,
-}
 
 
 def _float(v) -> float | None:
@@ -87,8 +80,7 @@ def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
     if metric.per == "stage":
         bubbles = a.pipeline.stage_bubbles if a.pipeline else []
         return {b.stage: (f"stage {b.stage} (rank {b.rank})", b.measured) for b in bubbles}
-    get = _RANK_VALUE[metric.name]
-    return {r.rank: (f"rank {r.rank}", _float(get(r))) for r in a.ranks}
+    return {r.rank: (f"rank {r.rank}", _float(getattr(r, metric.key))) for r in a.ranks}
 
 
 def aggregate(a: Analysis, metric: Metric, agg: str) -> tuple[float | None, str | None]:

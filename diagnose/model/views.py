@@ -17,6 +17,7 @@ from operator import attrgetter, sub, truediv
 
 from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
+from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.roles import pg_role
 
@@ -221,12 +222,11 @@ class Spread:
     p90: tuple[float, int] | None = None
 
 
-DISTRIBUTIONS = [  # per-rank values shown as min / median / max: (label, RankMetrics attribute, unit, glossary entry)
-    ("step time", "step_time_ms", "ms", "step_time"), ("compute", "compute_ms", "ms", "compute"),
-    ("exposed comm", "exposed_comm_ms", "ms", "exposed_comm"),
-    ("exposed comm fraction", "exposed_comm_frac", "pct", "exposed_comm"),
-    ("idle fraction", "idle_frac", "pct", "idle"), ("overlap ratio", "overlap_ratio", "pct", "overlap_ratio"),
-]
+# per-rank values shown as min / median / max: (label, RankMetrics attribute, unit, glossary entry); label and
+# unit from the registry (model/fields.py)
+DISTRIBUTIONS = [(FIELDS[k].label, k, FIELDS[k].unit, g) for k, g in (
+    ("step_time_ms", "step_time"), ("compute_ms", "compute"), ("exposed_comm_ms", "exposed_comm"),
+    ("exposed_comm_frac", "exposed_comm"), ("idle_frac", "idle"), ("overlap_ratio", "overlap_ratio"))]
 
 
 def spread(a: Analysis, key: str) -> Spread | None:

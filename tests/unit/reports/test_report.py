@@ -486,11 +486,11 @@ def test_link_peak_of_a_foreign_trace_comes_from_its_device(tmp_path):
 
 
 def test_step_parts_one_name_and_colour_in_both_figures():
-    """The breakdown bars and the per-step chart read one table (model/step_parts.py): each part's legend
+    """The breakdown bars and the per-step chart read one registry (model/fields.py): each part's legend
     shows the same words in the same colour in both, idle included."""
     import re
 
-    from llmdiag.diagnose.model.step_parts import STEP_PARTS
+    from llmdiag.diagnose.model.fields import STEP_PARTS
     from tests.gen.summaries import _steps
 
     a = analysis(2)
