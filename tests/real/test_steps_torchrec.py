@@ -100,7 +100,7 @@ def test_steps_match_the_events(analysed, name):
         if c is not None:  # the allocator's time lies in one step: the step that is the outlier, its GPU idle
             assert flagged == [c.step], (name, alloc)
             excess, idle_more = want[c.step] - med, idle[c.step] - statistics.median(idle.values())
-            assert idle_more > 0.5 * excess and "most of the excess is device idle" in named[0]
+            assert idle_more > 0.5 * excess and "most of the excess is idle" in named[0]
         else:
             assert flagged == [], (name, alloc)
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import statistics
 
 from llmdiag.diagnose.model.analysis import Analysis, Issue
+from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.steps import step_span, step_summary
 
 
-PARTS = (("device idle", "idle_ms"), ("compute", "compute_ms"), ("exposed communication", "exposed_comm_ms"))
+# the parts an outlier step's excess is looked for in, named as the registry names them (model/fields.py)
+PARTS = tuple((FIELDS[k].label, k) for k in ("idle_ms", "compute_ms", "exposed_comm_ms"))
 
 
 def add_step_summary(a: Analysis) -> None:
