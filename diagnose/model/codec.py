@@ -24,7 +24,7 @@ from typing import Any, Callable
 import orjson
 
 Converter = Callable[[Any, str], Any]
-_JSON = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 class Invalid(Exception):
@@ -173,7 +173,7 @@ def record_fields(cls) -> tuple[tuple[str, ...], str | None]:
         (f.name for f in fs if f.metadata.get("rest")), None)
 
 
-def _as_dict(obj):
+def as_dict(obj):
     """orjson's hook for dataclasses: their fields, with a `rest` field's keys merged into the parent."""
     if dataclasses.is_dataclass(obj):
         names, rest = record_fields(type(obj))
@@ -191,7 +191,7 @@ def _mend(v):
         except UnicodeEncodeError:
             return v.encode("utf-8", "replace").decode("utf-8")
     if dataclasses.is_dataclass(v):
-        return _mend(_as_dict(v))
+        return _mend(as_dict(v))
     if isinstance(v, dict):
         return {k: _mend(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -222,6 +222,6 @@ def to_json_dict(obj) -> tuple[dict, bool]:
     ints beyond int64 written as the nearest float; the writer never raises on a value from a trace)."""
     with no_gc():
         try:
-            return orjson.loads(orjson.dumps(obj, default=_as_dict, option=_JSON)), False
+            return orjson.loads(orjson.dumps(obj, default=as_dict, option=JSON_OPTIONS)), False
         except TypeError:
-            return orjson.loads(orjson.dumps(_mend(obj), default=_as_dict, option=_JSON)), True
+            return orjson.loads(orjson.dumps(_mend(obj), default=as_dict, option=JSON_OPTIONS)), True

@@ -10,7 +10,7 @@ import orjson
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from llmdiag.diagnose.model.analysis import Analysis
-from llmdiag.diagnose.model.codec import _JSON, Invalid, _as_dict, build, no_gc, to_json_dict
+from llmdiag.diagnose.model.codec import JSON_OPTIONS, Invalid, as_dict, build, no_gc, to_json_dict
 from llmdiag.diagnose.model.manifest import Manifest
 from llmdiag.diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
 
@@ -62,7 +62,7 @@ def analysis_bytes(a: Analysis) -> tuple[bytes, Analysis]:
     opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
     try:
         if len(a.ranks) <= PACK_ABOVE_RANKS:
-            return orjson.dumps(a, default=_as_dict, option=_JSON | orjson.OPT_INDENT_2), a
+            return orjson.dumps(a, default=as_dict, option=JSON_OPTIONS | orjson.OPT_INDENT_2), a
         with no_gc():
             packed = pack_analysis(a)
             return orjson.dumps(packed, option=opt), a
