@@ -139,7 +139,7 @@ def run_case(case: Case, a, results_dir: str) -> dict:
         from benchmarks import import_cost
 
         try:
-            row["imports"] = import_cost.measure(case.files[0], 3 if a.quick else 9)
+            row["imports"] = import_cost.measure(case.files[0], 5 if a.quick else 15)
         except RuntimeError as e:
             row["imports"] = {"error": str(e)}
         return row
