@@ -37,7 +37,7 @@ MB = 1e6
 @dataclass
 class Case:
     name: str
-    kind: str  # real | set | scaling | render | cost | ladder
+    kind: str  # real | set | scaling | render | cost | imports | ladder
     ranks: int = 0
     mb: float = 0.0
     hta: bool = True
@@ -67,7 +67,9 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
     render = [Case(f"render:{n}", "render", n, hta=False)]
     # benchmarks/render_cost.py: analyze with / without the report (not in --quick: it runs analyze 2x4 times)
     cost = [] if mode == "quick" else [Case("render_cost:1x35", "cost", 1, 35, hta=False)]
-    return real + sets + scaling + render + cost
+    # benchmarks/import_cost.py: what `analyze` of one rank imports, against numpy's import (~10 s)
+    imports = [Case("imports:1x0.2", "imports", 1, 0.2, hta=False)]
+    return real + sets + scaling + render + cost + imports
 
 
 def ladder_cases(rungs: str | None) -> list[Case]:
@@ -101,7 +103,7 @@ def decompressed_sizes(files: list[str]) -> list[int]:
 
 
 def prepare(case: Case, data_dir: str) -> None:
-    if case.kind in ("set", "scaling", "cost", "ladder"):
+    if case.kind in ("set", "scaling", "cost", "imports", "ladder"):
         case.path = os.path.join(data_dir, case.name.replace(":", "_"))
         t = time.perf_counter()
         case.files = generate.write_set(case.path, case.ranks, case.mb)
@@ -132,6 +134,14 @@ def run_case(case: Case, a, results_dir: str) -> dict:
             row["cost"] = render_cost.measure(case.path, max(3, a.repeats))
         except RuntimeError as e:
             row["cost"] = {"error": str(e)}
+        return row
+    if case.kind == "imports":
+        from benchmarks import import_cost
+
+        try:
+            row["imports"] = import_cost.measure(case.files[0], 5 if a.quick else 15)
+        except RuntimeError as e:
+            row["imports"] = {"error": str(e)}
         return row
     if case.kind == "render":
         try:
@@ -218,6 +228,11 @@ def table(rows: list[dict], floors: dict) -> str:
             from benchmarks import render_cost
 
             out.append("\n" + render_cost.line(r["cost"], r.get("mb") or 35))
+    for r in rows:
+        if r["kind"] == "imports":
+            from benchmarks import import_cost
+
+            out.append("\n" + import_cost.line(r["imports"]))
     if floors.get("inline"):
         out.append(f"\nidle tree (interpreter and analysis modules loaded): {floors['inline'] / MB:.0f} MB PSS in-process, "
                    f"{(floors.get('workers') or 0) / MB:.0f} MB PSS with the forked workers")

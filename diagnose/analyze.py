@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
 
 from llmdiag.diagnose import __version__
@@ -21,8 +20,6 @@ from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, 
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from llmdiag.diagnose.model.summary import manifest_from_dict
-from llmdiag.diagnose.simulate.kineto import kineto_whatif
-from llmdiag.diagnose.simulate.replay import complete_from_job
 
 
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
@@ -115,6 +112,8 @@ def _stale(man) -> str | None:
     a good one. Its launcher's pid is checked on the launcher's own host only."""
     if man.status != "running":
         return None
+    import socket  # only for a manifest still `running`
+
     launch = man.launch if isinstance(man.launch, dict) else {}
     pid, host = launch.get("pid"), launch.get("host")
     if type(pid) is not int or pid <= 0 or host != socket.gethostname():
@@ -129,3 +128,23 @@ def _stale(man) -> str | None:
     man.status = "stale"
     man.failure = {"reason": f"the launcher (pid {pid}) is gone and never finalised the manifest (killed?)"}
     return f"stale run: {man.failure['reason']}"
+
+
+# The simulations, imported only where there is something to simulate (a one-rank trace imports neither):
+# each returns at once without pipeline actions, so the test is theirs, repeated here before the import.
+def complete_from_job(analysis, job) -> None:
+    """simulate.replay's pipeline replay and predictions; only where assembly found a pipeline (imported then:
+    a job without one never loads simulate)."""
+    if analysis.pipeline is not None:
+        from llmdiag.diagnose.simulate.replay import complete_from_job as replay
+
+        replay(analysis, job)
+
+
+def kineto_whatif(job):
+    """simulate.kineto's what-if of the traced steps; None (as it returns) where no rank has pipeline actions."""
+    if not (job.actions or any(o.actions for o in job.ranks)):
+        return None
+    from llmdiag.diagnose.simulate.kineto import kineto_whatif as whatif
+
+    return whatif(job)

@@ -9,7 +9,6 @@ import contextlib
 import gc
 import os
 import sys
-import webbrowser
 
 import click
 
@@ -244,6 +243,8 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
                 raise LlmdiagError(f"cannot write the report: {e.strerror or e}", hpath) from None
             click.echo(f"report:  {printable(os.path.abspath(out))}")
             if open_browser:
+                import webbrowser  # 5 ms (subprocess, shlex): only where a browser is opened
+
                 webbrowser.open("file://" + os.path.abspath(out))
         if timeline_path:
             from llmdiag.diagnose.export.timeline import write_timeline

@@ -1,11 +1,14 @@
 """The `llmdiag` command line.
 
 Exit codes: 0 ok, 1 a run or check that failed, 2 a usage or input error. A user mistake is one line on
-stderr, never a traceback (`--debug` shows one). Torch is imported only inside `run`.
+stderr, never a traceback (`--debug` shows one). Torch is imported only inside `run`, and each command's module
+only when that command runs: `analyze` does not pay for the gate's or the launcher's imports (every process
+pays its imports; `make bench` times what `analyze` of one rank imports, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -15,7 +18,19 @@ from llmdiag.diagnose.errors import LlmdiagError
 
 
 class _Group(click.Group):
-    """Turns LlmdiagError into one line and exit 2; click's own usage errors already exit 2."""
+    """Turns LlmdiagError into one line and exit 2; click's own usage errors already exit 2. The commands are
+    imported on first use (`COMMANDS`), click's documented lazy group."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            cmd = getattr(importlib.import_module(COMMANDS[cmd_name]), cmd_name)
+            cmd.short_help = SHORT_HELP[cmd_name]
+            cmd.epilog = "\b\nExamples:\n" + "\n".join(f"  {x}" for x in EXAMPLES[cmd_name])
+            self.add_command(cmd)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -43,6 +58,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+# Each command's module (the command is its attribute of the same name), imported when the command is looked up.
+COMMANDS = {"run": "llmdiag.diagnose.cli.run", "analyze": "llmdiag.diagnose.cli.analyze",
+            "check": "llmdiag.diagnose.cli.gate", "diff": "llmdiag.diagnose.cli.gate"}
 # One line per command in `llmdiag --help` (click would cut each docstring's first sentence with "...") and an
 # example per command under its own --help (`\b` keeps click from re-wrapping the lines).
 SHORT_HELP = {
@@ -60,19 +78,6 @@ EXAMPLES = {
     "diff": ["llmdiag diff runs/old runs/new", "llmdiag diff a.json b.json --html diff.html"],
 }
 
-
-def _register() -> None:
-    from llmdiag.diagnose.cli.run import run
-    from llmdiag.diagnose.cli.analyze import analyze
-    from llmdiag.diagnose.cli.gate import check, diff
-
-    for cmd in (run, analyze, check, diff):
-        cmd.short_help = SHORT_HELP[cmd.name]
-        cmd.epilog = "\b\nExamples:\n" + "\n".join(f"  {x}" for x in EXAMPLES[cmd.name])
-        main.add_command(cmd)
-
-
-_register()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

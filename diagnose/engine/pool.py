@@ -7,7 +7,6 @@ others kept.
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 
 from llmdiag.diagnose.engine.progress import Progress
@@ -50,6 +49,8 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
 def _isolated(job, work: Work):
     """`fn(job)` in a process of its own, so a worker killed by the OOM killer or a signal costs only the
     trace it was analysing: that rank comes back as an error naming the signal, the others as usual."""
+    import multiprocessing  # only once a worker died: the pool itself comes from concurrent.futures
+
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(job, work.fn, send), daemon=True)

@@ -18,7 +18,6 @@ import hashlib
 import os
 import stat
 import tempfile
-import zipfile
 
 import numpy as np
 import orjson
@@ -104,6 +103,8 @@ def _column(z, key: str, dtype, n: int | None) -> np.ndarray:
 def load(path: str, cache_dir: str, ident: str | None = None) -> RankTrace | None:
     """The cached RankTrace of `path` (whose identity is `ident`, taken by the caller before it parses), or
     None: a miss for anything but a valid entry of this exact content."""
+    import zipfile  # only with the cache on: analyze without it never opens an archive
+
     ident = identity(path) if ident is None else ident
     entry = _entry(ident, cache_dir)
     if entry is None:

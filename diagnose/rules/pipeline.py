@@ -9,7 +9,6 @@ from llmdiag.diagnose.metrics.rank.pipeline.actions import theory_bubble
 from llmdiag.diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
-from llmdiag.diagnose.simulate.gains import simulated_stage_gain
 
 IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
 
@@ -144,6 +143,8 @@ def pipeline_imbalance(c: Ctx) -> list[Finding]:
     act = (f"move layers from {_stages(c, hi)} to {_stages(c, lo)} (the first and last stages also carry "
            "the embedding and the output layer + loss: give them fewer transformer layers)")
     eg = c.gain_text(gain, "slowest stage busy time → mean stage busy time")
+    from llmdiag.diagnose.simulate.gains import simulated_stage_gain  # only past the checks: one rank never imports it
+
     if (sim := simulated_stage_gain(c.a.whatif, hi.stage, c.step_ms)) is not None:  # the replay, where one exists
         gain, eg = sim[0], c.gain_text(*sim)
     if (mv := p.layer_move) and mv["gain_ms"] > 0:  # the one-layer move, replayed with the run's cost model

@@ -77,7 +77,7 @@ def test_analyzer_reads_the_generated_set(small_set):
 
 def test_runner_plumbing(tmp_path):
     cases = cases_for("quick", str(tmp_path / "no-real-fixtures"))
-    assert {c.kind for c in cases} == {"set", "scaling", "render"}
+    assert {c.kind for c in cases} == {"set", "scaling", "render", "imports"}
     row = {"case": "r1", "kind": "set", "ranks": 1, "bytes": 2e6, "largest": 2e6,
            "llmdiag": {"wall": 1.0, "cpu": 1.5, "peak_pss": 3e6, "overlap_pct": 10.0},
            "orjson": {"wall": 0.5, "cpu": 0.5}, "hta": {"error": "not run"}}
@@ -87,3 +87,23 @@ def test_runner_plumbing(tmp_path):
     assert os.getpid() in tree(os.getpid())
     done, mem = run_sampled(["python3", "-c", "x = bytearray(30 << 20); import time; time.sleep(0.3)"])
     assert done.returncode == 0 and mem["peak_rss"] > 20 << 20
+
+
+def test_import_cost_reads_importtime_and_runs_the_command(tmp_path):
+    """The figure is the sum of the self times `-X importtime` prints, one line per module; one real pair of runs
+    (the analyze command line on a generated rank, then numpy) comes back as numbers (none asserted)."""
+    from benchmarks import import_cost
+
+    err = ("import time: self [us] | cumulative | imported package\n"
+           "import time:       120 |        120 |   _io\n"
+           "import time:      3000 |       4000 | numpy\nsummary: x.json\n")
+    assert import_cost.parse(err) == {"_io": 120, "numpy": 3000}
+    assert import_cost.parse(err, cumulative=True) == {"_io": 120, "numpy": 4000}
+    assert import_cost._group("llmdiag.diagnose.metrics.rank.kernels") == "llmdiag.diagnose.metrics.rank"
+    assert import_cost._group("llmdiag.diagnose.model.analysis") == "llmdiag.diagnose.model"
+    assert import_cost._group("numpy._core.umath") == "numpy"
+    one = generate.write_set(str(tmp_path / "one"), ranks=1, mb=0.05, steps=2, jobs=1)[0]
+    m = import_cost.measure(one, repeats=1)
+    assert m["modules"] > 100 and "numpy" in m["heaviest"] and m["analyze_s"] > m["numpy_line_s"] > 0
+    assert m["numpy_alone_s"] > 0
+    assert "analyze imports, 1 rank" in import_cost.line(m) and "over its numpy line" in import_cost.line(m)

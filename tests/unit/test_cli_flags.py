@@ -50,8 +50,11 @@ OTHER_TOOLS = {
 
 def _commands(cmd: click.Command = main, path: tuple[str, ...] = ()):
     yield path, cmd
-    if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
+    if isinstance(cmd, click.Group):  # listed and loaded as `llmdiag --help` does: the group imports them lazily
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, name
             yield from _commands(sub, path + (name,))
 
 
