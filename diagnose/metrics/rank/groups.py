@@ -26,9 +26,11 @@ Evidence, in order:
 
 from __future__ import annotations
 
+import operator
 import re
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -39,26 +41,31 @@ from llmdiag.diagnose.model.roles import pg_role
 from llmdiag.diagnose.metrics.rank.sets import distinct
 
 LONG = 30  # members written out in full up to this many (Kineto's own cut)
+Ranks = tuple[int, ...] | range  # a group's members; a range for a long strided run (parse_ranks)
 _LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
 
 @dataclass(frozen=True)
 class Group:
     label: str  # the group's description, else its name ("mesh_tp", "default_pg", "3"); "" unknown
-    ranks: tuple[int, ...] | str | None = None  # its members; the trace's own text where it is cut ("[0, 8, ...]")
+    ranks: Ranks | str | None = None  # its members (a range where pg_config lists a long strided run); the
+    # trace's own text where it is cut ("[0, 8, ...]")
 
-    @property
+    @cached_property
     def key(self) -> str:
         """What the cross-rank matching is keyed on: name and members, as Kineto writes them (`mesh_tp[0, 1]`);
         past LONG members as ranges (`mesh_dp[0-16376 step 8]`, a checksum where even those are cut), so a
-        16k-rank job's keys stay short."""
+        16k-rank job's keys stay short. Computed once per group, however many collectives read it."""
         if isinstance(self.ranks, str):
             return f"{self.label}{self.ranks}"
         if not self.ranks:
             return self.label
         if len(self.ranks) <= LONG:
             return f"{self.label}[{', '.join(map(str, self.ranks))}]"
-        r = sorted(self.ranks)
+        run = self.ranks if isinstance(self.ranks, range) and self.ranks.step > 0 else None
+        r = [] if run else sorted(self.ranks)
+        if run or (run := as_range(r)):  # `ranges`' text of a strided run, without its Python loop over the run
+            return f"{self.label}[{run[0]}-{run[-1]}{f' step {run.step}' if run.step != 1 else ''}]"
         text = ranges(r)
         if text.endswith("more)"):
             text += f" #{zlib.crc32(','.join(map(str, r)).encode()):08x}"
@@ -66,7 +73,19 @@ class Group:
 
     @property
     def size(self) -> int | None:
-        return len(self.ranks) if isinstance(self.ranks, tuple) and self.ranks else None
+        return len(self.ranks) if isinstance(self.ranks, (tuple, range)) and self.ranks else None
+
+
+def as_range(v: list[int]) -> range | None:
+    """`v` (ints) as the range it lists where it is an ascending, evenly strided run of three or more, else None.
+    Checked by comparisons run in C: PyTorch writes the default group (every rank) and DeviceMesh's strided
+    groups into every trace, so a Python loop over them costs each rank of a 16k-rank job time in proportion
+    to the world (issue #27's scale ladder)."""
+    n = len(v)
+    if n < 3 or (step := v[1] - v[0]) <= 0 or v[-1] - v[0] != step * (n - 1):
+        return None
+    run = range(v[0], v[-1] + 1, step)
+    return run if v == list(run) else None
 
 
 def _label(desc, name) -> str:
@@ -74,10 +93,14 @@ def _label(desc, name) -> str:
     return desc if desc and desc not in ("undefined", "None") else name
 
 
-def parse_ranks(v) -> tuple[int, ...] | None:
-    """A rank list from a list or its text ("[0, 1]"); None where it is absent, cut or not a list of ranks."""
-    if isinstance(v, list) and v and all(type(x) is int and x >= 0 for x in v):
-        return tuple(v)
+def parse_ranks(v) -> Ranks | None:
+    """A rank list from a list or its text ("[0, 1]"); None where it is absent, cut or not a list of ranks. A
+    list of more than LONG ranks that is a strided run (`pg_config`'s world-sized groups) comes back as its
+    range: checked in C, then sized, searched and keyed in constant time, whatever the world."""
+    if isinstance(v, list) and v and operator.countOf(map(type, v), int) == len(v):  # ints, not bools: in C
+        if len(v) > LONG and (run := as_range(v)) is not None:
+            return run if run.start >= 0 else None
+        return tuple(v) if min(v) >= 0 else None
     if isinstance(v, str) and len(v) < 1_000_000 and (m := _LIST.match(v.strip())) and m.group(1):
         return tuple(int(x) for x in m.group(1).split(","))
     return None
@@ -118,7 +141,7 @@ def resolve(t: RankTrace, idx: np.ndarray) -> dict[int, Group]:
 
 def _group(name, desc, raw, by_name: dict) -> Group:
     label = _label(desc, name)
-    ranks: tuple[int, ...] | str | None = parse_ranks(raw)
+    ranks: Ranks | str | None = parse_ranks(raw)
     cfg_g = by_name.get(str(name)) if name is not None else None
     if cfg_g is not None:
         label = _label(cfg_g.get("pg_desc"), name) if label == str(name) else label
@@ -132,8 +155,10 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
     """gloo spans -> the group whose worker threads ran them (see the module doc); {} where it does not read."""
     names = t.names
     spans = [i for i in idx.tolist() if names[t.name[i]].startswith("gloo:")]
+    if not spans:  # an NCCL job: the pg_config groups are not read here at all
+        return {}
     groups = own_groups(cfg, t.rank)
-    if not spans or not groups:
+    if not groups:
         return {}
     gloo = t.name_mask(lambda n: n.startswith("gloo:"))
     every = np.flatnonzero(gloo)  # the threads of all gloo spans, in the windows or not

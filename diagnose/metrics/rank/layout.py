@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import ast
 
+_LAST_TEXT: list = ["", []]  # the last pg_config text read and its groups
 
 
 def pg_config(dist: dict) -> list[dict]:
+    """The groups of `dist["pg_config"]`. Older traces write it as a Python repr, holding every group's
+    full rank list (megabytes at 16k ranks): the last text's parse is kept, keyed by the exact text, since
+    one rank's analysis reads it three times (groups, sizes, the slim copy). The groups are shared: read only."""
     raw = dist.get("pg_config")
     if isinstance(raw, str) and len(raw) < 4_000_000:
-        try:
-            raw = ast.literal_eval(raw)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return []
+        if raw is not _LAST_TEXT[0] and raw != _LAST_TEXT[0]:
+            _LAST_TEXT[:] = [raw, _groups_of_text(raw)]
+        return list(_LAST_TEXT[1])
     if not isinstance(raw, list):
         return []
     return [g for g in raw if isinstance(g, dict)]
+
+
+def _groups_of_text(raw: str) -> list[dict]:
+    try:
+        v = ast.literal_eval(raw)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return []
+    return [g for g in v if isinstance(g, dict)] if isinstance(v, list) else []
 
 
 def pipeline_desc(desc: str) -> bool:
