@@ -63,7 +63,7 @@ def _python_calls(fn) -> int:
     return n
 
 
-def test_a_ranks_analysis_makes_the_same_python_calls_at_1024_and_16384_ranks(tmp_path):
+def test_a_ranks_analysis_makes_as_many_python_calls_at_1024_as_at_16384_ranks(tmp_path):
     paths = {w: _rank0(w).write(tmp_path / f"w{w}" / "rank0.json") for w in (1024, 16384)}
     for p in paths.values():
         run_job(RankJob(p))  # imports and first-call caches out of the count
@@ -73,7 +73,8 @@ def test_a_ranks_analysis_makes_the_same_python_calls_at_1024_and_16384_ranks(tm
         calls[w] = _python_calls(lambda: out.append(run_job(RankJob(p))))
         assert out[0].error is None, out[0].error
         keys[w] = {pg for pg, _kind in out[0].collectives.keys}
-    assert calls[1024] == calls[16384], calls
+    # the same work at both sizes, give or take a call a data-dependent branch takes (the old code: 5,679 vs 40,239)
+    assert abs(calls[16384] - calls[1024]) <= 0.01 * calls[1024], calls
     for w in paths:  # the keys the cross-rank matching sees: written here from the layout, not by the code
         want = {f"default_pg[0-{w - 1}]", f"mesh_dp[0-{w - TP} step {TP}]", "mesh_tp[0, 1, 2, 3, 4, 5, 6, 7]"}
         assert keys[w] == want, keys[w]
