@@ -18,7 +18,7 @@ import numpy as np
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import read_bounded, special
-from llmdiag.diagnose.model.manifest import MAX_WORLD
+from llmdiag.diagnose.model.dims import MAX_WORLD
 
 COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "mb_id", "gmc")
 MAX_OPS = 50_000_000  # ~2 GB of columns: beyond this the table is not one job's trace (the footer says)

@@ -8,21 +8,40 @@ Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summari
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, to_json_dict
-from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
 from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
-from llmdiag.diagnose.model.manifest import Manifest
-from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
 from llmdiag.diagnose.model.provenance import Provenance
-from llmdiag.diagnose.model.runs import RunInfo
 from llmdiag.diagnose.model.steps import StepSummary
 from llmdiag.diagnose.model.pack import PACKED_SCHEMA, unpack
-from llmdiag.diagnose.model.whatif import WhatIf
-from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
+    from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
+    from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
+    from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
+    from llmdiag.diagnose.model.runs import RunInfo
+    from llmdiag.diagnose.model.whatif import WhatIf
+
+# The types of the parts a one-rank trace does not have (a manifest, MoE, matched collectives, runs, a what-if, a
+# pipeline): imported on first use (`__getattr__`), not with the model; codec.type_hints loads them before it reads
+# this module's type hints.
+LAZY_TYPES = {"Manifest": "manifest", "CaptureWindow": "matching", "LateArrival": "matching", "P2PMatch": "matching",
+              "AccumSummary": "moe", "MoeSummary": "moe", "PipelinePrediction": "pipeline",
+              "PipelineResult": "pipeline", "StageBubble": "pipeline", "RunInfo": "runs", "WhatIf": "whatif"}
+
+
+def __getattr__(name: str) -> type:
+    """A type of LAZY_TYPES, imported now and kept in this module's namespace (where type hints look it up)."""
+    if name not in LAZY_TYPES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(f"llmdiag.diagnose.model.{LAZY_TYPES[name]}"), name)
+    return value
 
 SCHEMA_VERSION = 2
 

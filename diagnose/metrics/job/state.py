@@ -11,12 +11,15 @@ The timeline reads the same shifts from `RankMetrics.clock_shift_ns`, written fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
-from llmdiag.diagnose.model.matching import P2PMatch
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.matching import P2PMatch
 
 
 @dataclass
