@@ -8,17 +8,16 @@ Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summari
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
-from llmdiag.diagnose.model.codec import Invalid, build, to_json_dict
+from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
-from llmdiag.diagnose.model.pack import PACKED_SCHEMA, unpack
+from llmdiag.diagnose.model.pack import PACKED_SCHEMA, UNPACKED_SCHEMA, unpack, upgrade_v1
 
 if TYPE_CHECKING:
     from llmdiag.diagnose.model.manifest import Manifest
@@ -28,22 +27,13 @@ if TYPE_CHECKING:
     from llmdiag.diagnose.model.runs import RunInfo
     from llmdiag.diagnose.model.whatif import WhatIf
 
-# The types of the parts a one-rank trace does not have (a manifest, MoE, matched collectives, runs, a what-if, a
-# pipeline): imported on first use (`__getattr__`), not with the model; codec.type_hints loads them before it reads
-# this module's type hints.
+# Types of the parts a one-rank trace does not have (manifest, MoE, matching, runs, what-if, pipeline): imported on
+# first use, not with the model (codec.lazy_types); codec.type_hints loads those a class's hints name.
 LAZY_TYPES = {"Manifest": "manifest", "CaptureWindow": "matching", "LateArrival": "matching", "P2PMatch": "matching",
               "AccumSummary": "moe", "MoeSummary": "moe", "PipelinePrediction": "pipeline",
               "PipelineResult": "pipeline", "StageBubble": "pipeline", "RunInfo": "runs", "WhatIf": "whatif"}
-
-
-def __getattr__(name: str) -> type:
-    """A type of LAZY_TYPES, imported now and kept in this module's namespace (where type hints look it up)."""
-    if name not in LAZY_TYPES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(f"llmdiag.diagnose.model.{LAZY_TYPES[name]}"), name)
-    return value
-
-SCHEMA_VERSION = 2
+__getattr__ = lazy_types(__name__, LAZY_TYPES)
+SCHEMA_VERSION = UNPACKED_SCHEMA
 
 
 @dataclass
@@ -82,6 +72,8 @@ class CommGroupStats:
 
 @dataclass
 class KernelStat:
+    """One kernel (or top-level op) name on one rank: its calls, time and share of all kernel time in the windows."""
+
     name: str
     kind: str  # compute, comm, memcpy, memset
     count: int
@@ -93,6 +85,8 @@ class KernelStat:
 
 @dataclass
 class MemoryStat:
+    """One device's memory on one rank: allocated and reserved peaks, when and under which op, and the timeline."""
+
     device: str  # "cuda:0", "cpu"
     peak_allocated: int
     peak_reserved: int | None  # None where nothing is reserved or recorded (CPU, the 2021 schema)
@@ -140,6 +134,8 @@ class Hints:
 
 @dataclass
 class PipelineAction:
+    """One pipeline action of a rank on the analysis' aligned clock: stage, kind, microbatch, span (the timeline's)."""
+
     stage: int
     kind: str  # F, B, I, W
     microbatch: int
@@ -149,6 +145,8 @@ class PipelineAction:
 
 @dataclass
 class RankMetrics:
+    """One rank's metrics: the step breakdown per window and on average, communication, kernels, memory, hints."""
+
     rank: int
     file: str
     host: str
@@ -196,6 +194,8 @@ class RankMetrics:
 
 @dataclass
 class CollectiveSkew:
+    """Arrival skew of one collective kind in one group, over the collectives matched across ranks."""
+
     pg: str
     kind: str
     matched: int  # collectives seen on ≥ 2 ranks
@@ -207,6 +207,8 @@ class CollectiveSkew:
 
 @dataclass
 class Straggler:
+    """A rank that holds the others back: at collectives it arrives at last, or by compute above the median."""
+
     rank: int
     reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
     value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
@@ -222,6 +224,8 @@ class Straggler:
 
 @dataclass
 class SkewResult:
+    """Collectives and send/recv matched across ranks: arrival skew, late ranks, stragglers, the clock shifts used."""
+
     matched: int
     by_collective: list[CollectiveSkew]
     last_arrivals: dict[str, int]  # rank -> times it arrived last
@@ -255,6 +259,8 @@ class Issue:
 
 @dataclass
 class Aggregate:
+    """The job in one row: step time, overlap, exposed comm, idle and memory over the ranks, throughput where known."""
+
     ranks: int
     step_time_ms: float  # mean over ranks of per-rank mean step time
     step_time_max_ms: float
@@ -289,6 +295,8 @@ class Evidence:
 
 @dataclass
 class Finding:
+    """One recommendation: the rule that fired, its evidence, the action, the expected gain and how it was computed."""
+
     id: str  # the rule's id (docs/recommendations.md)
     severity: str  # one of SEVERITIES
     title: str
@@ -319,6 +327,8 @@ class AnalysisOptions:
 
 @dataclass
 class Analysis:
+    """The analysis of one job: every rank, the cross-rank results, issues and findings; what every output reads."""
+
     source: str
     name: str
     trace_kind: str  # gpu, cpu, or mixed
@@ -373,7 +383,7 @@ class Analysis:
             except (Slow, TypeError):
                 pass  # a shape it leaves to the general reader, which names what is wrong
         try:
-            return build(cls, _upgrade_v1(data) if v == 1 else unpack(data))
+            return build(cls, upgrade_v1(data) if v == 1 else unpack(data))
         except Invalid as e:
             raise LlmdiagError(f"invalid summary: {e}", where) from None
 
@@ -384,15 +394,3 @@ class Analysis:
     def step_ms(self) -> float | None:
         """The mean step time every share of "the step" divides by."""
         return self.aggregate.step_time_ms or None
-
-
-def _upgrade_v1(data: dict) -> dict:
-    """Schema 1 kept a finding's evidence as text beside its ranks, steps and metric."""
-    out = []
-    for f in data.get("findings") or []:
-        if isinstance(f, dict) and not isinstance(f.get("evidence"), dict):
-            f = dict(f)
-            f["evidence"] = {"text": f.pop("evidence", ""), "metric": f.pop("metric", ""),
-                             "ranks": f.pop("ranks", []), "steps": f.pop("steps", [])}
-        out.append(f)
-    return {**data, "findings": out, "schema_version": SCHEMA_VERSION}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import math
 import re
 import sys
@@ -134,6 +135,20 @@ def _container(tp, origin) -> Converter:
 
         return conv_dict
     raise TypeError(f"no converter for {tp!r}")  # a model type the codec does not know: a bug of ours
+
+
+def lazy_types(module: str, where: dict[str, str]) -> Callable[[str], type]:
+    """A module's `__getattr__` for the types it names in hints only (`where`: name -> its model module): each is
+    imported on first use and kept in `module`'s namespace, where type hints look names up."""
+
+    def load(name: str) -> type:
+        if name not in where:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"llmdiag.diagnose.model.{where[name]}"), name)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return load
 
 
 def type_hints(cls) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LinkPeak:
+    """A device's achievable intra-node bus bandwidth, the link it is over, and where the number comes from."""
+
     busbw_gbps: float
     link: str
     source: str

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Job:
+    """The ranks assembly kept, their clock shifts, pipeline actions and matches: what simulate reads."""
+
     ranks: list[RankOutput]  # one output per kept rank, rank order
     shift_ns: dict[int, int]  # rank -> ns added to its rank-relative times to put them on the common clock
     missing: list[int] = field(default_factory=list)  # ranks of the world without a trace

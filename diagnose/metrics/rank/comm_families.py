@@ -19,6 +19,8 @@ NAME_CAP = 4096  # characters of a name read for matching: every family's token 
 
 @dataclass(frozen=True)
 class Family:
+    """A family of communication kernel names (NCCL, gloo, ...): the pattern that tells its members, its kind."""
+
     name: str
     pattern: re.Pattern
     source: str  # where the names come from
