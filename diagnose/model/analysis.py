@@ -21,17 +21,19 @@ from llmdiag.diagnose.model.pack import PACKED_SCHEMA, UNPACKED_SCHEMA, unpack, 
 
 if TYPE_CHECKING:
     from llmdiag.diagnose.model.manifest import Manifest
-    from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
+    from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch  # noqa: F401 (re-export)
     from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
     from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
     from llmdiag.diagnose.model.runs import RunInfo
+    from llmdiag.diagnose.model.skew import CollectiveSkew, SkewResult, Straggler  # noqa: F401 (re-export)
     from llmdiag.diagnose.model.whatif import WhatIf
 
-# Types of the parts a one-rank trace does not have (manifest, MoE, matching, runs, what-if, pipeline): imported on
+# Types of the parts a one-rank trace does not have (manifest, MoE, matching, skew, runs, what-if, pipeline): imported on
 # first use, not with the model (codec.lazy_types); codec.type_hints loads those a class's hints name.
 LAZY_TYPES = {"Manifest": "manifest", "CaptureWindow": "matching", "LateArrival": "matching", "P2PMatch": "matching",
               "AccumSummary": "moe", "MoeSummary": "moe", "PipelinePrediction": "pipeline",
-              "PipelineResult": "pipeline", "StageBubble": "pipeline", "RunInfo": "runs", "WhatIf": "whatif"}
+              "PipelineResult": "pipeline", "StageBubble": "pipeline", "RunInfo": "runs", "WhatIf": "whatif",
+              "CollectiveSkew": "skew", "SkewResult": "skew", "Straggler": "skew"}
 __getattr__ = lazy_types(__name__, LAZY_TYPES)
 SCHEMA_VERSION = UNPACKED_SCHEMA
 
@@ -190,61 +192,6 @@ class RankMetrics:
         `[memory]` events are CPU-side (Device Type 0) the device peak was not recorded (None), never the CPU's."""
         mem = [m for m in self.memory if m.device != "cpu"] if self.trace_kind == "gpu" else self.memory
         return max((m.peak_allocated for m in mem), default=None)
-
-
-@dataclass
-class CollectiveSkew:
-    """Arrival skew of one collective kind in one group, over the collectives matched across ranks."""
-
-    pg: str
-    kind: str
-    matched: int  # collectives seen on ≥ 2 ranks
-    mean_skew_ms: float  # arrival skew: latest start − earliest start
-    max_skew_ms: float
-    mean_transfer_ms: float  # shortest duration among ranks
-    last_arrivals: dict[str, int] = field(default_factory=dict)  # rank -> times it alone arrived last here
-
-
-@dataclass
-class Straggler:
-    """A rank that holds the others back: at collectives it arrives at last, or by compute above the median."""
-
-    rank: int
-    reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
-    value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
-    kind: str = ""  # the collective kind it is most clearly last at (metrics/job/stragglers.py), "" for compute
-    imposed_ms: float = 0.0  # Σ over collectives where it alone arrived last of (its start − the second-latest
-    # start), per step: what the other ranks would save had it alone been on time
-    last_n: int = 0  # collectives of `kind` it alone arrived last at
-    matched_n: int = 0  # matched collectives of `kind`
-    gain_ms: float | None = None  # per step: replayed with its launch gaps at its peers' median ("simulated"),
-    # else the imposed wait ("bound")
-    gain_kind: str = ""  # "simulated" or "bound"
-
-
-@dataclass
-class SkewResult:
-    """Collectives and send/recv matched across ranks: arrival skew, late ranks, stragglers, the clock shifts used."""
-
-    matched: int
-    by_collective: list[CollectiveSkew]
-    last_arrivals: dict[str, int]  # rank -> times it arrived last
-    host_shift_ms: dict[str, float]  # host -> clock shift applied
-    stragglers: list[Straggler]
-    late: list[LateArrival] = field(default_factory=list)  # the most skewed matched collectives, late ranks named
-    late_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ its lateness where it was late
-    late_n_by_rank: dict[str, int] = field(default_factory=dict)  # rank -> matched collectives it was late at
-    imposed_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (its start − last punctual
-    # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
-    wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
-    schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
-    size_mismatches: int = 0  # matched collectives whose ranks disagree on the message size (likely mis-paired)
-    p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
-    capture_windows: list[CaptureWindow] = field(default_factory=list)  # ranks whose capture starts late / ends early
-    partial: int = 0  # collectives only some ranks of their group recorded (capture edges): left out of skew
-    by_order: int = 0  # (rank, group, kind) whose completion times fit no alignment: matched by order
-    matching_failed: bool = False  # skew or a straggler cost longer than the step: pairs are wrong, no finding
-    decided: bool = False  # stragglers decided per kind (metrics/job/stragglers.py); False in older summaries
 
 
 @dataclass

@@ -30,8 +30,7 @@ from llmdiag.diagnose.metrics.job.pipeline.timematch import recover_peers
 from llmdiag.diagnose.metrics.job.ranks import resolve_ranks
 from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.metrics.job.straggler_issues import alignment_issues, compute_stragglers_into
-from llmdiag.diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
-                                     SkewResult)
+from llmdiag.diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics
 from llmdiag.diagnose.model.format import NS_PER_MS, ranges
 from llmdiag.diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
 from llmdiag.diagnose.metrics.rank.sets import median
@@ -121,6 +120,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     recover_peers(good, shift)
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
+        from llmdiag.diagnose.model.skew import SkewResult  # send/recv matched: a skew to hold them
+
         sk = sk or SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[])
         sk.p2p = pairs
 
