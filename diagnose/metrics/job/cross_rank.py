@@ -217,12 +217,10 @@ def _can_match(records: dict, layout: dict | None) -> bool:
 def _pipeline(good, man, shift, issues, source, tracks=None):
     """(PipelineResult or None, rank -> its actions with their stage (rank-relative ns; ranks in a chain only),
     the chains). Actions are staged on the rank's own clock and measured on the common one."""
-    from llmdiag.diagnose.metrics.job.pipeline.chains import chains
-
     acts = {o.rank: o.actions for o in good}
     with_actions = [r for r, a in acts.items() if a]
     links = {o.rank: o.links for o in good if o.links is not None}
-    groups, why = chains(links) if links else ([], "")
+    groups, why = _chains(links)
     virtual, v_sched, v = False, "", None
     if why and all(lk.blocks for lk in links.values()):  # one stage per rank does not read: virtual stages?
         from llmdiag.diagnose.metrics.job.pipeline.virtual import virtual_layout
@@ -278,17 +276,24 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
     return res, {r: xs for r, xs in acts.items() if xs}, [list(g) for g in groups]
 
 
+def _chains(links: dict) -> tuple[list, str]:
+    """chains() of the ranks' send/recv links; imported only where a rank has links (no PP: labels)."""
+    if not links:
+        return [], ""
+    from llmdiag.diagnose.metrics.job.pipeline.chains import chains
+
+    return chains(links)
+
+
 def _moved(acts: list[Action], ns: int) -> list[Action]:
     return [dataclasses.replace(a, start=a.start + ns, end=a.end + ns) for a in acts]
 
 
 def _stages(good) -> dict[int, int]:
     """rank -> pipeline stage, where known: from its PP: labels, or its place in an inferred chain."""
-    from llmdiag.diagnose.metrics.job.pipeline.chains import chains
-
     out = {o.rank: min(a.stage for a in o.actions) for o in good if o.actions and o.links is None}
     links = {o.rank: o.links for o in good if o.links is not None}
-    groups, why = chains(links) if links else ([], "")
+    groups, why = _chains(links)
     for g in groups if not why else []:
         out.update({r: pos for pos, r in enumerate(g)})
     return {r: s for r, s in out.items() if s >= 0}
