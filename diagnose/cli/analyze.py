@@ -176,7 +176,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     if timeline_ranks and not timeline_path:
         raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
     if timeline_path and isinstance(target, str):
-        from llmdiag.diagnose.io.megatron_ops import find_op_table
+        from llmdiag.diagnose.io.op_table_path import find_op_table
 
         if find_op_table(target):
             raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)

@@ -27,9 +27,10 @@ D = "llmdiag.diagnose"
 UNNEEDED = (f"{D}.simulate", f"{D}.export", f"{D}.gate", f"{D}.cli.gate", f"{D}.cli.run", f"{D}.cli.terminal",
             f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing")
 # Nor the cross-rank parts one rank does not have (skew, stragglers, the pipeline, a mesh, several runs), the
-# types only they build (model/analysis.py LAZY_TYPES), the tables' row types, or the packed writer (many ranks).
+# types only they build (model/analysis.py LAZY_TYPES), the tables' row types, the packed writer (many ranks), or
+# the straggler study's op-table reader (a Kineto input only asks io/op_table_path.py whether it is one).
 ONE_RANK_UNNEEDED = tuple(f"{D}.{m}" for m in (
-    "metrics.job.skew", "metrics.job.collective_match", "metrics.job.mesh", "metrics.job.pipeline.bubbles",
+    "io.megatron_ops", "metrics.job.skew", "metrics.job.collective_match", "metrics.job.mesh", "metrics.job.pipeline.bubbles",
     "metrics.job.pipeline.chains", "metrics.job.pipeline.virtual", "metrics.job.track_intervals",
     "metrics.rank.op_scaling", "model.manifest", "model.matching", "model.moe", "model.pipeline", "model.runs",
     "model.skew", "model.whatif", "model.views", "model.pack_write"))
