@@ -13,7 +13,7 @@ import time
 from llmdiag.diagnose import __version__
 from llmdiag.diagnose.engine import EngineSpec, Work, default_workers, run_jobs
 from llmdiag.diagnose.io.discover import discover
-from llmdiag.diagnose.io.megatron_ops import find_op_table
+from llmdiag.diagnose.io.op_table_path import find_op_table
 from llmdiag.diagnose.metrics.job.cross_rank import assemble, stage_hint
 from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
 from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, runs_message

@@ -11,15 +11,15 @@ import re
 # C0/C1 controls, DEL, the Unicode line/paragraph separators, bidi overrides, and lone surrogates (file names
 # that are not UTF-8): they could break the one-line message, rewrite the terminal (ANSI escapes, U+202E) or
 # fail to encode on stderr.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNPRINTABLE = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"  # compiled on first use
 
 
 def printable(s: object) -> str:
     """`s` with control characters written as escapes (`\\n`, `\\x1b`, `\\u202e`): safe on one terminal line."""
     text = str(s)
-    if not _UNPRINTABLE.search(text):
+    if text.isprintable() or not re.search(_UNPRINTABLE, text):  # every character above is not isprintable()
         return text
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return re.sub(_UNPRINTABLE, lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class LlmdiagError(Exception):

@@ -13,7 +13,6 @@ import sys
 import click
 
 from llmdiag.diagnose.errors import LlmdiagError, printable
-from llmdiag.diagnose.model.runs import RUNS_PREFIX
 from llmdiag.diagnose.model.files import write_atomic
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.provenance import Provenance
@@ -177,7 +176,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     if timeline_ranks and not timeline_path:
         raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
     if timeline_path and isinstance(target, str):
-        from llmdiag.diagnose.io.megatron_ops import find_op_table
+        from llmdiag.diagnose.io.op_table_path import find_op_table
 
         if find_op_table(target):
             raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
@@ -214,9 +213,12 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
     """The summary, terminal tables, report and extras of one analysis; its exit code (1: files left out)."""
     json_path, report_path, timeline_path, tables_dir = (_run_path(p, analysis, several) for p in
                                                          (json_path, report_path, timeline_path, tables_dir))
-    for i in analysis.issues if analysis.runs else []:  # on stderr too: -q prints no terminal tables (nor issues)
-        if i.message.startswith(RUNS_PREFIX):
-            click.echo(printable(f"llmdiag: {i.file}: {i.message}"), err=True)
+    if analysis.runs:  # on stderr too: -q prints no terminal tables (nor issues)
+        from llmdiag.diagnose.model.runs import RUNS_PREFIX  # an input of one run has no such issue
+
+        for i in analysis.issues:
+            if i.message.startswith(RUNS_PREFIX):
+                click.echo(printable(f"llmdiag: {i.file}: {i.message}"), err=True)
     analysis.provenance = provenance(click.get_current_context(), analysis)
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built
         summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names

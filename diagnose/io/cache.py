@@ -14,15 +14,19 @@ space (about 50 bytes per complete event, a tenth of the decompressed JSON).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
-import tempfile
 
 import numpy as np
 import orjson
 
 from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
+from llmdiag.diagnose.model.files import mkstemp
+
+try:  # every analyze takes each trace's identity: the builtin SHA-1 spares it OpenSSL's start-up (issue #30)
+    from _sha1 import sha1
+except ImportError:  # a Python built without its own hashes
+    from hashlib import sha1
 
 ENV = "LLMDIAG_CACHE_DIR"
 VERSION = 9  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type;
@@ -56,7 +60,7 @@ def identity(path: str) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        h = hashlib.sha1(os.pread(fd, EDGE, 0))
+        h = sha1(os.pread(fd, EDGE, 0))
         if st.st_size > EDGE:
             h.update(os.pread(fd, EDGE, max(EDGE, st.st_size - EDGE)))
     except OSError:
@@ -70,7 +74,7 @@ def _entry(ident: str | None, cache_dir: str) -> str | None:
     if ident is None:
         return None
     key = f"{VERSION}|{ident}"
-    return os.path.join(cache_dir, hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest() + ".npz")
+    return os.path.join(cache_dir, sha1(key.encode("utf-8", "surrogatepass")).hexdigest() + ".npz")
 
 
 def _cap(ident: str) -> int:
@@ -163,7 +167,7 @@ def store(t: RankTrace, cache_dir: str, ident: str | None = None) -> bool:
     try:
         blob = orjson.dumps(info, option=orjson.OPT_NON_STR_KEYS)
         os.makedirs(cache_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=cache_dir)
+        fd, tmp = mkstemp(cache_dir, ".tmp-", ".npz")
     except (TypeError, OSError):  # values JSON cannot hold (lone surrogates), or an unwritable directory
         return False
     try:

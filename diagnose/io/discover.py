@@ -24,6 +24,8 @@ RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 @dataclass
 class Source:
+    """What one input path resolved to: the trace files to read, a manifest where there is one, what was skipped."""
+
     path: str  # what the user gave
     name: str  # a short name for outputs
     files: list[str]

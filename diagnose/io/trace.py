@@ -46,6 +46,8 @@ class MemoryEvents:
 
 @dataclass
 class RankTrace:
+    """One rank's trace file as columns: its complete events sorted by start, names interned, plus its metadata."""
+
     path: str
     rank: int | None
     meta: dict  # top-level keys of the trace but traceEvents (distributedInfo, deviceProperties, ...)

@@ -9,22 +9,33 @@ Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summari
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
-from llmdiag.diagnose.model.codec import Invalid, build, to_json_dict
-from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
+from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
-from llmdiag.diagnose.model.manifest import Manifest
-from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
 from llmdiag.diagnose.model.provenance import Provenance
-from llmdiag.diagnose.model.runs import RunInfo
 from llmdiag.diagnose.model.steps import StepSummary
-from llmdiag.diagnose.model.pack import PACKED_SCHEMA, unpack
-from llmdiag.diagnose.model.whatif import WhatIf
-from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
+from llmdiag.diagnose.model.pack import PACKED_SCHEMA, UNPACKED_SCHEMA, unpack, upgrade_v1
 
-SCHEMA_VERSION = 2
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
+    from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch  # noqa: F401 (re-export)
+    from llmdiag.diagnose.model.moe import AccumSummary, MoeSummary
+    from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult, StageBubble  # noqa: F401 (re-export)
+    from llmdiag.diagnose.model.runs import RunInfo
+    from llmdiag.diagnose.model.skew import CollectiveSkew, SkewResult, Straggler  # noqa: F401 (re-export)
+    from llmdiag.diagnose.model.whatif import WhatIf
+
+# Types of the parts a one-rank trace does not have (manifest, MoE, matching, skew, runs, what-if, pipeline): imported on
+# first use, not with the model (codec.lazy_types); codec.type_hints loads those a class's hints name.
+LAZY_TYPES = {"Manifest": "manifest", "CaptureWindow": "matching", "LateArrival": "matching", "P2PMatch": "matching",
+              "AccumSummary": "moe", "MoeSummary": "moe", "PipelinePrediction": "pipeline",
+              "PipelineResult": "pipeline", "StageBubble": "pipeline", "RunInfo": "runs", "WhatIf": "whatif",
+              "CollectiveSkew": "skew", "SkewResult": "skew", "Straggler": "skew"}
+__getattr__ = lazy_types(__name__, LAZY_TYPES)
+SCHEMA_VERSION = UNPACKED_SCHEMA
 
 
 @dataclass
@@ -63,6 +74,8 @@ class CommGroupStats:
 
 @dataclass
 class KernelStat:
+    """One kernel (or top-level op) name on one rank: its calls, time and share of all kernel time in the windows."""
+
     name: str
     kind: str  # compute, comm, memcpy, memset
     count: int
@@ -74,6 +87,8 @@ class KernelStat:
 
 @dataclass
 class MemoryStat:
+    """One device's memory on one rank: allocated and reserved peaks, when and under which op, and the timeline."""
+
     device: str  # "cuda:0", "cpu"
     peak_allocated: int
     peak_reserved: int | None  # None where nothing is reserved or recorded (CPU, the 2021 schema)
@@ -121,6 +136,8 @@ class Hints:
 
 @dataclass
 class PipelineAction:
+    """One pipeline action of a rank on the analysis' aligned clock: stage, kind, microbatch, span (the timeline's)."""
+
     stage: int
     kind: str  # F, B, I, W
     microbatch: int
@@ -130,6 +147,8 @@ class PipelineAction:
 
 @dataclass
 class RankMetrics:
+    """One rank's metrics: the step breakdown per window and on average, communication, kernels, memory, hints."""
+
     rank: int
     file: str
     host: str
@@ -176,55 +195,6 @@ class RankMetrics:
 
 
 @dataclass
-class CollectiveSkew:
-    pg: str
-    kind: str
-    matched: int  # collectives seen on ≥ 2 ranks
-    mean_skew_ms: float  # arrival skew: latest start − earliest start
-    max_skew_ms: float
-    mean_transfer_ms: float  # shortest duration among ranks
-    last_arrivals: dict[str, int] = field(default_factory=dict)  # rank -> times it alone arrived last here
-
-
-@dataclass
-class Straggler:
-    rank: int
-    reason: str  # "arrives last at collectives" or "compute per step above the median by more than 5%"
-    value: float  # the share of matched collectives it arrived last at, or its compute excess over the median
-    kind: str = ""  # the collective kind it is most clearly last at (metrics/job/stragglers.py), "" for compute
-    imposed_ms: float = 0.0  # Σ over collectives where it alone arrived last of (its start − the second-latest
-    # start), per step: what the other ranks would save had it alone been on time
-    last_n: int = 0  # collectives of `kind` it alone arrived last at
-    matched_n: int = 0  # matched collectives of `kind`
-    gain_ms: float | None = None  # per step: replayed with its launch gaps at its peers' median ("simulated"),
-    # else the imposed wait ("bound")
-    gain_kind: str = ""  # "simulated" or "bound"
-
-
-@dataclass
-class SkewResult:
-    matched: int
-    by_collective: list[CollectiveSkew]
-    last_arrivals: dict[str, int]  # rank -> times it arrived last
-    host_shift_ms: dict[str, float]  # host -> clock shift applied
-    stragglers: list[Straggler]
-    late: list[LateArrival] = field(default_factory=list)  # the most skewed matched collectives, late ranks named
-    late_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ its lateness where it was late
-    late_n_by_rank: dict[str, int] = field(default_factory=dict)  # rank -> matched collectives it was late at
-    imposed_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (its start − last punctual
-    # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
-    wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
-    schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
-    size_mismatches: int = 0  # matched collectives whose ranks disagree on the message size (likely mis-paired)
-    p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer
-    capture_windows: list[CaptureWindow] = field(default_factory=list)  # ranks whose capture starts late / ends early
-    partial: int = 0  # collectives only some ranks of their group recorded (capture edges): left out of skew
-    by_order: int = 0  # (rank, group, kind) whose completion times fit no alignment: matched by order
-    matching_failed: bool = False  # skew or a straggler cost longer than the step: pairs are wrong, no finding
-    decided: bool = False  # stragglers decided per kind (metrics/job/stragglers.py); False in older summaries
-
-
-@dataclass
 class Issue:
     """A per-file problem: the rank is left out (error) or analysed with a caveat (warning)."""
 
@@ -236,6 +206,8 @@ class Issue:
 
 @dataclass
 class Aggregate:
+    """The job in one row: step time, overlap, exposed comm, idle and memory over the ranks, throughput where known."""
+
     ranks: int
     step_time_ms: float  # mean over ranks of per-rank mean step time
     step_time_max_ms: float
@@ -270,6 +242,8 @@ class Evidence:
 
 @dataclass
 class Finding:
+    """One recommendation: the rule that fired, its evidence, the action, the expected gain and how it was computed."""
+
     id: str  # the rule's id (docs/recommendations.md)
     severity: str  # one of SEVERITIES
     title: str
@@ -300,6 +274,8 @@ class AnalysisOptions:
 
 @dataclass
 class Analysis:
+    """The analysis of one job: every rank, the cross-rank results, issues and findings; what every output reads."""
+
     source: str
     name: str
     trace_kind: str  # gpu, cpu, or mixed
@@ -354,7 +330,7 @@ class Analysis:
             except (Slow, TypeError):
                 pass  # a shape it leaves to the general reader, which names what is wrong
         try:
-            return build(cls, _upgrade_v1(data) if v == 1 else unpack(data))
+            return build(cls, upgrade_v1(data) if v == 1 else unpack(data))
         except Invalid as e:
             raise LlmdiagError(f"invalid summary: {e}", where) from None
 
@@ -365,15 +341,3 @@ class Analysis:
     def step_ms(self) -> float | None:
         """The mean step time every share of "the step" divides by."""
         return self.aggregate.step_time_ms or None
-
-
-def _upgrade_v1(data: dict) -> dict:
-    """Schema 1 kept a finding's evidence as text beside its ranks, steps and metric."""
-    out = []
-    for f in data.get("findings") or []:
-        if isinstance(f, dict) and not isinstance(f.get("evidence"), dict):
-            f = dict(f)
-            f["evidence"] = {"text": f.pop("evidence", ""), "metric": f.pop("metric", ""),
-                             "ranks": f.pop("ranks", []), "steps": f.pop("steps", [])}
-        out.append(f)
-    return {**data, "findings": out, "schema_version": SCHEMA_VERSION}

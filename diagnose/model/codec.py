@@ -15,7 +15,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import math
+import re
+import sys
 import types
 import typing
 from functools import cache
@@ -134,8 +137,34 @@ def _container(tp, origin) -> Converter:
     raise TypeError(f"no converter for {tp!r}")  # a model type the codec does not know: a bug of ours
 
 
+def lazy_types(module: str, where: dict[str, str]) -> Callable[[str], type]:
+    """A module's `__getattr__` for the types it names in hints only (`where`: name -> its model module): each is
+    imported on first use and kept in `module`'s namespace, where type hints look names up."""
+
+    def load(name: str) -> type:
+        if name not in where:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"llmdiag.diagnose.model.{where[name]}"), name)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return load
+
+
+def type_hints(cls) -> dict[str, Any]:
+    """typing.get_type_hints of a model dataclass, once the types its module imports on first use (the module's
+    LAZY_TYPES, model/analysis.py) that its hints name are loaded."""
+    for base in cls.__mro__:
+        mod = sys.modules.get(base.__module__)
+        if lazy := getattr(mod, "LAZY_TYPES", None):
+            named = {w for a in base.__dict__.get("__annotations__", {}).values() for w in re.findall(r"\w+", str(a))}
+            for name in named & lazy.keys():
+                getattr(mod, name)
+    return typing.get_type_hints(cls)
+
+
 def _dataclass(cls) -> Converter:
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if not f.metadata.get("rest")]
     rest = next((f.name for f in dataclasses.fields(cls) if f.metadata.get("rest")), None)
     names = {f.name for f in dataclasses.fields(cls)}

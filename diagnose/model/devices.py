@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LinkPeak:
+    """A device's achievable intra-node bus bandwidth, the link it is over, and where the number comes from."""
+
     busbw_gbps: float
     link: str
     source: str
@@ -44,12 +46,13 @@ _PEAKS: tuple[tuple[str, LinkPeak], ...] = (
     (r"MI250X|MI250", LinkPeak(100.0, "Infinity Fabric, up to 8 links x 50 GB/s per direction between GCDs",
                                "AMD Instinct MI250X datasheet (800 GB/s peak aggregate); rccl-tests all-reduce, 8 GCDs")),
 )
-_COMPILED = tuple((re.compile(p), v) for p, v in _PEAKS)
 
 
 def link_peak(device_name: str | None) -> LinkPeak | None:
     name = (device_name or "").upper()[:200]
-    return next((v for rx, v in _COMPILED if rx.search(name)), None)
+    # re.search compiles (and caches) a pattern when first tried: a lookup compiles those up to its match, not the
+    # table (issue #30: the tables here cost every command ~1.5 ms compiled at import)
+    return next((v for rx, v in _PEAKS if re.search(rx, name)), None)
 
 
 def link_busbw_gbps(device_name: str | None) -> float | None:
@@ -100,7 +103,6 @@ _CC: tuple[tuple[str, float], ...] = (
     (r"V100|TITAN V\b", 7.0),
     (r"P100", 6.0), (r"P40|\bP4\b|GTX 10\d0|TITAN XP", 6.1), (r"K80", 3.7),
 )
-_CC_COMPILED = tuple((re.compile(p), v) for p, v in _CC)
 
 
 def compute_capability(device_name: str | None) -> float | None:
@@ -109,7 +111,7 @@ def compute_capability(device_name: str | None) -> float | None:
     name = (device_name or "").upper()[:200]
     if not name or _NOT_GPU.search(name) or re.search(r"AMD|INSTINCT|RADEON|\bMI\d{3}", name):
         return None
-    return next((v for rx, v in _CC_COMPILED if rx.search(name)), None)
+    return next((v for rx, v in _CC if re.search(rx, name)), None)
 # ---- compute and memory peaks, for the roofline view (diagnose.metrics.roofline) ------------------------------
 @dataclass(frozen=True)
 class ComputePeak:
@@ -141,10 +143,9 @@ _COMPUTE: tuple[tuple[str, ComputePeak], ...] = (
     (r"MI300X", ComputePeak({"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 5300.0,
                             "AMD Instinct MI300X datasheet (dense matrix figures)")),
 )
-_COMPUTE_RX = tuple((re.compile(p), v) for p, v in _COMPUTE)
 
 
 def compute_peak(device_name: str | None) -> ComputePeak | None:
     """The device's datasheet peaks, None for a device not listed (the roofline then names no class)."""
     name = (device_name or "").upper()[:200]
-    return next((v for rx, v in _COMPUTE_RX if rx.search(name)), None) if name else None
+    return next((v for rx, v in _COMPUTE if re.search(rx, name)), None) if name else None

@@ -4,8 +4,8 @@ Every input llmdiag reads whole (summaries, baselines, configs, manifests) goes 
 FIFO, socket or device is refused in one line before anything blocks on it (opened non-blocking, checked
 with fstat on the opened descriptor, so a swap after the check does not help), and a file or its gzip
 content larger than the budget is refused instead of filling memory (a gzip bomb given as `--baseline`,
-`/dev/zero`). Every output goes through `write_atomic`: a `tempfile.mkstemp` file in the target folder
-(O_EXCL, never a symlink followed, unpredictable name) renamed over the target, removed on every error path,
+`/dev/zero`). Every output goes through `write_atomic`: a fresh file in the target folder (`mkstemp`:
+O_EXCL, never a symlink followed, unpredictable name) renamed over the target, removed on every error path,
 so a failed write leaves neither a half-written file nor a temp file, and errors are one line.
 It lives in the model stage so the summary reader there, io, gate and the CLI can all use it.
 """
@@ -16,7 +16,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 import zlib
 
 from llmdiag.diagnose.errors import LlmdiagError
@@ -126,7 +125,7 @@ def write_atomic_with(path: str, write, mode: int = 0o644) -> None:
 @contextlib.contextmanager
 def open_atomic(path: str, mode: int = 0o644):
     """A binary file to write `path` through: `with open_atomic(p) as f: f.write(...)` (or gzip.GzipFile(
-    fileobj=f), or a streaming JSON writer). The file is a `tempfile.mkstemp` file in the target folder
+    fileobj=f), or a streaming JSON writer). The file is a `mkstemp` file in the target folder
     (O_CREAT|O_EXCL|O_NOFOLLOW, a random name: nothing planted there is followed or overwritten), renamed over
     `path` when the block ends (a link planted at `path` is replaced, never written through); an exception in
     the block or an OSError removes it. OSError becomes LlmdiagError `cannot write: <reason>` in one line."""
@@ -137,7 +136,7 @@ def open_atomic(path: str, mode: int = 0o644):
         if os.path.isdir(target) and not os.path.islink(target):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{base[:64]}.", suffix=".tmp", dir=folder)
+        fd, tmp = mkstemp(folder, f".{base[:64]}.", ".tmp")
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode & ~_umask())
             yield f
@@ -151,6 +150,20 @@ def open_atomic(path: str, mode: int = 0o644):
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def mkstemp(folder: str, prefix: str, suffix: str) -> tuple[int, str]:
+    """(descriptor, path) of a new file in `folder` as tempfile.mkstemp makes it (O_CREAT|O_EXCL|O_NOFOLLOW, mode
+    0600, a random name), without importing tempfile: it pulls shutil and three compression modules into every
+    command that writes a file (issue #30)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{os.urandom(8).hex()}{suffix}")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", folder)
 
 
 def _umask() -> int:

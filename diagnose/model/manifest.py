@@ -10,16 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-DIMS = ("dp", "fsdp", "tp", "pp", "cp")
-MAX_WORLD = 1 << 20  # as metrics/ranks.MAX_RANK: beyond the largest jobs; a larger size is not a real one
+from llmdiag.diagnose.model.dims import DIMS, MAX_WORLD, layout_text  # noqa: F401 (re-export)
+
 # run options the analysis reads as numbers (rules, accum, memory): a string there is a hand-edited manifest
 NUMERIC_OPTIONS = ("bucket_cap_mb", "global_batch", "grad_accum", "micro_batch")
-
-
-def layout_text(layout: dict[str, int] | None) -> str:
-    """{"dp": 2, "tp": 2, "pp": 1} -> "dp=2 × tp=2" (dimensions of size 1 left out; "dp=1" for one rank)."""
-    dims = [f"{k}={v}" for k, v in (layout or {}).items() if isinstance(v, int) and v > 1]
-    return " × ".join(dims) or "dp=1"
 
 
 @dataclass

@@ -163,3 +163,16 @@ def unpack(d: dict) -> dict:
                 k["name"] = names[i]
     out["schema_version"] = UNPACKED_SCHEMA
     return out
+
+
+def upgrade_v1(data: dict) -> dict:
+    """The schema-2 dict of a schema-1 summary, which kept a finding's evidence as text beside its ranks, steps
+    and metric."""
+    out = []
+    for f in data.get("findings") or []:
+        if isinstance(f, dict) and not isinstance(f.get("evidence"), dict):
+            f = dict(f)
+            f["evidence"] = {"text": f.pop("evidence", ""), "metric": f.pop("metric", ""),
+                             "ranks": f.pop("ranks", []), "steps": f.pop("steps", [])}
+        out.append(f)
+    return {**data, "findings": out, "schema_version": UNPACKED_SCHEMA}

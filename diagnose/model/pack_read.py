@@ -18,7 +18,7 @@ import types
 import typing
 from functools import cache
 
-from llmdiag.diagnose.model.codec import Invalid, converter, record_fields
+from llmdiag.diagnose.model.codec import Invalid, converter, record_fields, type_hints
 from llmdiag.diagnose.model.pack import (CELLS, COLS, HEADER, KERNEL_NAMES, LENS, RECORDS, RECS, TABLE, TABLES, TABS,
                                          UNPACKED_SCHEMA, decode, decode_column)
 
@@ -78,7 +78,7 @@ class _Field:
 @cache
 def _plan(cls) -> tuple[tuple[_Field, ...], bool]:
     """The fields of `cls` as this reader takes them, and whether it can (no `rest` field)."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     names, rest = record_fields(cls)
     out = []
     for f in dataclasses.fields(cls):

@@ -20,7 +20,7 @@ from functools import cache
 from operator import attrgetter
 
 from llmdiag.diagnose.model.analysis import Analysis, KernelStat, MemoryStat, RankMetrics
-from llmdiag.diagnose.model.codec import record_fields
+from llmdiag.diagnose.model.codec import record_fields, type_hints
 from llmdiag.diagnose.model.pack import (CELLS, COLS, LENS, MEMORY_TIMELINES, RECS, TABS, finish, hoist, memory_order,
                                          reserved)
 
@@ -49,7 +49,7 @@ def _flat(tp) -> bool:
 def _shape(cls) -> tuple[tuple[str, ...], frozenset, str | None, bool]:
     """(field names in order, the names typed plain JSON, the `rest` field, whether every field is plain)."""
     names, rest = record_fields(cls)
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     flat = frozenset(n for n in names if _flat(hints[n]))
     return names, flat, rest, rest is None and len(flat) == len(names)
 
@@ -168,7 +168,7 @@ def pack_analysis(a: Analysis) -> dict:
                                                      for i, m in enumerate(objs)]}
     lists = {"steps": None, "comm_by_kind": None, "top_kernels": kernel_hooks, "memory": memory_hooks,
              "pipeline_actions": None}
-    hints = typing.get_type_hints(RankMetrics)
+    hints = type_hints(RankMetrics)
     rnames, rflat, _, _ = _shape(RankMetrics)
     cells = []
     for n, col in zip(rnames, map(list, zip(*map(_getter(RankMetrics), ranks)))):

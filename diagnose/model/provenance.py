@@ -13,12 +13,16 @@ from datetime import datetime, timezone
 
 @dataclass
 class InputFile:
+    """One input file of the analysis and its size when it was read."""
+
     path: str  # absolute
     bytes: int | None  # size on disk; None where it could not be read
 
 
 @dataclass
 class Provenance:
+    """How `analyze` was run: the command, the options that change the result, the inputs, version and time."""
+
     command: list[str] = field(default_factory=list)  # argv as given (`llmdiag analyze RUN --exclude-last-step`)
     options: dict = field(default_factory=dict)  # option name -> value, only those that change the analysis
     inputs: list[InputFile] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from llmdiag.diagnose.model.manifest import DIMS, layout_text
+from llmdiag.diagnose.model.dims import DIMS, layout_text
 
 P2P_KINDS = frozenset({"send", "recv", "sendrecv"})
 DP_KINDS = ("allreduce", "reducescatter", "allgather")

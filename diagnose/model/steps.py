@@ -55,6 +55,8 @@ class StepSummary:
 
 @dataclass(frozen=True)
 class Concentration:
+    """The one step in which a per-step quantity concentrates, and its share of the total."""
+
     step: int
     value: float  # the quantity in that step
     share: float  # of the total over all steps, in [0, 1]

@@ -5,19 +5,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.codec import JSON_OPTIONS, Invalid, as_dict, build, no_gc, to_json_dict
-from llmdiag.diagnose.model.manifest import Manifest
 from llmdiag.diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
 
 
 def manifest_from_dict(data: dict, where: str) -> Manifest:
+    from llmdiag.diagnose.model.manifest import Manifest  # a trace folder has none: not imported for it
+
     try:
         man = build(Manifest, data)
     except Invalid as e:
@@ -57,17 +63,20 @@ def analysis_bytes(a: Analysis) -> tuple[bytes, Analysis]:
     Written straight from the dataclasses (model/pack_write.py above PACK_ABOVE_RANKS ranks, orjson's own
     walk below), without the intermediate tree of dicts; orjson refuses what needs mending, and only then
     is the summary built the general way (codec.to_json_dict mends it)."""
-    from llmdiag.diagnose.model.pack_write import Fallback, pack_analysis
-
-    opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    try:
-        if len(a.ranks) <= PACK_ABOVE_RANKS:
+    if len(a.ranks) <= PACK_ABOVE_RANKS:
+        try:
             return orjson.dumps(a, default=as_dict, option=JSON_OPTIONS | orjson.OPT_INDENT_2), a
-        with no_gc():
-            packed = pack_analysis(a)
-            return orjson.dumps(packed, option=opt), a
-    except (TypeError, Fallback):  # orjson refused a value (JSONEncodeError is a TypeError), or a shape only
-        pass  # the general path writes exactly
+        except TypeError:  # orjson refused a value (JSONEncodeError is a TypeError): the general path writes it
+            pass
+    else:
+        from llmdiag.diagnose.model.pack_write import Fallback, pack_analysis  # packed: many ranks only
+
+        try:
+            with no_gc():
+                packed = pack_analysis(a)
+                return orjson.dumps(packed, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS), a
+        except (TypeError, Fallback):  # orjson refused a value, or a shape only the general path writes exactly
+            pass
     summary, mended = to_json_dict(a)
     return summary_bytes(summary), (Analysis.from_dict(summary) if mended else a)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from operator import attrgetter, sub, truediv
 
@@ -19,6 +19,7 @@ from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, S
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host  # noqa: F401 (re-export)
 from llmdiag.diagnose.model.roles import pg_role
 
 
@@ -101,13 +102,6 @@ def comm_by_group(a: Analysis) -> list[CommGroupRow]:
 _TOTAL, _OVERLAPPED, _RATIO, _BUSBW = (attrgetter(k) for k in ("total_ms", "overlapped_ms", "overlap_ratio",
                                                                  "busbw_gbps"))
 _SIZED, _BYTES, _COUNT, _MAX_US, _RANK = (attrgetter(k) for k in ("sized_count", "bytes", "count", "max_us", "rank"))
-
-
-def device_name(a: Analysis) -> str:
-    """The device the run used: the manifest's, else the first trace's `deviceProperties` name ("" unknown). The
-    link peak of every output (bandwidth table, low_busbw, the report's note) is looked up from this one name."""
-    return ((a.manifest.device.name if a.manifest and a.manifest.device else "")
-            or next((r.device for r in a.ranks if r.device), ""))
 
 
 def link_note(a: Analysis) -> str:
@@ -236,25 +230,7 @@ def spread(a: Analysis, key: str) -> Spread | None:
     return Spread(key, vals[0], vals[(len(vals) - 1) // 2], vals[-1], vals[max(0, math.ceil(0.9 * len(vals)) - 1)])
 
 
-def hosts(a: Analysis) -> dict[int, str]:
-    """rank -> host, from the trace, else the manifest, else "unknown"."""
-    man = a.manifest
-    return {r.rank: r.host or (man.host_of(r.rank) if man else None) or "unknown" for r in a.ranks}
-
-
 def stragglers(a: Analysis) -> list[tuple[int, Straggler]]:
     """(index in skew.stragglers, straggler), largest value first then rank: the one order the terminal, the
     report and `--tables` show (the index is the straggler's JSON path, summary.json keeps the decided order)."""
     return sorted(enumerate(a.skew.stragglers if a.skew else []), key=lambda x: (-x[1].value, x[1].rank))
-
-
-def ranks_per_host(a: Analysis) -> int | None:
-    """Ranks per host from the manifest's rank map (or the traces' hosts), else the device count."""
-    per = a.manifest.ranks_per_host() if a.manifest else None
-    if per:
-        return per
-    hs = [r.host for r in a.ranks if r.host]
-    if hs:
-        return max(Counter(hs).values())
-    dev = a.manifest.device if a.manifest else None
-    return dev.count if dev and dev.count else None

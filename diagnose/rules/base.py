@@ -10,7 +10,7 @@ from llmdiag.diagnose.model.analysis import Analysis, CommGroupStats, Evidence, 
 from llmdiag.diagnose.model.devices import device_word
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.roles import pg_role
-from llmdiag.diagnose.model.views import device_name, hosts, ranks_per_host
+from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host
 
 FP32_TO_BF16_SPEEDUP = 4.0  # conservative: tensor-core bf16 vs fp32 FMA peak is 8-16x on sm80+
 

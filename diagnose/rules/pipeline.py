@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.metrics.rank.pipeline.actions import theory_bubble
-from llmdiag.diagnose.model.analysis import Finding, PipelinePrediction, PipelineResult
+from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.pipeline import PipelinePrediction, PipelineResult
 
 IMBALANCE_FLOOR = 0.10  # busiest stage over the mean stage, − 1: above this pipeline_imbalance fires
 
@@ -69,6 +73,8 @@ def pipeline_bubble(c: Ctx) -> list[Finding]:
 def _candidates(p: PipelineResult, ref: float, limit: int | None) -> list[tuple[float, PipelinePrediction, str]]:
     """(predicted pipeline window, the prediction, how it was predicted) for every other setting worth naming:
     the replayed predictions where the analysis has them, else 2m, 4m and interleaving from the formula."""
+    from llmdiag.diagnose.model.pipeline import PipelinePrediction  # a trace without a pipeline never gets here
+
     meas, win, m = p.measured, p.window_ms, p.microbatches
     excess = max(0.0, meas - ref)  # comm waits / host overhead: assumed to stay after the change
     busy = win * (1 - meas)

@@ -4,8 +4,12 @@ its mean lateness. Read from SkewResult (metrics/job/skew.py); nothing is recomp
 
 from __future__ import annotations
 
-from llmdiag.diagnose.model.analysis import SkewResult
+from typing import TYPE_CHECKING
+
 from llmdiag.diagnose.model.format import fmt
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.skew import SkewResult
 
 WAIT_FLOOR = 0.02  # a collective whose skew costs the waiting ranks under 2 % of the step is not named
 MAX_KINDS = 3

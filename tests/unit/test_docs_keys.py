@@ -23,6 +23,7 @@ import pytest
 
 from llmdiag.diagnose.analyze import analyze_path, analyze_runs
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.codec import type_hints
 from tests.gen import summaries
 from tests.gen.moe import moe_ep_ranks
 from tests.gen.pipeline import Case, write as write_pipeline
@@ -63,7 +64,7 @@ def schema_paths(tp=Analysis, prefix: str = "", out: dict | None = None) -> dict
                 schema_paths(a, prefix, out)
     elif dataclasses.is_dataclass(tp):
         out[prefix] = True
-        hints = typing.get_type_hints(tp)
+        hints = type_hints(tp)
         for f in dataclasses.fields(tp):
             if not f.metadata.get("rest"):  # Manifest.extra: foreign keys kept verbatim, merged into its parent
                 schema_paths(hints[f.name], f"{prefix}.{f.name}" if prefix else f.name, out)

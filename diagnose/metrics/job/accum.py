@@ -6,10 +6,12 @@ after a step's second forward) into one `AccumSummary`, with the manifest's `gra
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
-
-from llmdiag.diagnose.model.moe import AccumSummary
 from llmdiag.diagnose.model.roles import pg_role
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.moe import AccumSummary
 
 
 def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict | None,
@@ -23,6 +25,8 @@ def accum_summary(forwards: dict[int, list[int]], ranks, manifest, layout: dict 
         n, source = option, "manifest"
     else:
         return None
+    from llmdiag.diagnose.model.moe import AccumSummary  # imported where there is accumulation
+
     dp_ms, dp_ops, gather_ms, reduce_ms = [], [], [], []
     for r in ranks:
         cs = [c for c in r.comm_by_kind if pg_role(c.kind, c.pg, c.group_size, layout) == "dp"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,29 +20,25 @@ from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.job.moe import moe_summary
 from llmdiag.diagnose.metrics.job.accum import accum_summary
 from llmdiag.diagnose.metrics.job.clock import clock_shifts, origin_offsets
-from llmdiag.diagnose.model.manifest import DIMS
+from llmdiag.diagnose.model.dims import DIMS
 from llmdiag.diagnose.metrics.job.layout import layout_from_pg, pipeline_groups
 from llmdiag.diagnose.metrics.job.kernel_world import world_views
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
 from llmdiag.diagnose.metrics.job.pipeline.p2p import match_p2p
 from llmdiag.diagnose.metrics.job.pipeline.timematch import recover_peers
-from llmdiag.diagnose.metrics.job.pipeline.bubbles import analyse_pipeline
 from llmdiag.diagnose.metrics.job.ranks import resolve_ranks
-from llmdiag.diagnose.metrics.job.pipeline.chains import chains, schedule_of
-from llmdiag.diagnose.metrics.job.pipeline.virtual import VIRTUAL_NOTE, virtual_layout
-from llmdiag.diagnose.metrics.job.pipeline.vshape import V_NAME, V_NOTE
-from llmdiag.diagnose.metrics.job.mesh import mesh_members, with_mesh_members
-from llmdiag.diagnose.metrics.job.skew import skew
 from llmdiag.diagnose.metrics.job.state import Job
 from llmdiag.diagnose.metrics.job.straggler_issues import alignment_issues, compute_stragglers_into
-from llmdiag.diagnose.metrics.job.track_intervals import bubble_tracks, wait_tracks
-from llmdiag.diagnose.model.analysis import (Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics,
-                                     SkewResult)
+from llmdiag.diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions, Issue, PipelineAction, RankMetrics
 from llmdiag.diagnose.model.format import NS_PER_MS, ranges
-from llmdiag.diagnose.model.manifest import Manifest, PipelineConfig
 from llmdiag.diagnose.model.pack import MEMORY_TIMELINES, PACK_ABOVE_RANKS
 from llmdiag.diagnose.metrics.rank.sets import median
+
+# Skew and stragglers (two ranks or more), the pipeline (send/recv or PP: labels), the mesh (a manifest) and the
+# timeline tracks (the report) are imported where their input is there: a one-rank trace pays for none of them.
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
 
 
 def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, name: str, skipped, opts: AnalysisOptions,
@@ -97,6 +94,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
     step_ms = float(median([o.metrics.step_time_ms for o in good])) if good else None
     matched: dict = {} if any(o.actions for o in good) else None  # kept for the what-if where there is a pipeline
+    if len(good) > 1:
+        from llmdiag.diagnose.metrics.job.skew import skew
     sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(median(steps_n)) if steps_n else 0.0,
               step_ms=step_ms, matched=matched) if len(good) > 1 else None
     if sk:
@@ -121,6 +120,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     recover_peers(good, shift)
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
+        from llmdiag.diagnose.model.skew import SkewResult  # send/recv matched: a skew to hold them
+
         sk = sk or SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[])
         sk.p2p = pairs
 
@@ -128,6 +129,8 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         tracks.update({o.rank: o.tracks for o in good if o.tracks is not None})
     pipeline, staged, chained = _pipeline(good, man, shift, issues, source, tracks)
     if tracks is not None and records:  # the straggler waits of the skew's own matching, on the aligned clock
+        from llmdiag.diagnose.metrics.job.track_intervals import wait_tracks
+
         for r, xs in wait_tracks({o.rank: o.collectives.shifted(shift[o.rank]) for o in good}, shift).items():
             if r in tracks:
                 tracks[r].waits = xs
@@ -171,6 +174,8 @@ def _mesh_members(good: list[RankOutput], man: Manifest | None) -> None:
     """Members from the manifest's mesh for collectives whose group is a bare DeviceMesh name (metrics/rank/groups.py)."""
     if not man or not any(pg.startswith("mesh_") and "[" not in pg for o in good for pg, _ in o.collectives.keys):
         return
+    from llmdiag.diagnose.metrics.job.mesh import mesh_members, with_mesh_members
+
     members = mesh_members(man, [o.rank for o in good])
     for o in good:
         if members and (keys := with_mesh_members(o.collectives.keys, o.rank, members)):
@@ -215,9 +220,11 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
     acts = {o.rank: o.actions for o in good}
     with_actions = [r for r, a in acts.items() if a]
     links = {o.rank: o.links for o in good if o.links is not None}
-    groups, why = chains(links) if links else ([], "")
+    groups, why = _chains(links)
     virtual, v_sched, v = False, "", None
     if why and all(lk.blocks for lk in links.values()):  # one stage per rank does not read: virtual stages?
+        from llmdiag.diagnose.metrics.job.pipeline.virtual import virtual_layout
+
         blocks = {r: _moved(lk.blocks, shift[r]) for r, lk in links.items()}
         placed, groups, v_sched, v, v_why = virtual_layout(blocks, {o.rank: o.p2p for o in good}, shift)
         why = f"{why}; virtual stages (interleaved, zero-bubble, V-shaped) do not read either: {v_why}" if v_why else ""
@@ -229,6 +236,13 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
         return None, {}, []
     if not with_actions:
         return None, {}, []
+    from llmdiag.diagnose.metrics.job.pipeline.bubbles import analyse_pipeline
+    from llmdiag.diagnose.metrics.job.pipeline.chains import schedule_of
+    from llmdiag.diagnose.metrics.job.pipeline.virtual import VIRTUAL_NOTE
+    from llmdiag.diagnose.metrics.job.pipeline.vshape import V_NAME, V_NOTE
+    from llmdiag.diagnose.metrics.job.track_intervals import bubble_tracks
+    from llmdiag.diagnose.model.manifest import PipelineConfig
+
     pp = (man.pipeline if man else None) or PipelineConfig()
     if links:  # no PP: labels anywhere: stages from the chain of send/recv neighbours
         with_actions = [r for g in groups for r in g if acts.get(r)]
@@ -262,6 +276,15 @@ def _pipeline(good, man, shift, issues, source, tracks=None):
     return res, {r: xs for r, xs in acts.items() if xs}, [list(g) for g in groups]
 
 
+def _chains(links: dict) -> tuple[list, str]:
+    """chains() of the ranks' send/recv links; imported only where a rank has links (no PP: labels)."""
+    if not links:
+        return [], ""
+    from llmdiag.diagnose.metrics.job.pipeline.chains import chains
+
+    return chains(links)
+
+
 def _moved(acts: list[Action], ns: int) -> list[Action]:
     return [dataclasses.replace(a, start=a.start + ns, end=a.end + ns) for a in acts]
 
@@ -270,7 +293,7 @@ def _stages(good) -> dict[int, int]:
     """rank -> pipeline stage, where known: from its PP: labels, or its place in an inferred chain."""
     out = {o.rank: min(a.stage for a in o.actions) for o in good if o.actions and o.links is None}
     links = {o.rank: o.links for o in good if o.links is not None}
-    groups, why = chains(links) if links else ([], "")
+    groups, why = _chains(links)
     for g in groups if not why else []:
         out.update({r: pos for pos, r in enumerate(g)})
     return {r: s for r, s in out.items() if s >= 0}

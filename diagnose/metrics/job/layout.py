@@ -6,8 +6,13 @@ pipeline replicas from the manifest's mesh, else from the pipeline groups every 
 from __future__ import annotations
 
 
-from llmdiag.diagnose.model.manifest import DIMS, Manifest
+from typing import TYPE_CHECKING
+
+from llmdiag.diagnose.model.dims import DIMS
 from llmdiag.diagnose.metrics.rank.layout import pg_config, pipeline_desc
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
 
 
 # Megatron-core's group_desc (megatron/core/parallel_state.py) for the groups that are one dimension each;

@@ -7,16 +7,20 @@ rank-by-rank send matrix. A rank that sends `s` rows to peer j is read from its 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-
-from llmdiag.diagnose.model.moe import MoeLayer, MoeRank, MoeSummary
 from llmdiag.diagnose.metrics.rank.moe import RankMoe
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.moe import MoeSummary
 
 
 def moe_summary(per_rank: dict[int, RankMoe], hosts: dict[int, str]) -> MoeSummary | None:
     """Match the ranks' dispatches into layers; None when no rank did expert parallelism."""
     if not per_rank:
         return None
+    from llmdiag.diagnose.model.moe import MoeLayer, MoeRank, MoeSummary  # imported where there is MoE
+
     labelled = any(r.labelled for r in per_rank.values())
     counted = "dispatch"
     # (group, step, ordinal) -> {rank: received rows}

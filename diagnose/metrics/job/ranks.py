@@ -17,11 +17,14 @@ import datetime
 import math
 import os
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.model.analysis import Issue
-from llmdiag.diagnose.model.manifest import Manifest
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.manifest import Manifest
 
 JOB_GAP_US = 6 * 3600 * 1e6  # ranks of one job start profiling within hours of each other; jobs days apart
 PLAUSIBLE_US = (1e15, 4e15)  # epoch µs between 2001 and 2096: a wall clock, not a monotonic counter

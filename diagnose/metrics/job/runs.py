@@ -27,12 +27,15 @@ import datetime
 import os
 import re
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.job.ranks import wall_clock
-from llmdiag.diagnose.model.runs import RUNS_PREFIX, RunInfo
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.runs import RunInfo
 
 KINETO_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d{1,10})\.(?P<ns>\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
 # tensorboard_trace_handler's names: `<worker>.<epoch ms>.pt.trace.json` (older torch) or `<worker>.<epoch ns>`
@@ -118,6 +121,8 @@ def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> lis
 
 def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
     """What each run is (files, ranks, start, pids); `chosen` is the 0-based index of the run analysed."""
+    from llmdiag.diagnose.model.runs import RunInfo  # only an input of several runs gets here
+
     out = []
     for k, run in enumerate(runs):
         good = [o for o in run if not o.error]
@@ -154,6 +159,8 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     if not newest and all(r.number <= chosen.number or not c for r, c in zip(infos, done)) and done[chosen.number - 1]:
         newest = " (the newest complete run)"
     other = next(r.number for r in infos if not r.analysed)
+    from llmdiag.diagnose.model.runs import RUNS_PREFIX
+
     return (f"{RUNS_PREFIX}{len(infos)} {word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
             f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
 

@@ -11,16 +11,21 @@ The timeline reads the same shifts from `RankMetrics.clock_shift_ns`, written fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
-from llmdiag.diagnose.model.matching import P2PMatch
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.matching import P2PMatch
 
 
 @dataclass
 class Job:
+    """The ranks assembly kept, their clock shifts, pipeline actions and matches: what simulate reads."""
+
     ranks: list[RankOutput]  # one output per kept rank, rank order
     shift_ns: dict[int, int]  # rank -> ns added to its rank-relative times to put them on the common clock
     missing: list[int] = field(default_factory=list)  # ranks of the world without a trace

@@ -4,8 +4,13 @@ a straggler cost longer than a step), each as an issue line (diagnose.metrics.cr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from llmdiag.diagnose.metrics.job.stragglers import compute_stragglers
-from llmdiag.diagnose.model.analysis import Analysis, Issue, SkewResult
+from llmdiag.diagnose.model.analysis import Analysis, Issue
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.skew import SkewResult
 from llmdiag.diagnose.model.format import fmt, plural
 
 
@@ -17,6 +22,8 @@ def compute_stragglers_into(a: Analysis) -> None:
     late = [x for x in (a.skew.stragglers if a.skew else []) if x.kind]
     comp = compute_stragglers(a.ranks, a.pipeline, a.manifest, a.layout, a.moe, a.step_ms, {x.rank for x in late})
     if comp and a.skew is None:
+        from llmdiag.diagnose.model.skew import SkewResult  # (imported where there is a skew to hold)
+
         a.skew = SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[],
                             decided=True)
     if a.skew is not None:

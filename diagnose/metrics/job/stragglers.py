@@ -15,11 +15,14 @@ STRAGGLER_FLOOR of the step. Its gain is the replayed step with its launch gaps 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmdiag.diagnose.model.analysis import Straggler
 from llmdiag.diagnose.model.format import NS_PER_MS, fmt
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.skew import Straggler
 
 STRAGGLER_ALPHA = 0.01  # binomial test level for "arrives last" against chance (1/ranks)
 STRAGGLER_FLOOR = 0.02  # imposed waiting below 2 % of the step is not worth a finding
@@ -85,6 +88,8 @@ def decide(keys: list[tuple[str, str]], rank: np.ndarray, key: np.ndarray, last:
     Per kind the count is taken twice: over all its matched collectives, and over those whose arrival skew
     (`spread`, ns per collective) is material (≥ MATERIAL of the step): a rank stalled before one collective
     of a step is last at every material one, while the jitter of the others dilutes its count over all."""
+    from llmdiag.diagnose.model.skew import Straggler
+
     if not len(seg) or not nsteps:
         return [], {}
     rows = np.flatnonzero(last)
@@ -150,6 +155,8 @@ def compute_stragglers(ranks, pipeline, man, layout: dict | None, moe, step_ms: 
     known peers and is not compared: the last stage's LM head and loss are stage imbalance."""
     if not step_ms or len(ranks) < 3:
         return []
+    from llmdiag.diagnose.model.skew import Straggler  # (not imported for one or two ranks)
+
     piped = bool(pipeline) or int((layout or {}).get("pp") or 1) > 1
     stage_of = {b.rank: b.stage for b in (pipeline.stage_bubbles if pipeline else [])}
     if pipeline and man:

@@ -22,7 +22,6 @@ import re
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMPUTE, RankTrace
-from llmdiag.diagnose.metrics.rank.op_scaling import GEMM_2D, fit_gemms, gemm_shape
 from llmdiag.diagnose.model.dtypes import element_bytes
 
 VIEW_OPS = frozenset({
@@ -47,6 +46,8 @@ def action_fixed_ns(t: RankTrace, actions) -> list[int]:
     ops = np.flatnonzero((t.cat == t.cats.index("cpu_op")) & (t.stream < 0))
     if not len(ops):
         return []
+    from llmdiag.diagnose.metrics.rank.op_scaling import GEMM_2D, fit_gemms, gemm_shape  # CPU pipelines only
+
     ts, end = t.ts[ops], t.ts[ops] + t.dur[ops]
     view = np.isin(t.name[ops], t.name_ids(VIEW_OPS.__contains__))  # each distinct name looked at once
     node = np.isin(t.name[ops], t.name_ids(is_autograd_node))

@@ -19,15 +19,21 @@ NAME_CAP = 4096  # characters of a name read for matching: every family's token 
 
 @dataclass(frozen=True)
 class Family:
+    """A family of communication kernel names (NCCL, gloo, ...): the pattern that tells its members, its kind."""
+
     name: str
-    pattern: re.Pattern
+    regex: str  # compiled on first use (`pattern`): most traces never search most families (issue #30)
     source: str  # where the names come from
     kind: str | None  # collective kind every member performs, None when the name says it (NCCL) or varies
     needles: tuple[str, ...]  # substrings one of which every match of `pattern` contains (its prefilter)
 
+    @property
+    def pattern(self) -> re.Pattern:
+        return re.compile(self.regex)  # re's own cache keeps it compiled after the first search
 
-def _rx(*alternatives: str) -> re.Pattern:
-    return re.compile("|".join(alternatives))
+
+def _rx(*alternatives: str) -> str:
+    return "|".join(alternatives)
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -28,6 +28,8 @@ _EP_KERNEL = re.compile(r"deep_ep::|dpsk::ep::")
 
 @dataclass
 class A2AOp:
+    """One all-to-all of a step on this rank: its MoE role and the rows it sent to and received from each peer."""
+
     step: int  # window index
     ts: int  # ns, relative
     role: str  # dispatch, combine, a2a (role unknown)
@@ -38,6 +40,8 @@ class A2AOp:
 
 @dataclass
 class RankMoe:
+    """One rank's expert parallelism: its all-to-alls and the per-step time of dispatch, combine and experts."""
+
     rank: int
     nsteps: int
     ops: list[A2AOp] = field(default_factory=list)

@@ -29,6 +29,8 @@ Shape = tuple[int, int, int]  # (M, K, N)
 
 @dataclass(frozen=True)
 class GemmFit:
+    """A GEMM's time as linear in its shape (per call, per multiply-accumulate, per output), fitted on one rank."""
+
     a: float  # ns per call
     per_mac: float  # ns per multiply-accumulate
     per_out: float  # ns per output element

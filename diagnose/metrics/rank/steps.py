@@ -24,6 +24,8 @@ is_dataloader = prefiltered(DATALOADER_RE, "DataLoader", "dataloader")  # names 
 
 @dataclass
 class Window:
+    """One analysis window (a ProfilerStep): its device span and the host span it comes from, in ns."""
+
     step: int
     start: int  # ns
     end: int  # ns

@@ -26,6 +26,14 @@ D = "llmdiag.diagnose"
 # report, no terminal tables (-q), no launcher; nor the stdlib modules of --open and of a worker's death.
 UNNEEDED = (f"{D}.simulate", f"{D}.export", f"{D}.gate", f"{D}.cli.gate", f"{D}.cli.run", f"{D}.cli.terminal",
             f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing")
+# Nor the cross-rank parts one rank does not have (skew, stragglers, the pipeline, a mesh, several runs), the
+# types only they build (model/analysis.py LAZY_TYPES), the tables' row types, the packed writer (many ranks), or
+# the straggler study's op-table reader (a Kineto input only asks io/op_table_path.py whether it is one).
+ONE_RANK_UNNEEDED = tuple(f"{D}.{m}" for m in (
+    "io.megatron_ops", "metrics.job.skew", "metrics.job.collective_match", "metrics.job.mesh", "metrics.job.pipeline.bubbles",
+    "metrics.job.pipeline.chains", "metrics.job.pipeline.virtual", "metrics.job.track_intervals",
+    "metrics.rank.op_scaling", "model.manifest", "model.matching", "model.moe", "model.pipeline", "model.runs",
+    "model.skew", "model.whatif", "model.views", "model.pack_write"))
 
 
 def _modules(tmp_path: Path, *argv: str) -> set[str]:
@@ -49,6 +57,7 @@ def test_one_rank_analyze_imports_no_extra_and_no_stage_it_does_not_use(tmp_path
     mods = _modules(tmp_path, "analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json"))
     assert _under(mods, EXTRAS) == []
     assert _under(mods, UNNEEDED) == []
+    assert _under(mods, ONE_RANK_UNNEEDED) == []
     # the analysis did run in this process, rules included (a run that imported nothing would pass the above)
     assert {f"{D}.metrics.rank.per_rank", f"{D}.metrics.job.cross_rank", f"{D}.rules", "numpy"} <= mods
     assert json.loads((tmp_path / "s.json").read_text())["ranks"][0]["rank"] == 0
@@ -60,6 +69,7 @@ def test_a_pipeline_still_imports_the_simulation(tmp_path):
     mods = _modules(tmp_path, "analyze", str(tmp_path / "pp"), "--no-report", "-q", "-j", "1",
                     "--json", str(tmp_path / "s.json"))
     assert {f"{D}.simulate.kineto", f"{D}.simulate.replay"} <= mods
+    assert {f"{D}.metrics.job.pipeline.bubbles", f"{D}.model.pipeline", f"{D}.model.whatif"} <= mods  # loaded on use
     assert _under(mods, EXTRAS) == []
     assert json.loads((tmp_path / "s.json").read_text())["whatif"]["source"] == "kineto-pipeline"
 

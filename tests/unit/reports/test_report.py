@@ -17,6 +17,7 @@ from markupsafe import escape
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.analysis import Aggregate, Analysis, Hints
+from llmdiag.diagnose.model.codec import type_hints
 from llmdiag.diagnose.model.format import UNITS, fmt, fmt_gain
 from llmdiag.diagnose.rules import findings
 from llmdiag.reports.context import pick_ranks
@@ -75,7 +76,7 @@ def resolve(summary: dict, path: str):
 
 def nulled(cls, d: dict) -> dict:
     """`d` with None in every field of `cls` whose type admits None."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     return {k: None if type(None) in typing.get_args(hints.get(k)) else v for k, v in d.items()}
 
 

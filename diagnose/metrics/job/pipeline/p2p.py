@@ -8,13 +8,15 @@ a send posted first means the receiver was late), transfer = the receive's end â
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from llmdiag.diagnose.model.format import NS_PER_MS
-from llmdiag.diagnose.model.matching import P2PMatch
 from llmdiag.diagnose.metrics.rank.pipeline.p2p import Record
+
+if TYPE_CHECKING:
+    from llmdiag.diagnose.model.matching import P2PMatch
 
 
 Pair = tuple[str, int, int]  # (group, sender, receiver)
@@ -45,6 +47,10 @@ def on_clock(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> Iter
 
 def match_p2p(records: dict[int, list[Record]], shift_ns: dict[int, int]) -> list[P2PMatch]:
     """One P2PMatch per (group, sender, receiver), times on the common clock (`shift_ns` per rank)."""
+    if not records:  # no send/recv anywhere (most traces): the matching types are not even imported
+        return []
+    from llmdiag.diagnose.model.matching import P2PMatch
+
     out = []
     for (pg, src, dst), (a, b) in ordered_pairs(on_clock(records, shift_ns)).items():
         if src not in records or dst not in records or src < 0 or dst < 0:

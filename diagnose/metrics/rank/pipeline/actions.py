@@ -25,6 +25,8 @@ OLD_RE = re.compile(r"^(Forward|Backward) (\d+)$")
 
 @dataclass
 class Action:
+    """One pipeline action on a rank: a microbatch's forward or backward part (F, B, I, W), its stage, its span."""
+
     step: int
     stage: int
     kind: str  # F, B, I, W

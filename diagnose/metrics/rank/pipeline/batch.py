@@ -22,6 +22,8 @@ from llmdiag.diagnose.metrics.rank.overlap import pg_label
 
 @dataclass
 class P2POp:
+    """One send or recv on this rank: its peer and group where known, and the device span that carries it."""
+
     kind: str  # send or recv
     peer: int | None  # global rank of the other side; None where the trace does not say
     pg: str  # group label as matching uses it

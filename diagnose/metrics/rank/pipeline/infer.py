@@ -49,6 +49,8 @@ class Links:
 
 @dataclass
 class _P2P:
+    """A send or recv reduced to what telling stages needs: its kind, the peer, its span."""
+
     kind: str  # send or recv
     peer: int
     start: int
