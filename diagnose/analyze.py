@@ -143,7 +143,7 @@ def complete_from_job(analysis, job) -> None:
 
 def kineto_whatif(job):
     """simulate.kineto's what-if of the traced steps; None (as it returns) where no rank has pipeline actions."""
-    if not (job.actions or any(o.actions for o in job.ranks)):
+    if not job.with_actions():  # the what-if's own test, asked before simulate is imported
         return None
     from llmdiag.diagnose.simulate.kineto import kineto_whatif as whatif
 

@@ -23,10 +23,7 @@ import orjson
 from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
 from llmdiag.diagnose.model.files import mkstemp
 
-try:  # every analyze takes each trace's identity: the builtin SHA-1 spares it OpenSSL's start-up (issue #30)
-    from _sha1 import sha1
-except ImportError:  # a Python built without its own hashes
-    from hashlib import sha1
+from hashlib import sha1
 
 ENV = "LLMDIAG_CACHE_DIR"
 VERSION = 9  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type;

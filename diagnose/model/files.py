@@ -153,17 +153,11 @@ def open_atomic(path: str, mode: int = 0o644):
 
 
 def mkstemp(folder: str, prefix: str, suffix: str) -> tuple[int, str]:
-    """(descriptor, path) of a new file in `folder` as tempfile.mkstemp makes it (O_CREAT|O_EXCL|O_NOFOLLOW, mode
-    0600, a random name), without importing tempfile: it pulls shutil and three compression modules into every
-    command that writes a file (issue #30)."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        path = os.path.join(folder, f"{prefix}{os.urandom(8).hex()}{suffix}")
-        try:
-            return os.open(path, flags, 0o600), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", folder)
+    """(descriptor, path) of a new private file in `folder`: tempfile.mkstemp, imported on the first write (it
+    pulls shutil and three compression modules, which a command that writes nothing does not need)."""
+    import tempfile
+
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
 
 
 def _umask() -> int:

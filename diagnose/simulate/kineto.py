@@ -48,7 +48,7 @@ def kineto_whatif(job: Job) -> WhatIf | None:
     """None where no rank has pipeline actions (nothing to simulate); a WhatIf naming what is missing where
     the graph cannot be built from the evidence. Ranks, actions and clocks are the Job's, as assembly resolved
     them (a duplicate trace it left out is not a rank here)."""
-    good = [o for o in job.ranks if o.actions or job.actions.get(o.rank)]
+    good = job.with_actions()
     if not good:
         return None
     acts = {o.rank: job.actions.get(o.rank, []) for o in good}

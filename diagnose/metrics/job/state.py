@@ -39,3 +39,8 @@ class Job:
     collectives: dict[int, np.ndarray] = field(default_factory=dict)
     p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched across ranks, on the common clock
     oversubscribed: bool = False  # more ranks than CPU cores: timings contaminated
+
+    def with_actions(self) -> list[RankOutput]:
+        """The kept ranks with pipeline actions (parsed, or staged by assembly): what the what-if simulates;
+        none, and nothing to simulate (analyze.py then never imports simulate)."""
+        return [o for o in self.ranks if o.actions or (o.rank is not None and self.actions.get(o.rank))]
