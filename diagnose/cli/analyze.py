@@ -99,6 +99,15 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
+def output_path(ctx, param, value: str | None) -> str | None:
+    """An output path given to a FILE/DIR option; an option's name in its place (`--timeline -q`: click takes
+    the next word as the value) is refused instead of becoming a file named `-q`."""
+    if value is not None and value.startswith("-"):
+        raise click.BadParameter(f"{printable(value)!r} looks like an option, not a path (write ./{printable(value)} "
+                                 "for a file of that name)")
+    return value
+
+
 def _ranks_fit(target, ranks: list[int]) -> None:
     """--ranks against the input before any trace is parsed: more ranks than its trace files, or a rank at or
     past the manifest's world size, cannot be held (the exact check follows once the ranks are read)."""
@@ -114,8 +123,9 @@ def _ranks_fit(target, ranks: list[int]) -> None:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--json", "json_path", metavar="FILE", help="Write the JSON summary here (default: beside the report).")
-@click.option("--report", "report_path", metavar="FILE", help="Write the HTML report here.")
+@click.option("--json", "json_path", metavar="FILE", callback=output_path,
+              help="Write the JSON summary here (default: beside the report).")
+@click.option("--report", "report_path", metavar="FILE", callback=output_path, help="Write the HTML report here.")
 @click.option("--no-report", is_flag=True, help="Skip the HTML report.")
 @click.option("--comm-regex", metavar="RE", help="Extra kernel-name regex counted as communication (e.g. DeepEP).")
 @click.option("--exclude-last-step", "--hta-compat", "exclude_last_step", is_flag=True,
@@ -133,7 +143,7 @@ def _ranks_fit(target, ranks: list[int]) -> None:
 @click.option("--cross-check", type=click.Choice(["hta"]), help="Also run HTA on the same traces and print both overlaps.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the output paths and problems.")
-@click.option("--timeline", "timeline_path", metavar="FILE",
+@click.option("--timeline", "timeline_path", metavar="FILE", callback=output_path,
               help="Also write one merged Chrome-trace JSON of the ranks' own traces with llmdiag's tracks "
                    "(open in Perfetto; gzip when FILE ends in .gz).")
 @click.option("--ranks", "timeline_ranks", metavar="LIST", callback=lambda c, p, v: parse_ranks(v),
@@ -141,7 +151,7 @@ def _ranks_fit(target, ranks: list[int]) -> None:
 @click.option("--timeline-max-events", type=click.IntRange(1000, 10**9),
               help="Cap on the traces' own complete events in the timeline (default: none; the longest kept, "
                    "what was cut said in the trace).")
-@click.option("--tables", "tables_dir", metavar="DIR",
+@click.option("--tables", "tables_dir", metavar="DIR", callback=output_path,
               help="Also write the per-rank tables as Parquet files in DIR (pandas, polars, duckdb; docs/python.md).")
 @click.option("--format", "tables_format", type=click.Choice(["parquet", "csv", "both"]), default="parquet",
               show_default=True, help="What --tables writes: Parquet, CSV (Excel; no pyarrow needed) or both.")

@@ -664,3 +664,14 @@ def test_real_entry_point_in_a_subprocess(tmp_path):
     assert "Traceback" not in p.stderr
     (line,) = [x for x in p.stderr.splitlines() if x.strip()]
     assert LINE.match(line) and "rank2.json" in line and "truncated JSON" in line
+
+
+@pytest.mark.parametrize("opt", ["--timeline", "--tables", "--json", "--report"])
+def test_an_option_name_in_place_of_an_output_path_is_refused(tmp_path, monkeypatch, opt):
+    """`--timeline -q` once wrote a file named `-q` (click takes the next word as the value): exit 2, one line,
+    nothing written; `./-q` still names such a file on purpose."""
+    gpu_rank(0, world_size=1).write(tmp_path / "t" / "rank0.json")
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli_main, ["analyze", str(tmp_path / "t"), opt, "-q"])
+    assert r.exit_code == 2 and "'-q' looks like an option, not a path" in r.output, r.output
+    assert not (tmp_path / "-q").exists() and not (tmp_path / "llmdiag-report").exists()
