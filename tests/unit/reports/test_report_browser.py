@@ -64,8 +64,9 @@ def test_screenshot_is_painted(tmp_path):
     r = chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,3000", f"file://{path}")
     assert r.returncode == 0 and png.exists() and png.stat().st_size > 20_000, r.stderr[-2000:]
     assert console_lines(r.stderr) == []
-    image = pytest.importorskip("PIL.Image")
-    with image.open(png) as im:
+    from PIL import Image  # a dev dependency: the check runs wherever the browser does
+
+    with Image.open(png) as im:
         colours = im.convert("L").resize((70, 150)).getextrema()
     assert colours[1] - colours[0] > 100  # text and charts, not a blank page
 
