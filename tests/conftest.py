@@ -28,9 +28,33 @@ def llmdiag_run():
 
 
 # Real traces written by other teams stand beside CI's checkout (../shared/fixtures/real); a user's clone has
-# none. Tests that read them carry `@pytest.mark.real` and skip, with one reason, when the folder is absent;
-# with LLMDIAG_REQUIRE_REAL=1 (set by .ci/run) they run and fail instead, so CI cannot silently skip them.
+# none. Tests that read them carry `@pytest.mark.real` (optionally naming the files they need under that folder,
+# absolute or relative to it: `@pytest.mark.real("hta/nccl_data.json.gz")`) and skip, with one reason, when the
+# folder or a named file is absent; with LLMDIAG_REQUIRE_REAL=1 (set by .ci/run) they run and fail instead, so CI
+# cannot silently skip them. No test words its own skip: one wording, from `real_skip_reason`.
 REAL = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "real")
+
+
+def real_skip_reason(*paths: str | os.PathLike) -> str | None:
+    """The skip reason for a test that reads the real traces (`paths`: the files it needs), or None where it
+    must run: everything is present, or LLMDIAG_REQUIRE_REAL=1 (absence is then the test's failure)."""
+    if os.environ.get("LLMDIAG_REQUIRE_REAL") == "1":
+        return None
+    where = os.path.normpath(REAL)
+    if not os.path.isdir(REAL):
+        return f"needs the real traces in {where} (absent in this clone)"
+    for p in paths:
+        full = os.path.join(REAL, os.fspath(p))
+        if not os.path.exists(full):
+            return f"needs the real traces in {where} ({os.path.relpath(full, REAL)} absent in this clone)"
+    return None
+
+
+def skip_without_real(*paths: str | os.PathLike) -> None:
+    """`pytest.skip` with the one wording, for a test that learns which real file it needs only at run time."""
+    reason = real_skip_reason(*paths)
+    if reason:
+        pytest.skip(reason)
 
 
 # `make test-fast` is the tier a developer runs in two minutes: no torchrun workload (every test that asks for
@@ -47,12 +71,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.path.name in EXHAUSTIVE or item.path.parent.name in EXHAUSTIVE_DIRS:
             item.add_marker(pytest.mark.exhaustive)
-    if os.path.isdir(REAL) or os.environ.get("LLMDIAG_REQUIRE_REAL") == "1":
-        return
-    skip = pytest.mark.skip(reason=f"needs the real traces in {os.path.normpath(REAL)} (absent in this clone)")
     for item in items:
-        if "real" in item.keywords:
-            item.add_marker(skip)
+        marks = list(item.iter_markers(name="real"))
+        if marks:
+            reason = real_skip_reason(*(p for m in marks for p in m.args))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

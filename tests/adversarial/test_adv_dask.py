@@ -17,6 +17,17 @@ CONNECT_S = 3
 ENV = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{CONNECT_S}s", "DASK_SCHEDULER_ADDRESS": ""}
 
 
+@pytest.fixture(autouse=True)
+def _no_thread_outlives_its_test():
+    """A thread an attack starts ends with it: one left blocked in accept() raised later, under another test."""
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before]
+    for t in left:
+        t.join(timeout=2)
+    assert not [t for t in left if t.is_alive()], left
+
+
 def analyze(tmp_path, run, *opts):
     return attack("analyze", run, "--no-report", "-q", "--json", tmp_path / "s.json", *opts, cwd=tmp_path, env=ENV)
 
@@ -51,11 +62,26 @@ def test_a_silent_listener_fails_at_the_connect_timeout(tmp_path, run):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
-    held = []
-    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(8)], daemon=True).start()
+    srv.settimeout(0.1)  # the accept loop polls `stop`: closing the socket does not wake a blocked accept()
+    held: list = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except TimeoutError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
     try:
         r = analyze(tmp_path, run, "--scheduler", f"tcp://127.0.0.1:{srv.getsockname()[1]}")
     finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
         srv.close()
     check(r, 2, "cannot reach the Dask scheduler", f"no Dask handshake within {CONNECT_S} s")
 

@@ -50,7 +50,7 @@ def _cases(kind_sets: dict, real: bool) -> list:
         for kind, cid in ids:
             marks = [pytest.mark.xfail(strict=True, reason=f"issue #27: {xf[cid]}")] if cid in xf else []
             if real:
-                marks.append(pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present"))
+                marks.append(pytest.mark.real(REAL / name))
             out.append(pytest.param(name, kind, cid, marks=marks, id=f"{name}:{kind}:{cid}"))
     return out
 
@@ -72,8 +72,6 @@ def _check(res: dict, kind: str, cid: str):
 
 @pytest.mark.parametrize("name,kind,cid", _cases(REAL_EXP, True))
 def test_real(name, kind, cid):
-    if not (REAL / name).exists():
-        pytest.skip(f"{name} not present under ../shared/fixtures/real")
     _check(_real(name), kind, cid)
 
 

@@ -15,7 +15,7 @@ import pytest
 from llmdiag.diagnose.analyze import analyze_path
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real" / "torchrec"
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+pytestmark = pytest.mark.real(REAL)
 QCOMM = "sst_long_a2a_optimizer_5_qcomm"
 RUNS = {"opt3": ("sst_long_a2a_optimizer_3", None), "opt5": ("sst_long_a2a_optimizer_5", None),
         "sleep": ("sst_sleep_pl_dense_after_backward_2", None), "qcomm_a": (QCOMM, "_5410"), "qcomm_b": (QCOMM, "_559")}

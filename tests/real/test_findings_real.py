@@ -11,7 +11,7 @@ import pytest
 from llmdiag.diagnose.analyze import analyze_path
 
 REAL = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real").resolve()
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real trace fixtures not found at {REAL}")
+pytestmark = pytest.mark.real
 
 TRAINING_ADVICE = ("memory_unused", "dp_overlap", "pipeline_bubble", "pipeline_imbalance", "stragglers", "fp32_gemm")
 

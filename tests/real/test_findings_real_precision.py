@@ -13,7 +13,7 @@ import pytest
 from llmdiag.diagnose.analyze import analyze_path
 
 REAL = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real").resolve()
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real trace fixtures not found at {REAL}")
+pytestmark = pytest.mark.real
 TORCHREC = ["torchrec/sst_long_a2a_optimizer_3", "torchrec/sst_long_a2a_optimizer_5",
             "torchrec/sst_long_a2a_optimizer_5_qcomm/*_5410", "torchrec/sst_long_a2a_optimizer_5_qcomm/*_5598",
             "torchrec/sst_sleep_pl_dense_after_backward_2"]

@@ -17,8 +17,7 @@ REAL = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "re
 HTA_DIR = REAL / "hta"
 KINETO_DIR = REAL / "kineto" / "samples"
 
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"real trace fixtures not found at {REAL} "
-                                "(CI checks out shared/ beside the repository)")
+pytestmark = pytest.mark.real
 
 # HTA 0.5.0's own output on these files (fixtures README).
 HTA_OVERLAP = {
@@ -130,7 +129,7 @@ def test_rank_not_found_is_reported():
     assert any("numbered rank 0" in x for x in msgs), msgs
 
 
-@pytest.mark.skipif(not KINETO_DIR.is_dir(), reason="kineto samples absent")
+@pytest.mark.real(KINETO_DIR)
 def test_dataloader_bound_with_zero_workers():
     """The TensorBoard plugin's classic sample: 0 DataLoader workers vs 4 for the same ResNet-50. Each folder holds
     two captures of one process (`worker0.<ms>`): two runs of one rank (issue 27), each judged."""

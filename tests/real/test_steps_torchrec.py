@@ -26,7 +26,7 @@ from llmdiag.diagnose.model.steps import concentrated
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real" / "torchrec"
 FOLDERS = ["sst_long_a2a_optimizer_3", "sst_long_a2a_optimizer_5", "sst_long_a2a_optimizer_5_qcomm",
            "sst_sleep_pl_dense_after_backward_2"]
-pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+pytestmark = pytest.mark.real(REAL)
 
 
 def truth(path: str) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:

@@ -350,7 +350,7 @@ def test_source_events_pass_through_whole_with_flow_ids_unique_per_rank(tmp_path
     assert not ids[0] & ids[1]
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real
 @pytest.mark.parametrize("src", ["hta/nccl_data.json.gz", "hta/sampled_pair", "torchrec/sst_long_a2a_optimizer_3",
                                  "tracelens/mi300_ddp8_actckpt_rank0.json.gz", "hta/ns_resolution_rank-0.pt.trace.json.gz"])
 def test_real_traces_keep_every_event_args_and_flow(tmp_path, src):
@@ -410,7 +410,7 @@ def test_ranks_past_the_input_fail_before_any_output(tmp_path):
     assert not s.exists() and not (tmp_path / "t.json").exists()
 
 
-@pytest.mark.skipif(not (REAL / "bytedance").is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real("bytedance")
 def test_an_op_table_has_no_timeline_and_says_so_before_any_work(tmp_path):
     s = tmp_path / "s.json"
     res = CliRunner().invoke(main, ["analyze", str(REAL / "bytedance" / "trace-ST.parquet"), "-q", "--no-report",
@@ -418,7 +418,7 @@ def test_an_op_table_has_no_timeline_and_says_so_before_any_work(tmp_path):
     assert res.exit_code == 2 and "op table" in res.output and not s.exists(), res.output
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real
 def test_a_real_trace_loader_reads_the_merged_timeline(tmp_path):
     """HTA's own Kineto parser (llmdiag[hta]; a real loader: no trace processor binary installs from a registry)
     reads the merged .gz timeline: every complete event it reads from the source alone, plus llmdiag's, with

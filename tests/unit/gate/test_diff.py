@@ -99,7 +99,7 @@ def test_cli_diff_writes_html_and_json(tmp_path):
     assert r.exit_code == 2 and r.output.startswith("llmdiag: ")
 
 
-@pytest.mark.skipif(not os.path.isdir(HTA), reason="shared real-trace fixtures not present")
+@pytest.mark.real(HTA)
 def test_real_traces_2rank_vs_16rank():
     from llmdiag.diagnose.gate.sides import load_side
 

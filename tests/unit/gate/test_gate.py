@@ -358,7 +358,7 @@ def test_slim_summary_for_baselines(tmp_path):
 HTA_TRACE = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "real" / "hta" / "nccl_data.json.gz"
 
 
-@pytest.mark.skipif(not HTA_TRACE.is_file(), reason="shared real-trace fixtures not present")
+@pytest.mark.real(HTA_TRACE)
 def test_trace_and_its_summary_are_the_same_side(tmp_path):
     """A check over traces and over their `analyze --json` file reads one Analysis, so gives one verdict."""
     from llmdiag.diagnose.analyze import analyze_path

@@ -15,7 +15,7 @@ import pytest
 from llmdiag.diagnose.analyze import analyze_path
 
 PAIR = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "real" / "hta" / "sampled_pair"
-pytestmark = pytest.mark.skipif(not PAIR.is_dir(), reason="../shared/fixtures/real not present")
+pytestmark = pytest.mark.real(PAIR)
 
 
 def _kernels():

@@ -191,7 +191,7 @@ def test_an_unreadable_file_goes_with_its_run(tmp_path):
 REAL = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "real" / "torchrec" / "sst_long_a2a_optimizer_5_qcomm"
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real(REAL)
 def test_real_folder_with_two_runs(tmp_path):
     """TorchRec's qcomm folder: pids 54105-54108 captured at 20:59:27 UTC, 55988-55991 at 21:02:20 (distributedInfo
     ranks 0-3 of 4 in each; the events' ts spans 0.73 s and 0.76 s, 173 s apart)."""

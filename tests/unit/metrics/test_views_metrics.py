@@ -181,7 +181,6 @@ def test_cpu_trace_has_no_views(tmp_path):
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not os.path.isdir(REAL), reason="../shared/fixtures/real not present")
 def test_real_kernel_counts_per_op():
     """hta/nccl_data: device events per innermost enclosing cpu_op, counted by a plain pass over the JSON (the
     launch call by correlation id, launched inside a ProfilerStep; the innermost cpu_op on the launching thread

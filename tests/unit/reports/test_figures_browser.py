@@ -186,7 +186,6 @@ REAL_SETS = ["hta/nccl_data.json.gz", "hta/sampled_pair", "tracelens/mi300_ddp8_
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
 @pytest.mark.parametrize("name", REAL_SETS)
 def test_real_fixture_reports(tmp_path, name):
     """Reports of real trace sets: one GPU rank, a sampled pair, ROCm, four-rank DLRM, and the OSDI'25 Megatron
@@ -198,7 +197,6 @@ def test_real_fixture_reports(tmp_path, name):
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
 def test_real_diff_page(tmp_path):
     """`diff` of HTA's trace_diff pair: one rank of an 8-rank job before and after a change."""
     from llmdiag.diagnose.analyze import analyze_path

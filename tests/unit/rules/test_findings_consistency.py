@@ -78,8 +78,7 @@ def test_low_busbw_alone_keeps_its_gain(tmp_path):
     _consistent(a)
 
 
-@pytest.mark.real
-@pytest.mark.skipif(not MI300.is_file(), reason="../shared/fixtures/real not present")
+@pytest.mark.real(MI300)
 def test_mi300_ddp_page_is_consistent():
     """The issue's case: a 54 % low_busbw gain (topology assumed) sat at medium under a 12.9 % exposed_comm high
     with no word why, both claiming rank 0's exposed communication."""

@@ -87,7 +87,6 @@ def test_unknown_role_says_so(tmp_path):
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real not present")
 def test_real_mi300_ddp_role_layout_and_link_advice():
     path = REAL / "tracelens" / "mi300_ddp8_actckpt_rank0.json.gz"
     a = analyze_path(str(path), jobs=1)

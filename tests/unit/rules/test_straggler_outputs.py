@@ -105,8 +105,7 @@ def test_twin_without_the_plant_has_no_straggler(tmp_path):
     assert "Stragglers (" not in render(a, width=400)
 
 
-@pytest.mark.real
-@pytest.mark.skipif(not TORCHREC.is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real(TORCHREC)
 def test_real_torchrec_same_everywhere():
     rows = _agree(analyze_path(str(TORCHREC), jobs=1))
     assert rows, "the TorchRec run has a late rank at its all_to_all"
