@@ -94,7 +94,7 @@ def parse_workload(text: str) -> Layout:
         m = _TOKEN.match(s, pos)
         if not m:
             raise WorkloadError(f"workload {text!r}: unexpected {s[pos:]!r}",
-                                hint="concatenate dpN, fsdpN, tpN, ppN, cpN, e.g. dp2tp2pp2")
+                                hint="concatenate dpN, fsdpN, tpN, ppN, cpN, epN, e.g. dp2tp2pp2")
         dim = m.group(1)
         digits = re.match(r"\d+", s[m.end():])
         if not digits:

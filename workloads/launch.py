@@ -24,6 +24,7 @@ from datetime import datetime
 from llmdiag.workloads.errors import WorkloadError
 from llmdiag.workloads import manifest as man
 from llmdiag.workloads.grammar import check_ranks
+from llmdiag.workloads.interrupts import Interrupted, restore_signals, trap_signals
 from llmdiag.workloads.options import LaunchOptions, RunPlan
 from llmdiag.workloads.optspec import to_argv
 from llmdiag.workloads.rankio import die_with_parent, now_iso
@@ -84,26 +85,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-class _Interrupted(Exception):
-    pass
-
-
-def _raise_interrupted(signum, frame):
-    raise _Interrupted(signal.Signals(signum).name)
-
-
-def _trap_signals() -> dict:
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    # SIGHUP: the terminal or the ssh session went away; the ranks must not outlive it
-    return {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-
-
-def _restore_signals(handlers: dict) -> None:
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
-
-
 def _torchrun_dies_with_us() -> None:
     """In the forked torchrun, before exec: SIGTERM when the launcher dies (even by SIGKILL), which makes
     torchrun stop its workers; the ranks themselves die with torchrun (rankio.die_with_parent)."""
@@ -123,6 +104,7 @@ class Launch:
         self.nnodes, self.node_rank = lo.nnodes, lo.node_rank
         self.rdzv_endpoint, self.timeout, self.fault = lo.rdzv_endpoint, lo.timeout, lo.inject_fault
         self.echo, self.echo_err = echo, echo_err
+        self.interrupted_by: int | None = None  # the signal that stopped the run (Ctrl-C: SIGINT)
         self.out = run.options.out
         self.local_ranks = range(lo.node_rank * nproc, (lo.node_rank + 1) * nproc)
         self.torchrun_output: list[str] = []
@@ -178,7 +160,7 @@ class Launch:
             pump = threading.Thread(target=self._pump, args=(proc.stdout, logfile), daemon=True)
             pump.start()
             # torchrun has its own session (no terminal Ctrl-C reaches it): forward our end to the ranks.
-            handlers = _trap_signals()
+            handlers = trap_signals()
             deadline = time.monotonic() + self.timeout
             try:
                 while proc.poll() is None:
@@ -189,12 +171,13 @@ class Launch:
                         self._stop(proc)
                         break
                     time.sleep(0.2)
-            except _Interrupted as e:
+            except Interrupted as e:
                 stopped = f"interrupted ({e})"
+                self.interrupted_by = e.signum
                 self.echo_err(f"llmdiag run: {stopped}: stopping ranks")
                 self._stop(proc)
             finally:
-                _restore_signals(handlers)
+                restore_signals(handlers)
             pump.join(timeout=5)
         return proc.returncode, stopped
 
@@ -281,8 +264,10 @@ def judge(out: str, world: int, local_ranks, results: dict, codes: dict[int, int
 
 def launch(run: RunPlan, lo: LaunchOptions, *, command: list[str] | None = None, echo=print,
            echo_err=None) -> int:
-    """Run the workload `prepare` planned; returns the exit code (0 ok, 1 a rank failed or timed out). Nothing is
-    derived again: the resolved device and absolute run folder go into a copy of the options (`replace`)."""
+    """Run the workload `prepare` planned; returns the exit code (0 ok, 1 a rank failed or timed out, 128 + the
+    signal when the user stopped it: 130 for Ctrl-C, as a shell reports it, so a script sees an interrupt, not a
+    failed run). Nothing is derived again: the resolved device and absolute run folder go into a copy of the
+    options (`replace`)."""
     echo_err = echo_err or (lambda s: print(s, file=sys.stderr))
     plan, opts = run.plan, run.options
     nnodes, node_rank, nproc_per_node, timeout = lo.nnodes, lo.node_rank, lo.nproc_per_node, lo.timeout
@@ -346,6 +331,8 @@ def launch(run: RunPlan, lo: LaunchOptions, *, command: list[str] | None = None,
     _report(manifest, out, echo, echo_err)
     if failure is None and rc != 0:  # every record says ok: a rank stumbled after finishing (teardown)
         echo_err(f"  note: torchrun exited {rc} after every rank reported ok (see logs/torchrun.log)")
+    if torchrun.interrupted_by is not None:
+        return 128 + torchrun.interrupted_by
     return 0 if failure is None else 1
 
 

@@ -107,13 +107,14 @@ def build(run: RunPlan, *, device: dict, torch_version: str, command: list[str],
 
 def _options(run: RunPlan) -> dict:
     """The options as given, with what the plan decided for those left to it (schedule, microbatches,
-    reshard, global batch); the run folder is the manifest's own location, so it is left out."""
+    reshard, global batch, experts under epN); the run folder is the manifest's own location, so it is left out."""
     plan = run.plan
     d = asdict(run.options)
     d.pop("out")
     d.update(schedule=plan.pipeline.schedule if plan.pipeline else None,
              microbatches=plan.pipeline.microbatches if plan.pipeline else None,
-             reshard_after_forward=run.reshard_after_forward, global_batch=plan.global_batch)
+             reshard_after_forward=run.reshard_after_forward, global_batch=plan.global_batch,
+             moe_experts=plan.model.moe_experts)
     return d
 
 

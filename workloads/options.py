@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from llmdiag.workloads import faults, slow
 from llmdiag.workloads.config import SIZES, model_config
 from llmdiag.workloads.errors import WorkloadError
-from llmdiag.workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, resolve
+from llmdiag.workloads.grammar import DEFAULT_SCHEDULE, SCHEDULES, Plan, parse_workload, resolve
 from llmdiag.workloads.optspec import from_argv, opt
 
 DEFAULT_TAIL_STEPS = 3  # unprofiled steps after the profiler stops, to measure its overhead
 DEVICES = ("auto", "cpu", "cuda")
+# `ep2` without --moe-experts: 2 experts per expert-parallel rank, so ep divides them and top-2 routing fits.
+EXPERTS_PER_EP_RANK = 2
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,9 @@ class RunOptions:
     """What reaches the ranks (as argv); frozen: a value decided later (the device, the run folder) is a
     `dataclasses.replace`, never an assignment to a shared object."""
 
-    workload: str = opt(help="Parallel layout: any concatenation of dpN fsdpN tpN ppN cpN (tp2pp2, dp2tp2pp2, "
-                             "fsdp8), or single.", short="-w")
+    workload: str = opt(help="Parallel layout: any concatenation of dpN fsdpN tpN ppN cpN epN (tp2pp2, dp2tp2pp2, "
+                             "fsdp8, dp4ep2), or single. epN: expert parallelism over N of the dp x fsdp ranks "
+                             "(ep2 alone is dp2ep2; a MoE model, see --moe-experts).", short="-w")
     model: str = opt("tiny", "Model size: " + ", ".join(SIZES) + " (tiny is the CPU default).")
     layers: int | None = opt(None, "Override the number of decoder layers.")
     hidden: int | None = opt(None, "Override the hidden size (SwiGLU width follows).")
@@ -49,7 +52,8 @@ class RunOptions:
                                              shown="on, off under pp")
     ac: bool = opt(False, "Activation checkpointing per decoder block.")
     with_stack: bool = opt(False, "Record Python stacks in the traces (larger, slower).")
-    moe_experts: int = opt(0, "Mixture of experts: experts per MoE layer (0: dense SwiGLU).")
+    moe_experts: int = opt(0, "Mixture of experts: experts per MoE layer (0: dense SwiGLU, except under epN, "
+                              f"where 0 means {EXPERTS_PER_EP_RANK} experts per ep rank).")
     moe_topk: int = opt(2, "MoE: experts per token.")
     moe_every: int = opt(1, "MoE: every k-th layer is MoE (layers 0, k, 2k, ...).")
     moe_capacity: float = opt(0.0, "MoE: capacity factor per source rank (0: drop nothing).")
@@ -88,9 +92,17 @@ class RunOptions:
                                 f"{self.profile_steps}")
         return steps
 
+    def experts(self) -> int:
+        """--moe-experts, or under epN with none given EXPERTS_PER_EP_RANK x ep (an ep layout needs a MoE
+        model: refusing `ep2` for want of a number the user has no reason to pick helped nobody)."""
+        if self.moe_experts:
+            return self.moe_experts
+        ep = parse_workload(self.workload).ep
+        return EXPERTS_PER_EP_RANK * ep if ep > 1 else 0
+
     def plan(self, ranks_available: int | None = None, ranks_reason: str = "") -> Plan:
         cfg = model_config(self.model, layers=self.layers, hidden=self.hidden, seq_len=self.seq_len,
-                           batch=self.batch, moe_experts=self.moe_experts, moe_topk=self.moe_topk,
+                           batch=self.batch, moe_experts=self.experts(), moe_topk=self.moe_topk,
                            moe_every=self.moe_every, moe_capacity=self.moe_capacity,
                            moe_route_skew=self.moe_route_skew, moe_aux_weight=self.moe_aux_weight)
         plan = resolve(self.workload, cfg, schedule=self.schedule, microbatches=self.microbatches,

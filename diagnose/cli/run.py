@@ -55,6 +55,9 @@ def run(**kwargs):
         raise LlmdiagError(e.what, hint=e.hint) from e
     except OSError as e:  # the run folder cannot be written (disk full, read-only): one line, exit 2
         raise LlmdiagError(f"cannot write the run folder: {e.strerror or e}", e.filename) from None
+    except KeyboardInterrupt:  # Ctrl-C before torchrun started (while torch imports): 130, as the shell's own
+        click.echo("llmdiag run: interrupted (SIGINT) before the ranks started", err=True)
+        sys.exit(130)
 
 
 def _run(runplan: RunPlan, lo: LaunchOptions) -> None:

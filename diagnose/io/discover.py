@@ -60,12 +60,31 @@ def discover(paths: list[str] | str) -> Source:
         raise LlmdiagError(f"no readable trace files; {len(skipped)} skipped, first: {skipped[0][0]} ({skipped[0][1]})",
                            paths[0])
     if not files:
-        raise LlmdiagError("no trace files found", paths[0], "expected *.json or *.json.gz Kineto traces")
+        what, hint = _no_traces(manifest)
+        raise LlmdiagError(what, paths[0], hint)
     first = os.path.abspath(paths[0]).rstrip(os.sep)
     name = os.path.basename(first)
     for suffix in (".gz", ".json", ".pt.trace"):
         name = name[: -len(suffix)] if name.endswith(suffix) else name
     return Source(paths[0], name or "traces", sorted(dict.fromkeys(files)), manifest, run_folder, skipped)
+
+
+def _no_traces(manifest: dict | None) -> tuple[str, str]:
+    """Why a folder holds no trace, where its manifest says: a run stopped (Ctrl-C, a rank that failed) before
+    any rank wrote one, or one still running (or whose launcher was killed) is not a folder of the wrong files.
+    The manifest's words are untrusted: LlmdiagError prints them escaped; cut to one short clause here."""
+    what, hint = "no trace files found", "expected *.json or *.json.gz Kineto traces"
+    if not isinstance(manifest, dict):
+        return what, hint
+    failure, status = manifest.get("failure"), manifest.get("status")
+    reason = failure.get("reason") if isinstance(failure, dict) else None
+    if isinstance(reason, str) and reason.strip():
+        return (f"{what}: the run stopped before any rank wrote its trace ({reason.strip()[:200]})",
+                "its logs/ folder holds each rank's output; run it again")
+    if status == "running":
+        return (f"{what}: the manifest says the run is still running (or its launcher was killed before any "
+                "rank wrote a trace)", "analyze it once it has finished")
+    return what, hint
 
 
 def _walk(root: str, skipped: list[tuple[str, str]] | None = None) -> list[str]:
