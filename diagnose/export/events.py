@@ -38,13 +38,30 @@ EVENT_COLUMNS = (
 )
 
 
-def events(path: str, rank: int | None = None, *, pandas: bool | None = None, comm_regex: str | None = None):
+ARGS_COLUMN = ("args", "args=True: the event's `args` object as JSON text ('{}' where it has none)")
+
+
+def events(path: str, rank: int | None = None, *, pandas: bool | None = None, comm_regex: str | None = None,
+           args: bool = False):
     """The events of rank `rank` of the traces at `path` (a trace file, or a folder: the file whose name says
-    rank<R>, else the first whose distributedInfo does); a DataFrame, or a pyarrow Table with pandas=False."""
+    rank<R>, else the first whose distributedInfo does); a DataFrame, or a pyarrow Table with pandas=False.
+    `args=True` adds each event's args as JSON text (the trace is read a second time for them)."""
     t = _load(path, rank)
     classify(t, comm_regex)
     cols = event_columns(t)
-    return _frame(cols, pandas, t.path)
+    spec = EVENT_COLUMNS
+    if args:
+        from llmdiag.diagnose.export.event_args import event_args
+
+        cols["args"], spec = event_args(t), EVENT_COLUMNS + (ARGS_COLUMN,)
+    return frame(cols, pandas, t.path, spec, "events")
+
+
+def load(path: str, rank: int | None, comm_regex: str | None = None) -> RankTrace:
+    """One rank's trace, classified (the views of diagnose/export/views.py start here)."""
+    t = _load(path, rank)
+    classify(t, comm_regex)
+    return t
 
 
 def _load(path: str, rank: int | None) -> RankTrace:
@@ -118,20 +135,22 @@ def host_parent(t: RankTrace, out: np.ndarray) -> None:
             stack.append((end[j], i))
 
 
-def _frame(cols: dict, want_pandas: bool | None, path: str):
+def frame(cols: dict, want_pandas: bool | None, path: str, spec=EVENT_COLUMNS, table: str = "events"):
+    """`cols` ({column: values}) in `spec`'s order as a pandas DataFrame, else (or with want_pandas=False) a
+    pyarrow Table."""
     if want_pandas is not False:
         try:
             import pandas as pd
         except ImportError:
             if want_pandas:
-                raise LlmdiagError("events(pandas=True) needs pandas, which is not installed",
+                raise LlmdiagError(f"{table}(pandas=True) needs pandas, which is not installed",
                                    hint="pip install pandas") from None
         else:
-            return pd.DataFrame({c: cols[c] for c, _ in EVENT_COLUMNS})
+            return pd.DataFrame({c: cols[c] for c, _ in spec})
     try:
         import pyarrow as pa
     except ImportError:
-        raise LlmdiagError("events() needs pandas or pyarrow, neither is installed",
+        raise LlmdiagError(f"{table}() needs pandas or pyarrow, neither is installed",
                            hint="pip install 'llmdiag[tables]'") from None
-    return pa.table({c: cols[c] for c, _ in EVENT_COLUMNS},
-                    metadata={"llmdiag.table": "events", "llmdiag.source": os.path.basename(path)})
+    return pa.table({c: cols[c] for c, _ in spec},
+                    metadata={"llmdiag.table": table, "llmdiag.source": os.path.basename(path)})
