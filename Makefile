@@ -1,10 +1,16 @@
-# `make demo` and `make test` each build .venv from nothing. Torch is pinned to the 2.13.0 CPU wheel where
-# there is no CUDA: an unpinned torch pulls several GB of CUDA packages.
+# `make demo` and `make test` each build .venv from nothing, each with what it needs: the demo llmdiag and torch
+# (the `workloads` extra), the tests and lint the dev toolchain besides (pytest, HTA, Dask, pyarrow, ruff, mypy...).
+# One stamp per purpose, so `make demo` then `make test` adds the toolchain to the demo's venv. Torch is pinned to
+# the 2.13.0 CPU wheel where there is no CUDA: an unpinned torch pulls several GB of CUDA packages.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-STAMP  := $(VENV)/.llmdiag-installed
+# The venv with torch; + llmdiag[workloads] (demo); + the dev toolchain (test, lint, bench, fuzz). The full one
+# keeps its old name: venvs made before the split are recognised as complete.
+TORCH_STAMP := $(VENV)/.llmdiag-torch
+DEMO_STAMP  := $(VENV)/.llmdiag-demo
+STAMP       := $(VENV)/.llmdiag-installed
 # The demo fits the machine: at most one rank per core, so its report leads with what the workload shows
 # (the pipeline's bubble and balance), not with "timings contaminated by oversubscription". tp2pp2 (4 ranks)
 # from 4 cores, else pp2 (2 ranks; 1F1B with 4 microbatches).
@@ -14,17 +20,25 @@ DEMO_OUT ?= runs/demo-$(DEMO)
 
 .PHONY: demo test test-fast lint fuzz bench browser clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(TORCH_STAMP):
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
 	  echo "CUDA found: installing the default torch build"; \
 	else \
 	  echo "no CUDA: installing torch==2.13.0 (CPU)"; $(PIP) install torch==2.13.0; \
 	fi
-	$(PIP) install -e '.[dev,workloads]'
-	touch $(STAMP)
+	touch $@
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(TORCH_STAMP)
+	$(PIP) install -e '.[workloads]'
+	touch $@
+
+# The full install also covers the demo's, so `make test` then `make demo` installs nothing more.
+$(STAMP): pyproject.toml | $(TORCH_STAMP)
+	$(PIP) install -e '.[dev,workloads]'
+	touch $@ $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	rm -rf $(DEMO_OUT)
 	$(VENV)/bin/llmdiag run --workload $(DEMO) --out $(DEMO_OUT)
 	$(VENV)/bin/llmdiag analyze $(DEMO_OUT)

@@ -6,7 +6,8 @@ a device event the innermost host op enclosing its launch call (diagnose.metrics
 delay, for a host event the innermost host op enclosing it on its thread. A pandas DataFrame when pandas is
 installed (and `pandas` is not False), else a pyarrow Table; neither is an llmdiag dependency
 (`pip install 'llmdiag[tables]'`). One rank at a time: the table holds every event, so it is as large as the
-trace (the summary's per-rank views are the bounded ones).
+trace (the summary's per-rank views are the bounded ones). `args=True` adds each event's whole `args` as JSON
+text (export/event_args.py: the loader keeps only the args its metrics read, so they are read again).
 """
 
 from __future__ import annotations
