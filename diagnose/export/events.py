@@ -45,10 +45,10 @@ ARGS_COLUMN = ("args", "args=True: the event's `args` object as JSON text ('{}' 
 def events(path: str, rank: int | None = None, *, pandas: bool | None = None, comm_regex: str | None = None,
            args: bool = False):
     """The events of rank `rank` of the traces at `path` (a trace file, or a folder: the file whose name says
-    rank<R>, else the first whose distributedInfo does); a DataFrame, or a pyarrow Table with pandas=False.
+    rank<R>, else the first whose distributedInfo does; or an Analysis, whose rank's file is read); a DataFrame,
+    or a pyarrow Table with pandas=False.
     `args=True` adds each event's args as JSON text (the trace is read a second time for them)."""
-    t = _load(path, rank)
-    classify(t, comm_regex)
+    t = load(path, rank, comm_regex)
     cols = event_columns(t)
     spec = EVENT_COLUMNS
     if args:
@@ -58,8 +58,18 @@ def events(path: str, rank: int | None = None, *, pandas: bool | None = None, co
     return frame(cols, pandas, t.path, spec, "events")
 
 
-def load(path: str, rank: int | None, comm_regex: str | None = None) -> RankTrace:
-    """One rank's trace, classified (the views of diagnose/export/views.py start here)."""
+def load(path, rank: int | None, comm_regex: str | None = None) -> RankTrace:
+    """One rank's trace, classified (the views of diagnose/export/views.py start here). `path` may also be an
+    Analysis (`llmdiag.analyze_path(...)`): its rank's trace file, classified with the Analysis' comm regex."""
+    if hasattr(path, "ranks") and hasattr(path, "options"):
+        files = {r.rank: r.file for r in path.ranks}
+        if rank is None and len(files) == 1:
+            rank = next(iter(files))
+        if rank not in files:
+            raise LlmdiagError(f"no rank {rank} in this analysis (ranks {sorted(files)})", path.source,
+                               "pass rank=R")
+        comm_regex = comm_regex if comm_regex is not None else path.options.comm_regex
+        path = files[rank]
     t = _load(path, rank)
     classify(t, comm_regex)
     return t

@@ -248,3 +248,23 @@ def test_real_events_args_line_up_with_the_raw_json():
     k = df[df.cat == "kernel"]
     assert len(k) == len(by_corr)
     assert all(json.loads(a) == by_corr[c] for a, c in zip(k.args, k.correlation))
+
+
+def test_views_read_an_analysis_as_well_as_a_path(tmp_path):
+    """`llmdiag.analyze_path(...)` first, then a view of one of its ranks: the rank's own trace file is read."""
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.errors import LlmdiagError
+
+    for r in (0, 1):
+        b = TraceBuilder(rank=r, world_size=2, base_us=BASE)
+        b.step(1, 0, 100)
+        for k in range(r + 1):  # rank 1 launches twice
+            b.kernel("gemm", 30 + 10 * k, 5, stream=7, launch_at=k)
+        b.write(tmp_path / f"rank{r}.json")
+    a = analyze_path(str(tmp_path), rules=False, jobs=1)
+    q = queue_length(a, rank=1)
+    assert q.queue_length.tolist() == [1, 2, 1, 0]
+    assert q.equals(queue_length(str(tmp_path), rank=1))
+    assert len(events(a, rank=0)) == len(events(str(tmp_path / "rank0.json")))
+    with pytest.raises(LlmdiagError, match="no rank 5 in this analysis"):
+        queue_length(a, rank=5)
