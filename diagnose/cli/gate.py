@@ -17,7 +17,7 @@ import time
 import click
 import orjson
 
-from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.errors import LlmdiagError, printable
 from llmdiag.diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
 from llmdiag.diagnose.gate.config import FLAG_GATES, build_gates
 from llmdiag.diagnose.gate.format import github_annotations, markdown_summary, render_verdict
@@ -92,12 +92,17 @@ def _limit_options(f):
               help="Do not fail when a gated metric is undefined on a side or on some ranks (any metric).")
 @click.option("--allow-undefined-metric", "allow_undefined_metric", multiple=True, metavar="METRIC",
               help="As --allow-undefined, for this metric only (repeatable).")
+@click.option("--run", "run", metavar="newest|N", default=None,
+              help="CURRENT holds several runs (a profiler folder reused across CI runs): gate the newest (complete "
+                   "or not) or run N, 1 the oldest. Without it such an input is refused.")
+@click.option("--baseline-run", "baseline_run", metavar="newest|N", default=None,
+              help="As --run, for a baseline that holds several runs.")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
 def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
-          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, **limits):
+          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, run, baseline_run, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
@@ -115,8 +120,9 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
         relative = [f"{g.metric} {g.rule}" for g in gates if g.relative]
         if relative and baseline is None:
             raise LlmdiagError(f"gates against a baseline need --baseline ({', '.join(relative)})")
-        cur = load_side(current, "current")
-        base = load_side(baseline, "baseline") if baseline else None
+        run, baseline_run = _run_choice(run, "--run"), _run_choice(baseline_run, "--baseline-run")
+        cur = load_side(current, "current", run, "--run")
+        base = load_side(baseline, "baseline", baseline_run, "--baseline-run") if baseline else None
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
@@ -129,6 +135,7 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
     cpu = not gates and cur.trace_kind == "cpu"
     gates = gates or default_gates(agg or opts.get("agg"), cpu)
     verdict = evaluate(cur, base, gates, strict, allow)
+    verdict.notes[:0] = [note for side, a in (("current", cur), ("baseline", base)) if (note := _run_note(side, a))]
     if cpu:
         verdict.notes.insert(0, "CPU traces: default gates for noisy shared runners (docs/ci.md, \"Default gates\"); "
                                 "give --config or limits to choose your own")
@@ -147,6 +154,26 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
             click.echo(line)
     _job_summary(markdown_summary(verdict))
     sys.exit(verdict.exit_code)
+
+
+def _run_choice(value: str | None, flag: str) -> str | int | None:
+    """--run's value: None, "newest" or a run number (ASCII digits, bounded: `--run ²` is no number)."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v == "newest":
+        return v
+    if not (v.isascii() and v.isdigit() and len(v) <= 9 and int(v) >= 1):
+        raise LlmdiagError(f"{flag} {printable(value[:40])!r} is not newest or a run number (1 = the oldest)")
+    return int(v)
+
+
+def _run_note(side: str, a) -> str | None:
+    """Which run of an input of several was gated; the others were not."""
+    if a is None or len(a.runs) < 2:
+        return None
+    k = next((r.number for r in a.runs if r.analysed), 1)
+    return f"{side}: gated run {k} of the {len(a.runs)} runs its input holds (oldest first); the others were not gated"
 
 
 def _job_summary(text: str) -> None:
