@@ -97,12 +97,15 @@ def _limit_options(f):
                    "or not) or run N, 1 the oldest. Without it such an input is refused.")
 @click.option("--baseline-run", "baseline_run", metavar="newest|N", default=None,
               help="As --run, for a baseline that holds several runs.")
+@click.option("--noise-from", "noise_from", multiple=True, type=click.Path(), metavar="PATH",
+              help="A repeated baseline run (folder or summary; repeatable): the run-to-run spread over it and the "
+                   "baseline is part of the noise a \"1.5σ\" limit is measured in (docs/ci.md).")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
 def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
-          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, run, baseline_run, **limits):
+          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, run, baseline_run, noise_from, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
@@ -123,6 +126,9 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
         run, baseline_run = _run_choice(run, "--run"), _run_choice(baseline_run, "--baseline-run")
         cur = load_side(current, "current", run, "--run")
         base = load_side(baseline, "baseline", baseline_run, "--baseline-run") if baseline else None
+        if noise_from and base is None:
+            raise LlmdiagError("--noise-from gives repeats of the baseline: give --baseline too")
+        repeats = [load_side(p, "repeated baseline", "newest", "--noise-from") for p in noise_from]
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
@@ -133,8 +139,8 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
              "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
     allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ())) | one_metric
     cpu = not gates and cur.trace_kind == "cpu"
-    gates = gates or default_gates(agg or opts.get("agg"), cpu)
-    verdict = evaluate(cur, base, gates, strict, allow)
+    gates = gates or default_gates(agg or opts.get("agg"), cpu, bool(repeats))
+    verdict = evaluate(cur, base, gates, strict, allow, repeats, run_defaults())
     verdict.notes[:0] = [note for side, a in (("current", cur), ("baseline", base)) if (note := _run_note(side, a))]
     if cpu:
         verdict.notes.insert(0, "CPU traces: default gates for noisy shared runners (docs/ci.md, \"Default gates\"); "
@@ -154,6 +160,14 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
             click.echo(line)
     _job_summary(markdown_summary(verdict))
     sys.exit(verdict.exit_code)
+
+
+def run_defaults() -> dict:
+    """`llmdiag run`'s option defaults (workloads/options.py, torch-free): what an option a manifest predates
+    was, since an option is added with the default that keeps the older behaviour."""
+    from llmdiag.workloads.options import RunOptions
+
+    return {f.name: f.default for f in dataclasses.fields(RunOptions) if f.default is not dataclasses.MISSING}
 
 
 def _run_choice(value: str | None, flag: str) -> str | int | None:
@@ -209,7 +223,7 @@ def diff(a, b, html_path, json_path, top):
     """
     from llmdiag.diagnose.gate.diff import compare, render_text
 
-    c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
+    c = compare(load_side(a, "A"), load_side(b, "B"), top=top, run_defaults=run_defaults())
     click.echo(render_text(c))
     if json_path:
         _write_json(json_path, dataclasses.asdict(c))
