@@ -66,19 +66,29 @@ def load_side(path: str, role: str = "input", run: str | int | None = "any", fla
         a = analyze(path) if trace else read_summary(path)
     if run == "any":
         return a
-    want = pick_run(a, path, role, run, flag)
-    if want == analysed_run(a):
-        return a
     if os.path.isdir(path) or _is_trace(path):
-        return analyze(path, run=want)
-    raise LlmdiagError(f"the summary ({role}) describes run {analysed_run(a)} of the {len(a.runs)} its input held, "
-                       f"not run {want}", path, f"analyse the input with `llmdiag analyze INPUT --run {want} --json "
-                                                "FILE`, or gate the input itself")
+        want = pick_run(a, path, role, run, flag)
+        return a if want == analysed_run(a) else analyze(path, run=want)
+    return summary_run(a, path, role, run, flag)
 
 
-def analysed_run(a: Analysis) -> int:
-    """The number of the run `a` describes (1 where its input held one run)."""
-    return next((r.number for r in a.runs if r.analysed), 1)
+def summary_run(a: Analysis, path: str, role: str, run: str | int | None, flag: str = "--run") -> Analysis:
+    """`a`, read from a summary, if it describes the run asked for (see load_side); else one line."""
+    want = pick_run(a, path, role, run, flag)
+    if want != analysed_run(a):
+        raise LlmdiagError(f"the summary ({role}) describes run {analysed_run(a)} of the {len(a.runs)} its input "
+                           f"held, not run {want}", path, f"analyse the input with `llmdiag analyze INPUT --run {want} "
+                                                           "--json FILE`, or gate the input itself")
+    return a
+
+
+def analysed_run(a: Analysis) -> int | None:
+    """The number of the run `a` describes (1 where its input held one run); None where its run list marks none,
+    or several, as analysed (an edited summary: it then describes no run a check can name)."""
+    if not a.runs:
+        return 1
+    marked = [r.number for r in a.runs if r.analysed]
+    return marked[0] if len(marked) == 1 else None
 
 
 def pick_run(a: Analysis, path: str, role: str, run: str | int | None, flag: str) -> int:
