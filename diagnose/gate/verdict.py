@@ -172,11 +172,15 @@ def _amount(m: Metric, x: float) -> str:
 
 
 def _per_rank(gate: Gate, m: Metric, base: Analysis, cur: Analysis, sig: float | None = None) -> tuple | None:
-    """Each rank (stage) against its own baseline: (excess, label, baseline, current, allowed) of the worst."""
+    """Each rank (pipeline rank) against its own baseline: (excess, label, baseline, current, allowed) of the worst.
+    A unit only the current run has (a pipeline replica the baseline lacks) is held to the baseline's worst value:
+    unmatched is no reason to go ungated."""
     b_u, c_u = units(base, m), units(cur, m)
+    fallback = aggregate(base, m, "worst")[0]
     worst = None
-    for k in sorted(b_u.keys() & c_u.keys()):
-        (lab, b), (_, c) = b_u[k], c_u[k]
+    for k in sorted(c_u.keys()):
+        (_, c) = c_u[k]
+        lab, b = (b_u[k][0], b_u[k][1]) if k in b_u else (c_u[k][0] + " (not in the baseline)", fallback)
         if b is None or c is None or (allowed := _allowed(gate, b, sig)) is None:
             continue
         excess = _bad(gate, b, c) - allowed
