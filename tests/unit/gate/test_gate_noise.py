@@ -126,3 +126,27 @@ def test_options_a_baseline_predates_read_as_their_defaults():
         "the runs were made differently (A baseline, B current): grad_accum: A 1, B 4 (a difference may be the "
         "change itself, or make the comparison meaningless)"]  # the old check named none: one side lacked it
     assert not [n for n in evaluate(same, old, g, run_defaults=defaults).notes if "made differently" in n]
+
+
+def test_noise_from_repeats_widens_sigma_and_adds_the_cpu_step_time_gate(tmp_path):
+    """Repeated baseline runs (`--noise-from`) add their run-to-run spread to σ; only then do the CPU defaults gate
+    step time (one run cannot show how the machine's load moves it)."""
+    def write(name: str, s: dict) -> str:
+        p = tmp_path / name
+        p.write_bytes(orjson.dumps(s))
+        return str(p)
+
+    base = write("base.json", make_summary(step=100.0))
+    reps = [write(f"r{i}.json", make_summary(step=t)) for i, t in enumerate((140.0, 70.0))]
+    cur = write("cur.json", make_summary(step=160.0))
+    run = CliRunner().invoke
+    one = run(cli_main, ["check", cur, "--baseline", base])
+    assert one.exit_code == 0 and "step_time" not in one.output, one.output
+    many = run(cli_main, ["check", cur, "--baseline", base, "--noise-from", reps[0], "--noise-from", reps[1]])
+    sd = statistics.stdev([100.0, 140.0, 70.0])  # 35.1 ms: steps and ranks agree in these summaries
+    assert f"max_rise 3σ = {3 * sd:.2f} ms" in many.output and many.exit_code == 0, many.output
+    far = write("far.json", make_summary(step=100.0 + 3 * sd + 1))
+    assert run(cli_main, ["check", far, "--baseline", base, "--noise-from", reps[0], "--noise-from",
+                          reps[1]]).exit_code == 1
+    alone = run(cli_main, ["check", cur, "--min-overlap", "0", "--noise-from", reps[0]])
+    assert alone.exit_code == 2 and "give --baseline too" in alone.output
