@@ -51,7 +51,7 @@ DEFAULT_GATES = (
 # limits are measured from the baseline's own noise (gate/noise.py), on the worst rank (a slow rank makes the others
 # wait: their overlap drops and exposed comm rises, while the mean over ranks hides it). Over 10 repeats of the
 # project's dp2 run on a shared 2-core machine, 1.5σ passed every repeat and failed every 2x slower rank
-# (docs/ci.md, "Measured"). Step time moved 3x between runs with the machine's load, which one baseline run cannot
+# (docs/ci.md, "Measured"). Step time moved 4x between runs with the machine's load, which one baseline run cannot
 # show: it is gated only where repeated baseline runs measure that spread (`--noise-from`). The memory peak is exact.
 CPU_DEFAULT_GATES = (
     ("overlap_ratio", "max_drop", "1.5σ"),
