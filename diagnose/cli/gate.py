@@ -17,7 +17,7 @@ import time
 import click
 import orjson
 
-from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.errors import LlmdiagError, printable
 from llmdiag.diagnose.gate.verdict import AGGS, default_gates, evaluate, metric_named
 from llmdiag.diagnose.gate.config import FLAG_GATES, build_gates
 from llmdiag.diagnose.gate.format import github_annotations, markdown_summary, render_verdict
@@ -92,12 +92,20 @@ def _limit_options(f):
               help="Do not fail when a gated metric is undefined on a side or on some ranks (any metric).")
 @click.option("--allow-undefined-metric", "allow_undefined_metric", multiple=True, metavar="METRIC",
               help="As --allow-undefined, for this metric only (repeatable).")
+@click.option("--run", "run", metavar="newest|N", default=None,
+              help="CURRENT holds several runs (a profiler folder reused across CI runs): gate the newest (complete "
+                   "or not) or run N, 1 the oldest. Without it such an input is refused.")
+@click.option("--baseline-run", "baseline_run", metavar="newest|N", default=None,
+              help="As --run, for a baseline that holds several runs.")
+@click.option("--noise-from", "noise_from", multiple=True, type=click.Path(), metavar="PATH",
+              help="A repeated baseline run (folder or summary; repeatable): the run-to-run spread over it and the "
+                   "baseline is part of the noise a \"1.5σ\" limit is measured in (docs/ci.md).")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the verdict as JSON here.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only failures and the last line.")
 @_one_line_errors
 def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, allow_failed_run, allow_missing_ranks,
-          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, **limits):
+          allow_duplicate_ranks, allow_undefined, allow_undefined_metric, run, baseline_run, noise_from, **limits):
     """Gate CURRENT against a BASELINE and/or absolute limits; exit 1 on a regression.
 
     CURRENT and the baseline are each a run folder, a trace folder or a summary JSON
@@ -115,8 +123,12 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
         relative = [f"{g.metric} {g.rule}" for g in gates if g.relative]
         if relative and baseline is None:
             raise LlmdiagError(f"gates against a baseline need --baseline ({', '.join(relative)})")
-        cur = load_side(current, "current")
-        base = load_side(baseline, "baseline") if baseline else None
+        run, baseline_run = _run_choice(run, "--run"), _run_choice(baseline_run, "--baseline-run")
+        cur = load_side(current, "current", run, "--run")
+        base = load_side(baseline, "baseline", baseline_run, "--baseline-run") if baseline else None
+        if noise_from and base is None:
+            raise LlmdiagError("--noise-from gives repeats of the baseline: give --baseline too")
+        repeats = [load_side(p, "repeated baseline", "newest", "--noise-from") for p in noise_from]
     except LlmdiagError as e:
         if junit_path:
             write_text(junit_path, error_junit(e.line()))
@@ -127,8 +139,9 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
              "duplicate-ranks": allow_duplicate_ranks, "undefined": allow_undefined}
     allow = {k for k, on in flags.items() if on} | set(opts.get("allow", ())) | one_metric
     cpu = not gates and cur.trace_kind == "cpu"
-    gates = gates or default_gates(agg or opts.get("agg"), cpu)
-    verdict = evaluate(cur, base, gates, strict, allow)
+    gates = gates or default_gates(agg or opts.get("agg"), cpu, bool(repeats))
+    verdict = evaluate(cur, base, gates, strict, allow, repeats, run_defaults())
+    verdict.notes[:0] = [note for side, a in (("current", cur), ("baseline", base)) if (note := _run_note(side, a))]
     if cpu:
         verdict.notes.insert(0, "CPU traces: default gates for noisy shared runners (docs/ci.md, \"Default gates\"); "
                                 "give --config or limits to choose your own")
@@ -147,6 +160,34 @@ def check(current, baseline, config, agg, strict, junit_path, json_path, quiet, 
             click.echo(line)
     _job_summary(markdown_summary(verdict))
     sys.exit(verdict.exit_code)
+
+
+def run_defaults() -> dict:
+    """`llmdiag run`'s option defaults (workloads/options.py, torch-free): what an option a manifest predates
+    was, since an option is added with the default that keeps the older behaviour."""
+    from llmdiag.workloads.options import RunOptions
+
+    return {f.name: f.default for f in dataclasses.fields(RunOptions) if f.default is not dataclasses.MISSING}
+
+
+def _run_choice(value: str | None, flag: str) -> str | int | None:
+    """--run's value: None, "newest" or a run number (ASCII digits, bounded: `--run ²` is no number)."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v == "newest":
+        return v
+    if not (v.isascii() and v.isdigit() and len(v) <= 9 and int(v) >= 1):
+        raise LlmdiagError(f"{flag} {printable(value[:40])!r} is not newest or a run number (1 = the oldest)")
+    return int(v)
+
+
+def _run_note(side: str, a) -> str | None:
+    """Which run of an input of several was gated; the others were not."""
+    if a is None or len(a.runs) < 2:
+        return None
+    k = next((r.number for r in a.runs if r.analysed), 1)
+    return f"{side}: gated run {k} of the {len(a.runs)} runs its input holds (oldest first); the others were not gated"
 
 
 def _job_summary(text: str) -> None:
@@ -182,7 +223,7 @@ def diff(a, b, html_path, json_path, top):
     """
     from llmdiag.diagnose.gate.diff import compare, render_text
 
-    c = compare(load_side(a, "A"), load_side(b, "B"), top=top)
+    c = compare(load_side(a, "A"), load_side(b, "B"), top=top, run_defaults=run_defaults())
     click.echo(render_text(c))
     if json_path:
         _write_json(json_path, dataclasses.asdict(c))

@@ -66,6 +66,8 @@ def read_toml(path: str) -> dict:
         raise LlmdiagError(f"config is not UTF-8 text (byte {e.start})", path, "a TOML file, see docs/ci.md") from None
     except _toml.TOMLDecodeError as e:
         raise LlmdiagError(f"invalid TOML: {e}", path) from None
+    except ValueError as e:  # an integer over Python's 4,300-digit conversion limit: not a TOMLDecodeError
+        raise LlmdiagError(f"invalid TOML: {str(e)[:120]}", path, "limits are numbers of a few digits") from None
 
 
 def parse_config(data: dict, where: str, default_agg: str | None = None) -> tuple[list[Gate], dict]:
@@ -86,6 +88,7 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
         opts["allow"] = list(allow)
     agg_default = default_agg or opts.get("agg", "worst")
     gates: list[Gate] = []
+    seen: dict[str, str] = {}  # metric -> the section that named it: [overlap] and [overlap_ratio] are one metric
     for key, table in data.items():
         if key in ("agg", "strict", "allow"):
             continue
@@ -94,6 +97,10 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
         if not isinstance(table, dict):
             raise LlmdiagError(f"[{key}] must be a table of limits", where, "e.g. [overlap_ratio] max_drop = 0.05")
         m = metric_named(key, where)
+        if m.name in seen:  # one would silently replace the other's limits
+            raise LlmdiagError(f"[{seen[m.name]}] and [{key}] both set {m.name}", where,
+                               "keep one section per metric")
+        seen[m.name] = key
         agg = _agg(table["agg"], where) if "agg" in table else agg_default
         for rule, raw in table.items():
             if rule == "agg":

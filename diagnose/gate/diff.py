@@ -272,14 +272,14 @@ def verdict_line(sections: list[Section]) -> str:
     return f"{head}; {', '.join(tail)}"
 
 
-def compare(a: Analysis, b: Analysis, top: int = 10) -> Comparison:
-    """B relative to A."""
+def compare(a: Analysis, b: Analysis, top: int = 10, run_defaults: dict | None = None) -> Comparison:
+    """B relative to A; `run_defaults`: run options a manifest predates read as these (gate/settings.py)."""
     sa, sb = describe(a), describe(b)
     matched = sa.world_size == sb.world_size and sorted(r.rank for r in a.ranks) == sorted(r.rank for r in b.ranks)
     sections = [s for s in (_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b),
                             _pipeline(a, b), _per_rank(a, b) if matched else None) if s is not None]
     return Comparison(sa, sb, not matched, _notes(sa, sb, matched), sections, _kernels(a, b, top),
-                      differences(a, b), verdict_line(sections))
+                      differences(a, b, run_defaults), verdict_line(sections))
 
 
 # ---- terminal -------------------------------------------------------------------------------------------

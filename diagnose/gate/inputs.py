@@ -111,7 +111,8 @@ def _keys(units: dict) -> tuple[set, set]:
 
 
 def _where(metric_per: str, keys) -> str:
-    return f"{metric_per}s {ranks_text(sorted(keys))}"
+    """Per-stage values are keyed by pipeline rank (one per replica and stage): named by rank."""
+    return f"{'pipeline rank' if metric_per == 'stage' else metric_per}s {ranks_text(sorted(keys))}"
 
 
 def partial_checks(result, per: str, base: dict | None, cur: dict, same_world: bool) -> list[InputCheck]:
@@ -122,7 +123,7 @@ def partial_checks(result, per: str, base: dict | None, cur: dict, same_world: b
     A metric undefined on every rank of a side is `undefined_check`'s case."""
     out = []
     c_def, c_undef = _keys(cur)
-    gate = f"the gate '{result.metric} {result.limit}' would see only the other {per}s"
+    gate = f"the gate '{result.metric} {result.limit}' would see only the other {'pipeline rank' if per == 'stage' else per}s"
     if base is not None:
         b_def, b_undef = _keys(base)
         gone = (b_def - c_def) if same_world else (b_def & cur.keys()) - c_def

@@ -74,19 +74,34 @@ class Limit:
     value: float  # in the metric's unit (ratio, ms, bytes), or a fraction of the baseline when relative
     relative: bool
     text: str  # as the user wrote it, for messages
+    noise: bool = False  # "1.5σ": `value` times the baseline's measured noise of the metric (gate/noise.py)
 
 
 _UNITS = {
     "ms": 1.0, "s": 1000.0, "us": 1e-3, "µs": 1e-3,
     "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
 }
-_LIMIT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Zµ]+)?\s*$")
+# One reading per string, so the match is linear: "12", "1.5" or ".5", then an optional exponent, then a unit.
+# (The old `[0-9]*\.?[0-9]+` could split a run of digits n ways: a 16,000-digit limit took 30 s to refuse.)
+_LIMIT_RE = re.compile(r"((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Zµσ]+)?")
+MAX_LIMIT_CHARS = 64  # "1.5e3ms", "512MiB", "10%": anything longer is not a limit
+MAX_INT_DIGITS = 20  # a byte limit of 10^20 is 100 EB; a longer integer is a typo (or an attack), never a limit
+
+
+def _shown(raw) -> str:
+    """The limit as the error message quotes it: cut, so a 16,000-character one stays one readable line."""
+    if isinstance(raw, int) and abs(raw) >= 10 ** MAX_INT_DIGITS:  # str() of a 5,000-digit int raises
+        return f"an integer of more than {MAX_INT_DIGITS} digits"
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _in_range(lim: Limit, metric: Metric, rule: str, bad: str, where: str | None) -> Limit:
     """`lim` if its value can be exceeded by some value of the metric (see the module's docstring)."""
     if not math.isfinite(lim.value) or lim.value < 0:
         raise LlmdiagError(bad, where, "limits are finite and >= 0")
+    if lim.noise:
+        return lim  # any multiple of the noise can be exceeded
     if lim.relative and rule == "max_drop" and lim.value > 1:
         raise LlmdiagError(bad, where, "a relative drop is at most 100% of the baseline: a larger one can never "
                                        "happen, so the gate could never fail")
@@ -97,13 +112,21 @@ def _in_range(lim: Limit, metric: Metric, rule: str, bad: str, where: str | None
 
 
 def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Limit:
-    """A number in the metric's unit, "10%" (of the baseline; rise/drop rules only), "5ms", "512MiB"."""
-    bad = f"bad limit {rule} = {raw!r} for {metric.name}"
+    """A number in the metric's unit, "10%" (of the baseline; rise/drop rules only), "5ms", "512MiB", or "1.5σ"
+    ("1.5sigma": rise/drop rules only; times the baseline's measured noise, gate/noise.py)."""
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-        raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\"")
+        raise LlmdiagError(f"bad limit {rule} = {_shown(raw)} for {metric.name}", where,
+                           "give a number, or a string such as \"10%\"")
+    if isinstance(raw, int) and abs(raw) >= 10 ** MAX_INT_DIGITS:  # before str() or float(): both fail or crawl
+        raise LlmdiagError(f"bad limit {rule} = {_shown(raw)} for {metric.name}", where,
+                           f"an integer limit has at most {MAX_INT_DIGITS} digits")
+    bad = f"bad limit {rule} = {_shown(raw)} for {metric.name}"
     if not isinstance(raw, str):
         return _in_range(Limit(float(raw), False, format(raw, "g")), metric, rule, bad, where)
-    m = _LIMIT_RE.match(raw)
+    if len(raw) > MAX_LIMIT_CHARS:
+        raise LlmdiagError(bad, where, f"a limit is a number with an optional unit, at most {MAX_LIMIT_CHARS} "
+                                       "characters")
+    m = _LIMIT_RE.fullmatch(raw.strip())
     if not m:
         raise LlmdiagError(bad, where, "give a number, or a string such as \"10%\", \"5ms\", \"512MiB\"")
     num, unit = float(m.group(1)), (m.group(2) or "").lower()
@@ -114,6 +137,11 @@ def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Lim
                                                "max_rise/max_drop, or with a ratio metric's min/max")
             return _in_range(Limit(num / 100.0, False, raw.strip()), metric, rule, bad, where)  # a share: 0.2
         return _in_range(Limit(num / 100.0, True, raw.strip()), metric, rule, bad, where)
+    if unit in ("σ", "sigma"):
+        if rule not in RELATIVE_RULES:
+            raise LlmdiagError(bad, where, "a limit in σ is a multiple of the baseline's noise: use it with "
+                                           "max_rise/max_drop")
+        return _in_range(Limit(num, False, raw.strip(), noise=True), metric, rule, bad, where)
     if unit:
         ok = (metric.unit == "ms" and unit in ("ms", "s", "us", "µs")) or (
             metric.unit == "bytes" and unit in ("b", "kb", "mb", "gb", "kib", "mib", "gib"))

@@ -3,12 +3,17 @@
 Each example draws a baseline and a current summary (1-4 ranks, optionally pipeline stages), a set of gates
 (relative and absolute, any aggregation, limits anywhere in their valid range), and one mutation of one side:
 a rank dropped, a field nulled, a value made NaN, a rank duplicated (a stray copy of another rank's numbers
-under its number), or the ranks reordered. The expected answer is computed here, not by the gate:
+under its number), the ranks reordered, a second pipeline replica added (stage rows under new rank numbers, with
+other bubbles: the old gate kept one row per stage number, so a healthier replica replaced a failing one), or a
+run list added (the summary of a folder that held several runs). The expected answer is computed here, not by
+the gate:
 
 - the verdict never goes from FAIL to PASS (an input error, exit 2, is not a PASS either);
 - a mutation that removes a gated value on a rank where it was defined (drop, null, NaN, duplicate) makes it
   FAIL: the aggregate would otherwise be taken over the other ranks only;
-- reordering the ranks changes nothing.
+- reordering the ranks changes nothing;
+- a summary of several runs is refused (an input error) when no run is named, as `check` refuses it;
+- a replica added to the current run with every stage at a 100 % bubble fails any `max` bubble gate below 1.
 
 300 examples by default (a few seconds, derandomized: the same examples every run); `make fuzz` runs 10,000
 (`LLMDIAG_FUZZ_EXAMPLES`).
@@ -24,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.gate.sides import summary_run
 from llmdiag.diagnose.gate.verdict import AGGS, METRICS, Gate, evaluate, parse_limit
 from llmdiag.diagnose.model.analysis import Analysis
 from tests.unit.gate.test_gate import GiB, make_pipeline, make_summary
@@ -78,6 +84,20 @@ def mutate(s: dict, op: str, i: int, metric: str, donor: int) -> dict:
         extra = copy.deepcopy(ranks[donor % len(ranks)])
         extra["rank"] = ranks[i]["rank"]
         ranks.insert(donor % (len(ranks) + 1), extra)
+    elif op == "runs":  # the folder held 2-4 runs; the summary analysed one of them (the newest may be incomplete)
+        n = 2 + donor % 3
+        s["runs"] = [{"number": k + 1, "files": 2 - (k == n - 1 and i % 2), "ranks": [0, 1][: 2 - (k == n - 1 and i % 2)],
+                      "world_size": 2, "analysed": k == i % n} for k in range(n)]
+    elif op == "replica":
+        pipe = s.get("pipeline")
+        if pipe and pipe["stage_bubbles"]:
+            # the new replica takes the low rank numbers (it sorts first in each stage), the old one moves up: a
+            # stage-number key kept the old replica's rows and never saw the new one
+            rows = pipe["stage_bubbles"]
+            new = [{**b, "measured": 1.0 if donor % 2 else (b["measured"] + 0.37 * (donor + 1)) % 1.0} for b in rows]
+            old = [{**b, "rank": 100 + b["rank"]} for b in rows]
+            pipe["groups"] = [[b["rank"] for b in new], [b["rank"] for b in old]]
+            pipe["stage_bubbles"] = sorted(new + old, key=lambda b: (b["stage"], b["rank"]))
     elif metric == "bubble":
         stages = (s.get("pipeline") or {}).get("stage_bubbles") or []
         if stages:
@@ -94,6 +114,8 @@ def verdict(cur: dict, base: dict | None, gates: list[Gate]) -> str:
     (which refuses it), to reach the gate the way a future reader's bug would."""
     try:
         c, b = typed_nan(cur), (typed_nan(base) if base is not None else None)
+        c = summary_run(c, "current.json", "current", None)  # as `check` reads a summary, no --run given
+        b = summary_run(b, "baseline.json", "baseline", None) if b is not None else None
     except LlmdiagError:
         return "error"
     return evaluate(c, b, gates).status
@@ -152,10 +174,13 @@ def jitter(s: dict, draw) -> dict:
 def passing_gates(draw, cur: dict, baseline: bool) -> list[Gate]:
     """Gates `cur` passes against a jittered copy of its baseline: relative limits wider than the jitter, absolute
     limits beyond every rank's value."""
-    names = draw(st.lists(st.sampled_from(list(FIELD)), min_size=1, max_size=4, unique=True))
+    pipe = cur.get("pipeline")
+    names = draw(st.lists(st.sampled_from([*FIELD, *(["bubble"] if pipe else [])]), min_size=1, max_size=4,
+                          unique=True))
     out = []
     for m in names:
-        vals = [r[FIELD[m]] if m != "memory_peak" else r["memory"][0]["peak_allocated"] for r in cur["ranks"]]
+        vals = ([b["measured"] for b in pipe["stage_bubbles"]] if m == "bubble" else
+                [r[FIELD[m]] if m != "memory_peak" else r["memory"][0]["peak_allocated"] for r in cur["ranks"]])
         unit, agg = METRICS[m].unit, draw(st.sampled_from(AGGS))
         rule = draw(st.sampled_from(("max_rise", "max_drop", "min", "max") if baseline else ("min", "max")))
         if rule in ("max_rise", "max_drop"):
@@ -171,7 +196,7 @@ def passing_gates(draw, cur: dict, baseline: bool) -> list[Gate]:
 
 @SETTINGS
 @given(data=st.data(), n=st.integers(1, 4), stages=st.sampled_from([0, 0, 2, 3]), with_base=st.booleans(),
-       passing=st.booleans(), op=st.sampled_from(["drop", "null", "nan", "duplicate", "reorder"]),
+       passing=st.booleans(), op=st.sampled_from(["drop", "null", "nan", "duplicate", "reorder", "replica", "runs"]),
        on_base=st.booleans(), i=st.integers(0, 7), donor=st.integers(0, 7),
        metric=st.sampled_from([*FIELD, "bubble"]))
 def test_no_mutation_turns_fail_into_pass(data, n, stages, with_base, passing, op, on_base, i, donor, metric):
@@ -194,10 +219,15 @@ def test_no_mutation_turns_fail_into_pass(data, n, stages, with_base, passing, o
     assert not (before == "fail" and after == "pass"), (op, metric, on_base, [g.metric for g in gates])
     if op == "reorder":
         assert after == before
+    if op == "runs":
+        assert after == "error"
+    bubble_max = [g for g in gates if g.metric == "bubble" and g.rule == "max" and g.limit.value < 1 - 1e-9]
+    if op == "replica" and not on_base and stages and donor % 2 and bubble_max:
+        assert after == "fail", [(g.rule, g.agg, g.limit) for g in bubble_max]
     # the baseline's values matter to gates against it; an absolute gate reads the current run alone
     gated = {g.metric for g in gates if not on_base or g.rule in ("max_rise", "max_drop")}
     removes = op in ("drop", "duplicate") or (metric in gated and (metric != "bubble" or stages))
-    if op != "reorder" and removes and _changed(base if on_base else cur, mutated, gated):
+    if op not in ("reorder", "replica", "runs") and removes and _changed(base if on_base else cur, mutated, gated):
         assert after != "pass", (op, metric, on_base, [(g.metric, g.rule, g.agg) for g in gates])
 
 
@@ -223,3 +253,29 @@ def _changed(orig: dict, mutated: dict, gated: set[str]) -> bool:
             if (x is None or math.isnan(x)) != (y is None or (isinstance(y, float) and math.isnan(y))):
                 return True
     return False
+
+
+@SETTINGS
+@given(data=st.data(), n=st.integers(1, 4), stages=st.sampled_from([2, 3]), agg=st.sampled_from(AGGS),
+       rule=st.sampled_from(["max", "max_rise"]), on_top=st.booleans())
+def test_a_failing_replica_is_never_hidden_by_another(data, n, stages, agg, rule, on_top):
+    """A second pipeline replica at a 100 % bubble on every stage, added to a passing current run, fails any bubble
+    gate it exceeds, under every aggregation, whether it sorts first or last among the stage rows (the stage-number
+    key hid it when it sorted first). The expected answer: 1.0 against the limit, computed here."""
+    base = data.draw(side(n, stages))
+    cur = copy.deepcopy(base)
+    worst = max(b["measured"] for b in base["pipeline"]["stage_bubbles"])
+    raw = data.draw(st.floats(0.0, 0.999)) if rule == "max" else data.draw(st.floats(0.0, 0.999 - worst) if
+                                                                            worst < 0.999 else st.just(0.0))
+    g = [Gate("bubble", rule, parse_limit(raw, METRICS["bubble"], rule), agg)]
+    if (rule == "max" and raw < worst) or (rule == "max_rise" and 1.0 - worst <= raw + 1e-9):
+        return  # the run fails already, or 100 % is within the limit
+    assert verdict(cur, base, g) == "pass"
+    pipe = cur["pipeline"]
+    rows = pipe["stage_bubbles"]
+    bad = [{**b, "measured": 1.0} for b in rows]
+    moved = [{**b, "rank": 100 + b["rank"]} for b in (rows if on_top else bad)]
+    kept = bad if on_top else rows
+    pipe["stage_bubbles"] = sorted(kept + moved, key=lambda b: (b["stage"], b["rank"]))
+    pipe["groups"] = [[b["rank"] for b in kept], [b["rank"] for b in moved]]
+    assert verdict(cur, base, g) == "fail", (rule, raw, agg, on_top)
