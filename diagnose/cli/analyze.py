@@ -13,7 +13,7 @@ import sys
 import click
 
 from llmdiag.diagnose.errors import LlmdiagError, printable
-from llmdiag.diagnose.model.files import write_atomic
+from llmdiag.diagnose.model.files import check_target, write_atomic
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.provenance import Provenance
 
@@ -192,6 +192,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
             raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
     if timeline_ranks:  # before any work: more ranks than the input can hold is known from the files alone
         _ranks_fit(target, timeline_ranks)
+    explicit = [p for p in (json_path, report_path, timeline_path) if p]
+    for p in explicit:  # a link, FIFO or device at an output: refused before minutes of analysis
+        check_target(p)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
@@ -201,6 +204,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
 
         for a in analyses:
             check_ranks([r.rank for r in a.ranks], timeline_ranks, a.source)
+    for a in analyses:  # the inputs are known now: no output may name one, checked before the first is written
+        for p in explicit:
+            check_target(_run_path(p, a, len(analyses) > 1))
     codes = [_outputs(a, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
                       timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1,
                       tracks=(tracks or {}).get(a.name))
@@ -251,8 +257,9 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
 
             try:
                 out = render_report(shown, hpath)
-            except OSError as e:
-                raise LlmdiagError(f"cannot write the report: {e.strerror or e}", hpath) from None
+            except LlmdiagError as e:  # the one writer's line, saying which output it was
+                raise LlmdiagError(e.what.replace("cannot write", "cannot write the report", 1), e.path,
+                                   e.hint) from None
             click.echo(f"report:  {printable(os.path.abspath(out))}")
             if open_browser:
                 import webbrowser  # 5 ms (subprocess, shlex): only where a browser is opened

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
-from llmdiag.diagnose.model.files import MANIFEST_BUDGET, read_bounded, special
+from llmdiag.diagnose.model.files import MANIFEST_BUDGET, guard_input, read_bounded, special
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
 NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}
@@ -61,6 +61,8 @@ def discover(paths: list[str] | str) -> Source:
                            paths[0])
     if not files:
         raise LlmdiagError("no trace files found", paths[0], "expected *.json or *.json.gz Kineto traces")
+    for f in files:  # an output naming one of them is refused (model/files.py open_atomic)
+        guard_input(f)
     first = os.path.abspath(paths[0]).rstrip(os.sep)
     name = os.path.basename(first)
     for suffix in (".gz", ".json", ".pt.trace"):
