@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.depth import MAX_DEPTH, too_deep
 from llmdiag.diagnose.model.files import MANIFEST_BUDGET, guard_input, read_bounded, special
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
@@ -34,9 +35,10 @@ class Source:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): trace-named entries not read
 
 
-def discover(paths: list[str] | str) -> Source:
-    if isinstance(paths, str):
+def discover(paths) -> Source:
+    if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = [os.fspath(p) for p in paths]  # pathlib.Path from the Python API
     files: list[str] = []
     skipped: list[tuple[str, str]] = []
     manifest = None
@@ -109,6 +111,8 @@ def read_manifest(path: str) -> dict | None:
         raise LlmdiagError(f"unreadable manifest ({e})", path, "analyze the traces folder instead") from None
     if not isinstance(m, dict):
         raise LlmdiagError("manifest is not a JSON object", path)
+    if too_deep(m):  # kept in the summary: its writers would recurse past Python's limit
+        raise LlmdiagError(f"invalid manifest: it nests deeper than {MAX_DEPTH} levels", path)
     return m
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.depth import fits_writer
 from llmdiag.diagnose.model.files import SUMMARY_BUDGET, read_bounded
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.codec import JSON_OPTIONS, Invalid, as_dict, build, no_gc, to_json_dict
@@ -90,4 +91,7 @@ def read_summary(path: str) -> Analysis:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
+        if not fits_writer(data):  # read back, it is written again (diff, the report): never a RecursionError
+            raise LlmdiagError("invalid summary: it nests deeper than JSON writers go (254 levels)", path,
+                               f"expected {_WHAT}")
         return Analysis.from_dict(data, path)
