@@ -20,6 +20,7 @@ from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_o
 from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, runs_message
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
+from llmdiag.diagnose.model.step_cap import cap_steps
 from llmdiag.diagnose.model.summary import manifest_from_dict
 
 
@@ -63,6 +64,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             from llmdiag.diagnose.rules import findings
 
             analysis.findings = findings(analysis)
+        cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
         return [analysis]
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
@@ -105,6 +107,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             analysis.findings = findings(analysis)
         if timings is not None:
             timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
+        cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
         out.append(analysis)
     return out
 

@@ -47,6 +47,7 @@ class StepSummary:
     median_ms: float | None = None
     outliers: list[int] = field(default_factory=list)  # step numbers flagged `outlier`
     outlier_factor: float = OUTLIER_FACTOR
+    total: int | None = None  # steps over the ranks where `steps` keeps only some (model/step_cap.py); None: all
 
     @property
     def numbers(self) -> list[int]:
