@@ -151,8 +151,8 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
             "captures of the same processes (the same run profiled more than once)" if same else "runs")
     parts = []
     for r in _shown(infos):
-        if r is None:
-            parts.append(f"… {len(infos) - SHOWN_RUNS} more runs (the summary's `runs` lists each)")
+        if isinstance(r, int):
+            parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` lists each)")
             continue
         pid = f", pids {_span_text(r.pids)}" if r.pids else ""
         ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"
@@ -172,17 +172,17 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
 SHOWN_RUNS = 8  # runs named in the one-line warning: 10,000 runs made a line of 10,000 parts, once per run
 
 
-def _shown(infos: list[RunInfo]) -> list[RunInfo | None]:
-    """The runs the warning names: all up to SHOWN_RUNS, else the oldest, the analysed one and the newest ones,
-    None where the others are counted."""
+def _shown(infos: list[RunInfo]) -> list[RunInfo | int]:
+    """The runs the warning names: all up to SHOWN_RUNS, else the two oldest, the analysed one and the newest
+    ones, with the count of those left out between them."""
     if len(infos) <= SHOWN_RUNS:
         return list(infos)
     chosen = next(k for k, r in enumerate(infos) if r.analysed)
-    keep = sorted({0, 1, chosen, *range(len(infos) - (SHOWN_RUNS - 3), len(infos))})[:SHOWN_RUNS]
-    out: list[RunInfo | None] = []
-    for k in keep:
-        if out and out[-1] is not None and k != out[-1].number:  # numbers are 1-based: a gap before run k+1
-            out.append(None)
+    keep = sorted({0, 1, chosen, *range(len(infos) - (SHOWN_RUNS - 3), len(infos))})
+    out: list[RunInfo | int] = []
+    for prev, k in zip([-1] + keep, keep):
+        if k - prev > 1:
+            out.append(k - prev - 1)
         out.append(infos[k])
     return out
 
