@@ -28,7 +28,6 @@ def test_ranks_are_ranges_and_numbers_are_read_by_digit_count(tmp_path, run, spe
     r = attack("analyze", run, "-q", "--no-report", "--json", tmp_path / "s.json", "--timeline", tmp_path / "t.json",
                "--ranks", spec, cwd=tmp_path)
     check(r, 2, "--ranks", words)
-    assert r.peak_bytes is None or r.peak_bytes < 300 << 20
     assert not (tmp_path / "t.json").exists()
 
 
