@@ -17,9 +17,10 @@ CUT = f"(nested deeper than {MAX_DEPTH} levels: cut by llmdiag)"
 
 
 def too_deep(value, limit: int = MAX_DEPTH) -> bool:
-    """Whether `value` nests more than `limit` levels (limit <= 250: orjson's own walk, in C, finds it)."""
+    """Whether `value` nests more than `limit` levels: an explicit stack, so the check itself never recurses
+    (for small inputs such as a manifest; a whole summary goes through `fits_writer`)."""
     stack = [(value, 0)]
-    while stack:  # iterative: the check itself never recurses
+    while stack:
         v, d = stack.pop()
         if type(v) is dict:
             v = list(v.values())
