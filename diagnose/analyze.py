@@ -11,6 +11,7 @@ import os
 import time
 
 from llmdiag.diagnose import __version__
+from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.engine import EngineSpec, Work, default_workers, run_jobs
 from llmdiag.diagnose.io.discover import discover
 from llmdiag.diagnose.io.op_table_path import find_op_table
@@ -19,6 +20,7 @@ from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_o
 from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, runs_message
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
+from llmdiag.diagnose.model.step_cap import cap_steps
 from llmdiag.diagnose.model.summary import manifest_from_dict
 
 
@@ -48,6 +50,8 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     """As `analyze_path`, one Analysis per run analysed: `run` "all" gives every run of the input, oldest first
     (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2). `tracks`, when
     given, gets {analysis name: {rank: its timeline intervals}}, one entry per run analysed."""
+    path = inputs(path)
+    check_comm_regex(comm_regex)
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
@@ -60,6 +64,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             from llmdiag.diagnose.rules import findings
 
             analysis.findings = findings(analysis)
+        cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
         return [analysis]
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
@@ -102,8 +107,28 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             analysis.findings = findings(analysis)
         if timings is not None:
             timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
+        cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
         out.append(analysis)
     return out
+
+
+def inputs(path):
+    """`path` as str or a list of str: a pathlib.Path (or list of them) was a TypeError in discover."""
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    return [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else path
+
+
+def check_comm_regex(comm_regex: str | None) -> None:
+    """A bad `comm_regex` is the caller's mistake, said once (exit 2 on the command line), not an internal error
+    of every rank's worker."""
+    if comm_regex:
+        import re
+
+        try:
+            re.compile(comm_regex)
+        except re.error as e:
+            raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})") from None
 
 
 def _stale(man) -> str | None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import tempfile
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from llmdiag.diagnose.model.analysis import SEVERITIES, Analysis
+from llmdiag.diagnose.model.files import write_atomic
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.reports import charts, evidence, figures
 from llmdiag.reports.context import build
@@ -107,18 +107,7 @@ def render_html(a: Analysis) -> str:
 
 
 def render_report(a: Analysis, path: str) -> str:
-    """Write the report to `path` (atomically: temp file, then rename) and return the path."""
-    html = render_html(a)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the report to `path` through the one output writer (model/files.py `write_atomic`: regular files
+    only, never an input, temp file beside it, fsync, rename) and return the path."""
+    write_atomic(path, render_html(a))
     return path

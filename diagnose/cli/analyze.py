@@ -13,7 +13,7 @@ import sys
 import click
 
 from llmdiag.diagnose.errors import LlmdiagError, printable
-from llmdiag.diagnose.model.files import write_atomic
+from llmdiag.diagnose.model.files import check_target, write_atomic
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.provenance import Provenance
 
@@ -86,17 +86,13 @@ def engine_spec(ctx: click.Context, jobs, scheduler, scheduler_file, dask_local)
     return EngineSpec(jobs=jobs, dask_local=dask_local, scheduler=scheduler or None, scheduler_file=scheduler_file)
 
 
-def parse_ranks(text: str | None) -> list[int] | None:
-    """'0-3,8' -> [0, 1, 2, 3, 8]; a bad list is a usage error (exit 2)."""
+def parse_ranks(text: str | None):
+    """'0-3,8' -> a RankSet (ranges, never a list: cli/rank_spec.py); a bad list is one line, exit 2."""
     if not text:
         return None
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
-            raise click.BadParameter(f"{part.strip()!r} is not a rank or a range like 0-3")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return sorted(set(out))
+    from llmdiag.diagnose.cli.rank_spec import RankSet
+
+    return RankSet.parse(text)
 
 
 def output_path(ctx, param, value: str | None) -> str | None:
@@ -108,16 +104,16 @@ def output_path(ctx, param, value: str | None) -> str | None:
     return value
 
 
-def _ranks_fit(target, ranks: list[int]) -> None:
+def _ranks_fit(target, ranks) -> None:
     """--ranks against the input before any trace is parsed: more ranks than its trace files, or a rank at or
     past the manifest's world size, cannot be held (the exact check follows once the ranks are read)."""
     from llmdiag.diagnose.io.discover import discover
 
     src = discover(target)
     world = (src.manifest or {}).get("world_size") if isinstance(src.manifest, dict) else None
-    if len(ranks) > len(src.files) or (type(world) is int and world > 0 and max(ranks) >= world):
+    if len(ranks) > len(src.files) or (type(world) is int and world > 0 and ranks.max() >= world):
         held = f"{len(src.files)} trace file(s)" + (f", world size {world}" if type(world) is int else "")
-        raise LlmdiagError(f"--ranks asks for {len(ranks)} rank(s) up to {max(ranks)}; the input holds {held}",
+        raise LlmdiagError(f"--ranks asks for {len(ranks)} rank(s) up to {ranks.max()}; the input holds {held}",
                            src.path)
 
 
@@ -166,24 +162,26 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
     nothing usable remains or the input is wrong.
     """
-    import re
-
-    from llmdiag.diagnose.analyze import analyze_runs
+    from llmdiag.diagnose.analyze import analyze_runs, check_comm_regex
 
     run = run.strip().lower()
-    if run not in ("newest", "all") and not (run.isdigit() and int(run) >= 1):
-        raise LlmdiagError(f"--run {printable(run)!r} is not newest, all or a run number (1 = the oldest)")
-    if comm_regex:
+    if run not in ("newest", "all"):  # digits read by their count (`²`, 5,000 digits: one line, not a traceback)
+        from llmdiag.diagnose.cli.rank_spec import small_int
+
         try:
-            re.compile(comm_regex)
-        except re.error as e:
-            raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})")
+            if small_int(run, "--run", 10**6) < 1:
+                raise ValueError
+        except (LlmdiagError, ValueError):
+            shown = run if len(run) <= 40 else run[:40] + f"… ({len(run)} characters)"
+            raise LlmdiagError(f"--run {printable(shown)!r} is not newest, all or a run number (1 = the oldest)") \
+                from None
+    check_comm_regex(comm_regex)
     if tables_dir and tables_format != "csv":  # before the analysis: a missing extra is one line, not minutes lost
         from llmdiag.diagnose.export.tables import require_pyarrow
 
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
-    if timeline_ranks and not timeline_path:
+    if timeline_ranks is not None and not timeline_path:
         raise click.UsageError("--ranks chooses the ranks of --timeline; give --timeline FILE too")
     if timeline_path and isinstance(target, str):
         from llmdiag.diagnose.io.op_table_path import find_op_table
@@ -192,6 +190,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
             raise LlmdiagError("--timeline merges Kineto traces; an op table holds no trace events to merge", target)
     if timeline_ranks:  # before any work: more ranks than the input can hold is known from the files alone
         _ranks_fit(target, timeline_ranks)
+    explicit = [p for p in (json_path, report_path, timeline_path) if p]
+    for p in explicit:  # a link, FIFO or device at an output: refused before minutes of analysis
+        check_target(p)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
@@ -201,6 +202,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
 
         for a in analyses:
             check_ranks([r.rank for r in a.ranks], timeline_ranks, a.source)
+    for a in analyses:  # the inputs are known now: no output may name one, checked before the first is written
+        for p in explicit:
+            check_target(_run_path(p, a, len(analyses) > 1))
     codes = [_outputs(a, json_path, report_path, no_report, quiet, cross_check, exclude_last_step, open_browser,
                       timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1,
                       tracks=(tracks or {}).get(a.name))
@@ -251,8 +255,9 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
 
             try:
                 out = render_report(shown, hpath)
-            except OSError as e:
-                raise LlmdiagError(f"cannot write the report: {e.strerror or e}", hpath) from None
+            except LlmdiagError as e:  # the one writer's line, saying which output it was
+                raise LlmdiagError(e.what.replace("cannot write", "cannot write the report", 1), e.path,
+                                   e.hint) from None
             click.echo(f"report:  {printable(os.path.abspath(out))}")
             if open_browser:
                 import webbrowser  # 5 ms (subprocess, shlex): only where a browser is opened

@@ -21,6 +21,7 @@ from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_uni
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from llmdiag.diagnose.model.names import demangle, demangle_many, middle, short_names
+from llmdiag.diagnose.model.step_cap import note as step_note
 from llmdiag.diagnose.model.steps import step_span, steps_of
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
 from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
@@ -174,7 +175,7 @@ def _steps(a: Analysis) -> str:
     ratio = f"; × median = the step over the median step, {fmt(ss.median_ms, 'ms')}" if len(ss.steps) > 1 else ""
     return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
                   ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
-                   ""], rows, _more(len(ss.steps) - MAX_ROWS, "steps"))
+                   ""], rows, " ".join(x for x in (_more(len(ss.steps) - MAX_ROWS, "steps"), step_note(a)) if x))
 
 
 def _idle(a: Analysis) -> str:

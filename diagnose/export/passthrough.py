@@ -2,7 +2,8 @@
 
 Every event of the source passes through as it is (args, categories, flows, instants, counters, metadata),
 with four changes a merge needs: `pid` becomes the rank's own (`rank * PID_STRIDE + 1 + j` for the rank's
-j-th source process, so ranks never share a process and `pid // PID_STRIDE` is the rank); `ts` moves onto
+j-th source process, the 1,000th on in blocks above every rank: passthrough.merged_pid; so ranks never share a
+process and `pid // PID_STRIDE % id_base` is the rank); `ts` moves onto
 the analysis' aligned clock (µs from the earliest rank's origin, the rank's `clock_shift_ns` applied);
 flow and async ids (`id`, `bind_id`, `id2.global`) are made unique per rank (`id * id_base + rank`, or
 `"r<rank>:<id>"` where that would not stay an exact JSON number), the same way at both ends of a flow; a
@@ -24,18 +25,30 @@ import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError, TraceError
 from llmdiag.diagnose.io.stream import Malformed, Stream, Whole, read_bytes
+from llmdiag.diagnose.model.depth import clip
 
 PID_STRIDE = 1000  # pids of rank R: R*1000 (llmdiag's tracks), R*1000+1 ... (its own processes)
 MAX_EXACT = 2**53  # JSON readers hold numbers as doubles
 
 
 def dumps(events: list) -> bytes:
-    """Events as a JSON array's bytes; a value orjson refuses (a lone surrogate, a 65-bit int) goes through the
-    stdlib instead, escaped, never raised."""
+    """Events as a JSON array's bytes; a value orjson refuses (a lone surrogate, a 65-bit int, nesting past its
+    254 levels) goes through the stdlib instead, escaped, never raised: nesting below model/depth.MAX_DEPTH
+    levels (a 1,000-level `args` the parser accepted was a RecursionError traceback) is cut first."""
     try:
         return orjson.dumps(events)
     except TypeError:
-        return json.dumps(events, ensure_ascii=True, allow_nan=False, default=str).encode("ascii")
+        clipped = clip(events)
+        return json.dumps(clipped, ensure_ascii=True, allow_nan=False, default=str).encode("ascii")
+
+
+def merged_pid(rank: int, j: int, id_base: int) -> int:
+    """The merged pid of rank `rank`'s j-th source process: `rank * PID_STRIDE + 1 + j` for the first 999;
+    past them, block b = j // 999 moves to `(b * id_base + rank) * PID_STRIDE + 1 + j % 999` (id_base exceeds
+    every rank), so no two processes of any ranks share a pid (they all shared the 999th before) and
+    `pid // PID_STRIDE % id_base` is still the rank."""
+    b, k = divmod(j, PID_STRIDE - 1)
+    return (b * id_base + rank) * PID_STRIDE + 1 + k
 
 
 def _pieces(path: str, what: Stream | None = None):
@@ -101,7 +114,7 @@ class RankSource:
             p = repr(p)
         new = self.pids.get(p)
         if new is None:
-            new = self.pids[p] = self.rank * PID_STRIDE + 1 + min(len(self.pids), PID_STRIDE - 2)
+            new = self.pids[p] = merged_pid(self.rank, len(self.pids), self.id_base)
         return new
 
     def _id(self, v):

@@ -259,7 +259,7 @@ def _ranks(a: Analysis) -> dict[str, list]:
     sk = a.skew
     last, late, imposed, wait = ((getattr(sk, f) if sk else {}) for f in
                                  ("last_arrivals", "late_ms_by_rank", "imposed_ms_by_rank", "wait_ms_by_rank"))
-    rows = [(r.rank, r.file, r.host, r.device, r.trace_kind, len(r.steps), r.step_time_ms, r.compute_ms, r.comm_ms,
+    rows = [(r.rank, r.file, r.host, r.device, r.trace_kind, r.steps_total or len(r.steps), r.step_time_ms, r.compute_ms, r.comm_ms,
              r.overlapped_comm_ms, r.exposed_comm_ms, r.compute_only_ms, r.other_ms, r.idle_ms, r.overlap_ratio,
              r.exposed_comm_frac, r.idle_frac, r.kernel_time_ms, r.memory_peak, last.get(str(r.rank), 0),
              late.get(str(r.rank), 0.0), imposed.get(str(r.rank), 0.0), wait.get(str(r.rank), 0.0)) for r in a.ranks]

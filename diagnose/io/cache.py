@@ -20,8 +20,9 @@ import stat
 import numpy as np
 import orjson
 
+from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
-from llmdiag.diagnose.model.files import mkstemp
+from llmdiag.diagnose.model.files import open_atomic
 
 from hashlib import sha1
 
@@ -163,17 +164,12 @@ def store(t: RankTrace, cache_dir: str, ident: str | None = None) -> bool:
             "warnings": t.warnings, "bytes_read": t.bytes_read}
     try:
         blob = orjson.dumps(info, option=orjson.OPT_NON_STR_KEYS)
-        os.makedirs(cache_dir, exist_ok=True)
-        fd, tmp = mkstemp(cache_dir, ".tmp-", ".npz")
-    except (TypeError, OSError):  # values JSON cannot hold (lone surrogates), or an unwritable directory
+    except TypeError:  # values JSON cannot hold (lone surrogates)
         return False
-    try:
-        with os.fdopen(fd, "wb") as f:
+    try:  # the one writer (model/files.py): a link or FIFO planted at the entry is refused, not followed
+        with open_atomic(entry, 0o600, sync=False) as f:
             np.savez(f, info=np.frombuffer(blob, np.uint8), **{k: getattr(t, k) for k in _COLUMNS},
                      **{"mem_" + k: getattr(t.memory, k) for k in _MEMORY})
-        os.replace(tmp, entry)
         return True
-    except (OSError, ValueError, TypeError):
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except (LlmdiagError, ValueError, TypeError):  # an unwritable folder, a full disk: no cache entry
         return False

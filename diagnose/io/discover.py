@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
-from llmdiag.diagnose.model.files import MANIFEST_BUDGET, read_bounded, special
+from llmdiag.diagnose.model.depth import MAX_DEPTH, too_deep
+from llmdiag.diagnose.model.files import MANIFEST_BUDGET, guard_input, read_bounded, special
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.gzip")
 NOT_TRACES = {"manifest.json", "summary.json", "baseline.json"}
@@ -34,9 +35,10 @@ class Source:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): trace-named entries not read
 
 
-def discover(paths: list[str] | str) -> Source:
-    if isinstance(paths, str):
+def discover(paths) -> Source:
+    if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = [os.fspath(p) for p in paths]  # pathlib.Path from the Python API
     files: list[str] = []
     skipped: list[tuple[str, str]] = []
     manifest = None
@@ -62,6 +64,8 @@ def discover(paths: list[str] | str) -> Source:
     if not files:
         what, hint = _no_traces(manifest)
         raise LlmdiagError(what, paths[0], hint)
+    for f in files:  # an output naming one of them is refused (model/files.py open_atomic)
+        guard_input(f)
     first = os.path.abspath(paths[0]).rstrip(os.sep)
     name = os.path.basename(first)
     for suffix in (".gz", ".json", ".pt.trace"):
@@ -126,6 +130,8 @@ def read_manifest(path: str) -> dict | None:
         raise LlmdiagError(f"unreadable manifest ({e})", path, "analyze the traces folder instead") from None
     if not isinstance(m, dict):
         raise LlmdiagError("manifest is not a JSON object", path)
+    if too_deep(m):  # kept in the summary: its writers would recurse past Python's limit
+        raise LlmdiagError(f"invalid manifest: it nests deeper than {MAX_DEPTH} levels", path)
     return m
 
 

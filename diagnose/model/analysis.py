@@ -180,11 +180,12 @@ class RankMetrics:
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
     # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
+    steps_total: int | None = None  # steps analysed where `steps` holds only some (model/step_cap.py); None: all
 
     @property
     def nsteps(self) -> int:
-        """Steps analysed (at least 1, so per-step divisions are defined)."""
-        return max(1, len(self.steps))
+        """Steps analysed (at least 1, so per-step divisions are defined), also where `steps` was cut."""
+        return max(1, self.steps_total or len(self.steps))
 
     @property
     def memory_peak(self) -> int | None:

@@ -47,6 +47,7 @@ class StepSummary:
     median_ms: float | None = None
     outliers: list[int] = field(default_factory=list)  # step numbers flagged `outlier`
     outlier_factor: float = OUTLIER_FACTOR
+    total: int | None = None  # steps over the ranks where `steps` keeps only some (model/step_cap.py); None: all
 
     @property
     def numbers(self) -> list[int]:
@@ -116,7 +117,7 @@ def step_span(steps: Iterable[int]) -> str:
         return "one window (no ProfilerStep)"
     if len(ns) == 1:
         return f"step {ns[0]}"
-    if ns == list(range(ns[0], ns[-1] + 1)):
+    if ns[-1] - ns[0] + 1 == len(ns):  # contiguous, by arithmetic: a step 2^62 built a list of 2^62 before
         return f"steps {ns[0]}–{ns[-1]}"
     return "steps " + ", ".join(map(str, ns[:20])) + (f" and {len(ns) - 20} more" if len(ns) > 20 else "")
 

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import orjson
 
 from llmdiag.diagnose.errors import LlmdiagError
+from llmdiag.diagnose.model.depth import fits_writer
 from llmdiag.diagnose.model.files import SUMMARY_BUDGET, read_bounded
+from llmdiag.diagnose.model.step_cap import cap_steps
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.codec import JSON_OPTIONS, Invalid, as_dict, build, no_gc, to_json_dict
 from llmdiag.diagnose.model.pack import PACK_ABOVE_RANKS, pack, should_pack
@@ -90,4 +92,9 @@ def read_summary(path: str) -> Analysis:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise LlmdiagError(f"not valid JSON: {e}", path, f"expected {_WHAT}") from None
-        return Analysis.from_dict(data, path)
+        if not fits_writer(data):  # read back, it is written again (diff, the report): never a RecursionError
+            raise LlmdiagError("invalid summary: it nests deeper than JSON writers go (254 levels)", path,
+                               f"expected {_WHAT}")
+        a = Analysis.from_dict(data, path)
+    cap_steps(a)  # a summary of 10^6 steps (from elsewhere) renders the rows any analysis keeps
+    return a

@@ -1,6 +1,7 @@
 """Outputs as attacks: links planted where llmdiag writes. Every output goes through model/files.open_atomic
 (a mkstemp file beside the target: O_CREAT|O_EXCL|O_NOFOLLOW and a random name, renamed over the target), so
-a link at the target is replaced, never written through, and a link at a guessable temp name is never used;
+a link at the target is refused, never written through nor replaced (issue 35; test_adv_output_targets.py
+has the other kinds), and a link at a guessable temp name is never used;
 the report's template cache is not kept in the shared temp folder (a planted `$TMPDIR/_jinja2-cache-<uid>`
 link made jinja2 chmod its target 0700 and fail)."""
 
@@ -12,24 +13,26 @@ import stat
 
 import pytest
 
+from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import open_atomic, write_atomic
 from tests.adversarial.conftest import attack, check
 
 
-def test_a_link_at_the_target_is_replaced(tmp_path):
+def test_a_link_at_the_target_is_refused(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep")
     (tmp_path / "out.json").symlink_to(victim)
-    write_atomic(str(tmp_path / "out.json"), "{}")
-    assert victim.read_text() == "keep"
-    assert not (tmp_path / "out.json").is_symlink() and (tmp_path / "out.json").read_text() == "{}"
+    with pytest.raises(LlmdiagError, match="a symbolic link is there"):
+        write_atomic(str(tmp_path / "out.json"), "{}")
+    assert victim.read_text() == "keep" and (tmp_path / "out.json").is_symlink()
+    assert sorted(os.listdir(tmp_path)) == ["out.json", "victim"]  # no temp file left
 
 
 def test_streaming_gzip_through_open_atomic(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep")
     target = tmp_path / "t.json.gz"
-    target.symlink_to(victim)
+    target.write_text("old")
     with open_atomic(str(target)) as raw, gzip.GzipFile(fileobj=raw, mode="wb") as f:
         for i in range(1000):
             f.write(b'{"i": %d}\n' % i)

@@ -137,7 +137,17 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     # a row with no reference collective ending near it, or the second row of its rank on one collective:
     # recorded by this rank alone as far as anyone can tell; a number of its own keeps it out of every match
     lone = (err < 0) | (err > limit)
-    idx, err, lone = _untie(idx, err, lone, seg_id, error, limit)
+    def error1(row: int, at: int) -> int:  # `error` of one row, in plain Python (the tie loop calls it per tie)
+        if not lists:
+            lists.extend((end.tolist(), key.tolist(), first_ord.tolist(), kn.tolist(), kstart.tolist(),
+                          ends_by_ord.tolist()))
+        e_l, k_l, f_l, n_l, s_l, o_l = lists
+        k = k_l[row]
+        pos = at - f_l[row]
+        return abs(e_l[row] - o_l[min(max(s_l[k] + pos, 0), len(o_l) - 1)]) if 0 <= pos < n_l[k] else -1
+
+    lists: list = []
+    idx, err, lone = _untie(idx, err, lone, seg_id, error1, limit)
     dup_o = np.lexsort((np.where(lone, np.iinfo(np.int64).max, err), idx, seg_id))
     same_idx = (seg_id[dup_o][1:] == seg_id[dup_o][:-1]) & (idx[dup_o][1:] == idx[dup_o][:-1])
     lone[dup_o[1:][same_idx]] = True
@@ -154,27 +164,29 @@ def _by_completion(rank, key, ordinal, end, idx_out, rows) -> list[tuple[int, in
     return [(int(rank[seg[s]]), int(seg_key[s])) for s in np.flatnonzero(bad & (count > 0)).tolist()]
 
 
-def _untie(idx, err, lone, seg_id, error, limit):
+def _untie(idx, err, lone, seg_id, error1, limit):
     """Two consecutive rows of one rank matched to one collective (two of a key ending within microseconds at
     a capture's edge, the earlier row's nearest completion being the next one): rows run in order, so the
     earlier takes the collective before it, or else the later the one after it, where the rank has no row on
-    that one and its completion fits; otherwise the worse of the two is left out as before."""
+    that one and its completion fits; otherwise the worse of the two is left out as before. In order, as each
+    tie sees the ones before it resolved, but in plain Python over lists: collectives with equal completion
+    times make a tie of every other row (640,000 rows took 20 s with numpy calls per tie; now linear)."""
     n = len(idx)
     tie = np.flatnonzero((seg_id[1:] == seg_id[:-1]) & (idx[1:] == idx[:-1]) & ~lone[1:] & ~lone[:-1])
     if not len(tie):
         return idx, err, lone
-    idx, err, lone = idx.copy(), err.copy(), lone.copy()
-    for a in tie.tolist():  # few: one per rank and capture edge
+    ix, er, sg, lim = idx.tolist(), err.tolist(), seg_id.tolist(), limit.tolist()
+    for a in tie.tolist():
         b = a + 1
-        if idx[a] != idx[b]:
+        if ix[a] != ix[b]:
             continue
-        for row, at, nb in ((a, idx[a] - 1, a - 1), (b, idx[b] + 1, b + 1)):
-            free = nb < 0 or nb >= n or seg_id[nb] != seg_id[row] or idx[nb] != at
-            e = int(error(np.array([row]), np.array([at]))[0]) if free else -1
-            if 0 <= e <= limit[row]:
-                idx[row], err[row] = at, e
+        for row, at, nb in ((a, ix[a] - 1, a - 1), (b, ix[b] + 1, b + 1)):
+            free = nb < 0 or nb >= n or sg[nb] != sg[row] or ix[nb] != at
+            e = error1(row, at) if free else -1
+            if 0 <= e <= lim[row]:
+                ix[row], er[row] = at, e
                 break
-    return idx, err, lone
+    return np.array(ix, idx.dtype), np.array(er, err.dtype), lone.copy()
 
 
 def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, end: np.ndarray,
@@ -296,10 +308,23 @@ def align_hosts(rank: np.ndarray, group: np.ndarray, end: np.ndarray, hosts: dic
     n = np.diff(np.append(first, len(g)))
     med2 = e[first + (n - 1) // 2] + e[first + n // 2]  # twice the median per (collective, host): exact ints
     seg_g, seg_h = g[first], hh[first]
-    ref = dict(zip(seg_g[seg_h == 0].tolist(), med2[seg_h == 0].tolist()))
-    shifts = {host_list[0]: 0.0}
-    for i, h in enumerate(host_list[1:], 1):
-        mine = seg_h == i
-        diffs = [ref[gg] - m for gg, m in zip(seg_g[mine].tolist(), med2[mine].tolist()) if gg in ref]
-        shifts[h] = float(round(median(diffs) / 2)) if diffs else 0.0  # whole ns: clocks are in ns
+    shifts = {h: 0.0 for h in host_list}
+    rg, rv = seg_g[seg_h == 0], med2[seg_h == 0]  # the reference host's collectives, in collective order
+    if not len(rg):
+        return shifts
+    # per (collective, host h): the reference's median minus h's, then per host the median of those: one sort
+    # over all segments (a scan of every segment per host was quadratic in hosts)
+    pos = np.searchsorted(rg, seg_g).clip(0, len(rg) - 1)
+    use = (rg[pos] == seg_g) & (seg_h > 0)
+    a_v, b_v, host_of = rv[pos[use]], med2[use], seg_h[use]
+    if len(a_v) and max(int(np.abs(a_v).max()), int(np.abs(b_v).max())) < 2**61:
+        o = np.lexsort((a_v - b_v, host_of))
+        diff, host_of = (a_v - b_v)[o].tolist(), host_of[o]
+    else:  # ends near int64's edge: exact Python ints, as before
+        pairs = sorted(zip(host_of.tolist(), (x - y for x, y in zip(a_v.tolist(), b_v.tolist()))))
+        diff, host_of = [d for _, d in pairs], np.array([h for h, _ in pairs], np.int64)
+    starts = _segments(host_of) if len(host_of) else np.zeros(0, np.int64)
+    for i, a, n in zip(host_of[starts].tolist(), starts.tolist(), np.diff(np.append(starts, len(diff))).tolist()):
+        med = median(diff[a + (n - 1) // 2:a + n // 2 + 1])  # the middle one or two: statistics.median's answer
+        shifts[host_list[i]] = float(round(med / 2))  # whole ns: clocks are in ns
     return shifts

@@ -110,9 +110,10 @@ def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> lis
         return [done[-1] if done else n - 1]
     if run == "all":
         return list(range(n))
-    k = run if isinstance(run, int) else int(run) if isinstance(run, str) and run.isdigit() else None
+    k = run if isinstance(run, int) else int(run) if isinstance(run, str) and run.isascii() and run.isdigit() \
+        and len(run) <= 9 else None  # by digit count: `²` and 5,000 digits are not a run, nor a traceback
     if k is None:
-        raise LlmdiagError(f"--run {run!r}: expected newest, all or a run number")
+        raise LlmdiagError(f"--run {str(run)[:40]!r}: expected newest, all or a run number")
     if not 1 <= k <= n:
         raise LlmdiagError(f"--run {k}: the input holds {f'{n} runs (1-{n}, oldest first)' if n > 1 else 'one run'}",
                            where, None if n > 1 else "leave --run out")
@@ -142,14 +143,17 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     done = [complete(run) for run in runs]
     hosts_pids = [{(m.group("host"), m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))}
                   for run in runs]
-    same = any(a & b for i, a in enumerate(hosts_pids) for b in hosts_pids[i + 1:])
+    same = sum(map(len, hosts_pids)) > len(set().union(*hosts_pids))  # a process in two runs (linear in runs)
     workers = [{w for o in run if _rankless(o) and (w := _worker(o.path))} for run in runs]
     one = len(set().union(*workers)) == 1 and all(workers) and all(_rankless(o) for r in runs for o in r if not o.error)
     word = ("captures of the same process at different times (no rank in the traces: one process profiled more "
             f"than once, worker `{_short(next(iter(workers[0])))}`)" if one else
             "captures of the same processes (the same run profiled more than once)" if same else "runs")
     parts = []
-    for r in infos:
+    for r in _shown(infos):
+        if isinstance(r, int):
+            parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` lists each)")
+            continue
         pid = f", pids {_span_text(r.pids)}" if r.pids else ""
         ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"
         parts.append(f"run {r.number}: {r.files} file{'s' if r.files != 1 else ''}, {ranks}"
@@ -163,6 +167,24 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
 
     return (f"{RUNS_PREFIX}{len(infos)} {word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
             f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
+
+
+SHOWN_RUNS = 8  # runs named in the one-line warning: 10,000 runs made a line of 10,000 parts, once per run
+
+
+def _shown(infos: list[RunInfo]) -> list[RunInfo | int]:
+    """The runs the warning names: all up to SHOWN_RUNS, else the two oldest, the analysed one and the newest
+    ones, with the count of those left out between them."""
+    if len(infos) <= SHOWN_RUNS:
+        return list(infos)
+    chosen = next(k for k, r in enumerate(infos) if r.analysed)
+    keep = sorted({0, 1, chosen, *range(len(infos) - (SHOWN_RUNS - 3), len(infos))})
+    out: list[RunInfo | int] = []
+    for prev, k in zip([-1] + keep, keep):
+        if k - prev > 1:
+            out.append(k - prev - 1)
+        out.append(infos[k])
+    return out
 
 
 def _short(name: str, n: int = 60) -> str:

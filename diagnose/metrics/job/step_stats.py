@@ -12,6 +12,8 @@ from llmdiag.diagnose.model.steps import step_span, step_summary
 
 
 # the parts an outlier step's excess is looked for in, named as the registry names them (model/fields.py)
+MAX_STEP_WARNINGS = 10  # outlier steps named one warning each; the rest are counted in one more
+
 PARTS = tuple((FIELDS[k].label, k) for k in ("idle_ms", "compute_ms", "exposed_comm_ms"))
 
 
@@ -25,7 +27,9 @@ def add_step_summary(a: Analysis) -> None:
     span = step_span(a.steps.numbers)
     rows = a.steps.steps
     medians = {label: statistics.median(getattr(x, key) for x in rows) for label, key in PARTS}
-    for s in rows:
+    outliers = [s for s in rows if s.outlier]
+    named = sorted(sorted(outliers, key=lambda s: (-s.time_ms, s.step))[:MAX_STEP_WARNINGS], key=lambda s: s.step)
+    for s in named:  # one warning per outlier step, the slowest MAX_STEP_WARNINGS (unbounded before: 10^5 lines)
         if s.outlier:
             label, key = max(PARTS, key=lambda p: getattr(s, p[1]) - medians[p[0]])
             more = getattr(s, key) - medians[label]
@@ -35,4 +39,12 @@ def add_step_summary(a: Analysis) -> None:
                 f"step {s.step} took {fmt(s.time_ms, 'ms')} (median over its {s.ranks} rank"
                 f"{'s' if s.ranks != 1 else ''}), {fmt(s.ratio, 'x')} the median step of {fmt(a.steps.median_ms, 'ms')} "
                 f"over {span}{part}: means over steps (the headline's mean step time, per-step averages in findings) "
-                "include it; the per-step table shows each step"), None, "warning"))
+                "include it; the per-step table shows it"), None, "warning"))
+    if len(outliers) > len(named):
+        shown = {id(s) for s in named}
+        rest = [s for s in outliers if id(s) not in shown]
+        a.issues.append(Issue(a.source, (
+            f"{len(rest)} more outlier steps (over {fmt(a.steps.outlier_factor, 'x')} the median step of "
+            f"{fmt(a.steps.median_ms, 'ms')}), {step_span([s.step for s in rest])}, up to "
+            f"{fmt(max(s.time_ms for s in rest), 'ms')}: named once here, the {len(named)} slowest each above"),
+            None, "warning"))
