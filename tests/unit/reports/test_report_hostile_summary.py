@@ -1,0 +1,30 @@
+"""A hostile summary is an input too: `render_report(read_summary(...))` with every string field of the model
+holding markup, including the fields the figures' code treats as enums (a pipeline action's kind). Nothing of
+it reaches the page as a tag or an attribute; an unknown enum is drawn as '?'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmdiag.diagnose.model.summary import read_summary
+from llmdiag.reports.render import render_html
+from tests.gen.summaries import analysis
+from tests.unit.cli.test_terminal_layout import poison
+
+MARKUP = ['<meta http-equiv=refresh content="0;url=//e.x">', '"><svg onload=alert(1)>', "</title><script>x()</script>"]
+
+
+@pytest.mark.parametrize("evil", MARKUP)
+def test_every_string_of_a_read_back_summary_is_escaped_in_the_report(tmp_path, evil):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(poison(analysis(8, pipeline=True).to_dict(), evil)), encoding="utf-8")
+    a = read_summary(str(path))
+    assert a.ranks[0].pipeline_actions[0].kind.endswith(evil)  # the enum field really holds the markup
+    html = render_html(a)
+    assert evil not in html
+    assert "<meta http-equiv=refresh" not in html and "onload=" not in html.replace("onload=alert(1)&gt;", "")
+    assert "<script>x()" not in html
+    fig = html.split('id="fig-pipeline"')[1].split("</svg>")[0]
+    assert ">?" in fig and evil.split()[0] not in fig  # the unknown kind drawn as '?', its text nowhere
