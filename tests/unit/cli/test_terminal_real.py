@@ -55,5 +55,6 @@ def test_the_cli_follows_columns_and_prints_the_roofline(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["analyze", os.path.join(REAL, "hta/trace_diff/control.json.gz"), "--no-report",
                                     "--json", str(tmp_path / "s.json")])
     assert res.exit_code == 0, res.output
-    assert max(len(x) for x in res.output.splitlines()) <= 80
+    # the closing `summary: PATH` line (cli/analyze.py) keeps its absolute path whole, to be copied: not measured
+    assert max(len(x) for x in res.output.splitlines() if not x.startswith("summary: ")) <= 80
     assert "against the roofline" in res.output and "TFLOP/s" in res.output
