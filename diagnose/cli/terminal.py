@@ -273,11 +273,11 @@ def _issues(a: Analysis) -> str:
         shown = a.issues[:MAX_ROWS]
         own = lambda i: i.message.startswith("llmdiag: ")
         groups: dict[str, list] = {}
-        for i in shown:
-            groups.setdefault("" if own(i) or not i.file else str(i.file), []).append(i)
+        for i in shown:  # one name per file: a folder given relative and its files absolute are one place
+            groups.setdefault("" if own(i) or not i.file else os.path.abspath(str(i.file)), []).append(i)
         files = [f for f in groups if f]
-        base = os.path.commonpath([os.path.dirname(f) or "." for f in files]) if len(files) > 1 else ""
-        lines = [_wrap(f"\nIssues (files in {base}{os.sep})" if base not in ("", ".") else "\nIssues")]
+        base = os.path.commonpath([os.path.dirname(f) for f in files]) if len(files) > 1 else ""
+        lines = [_wrap(f"\nIssues (files in {base.rstrip(os.sep)}{os.sep})" if base else "\nIssues")]
         for f in sorted(groups, key=lambda f: f != ""):  # stable: files in order of their first issue
             lead = "    " if f else "  "
             if f:

@@ -4,6 +4,7 @@ a path said once, and no trace or manifest string reaching the terminal raw."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -94,6 +95,20 @@ def test_a_path_is_said_once_and_long_straggler_lines_wrap():
     assert flat(text).count("rank3.pt.trace.json.gz") == 1 and flat(path) in flat(text)
     assert all(f"warning number {i}:" in text for i in range(11))
     assert [x for x in text.splitlines() if len(x) > 80] == []
+
+
+def test_issues_on_relative_and_absolute_paths_together():
+    """A folder's own issue names it as given (relative) beside its files' absolute names: one place, said once,
+    under the folder they share (this raised ValueError in os.path.commonpath)."""
+    a = typed(busy(8))
+    here = os.path.abspath("runs/demo")
+    a.issues = [Issue(file="runs/demo", message="the input holds 2 runs"),
+                Issue(file=f"{here}/rank0.json", message="device side ran past", rank=0),
+                Issue(file=f"{here}/rank1.json", message="device side ran past", rank=1),
+                Issue(file=here, message="step 5 is an outlier")]
+    text = render(a, width=400)
+    assert f"Issues (files in {os.path.dirname(here)}/)" in text
+    assert all(text.count(f) == 1 for f in ("in demo:", "in demo/rank0.json:", "in demo/rank1.json:")), text
 
 
 def poison(d, evil: str):
