@@ -58,3 +58,17 @@ def test_the_cli_follows_columns_and_prints_the_roofline(tmp_path, monkeypatch):
     # the closing `summary: PATH` line (cli/analyze.py) keeps its absolute path whole, to be copied: not measured
     assert max(len(x) for x in res.output.splitlines() if not x.startswith("summary: ")) <= 80
     assert "against the roofline" in res.output and "TFLOP/s" in res.output
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_cli_on_a_relative_folder_of_two_runs(tmp_path, monkeypatch, width):
+    """As typed by a user: a relative folder (its own issues name it relative, its files' issues absolute)
+    holding two runs; every line within the width but the closing `summary:` path."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    folder = os.path.relpath(os.path.join(REAL, "torchrec/sst_long_a2a_optimizer_5_qcomm"))
+    res = CliRunner().invoke(main, ["analyze", folder, "--no-report", "--json", str(tmp_path / "s.json")])
+    assert res.exit_code == 0, res.output
+    lines = [x for x in res.stdout.splitlines() if not x.startswith("summary: ")]
+    assert max(len(x) for x in lines) <= width and "Issues (files in " in res.stdout
+    assert flat(res.stdout).count("ip-172-31-16-248.us-east-2.compute.internal_55988") == 1  # wrapped at 80
