@@ -140,13 +140,15 @@ def _steps(a: Analysis) -> str:
     ss = steps_of(a)
     if ss is None:
         return ""
+    flag = any(s.outlier for s in ss.steps)  # the outlier column only where a step is one
     rows = [[str(s.step), str(s.ranks), _ms(s.time_ms), _ms(s.time_max_ms), str(s.max_rank), _ms(s.compute_ms),
-             _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x"),
-             f"yes (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else "no"] for s in ss.steps[:MAX_ROWS]]
+             _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x")]
+            + ([f"outlier (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else "—"] if flag else [])
+            for s in ss.steps[:MAX_ROWS]]
     ratio = f"; × median = the step over the median step, {fmt(ss.median_ms, 'ms')}" if len(ss.steps) > 1 else ""
     return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
-                  ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
-                   "outlier"], rows, _more(len(ss.steps) - MAX_ROWS, "steps"), cut={9})
+                  ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median"]
+                  + (["outlier"] if flag else []), rows, _more(len(ss.steps) - MAX_ROWS, "steps"), cut=set())
 
 
 def _idle(a: Analysis) -> str:
