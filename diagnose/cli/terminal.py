@@ -64,7 +64,7 @@ def _table(title: str, header: list[str], rows: list[list], note: str = "", cut:
 
 
 def _more(n: int, what: str) -> str:
-    return f"  ... {n} more {what} in the JSON summary" if n > 0 else ""
+    return f"... {n} more {what} in the JSON summary" if n > 0 else ""
 
 
 def _ms(v) -> str:
@@ -244,7 +244,7 @@ def _skew(a: Analysis) -> str:
         out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
             _wrap(f"rank {x.rank} ({hosts.get(x.rank, 'unknown')}): {x.reason}"
                   + ("" if x.kind else f" ({_pct(x.value)})"), "    ", "  ")  # an arrival straggler's reason holds its counts
-            for x in worst) + ("\n" + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
+            for x in worst) + ("\n  " + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
                                if len(sk.stragglers) > MAX_ROWS else ""))
     return "\n".join(x for x in out if x)
 
