@@ -39,13 +39,18 @@ MAX_LIST = 40
 KERNEL_NAME_WIDTH = 64  # cut in the middle and kept distinct (model/names.py); the full name on hover
 
 
+SIGNED = ("pct", "x")  # units whose suffix is part of the number, printed in every cell
+
+
 class Num:
     """A printed number: value, summary path (None when derived), unit, unit suffix shown or not."""
 
     __slots__ = ("v", "k", "u", "suffix")
 
     def __init__(self, v, k: str | None, u: str, suffix: bool = False):
-        self.v, self.k, self.u, self.suffix = v, k, u, suffix
+        # a share or a factor always carries its sign ("42.4%", "1.20×"): a bare 42.4 under "share" reads as a
+        # ratio or a count (the gate's config uses ratios); other units are stated once, in the column header
+        self.v, self.k, self.u, self.suffix = v, k, u, suffix or u in SIGNED
 
     @property
     def s(self) -> Num:

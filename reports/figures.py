@@ -2,8 +2,8 @@
 
 Drawn by hand rather than with matplotlib: importing and drawing matplotlib cost about 1.5 s per report
 (more than the analysis of a 35 MB trace); these cost milliseconds, so the report adds little to `analyze`
-(benchmarks/run.py, the `render_cost` case). Text is numbers and fixed words; any label is escaped, and
-figure labels never carry raw trace strings (the caller passes rank numbers and safe device names).
+(benchmarks/run.py, the `render_cost` case). Text is numbers and fixed words; every string that reaches the SVG is escaped here, and enums (an action's
+kind) are checked against their values: a summary read back by `render_report(read_summary(...))` is input too.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def pipeline_timeline(rows: list[tuple[str, list[PipelineAction]]], t0: float, t
     span = max(t1 - t0, 1e-9)
     ticks = nice_ticks(span)
     sx = lambda v: left + (v - t0) / ticks[-1] * (W - left - right)
-    kinds = {a.kind for _, acts in rows for a in acts}
+    kinds = {a.kind for _, acts in rows for a in acts} & set(PP_COLOURS)
     legend = [("forward", PP_COLOURS["F"], PP_COLOURS["F"])]
     if kinds & {"B", "I"}:
         legend.append(("backward" + (" (B / I)" if "I" in kinds else ""), PP_COLOURS["B"], PP_COLOURS["B"]))
@@ -112,9 +112,10 @@ def pipeline_timeline(rows: list[tuple[str, list[PipelineAction]]], t0: float, t
                    'stroke="#e3e6ec"/>')
         for a in acts:
             x0, x1 = sx(a.start_ms), sx(a.end_ms)
-            tag = f"{a.kind}{int(a.microbatch)}" if a.microbatch >= 0 else a.kind  # -1: microbatch not told
+            kind = a.kind if a.kind in PP_COLOURS else "?"  # an enum: a summary read back may hold anything there
+            tag = escape(f"{kind}{int(a.microbatch)}" if a.microbatch >= 0 else kind)  # -1: microbatch not told
             out.append(f'<rect x="{x0:.2f}" y="{y + 3}" width="{max(x1 - x0, 0.5):.2f}" height="{row_h - 6}" '
-                       f'fill="{PP_COLOURS.get(a.kind, "#999")}" stroke="#fff" stroke-width="0.6"><title>{tag} stage '
+                       f'fill="{PP_COLOURS.get(kind, "#999")}" stroke="#fff" stroke-width="0.6"><title>{tag} stage '
                        f'{int(a.stage)}: {fmt(a.start_ms - t0, "ms")} – {fmt(a.end_ms - t0, "ms")}</title></rect>')
             if x1 - x0 > 22:
                 text = tag + (f"·s{int(a.stage)}" if x1 - x0 > 48 else "")

@@ -6,12 +6,13 @@ from __future__ import annotations
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.kernel_view_rows import (LAUNCH_HEADER, LAUNCH_NOTE, OP_HEADER, OP_NOTE, ROOF_HEADER, ROOF_NOTE,
                                              SEQ_HEADER, SEQ_NOTE, STREAM_HEADER, STREAM_NOTE, launch_rows, op_rows,
-                                             roof_rows, seq_rows, seq_text, stream_rows)
-from llmdiag.diagnose.model.names import demangle
+                                             roof_rows, seq_rows, stream_rows)
+from llmdiag.diagnose.model.names import demangle, demangle_many, short_names
 
 MAX_OPS = 30
 MAX_ROOF = 30
 MAX_LAUNCH = 32
+SEQ_NAME = 60  # characters of one kernel name in a sequence cell
 
 
 def kernel_views(a: Analysis, num) -> dict | None:
@@ -24,8 +25,11 @@ def kernel_views(a: Analysis, num) -> dict | None:
     out = {"ops": None, "roof": None, "launch": None, "streams": None, "seqs": None}
     seqs = seq_rows(a, 10)
     if seqs:
+        # one kernel a line, shortened as the top-kernel table shortens (argument lists first), the full name its title
+        full = demangle_many(k for x in seqs for k in x.kernels)
+        short = short_names(list(dict.fromkeys(full.values())), SEQ_NAME)
         out["seqs"] = {"header": SEQ_HEADER, "note": SEQ_NOTE, "rows": [
-            {"op": x.op, "kernels": seq_text(x.kernels), "ranks": x.ranks,
+            {"op": x.op, "kernels": [{"short": short[full[k]], "full": full[k]} for k in x.kernels], "ranks": x.ranks,
              "cells": [num(x.count_per_step, p + "count_per_step", "avg"), num(x.ms_per_step, p + "ms_per_step", "ms"),
                        num(x.mean_us, p + "mean_us", "us"), num(x.share, p + "share", "pct", True)]}
             for i, x in enumerate(seqs) for p in [f"kernel_views.sequences.{i}."]]}

@@ -89,7 +89,8 @@ def section(m: MoeSummary | None) -> Markup:
     html += [f'<div class="card"><div class="l">{e(a)}</div><div class="v">{e(b)}</div><div class="l">{e(c)}</div>'
              '</div>' for a, b, c in cards]
     html.append('</div><div class="tw"><table class="sort"><thead><tr><th>rank</th>'
-                + "".join(f'<th class="r">{e(h)}</th>' for h in MOE_RANK_HEADER[1:]) + '</tr></thead><tbody>')
+                + "".join(f'<th class="r">{e(h)}{" tokens" if i < 2 else ""}</th>'  # sent, received: tokens
+                          for i, h in enumerate(MOE_RANK_HEADER[1:])) + '</tr></thead><tbody>')
     for row in moe_rank_rows(m):
         html.append(f"<tr><td>{e(row[0])}</td>" + "".join(f'<td class="r">{e(c)}</td>' for c in row[1:]) + "</tr>")
     html.append("</tbody></table></div>")

@@ -8,19 +8,20 @@ cursor or rewrite the screen.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from contextvars import ContextVar
 
 import click
 
 from llmdiag.diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
-from llmdiag.diagnose.gate.format import table, terminal_width
+from llmdiag.diagnose.gate.format import fit, terminal_width
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from llmdiag.diagnose.model.names import demangle, demangle_many, middle, short_names
+from llmdiag.diagnose.model.names import demangle, demangle_many
 from llmdiag.diagnose.model.step_cap import note as step_note
 from llmdiag.diagnose.model.steps import step_span, steps_of
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
@@ -30,8 +31,6 @@ from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, co
 MAX_ROWS = 16
 TOP_KERNELS = 10
 TOP_FINDINGS = 5
-NAME_WIDTH = 60
-MIN_CUT = 12  # a name column is never cut below this
 WIDTH: ContextVar[int] = ContextVar("width", default=100)
 COLOUR: ContextVar[bool] = ContextVar("colour", default=False)
 SEVERITY_STYLE = {"high": {"fg": "red", "bold": True}, "medium": {"fg": "yellow", "bold": True},
@@ -39,9 +38,12 @@ SEVERITY_STYLE = {"high": {"fg": "red", "bold": True}, "medium": {"fg": "yellow"
 
 
 def _wrap(text: str, indent: str = "", first: str | None = None) -> str:
-    """Prose wrapped to the terminal width (words kept whole; a long name may still overflow)."""
-    return textwrap.fill(text, WIDTH.get(), initial_indent=indent if first is None else first,
-                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    """Prose wrapped to the terminal width (words kept whole, a word longer than the line cut), each paragraph
+    escaped for the terminal here: with `fit` for tables, the terminal sink's one place of escaping."""
+    paras = str(text).split("\n")
+    return "\n".join(textwrap.fill(printable(p), WIDTH.get(), initial_indent=indent if first is None or n else first,
+                                   subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
+                     for n, p in enumerate(paras))
 
 
 def _sev(word: str) -> str:
@@ -49,51 +51,21 @@ def _sev(word: str) -> str:
     return click.style(word, **SEVERITY_STYLE.get(word, {})) if COLOUR.get() else word
 
 
-def _fit(header: list[str], rows: list[list[str]], cut: set[int], right: set[int]) -> str:
-    """The table, its text columns (`cut`) ellipsised in the middle, widest first, until it fits the width;
-    a table still too wide is split into two, the second repeating the key columns (0 and `cut`). Measured
-    unwrapped, printed through rich at the width (`gate.format.table`), which folds what still overflows."""
-    width = lambda t: max(len(line) for line in t.splitlines())
-    free = 1 << 20  # measuring: no wrapping
-    while True:
-        text = table(header, rows, right=right, width=free)
-        excess = width(text) - WIDTH.get()
-        widths = {i: max(len(r[i]) for r in rows) for i in cut}
-        wide = [i for i in cut if widths[i] > MIN_CUT]
-        if excess <= 0 or not wide:
-            break
-        i = max(wide, key=lambda k: widths[k])
-        w = max(MIN_CUT, widths[i] - excess)
-        rows = [r[:i] + [middle(r[i], w)] + r[i + 1:] for r in rows]
-    keys = sorted({0} | cut)
-    rest = [i for i in range(len(header)) if i not in keys]
-    if excess <= 0 or len(rest) < 2:
-        return table(header, rows, right=right, width=WIDTH.get())
-    for k in range(len(rest) - 1, 0, -1):  # the most columns that fit beside the keys
-        first = keys + rest[:k]
-        sub_args = ([header[i] for i in first], [[r[i] for i in first] for r in rows],
-                    {j for j, i in enumerate(first) if i in right})
-        if width(table(*sub_args, width=free)) <= WIDTH.get() or k == 1:
-            second = keys + rest[k:]
-            return table(*sub_args, width=WIDTH.get()) + "\n\n" + _fit(
-                [header[i] for i in second], [[r[i] for i in second] for r in rows],
-                {j for j, i in enumerate(second) if i in cut} - {0}, {j for j, i in enumerate(second) if i in right})
-    return table(header, rows, right=right, width=WIDTH.get())
-
-
-def _table(title: str, header: list[str], rows: list[list], note: str = "", cut: set[int] | None = None) -> str:
+def _table(title: str, header: list[str], rows: list[list], note: str = "", cut: set[int] | None = None,
+           seqs: set[int] | frozenset[int] = frozenset()) -> str:
+    """Title, table and note, fitted to the width by the one layout (`gate.format.fit`): name columns
+    (`cut`, default the first) keep their full text while the table fits, else are keyed to a legend."""
     if not rows:
         return ""
-    rows = [[printable(x) for x in r] for r in rows]
-    right = set(range(1, len(header)))
-    out = ["\n" + _wrap(title), _fit(header, rows, cut if cut is not None else {0}, right - (cut or {0}))]
+    out = ["\n" + _wrap(title), fit(header, [[str(x) for x in r] for r in rows], WIDTH.get(),
+                                      names=cut if cut is not None else {0}, seqs=seqs)]
     if note:
         out.append(_wrap(note.strip(), "  "))
     return "\n".join(out)
 
 
 def _more(n: int, what: str) -> str:
-    return f"  ... {n} more {what} in the JSON summary" if n > 0 else ""
+    return f"... {n} more {what} in the JSON summary" if n > 0 else ""
 
 
 def _ms(v) -> str:
@@ -169,13 +141,16 @@ def _steps(a: Analysis) -> str:
     ss = steps_of(a)
     if ss is None:
         return ""
+    flag = any(s.outlier for s in ss.steps)  # the outlier column only where a step is one
     rows = [[str(s.step), str(s.ranks), _ms(s.time_ms), _ms(s.time_max_ms), str(s.max_rank), _ms(s.compute_ms),
-             _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x"),
-             f"outlier (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else ""] for s in ss.steps[:MAX_ROWS]]
+             _ms(s.exposed_comm_ms), _ms(s.idle_ms), fmt(s.ratio, "x")]
+            + ([f"outlier (> {fmt(ss.outlier_factor, 'x')})" if s.outlier else "—"] if flag else [])
+            for s in ss.steps[:MAX_ROWS]]
     ratio = f"; × median = the step over the median step, {fmt(ss.median_ms, 'ms')}" if len(ss.steps) > 1 else ""
     return _table(f"Per step (ms: median over the ranks that have the step, and the slowest rank{ratio})",
-                  ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median",
-                   ""], rows, " ".join(x for x in (_more(len(ss.steps) - MAX_ROWS, "steps"), step_note(a)) if x))
+                  ["step", "ranks", "step ms", "slowest ms", "slowest rank", "compute", "exposed", "idle", "× median"]
+                  + (["outlier"] if flag else []), rows,
+                  " ".join(x for x in (_more(len(ss.steps) - MAX_ROWS, "steps"), step_note(a)) if x), cut=set())
 
 
 def _idle(a: Analysis) -> str:
@@ -209,7 +184,7 @@ def _pipeline(a: Analysis) -> str:
         return ""
     rows = [[str(b.stage), str(b.rank), _ms(b.busy_ms), _pct(b.measured), _pct(b.replay), _pct(b.theory), _pct(b.gap)]
             for b in p.stage_bubbles[:MAX_ROWS * 4]]
-    return _table(f"Pipeline bubbles per stage ({p.schedule}, p={p.stages}, m={p.microbatches}, "
+    return _table(f"Pipeline bubbles per stage ({printable(p.schedule)}, p={p.stages}, m={p.microbatches}, "
                   f"window {fmt(p.window_ms, 'ms')} per step)",
                   ["stage", "rank", "busy ms/step", "measured", "replay", "theory", "gap"], rows,
                   printable(p.explanation) + _predicted(p))
@@ -246,8 +221,7 @@ def _memory(a: Analysis) -> str:
 def _kernels(a: Analysis) -> str:
     kernels = views.kernel_table(a, TOP_KERNELS)
     full = demangle_many(k.name for k in kernels)
-    short = short_names(list(dict.fromkeys(full.values())), NAME_WIDTH)
-    rows = [[short[full[k.name]], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
+    rows = [[full[k.name], k.kind, str(k.ranks), _ms(k.ms_per_step), fmt(k.count_per_step, "avg"),
              fmt(k.mean_us, "us", suffix=False), _pct(k.share)] for k in kernels]
     return _table("Top kernels / ops over ranks (per step, mean over the ranks whose top-K list holds it; share "
                   "of all kernel time over those ranks)",
@@ -270,9 +244,9 @@ def _skew(a: Analysis) -> str:
         hosts = views.hosts(a)
         worst = [x for _, x in views.stragglers(a)[:MAX_ROWS]]
         out.append(f"\nStragglers ({len(sk.stragglers)}; largest first)\n" + "\n".join(
-            f"  rank {x.rank} ({printable(hosts.get(x.rank, 'unknown'))}): {printable(x.reason)}"
-            + ("" if x.kind else f" ({_pct(x.value)})")  # an arrival straggler's reason holds its counts
-            for x in worst) + ("\n" + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
+            _wrap(f"rank {x.rank} ({hosts.get(x.rank, 'unknown')}): {x.reason}"
+                  + ("" if x.kind else f" ({_pct(x.value)})"), "    ", "  ")  # an arrival straggler's reason holds its counts
+            for x in worst) + ("\n  " + _more(len(sk.stragglers) - MAX_ROWS, "stragglers")
                                if len(sk.stragglers) > MAX_ROWS else ""))
     return "\n".join(x for x in out if x)
 
@@ -284,8 +258,9 @@ def _findings(a: Analysis) -> str:
     lines = []
     for f in a.findings[:TOP_FINDINGS]:
         gain = "" if f.gain_ms is None else f" — {fmt_gain(f)}"
-        title = _wrap(f"{printable(f.title)}{gain}", "      ", f"  [{f.severity}] ")
-        lines.append(title.replace(f"[{f.severity}]", f"[{_sev(f.severity)}]", 1))
+        sev = printable(f.severity)
+        title = _wrap(f"{f.title}{gain}", "      ", f"  [{sev}] ")
+        lines.append(title.replace(f"[{sev}]", f"[{_sev(sev)}]", 1))
         for label, text in (("evidence", f.evidence.text), ("action", f.action), ("expected gain", f.expected_gain)):
             lines.append(_wrap(f"{label}: {printable(text)}", "        ", "      "))
     more = len(a.findings) - TOP_FINDINGS
@@ -295,13 +270,27 @@ def _findings(a: Analysis) -> str:
 
 
 def _issues(a: Analysis) -> str:
+    """Issues grouped by the file they are about, each path said once (the tool's own lines, `llmdiag: …`,
+    and issues about no file first)."""
     out = []
     if a.issues:
         shown = a.issues[:MAX_ROWS]
-        line = lambda i: i.message[len("llmdiag: "):] if i.message.startswith("llmdiag: ") else f"{i.file}: {i.message}"
-        out.append("\nIssues\n" + "\n".join(_wrap(f"{printable(line(i))}", "    ", f"  {i.severity}: ").replace(
-            f"{i.severity}:", f"{_sev(i.severity)}:", 1) for i in shown)
-                   + (f"\n  ... {len(a.issues) - MAX_ROWS} more" if len(a.issues) > MAX_ROWS else ""))
+        own = lambda i: i.message.startswith("llmdiag: ")
+        groups: dict[str, list] = {}
+        for i in shown:  # one name per file: a folder given relative and its files absolute are one place
+            groups.setdefault("" if own(i) or not i.file else os.path.abspath(str(i.file)), []).append(i)
+        files = [f for f in groups if f]
+        base = os.path.commonpath([os.path.dirname(f) for f in files]) if len(files) > 1 else ""
+        lines = [_wrap(f"\nIssues (files in {base.rstrip(os.sep)}{os.sep})" if base else "\nIssues")]
+        for f in sorted(groups, key=lambda f: f != ""):  # stable: files in order of their first issue
+            lead = "    " if f else "  "
+            if f:
+                lines.append(_wrap(f"in {os.path.relpath(f, base) if base else f}:", "    ", "  "))
+            for i in groups[f]:
+                msg = i.message[len("llmdiag: "):] if own(i) else i.message
+                sev = printable(i.severity)
+                lines.append(_wrap(msg, lead + "  ", f"{lead}{sev}: ").replace(f"{sev}:", f"{_sev(sev)}:", 1))
+        out.append("\n".join(lines) + (f"\n  ... {len(a.issues) - MAX_ROWS} more" if len(a.issues) > MAX_ROWS else ""))
     if a.ranks_missing:
         miss = a.ranks_missing
         out.append(f"\nRanks without a trace: {len(miss)} of {a.world_size} ({ranges(miss)})")
@@ -309,7 +298,8 @@ def _issues(a: Analysis) -> str:
 
 
 def _cards(title: str, cards: list[tuple[str, str, str]]) -> str:
-    return "\n" + _wrap(title) + "\n" + "\n".join(_wrap(f"{v}  {note}".rstrip(), "    ", f"  {label}: ")
+    """Label: value  note, one card a line; every part escaped (cards quote op types and trace names)."""
+    return "\n" + _wrap(title) + "\n" + "\n".join(_wrap(f"{v}  {note}".rstrip(), "    ", f"  {printable(label)}: ")
                                                  for label, v, note in cards)
 
 
@@ -368,7 +358,26 @@ def _op_kernels(a: Analysis) -> str:
              fmt(x.launch_delay_us, "us", False), f"{_ms(x.max_rank_ms)} ({x.max_rank})", demangle(x.kernel)] for x in rows]
     ops = _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
                  (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
-    return "\n".join(x for x in (ops, _kernel_sequences(a)) if x)
+    return "\n".join(x for x in (ops, _roofline(a), _kernel_sequences(a)) if x)
+
+
+def _roofline(a: Analysis) -> str:
+    """The report's roofline rows (kernel_view_rows.roof_rows: one computation), each number in its column's
+    unit, stated in the header."""
+    from llmdiag.diagnose.model.kernel_view_rows import ROOF_HEADER, ROOF_NOTE, roof_rows
+
+    rows, n = roof_rows(a, MAX_ROWS)
+    if not rows:
+        return ""
+    units = {k: column_unit([getattr(x, k) for x in rows], u) for k, u in (("tflops", "tflops"), ("gbps", "gbps"))}
+    head = ROOF_HEADER[:5] + ["kernel ms", header_unit(units["tflops"]), header_unit(units["gbps"])] + ROOF_HEADER[8:]
+    body = [[x.op, x.shape, x.dtype or "?", str(x.ranks), str(x.calls), _ms(x.kernel_ms),
+             fmt(x.tflops, units["tflops"], False), fmt(x.gbps, units["gbps"], False), fmt(x.intensity, "avg"),
+             _pct(x.peak_frac), x.bound or "—"] for x in rows]
+    unknown = a.kernel_views.devices_without_peak if a.kernel_views else []
+    note = ROOF_NOTE + (" No datasheet peak is listed for " + ", ".join(unknown[:4]) + "." if unknown else "")
+    return _table("GEMM and attention against the roofline (calls and kernel ms: totals over the ranks and analysed steps)", head, body,
+                  (note + " " + _more(n - len(rows), "ops")).strip(), cut={0, 1, 2, 10})
 
 
 def _kernel_sequences(a: Analysis) -> str:
@@ -377,7 +386,7 @@ def _kernel_sequences(a: Analysis) -> str:
     rows = seq_rows(a, 5)
     body = [[x.op, seq_text(x.kernels), str(x.ranks), fmt(x.count_per_step, "avg"), _ms(x.ms_per_step),
              fmt(x.mean_us, "us", False), _pct(x.share)] for x in rows]
-    return _table("Frequent kernel sequences (top 5)", SEQ_HEADER, body, SEQ_NOTE, cut={0, 1})
+    return _table("Frequent kernel sequences (top 5)", SEQ_HEADER, body, SEQ_NOTE, cut={0}, seqs={1})
 
 
 def _launches(a: Analysis) -> str:

@@ -42,10 +42,14 @@ WORD_TEXT = 20  # a text column's word longer than this (an identifier) folds be
 
 def prose(lines: list[str], width: int | None = None) -> str:
     """`lines` joined, each single line of prose wrapped to the width (words kept whole, a hanging indent);
-    an element holding several lines (a table, already fitted) is kept as it is."""
+    an element holding several lines (a table, already fitted) is kept as it is. Every line goes out through
+    the terminal's escape (idempotent: text escaped upstream is unchanged), so a title built from a manifest
+    string cannot reach the terminal raw."""
     width = terminal_width() if width is None else width
-    return "\n".join(x if "\n" in x or len(x) <= width else
-                     textwrap.fill(x, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    return "\n".join("\n".join(map(terminal, x.split("\n"))) if "\n" in x else
+                     terminal(x) if len(terminal(x)) <= width else
+                     textwrap.fill(terminal(x), width, subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False)
                      for x in lines)
 
 
@@ -63,11 +67,13 @@ def _narrow(widths: list[int], cols: list[int], floor: list[int], excess: int) -
     return excess
 
 
-def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None) -> str:
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None, width: int | None = None,
+          keep: set[int] | frozenset[int] = frozenset(), whole: bool = False) -> str:
     """Columns through rich, fitted to `width` (the terminal's, `terminal_width()`, when None): columns in
     `right` are right-aligned numbers, wrapped only between words ("+2.00 ms" over "(+2.0%)"), never cut;
     text columns fold where the table would be too wide, down to MIN_TEXT, so a long kernel name costs
-    lines, not the width. A table that cannot fit even so is printed wider than `width` rather than lose a
+    lines, not the width; text columns in `keep` (names already shortened to fit, `fit`) never fold, nor,
+    when `whole`, any number cell (only headers wrap). A table that cannot fit even so is printed wider than `width` rather than lose a
     character. Plain text: no colour codes, no markup read."""
     right = right or set()
     width = terminal_width() if width is None else width
@@ -75,12 +81,15 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
     n = len(headers)
     widths = [max(len(r[i]) for r in cells) for i in range(n)]
     word = [max(len(x) for r in cells for x in r[i].split() or [""]) for i in range(n)]
+    if whole:  # only headers wrap: a number cell ("15.6% (rank 0)") stays on one line
+        word = [max([word[i]] + [len(r[i]) for r in cells[1:]]) for i in range(n)]
     text = [i for i in range(n) if i not in right]
     excess = sum(widths) + 2 * (n - 1) - width
     # Narrow in stages, each widest column first: text to its longest word (at most WORD_TEXT: a kernel name
     # folds before a number wraps) or MIN_TEXT, numbers to their longest word, then text down to MIN_TEXT.
     short = [min(w, MIN_TEXT) for w in widths]
     first = [max(min(a, WORD_TEXT), b) for a, b in zip(word, short)]
+    text = [i for i in text if i not in keep]
     for cols, floor in ((text, first), (sorted(right & set(range(n))), word), (text, short)):
         excess = _narrow(widths, cols, floor, excess)
     from rich.box import Box  # imported here: a run that prints no table (-q, JSON only) does not pay for rich
@@ -184,3 +193,106 @@ def markdown_summary(v: Verdict) -> str:
                      for c in v.inputs]
     lines += [""] + [f"- {markdown(n)}" for n in v.notes]
     return "\n".join(lines) + "\n"
+
+
+# ---- one layout for every terminal table with names (analyze's sections): names get the width they need ----
+NAME_FLOOR = 16  # a name column is never shortened below this (its legend key and the name's ends)
+SEQ = " → "  # how a kernel-sequence cell joins its names (`fit`'s `seqs` columns)
+_FREE = 1 << 20  # measuring: no wrapping
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _keyed(rows: list[list[str]], caps: dict[int, int], seqs: set[int]) -> tuple[list[list[str]], dict[str, int]]:
+    """`rows` with every name longer than its column's cap written `[k] short form` (a sequence: `[k] → [m]`),
+    and the legend: full name -> k, numbered in order of appearance, one key per distinct name."""
+    legend: dict[str, int] = {}
+    key = lambda name: legend.setdefault(name, len(legend) + 1)
+    from llmdiag.diagnose.model.names import short_names  # the report's shortening, so both read alike
+
+    # each name alone: its key tells it from the others, so no name needs widening to differ
+    short = lambda name, cap: short_names([name], room)[name] if (room := cap - len(f"[{len(legend)}] ")) >= 6 else ""
+    out = []
+    for r in rows:
+        cells = list(r)
+        for i, c in caps.items():
+            if len(cells[i]) <= c:
+                continue
+            if i in seqs:
+                cells[i] = SEQ.join(f"[{key(n)}]" for n in cells[i].split(SEQ))
+            else:
+                k = key(cells[i])
+                cells[i] = f"[{k}] {short(cells[i], c)}".rstrip()
+        out.append(cells)
+    return out, legend
+
+
+def _split(header: list[str], rows: list[list[str]], right: set[int], keys: list[int], width: int,
+           named: list[int]) -> str:
+    """A table too wide even with names at their floor, as several: each repeats the key columns (`keys`)
+    and takes the most other columns that fit beside them; name columns (`named`) never fold."""
+    rest = [i for i in range(len(header)) if i not in keys]
+    parts: list[str] = []
+    while rest:
+        k = len(rest)
+        while k > 1:
+            cols = keys + rest[:k]
+            sub = table([header[i] for i in cols], [[r[i] for i in cols] for r in rows],
+                        {j for j, i in enumerate(cols) if i in right}, width, {j for j, i in enumerate(cols) if i in named}, True)
+            if _widest(sub) <= width:
+                break
+            k -= 1
+        cols = keys + rest[:k]
+        parts.append(table([header[i] for i in cols], [[r[i] for i in cols] for r in rows],
+                           {j for j, i in enumerate(cols) if i in right}, width, {j for j, i in enumerate(cols) if i in named}, True))
+        rest = rest[k:]
+    return "\n\n".join(parts)
+
+
+def legend_text(legend: dict[str, int], width: int) -> str:
+    """`[k] full name` per line, the name wrapped under itself (between words where it has spaces, else cut
+    anywhere), so every full name is printed once, within the width."""
+    out = []
+    for name, k in legend.items():
+        lead = f"  [{k}] "
+        out += [line.rstrip() for line in textwrap.wrap(name, max(20, width), initial_indent=lead,
+                                                         subsequent_indent=" " * len(lead), break_long_words=True,
+                                                         break_on_hyphens=False, drop_whitespace=False)]
+    return "\n".join(out)
+
+
+def fit(header: list[str], rows: list[list[str]], width: int | None = None, names: set[int] | None = None,
+        seqs: set[int] | frozenset[int] = frozenset()) -> str:
+    """A table of `rows` under `header` within `width` columns, every string escaped for the terminal here.
+    Columns in `names` (kernel, op, host names) and `seqs` (kernel sequences, `SEQ`-joined) keep their full
+    text while the table fits; else the widest is shortened, to NAME_FLOOR at least, each shortened name
+    keyed `[k]` with its full name in a legend under the table. Then numbers and headers wrap between words;
+    a table still too wide splits into several that repeat the first and the name columns. Every other
+    column is a right-aligned number. Returns the table and its legend."""
+    width = terminal_width() if width is None else width
+    names = {0} if names is None else set(names)
+    header = [terminal(h) for h in header]
+    rows = [[terminal(c) for c in r] for r in rows]
+    if not rows:
+        return ""
+    right = set(range(len(header))) - names - set(seqs) - {0}
+    named = sorted(names | set(seqs))
+    natural = {i: max(len(r[i]) for r in rows) for i in named}
+    caps = dict(natural)
+    while True:  # names shortened, widest first, until the table fits with its headers wrapped
+        shown, legend = _keyed(rows, caps, set(seqs))
+        text = table(header, shown, right, width, keep=set(named), whole=True)
+        excess = _widest(text) - width
+        wide = [i for i in named if caps[i] > NAME_FLOOR and max(len(r[i]) for r in shown) > NAME_FLOOR]
+        if excess <= 0 or not wide:
+            break
+        i = max(wide, key=lambda k: caps[k])
+        caps[i] = max(NAME_FLOOR, caps[i] - excess)
+    if excess > 0:  # too wide even so: several tables, so the names need not shrink further than half the width
+        key = [0] if 0 in named or not named else [0, named[0]]
+        caps = {i: min(natural[i], max(NAME_FLOOR, width // 2 - 2)) for i in named}
+        shown, legend = _keyed(rows, caps, set(seqs))
+        text = _split(header, shown, right, key, width, named)
+    return text + ("\n" + legend_text(legend, width) if legend else "")

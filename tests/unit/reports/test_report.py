@@ -292,13 +292,13 @@ def test_terminal_and_report_print_the_same_numbers():
     rep = _report_rows(html, "overlap")
     assert len(term) == len(rep) == len(comm_by_group(a)) >= 1
     for t, r in zip(term, rep, strict=True):
-        # kind, role, ranks, ops/step, ms/step, exposed ms/step, overlap: the same texts (the report drops the %)
-        assert [t[0], *t[2:7]] == [r[0], *r[2:7]] and t[7] == r[7] + "%"
+        # kind, role, ranks, ops/step, ms/step, exposed ms/step, overlap: the same texts, the unit included
+        assert [t[0], *t[2:7]] == [r[0], *r[2:7]] and t[7] == r[7] and r[7].endswith("%")
     term = _terminal_rows(text, "Top kernels / ops over ranks (per step")
     rep = _report_rows(html, "kernels")
     assert len(term) == len(kernel_table(a, 10)) and len(rep) >= len(term)
     for t, r in zip(term, rep):
-        assert t[1:6] == r[1:6] and t[6] == r[7] + "%"  # kind, ranks, ms, count per step, mean µs; share
+        assert t[1:6] == r[1:6] and t[6] == r[7] and r[7].endswith("%")  # kind, ranks, ms, count per step, mean µs; share
     head = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html.split('id="headline"')[1].split("</section>")[0]))
     for f in a.findings[:3]:
         if f.gain_ms is not None:
