@@ -132,6 +132,8 @@ class Hints:
     elementwise_median_us: float | None = None
     elementwise_ms_by_pattern: dict[str, float] = field(default_factory=dict)  # ms per step by launching-op pattern
     elementwise_fusable_ms: float | None = None  # per step: the patterns' time beyond one pass of their data
+    fp32_on_path_frac: float | None = None  # share of fp32 GEMM time the device's next work waited for (its
+    # successor launched before it ended): a faster kernel shortens the step only there (metrics/rank/precision.py)
 
 
 @dataclass

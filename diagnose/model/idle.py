@@ -11,6 +11,21 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class EventWait:
+    """The dependency a blocking call's idle waited on: its device op queued on `wait_stream` behind a stream-event
+    wait (metrics/rank/event_waits.py); the event recorded on `record_stream` after `record_op` (-1 / "" where the
+    trace shows no launch before the record)."""
+
+    call: str  # cudaStreamWaitEvent / hipStreamWaitEvent
+    wait_stream: int
+    queued_op: str  # the device op that started only when the event was done
+    queued_ms: float  # its launch to its start
+    record_stream: int = -1
+    record_op: str = ""
+    record_done_before_ms: float | None = None  # how long before the queued op started that recorded work ended
+
+
+@dataclass
 class IdleStretch:
     """One long stretch of device idle that a single host event covers (most of it): the op to name instead of
     "launch overhead". `stack` lists the host ops enclosing it on its thread, innermost first."""
@@ -22,6 +37,7 @@ class IdleStretch:
     cause: str  # "runtime" (a blocking call or host sync op) or "host" (any other host op)
     stack: list[str] = field(default_factory=list)
     unrecorded_ms: float = 0.0  # a host op's longest stretch with no child op or runtime call under it (0: no child)
+    event_wait: EventWait | None = None  # a blocking call whose device op waited on a stream-event wait
 
 
 @dataclass

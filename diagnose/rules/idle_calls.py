@@ -54,14 +54,14 @@ def _ops_text(r, ops: dict) -> str:
                      for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
 
 
-def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
-    """(rank, idle ms per step in the chosen blocking calls, {op: ms}) for ranks above the floor."""
+def _blocking(c: Ctx, alloc: bool, less=lambda r: 0.0) -> list[tuple]:
+    """(rank, idle ms per step in the chosen blocking calls less `less(rank)`, {op: ms}) for ranks above the floor."""
     out = []
     for r in c.ranks:
         if r.idle is None:
             continue
         ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
-        tot = sum(ops.values())
+        tot = sum(ops.values()) - less(r)
         if tot > 0 and tot >= IDLE_FLOOR * r.step_time_ms:
             out.append((r, tot, ops))
     return out
@@ -142,18 +142,62 @@ def allocator_churn(c: Ctx) -> list[Finding]:
                       gain_kind="bound", events=[short(k) for k in sorted(ops)])]
 
 
+def event_wait_ms(r) -> float:
+    """Blocking-call idle per step whose device op was queued behind a stream-event wait (IdleStretch.event_wait):
+    the event's time, not the call's."""
+    if r.idle is None or not r.nsteps:
+        return 0.0
+    return sum(s.idle_ms for s in r.idle.stretches if s.event_wait is not None) / r.nsteps
+
+
+def event_wait(c: Ctx) -> list[Finding]:
+    """Device idle while the host blocks in a synchronous copy or sync whose device op sat on its stream behind
+    a stream-event wait (`cudaStreamWaitEvent` / `hipStreamWaitEvent`): the dependency, not the call, holds the
+    time, so asynchronous copies or pinned memory give nothing back. Names the waiting stream, the recording
+    stream and what ran there (metrics/rank/event_waits.py). The gain is a bound: that idle per step."""
+    bad = [(r, event_wait_ms(r)) for r in c.ranks]
+    bad = [(r, g) for r, g in bad if g > 0 and g >= IDLE_FLOOR * r.step_time_ms]
+    if not bad:
+        return []
+    gain = statistics.fmean(g for _, g in bad)
+    r, g = max(bad, key=lambda x: x[1])
+    held = [s for s in r.idle.stretches if s.event_wait is not None]
+    s, w = held[0], held[0].event_wait
+    rec = (f"recorded on stream {w.record_stream} after `{short(w.record_op)}` (by launch order"
+           + (f"; that work ended {fmt(w.record_done_before_ms, 'ms')} before the wait released" if
+              w.record_done_before_ms is not None else "") + ")" if w.record_stream >= 0 else
+           "whose record the trace does not tie to a stream")
+    ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(g, 'ms')} per step while the host blocks in {op_with_stack(s)}; "
+          f"its device work was queued on stream {w.wait_stream} behind `{short(w.queued_op)}`, which started "
+          f"{fmt(w.queued_ms, 'ms')} after its launch because stream {w.wait_stream} waited (`{short(w.call)}`) on "
+          f"an event {rec}; {plural(len({x.step for x in held}), 'step')} of {r.nsteps} "
+          f"({plural(len(bad), 'rank')})")
+    act = (f"the {c.dev} waits on the event, not on the copy or sync: making the copy asynchronous or pinning host "
+           f"memory would not remove it. Find why the event on stream {w.record_stream if w.record_stream >= 0 else '?'}"
+           " completes late (the work queued there before the record, or a record issued late by another thread), "
+           "and wait for it only where its result is needed (`stream.wait_event` / `wait_stream` just before the "
+           "consumer), so independent work can run meanwhile")
+    eg = c.gain_text(gain, "the device idle while the queued work waited on the event, mean over those ranks", True)
+    return [c.finding("event_wait", severity_for(gain, c.step_ms), f"{c.Dev} idle behind a stream-event wait", ev,
+                      [x[0].rank for x in bad], sorted({x.step for x in held}), act, eg, gain,
+                      "ranks[].idle.stretches[].event_wait", gain_kind="bound",
+                      events=[short(w.call), short(s.op), short(w.queued_op)] + ([short(w.record_op)] if w.record_op else []))]
+
+
 def host_sync(c: Ctx) -> list[Finding]:
     """Device idle while the host blocks on the device: synchronous copies (`cudaMemcpy`, `hipMemcpyWithStream`),
     syncs and `.item()`. The host cannot queue the next kernels until the call returns. The longest stretch one
-    call holds is named with the ops around it; the fix follows the call (asynchronous copy, or no host read)."""
-    bad = _blocking(c, alloc=False)
+    call holds is named with the ops around it; the fix follows the call (asynchronous copy, or no host read).
+    Idle whose device op waited on a stream-event wait is the event's (`event_wait`), not counted here."""
+    out = event_wait(c)
+    bad = _blocking(c, alloc=False, less=event_wait_ms)
     if not bad:
-        return []
+        return out
     gain = statistics.fmean(_typical(x[0], x[1]) for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle while the "
           f"host blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
-    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op) and s.event_wait is None]
     once = _typical(r, tot) < tot
     if once:
         where = ", ".join(f"step {s.step}: {fmt(s.idle_ms, 'ms')}" for s in held[:2])
@@ -176,17 +220,17 @@ def host_sync(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the device idle while the host blocks on those calls" + (
         "; where one step holds most of it (a first copy, a one-off sync), the typical step's" if once else ""), True)
     sev = severity_for(gain, c.step_ms) if gain >= IDLE_FLOOR * c.step_ms else "low"
-    return [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
-                      [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
-                      "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
+    return out + [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
+                            [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
+                            "ranks[].idle.runtime_ops", gain_kind="bound",
+                            events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
 
 
 def _typical(r, tot: float) -> float:
     """The blocking idle per step of the steps that do not hold a long stretch, where fewer than half the steps
     hold one and those stretches are most of it: one long copy or sync in one step (the first profiled step's
     batch copy) is not what every step pays. Else `tot`, the mean."""
-    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op) and s.event_wait is None]
     n = r.nsteps or 0
     steps = {s.step for s in held}
     one_off = sum(s.idle_ms for s in held)

@@ -60,6 +60,18 @@ class Knobs:
     flush_step: int | None = None      # allocator on, but this step frees the cache: 25 cudaFree + 9 cudaMalloc
     with_stack: bool = False           # python_function events around every host op (with_stack=True)
     cpu_memory_events: bool = False    # [memory] events of CPU allocations only (Device Type 0)
+    event_wait_ms: float = 0.0         # a tiny blocking DtoH copy queued behind a kernel that waits this long on
+    #                                    an event recorded on side stream 30 (its record fires late)
+    stream_wait: bool = False          # the same wait/record calls, the event already done (twin)
+    host_us: float = 30.0              # host time per launching op (above a kernel's time: the host bounds it)
+    autograd: bool = False             # autograd/optimizer/DDP op names: `...evaluate_function: MmBackward0`,
+    #                                    `Optimizer.step#SGD.step`, `DistributedDataParallel.forward`
+    forward_only: bool = False         # no backward and no optimizer (an inference capture)
+    no_profiler_step: bool = False     # no ProfilerStep annotation: the iterations must be found otherwise
+
+
+SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
+QUEUED = "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 1, 128, 1>"
 
 
 class Rank:
@@ -82,9 +94,10 @@ class Rank:
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
                         "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
 
-    def kernel(self, name, ts, dur, stream=7, cat="kernel"):
+    def kernel(self, name, ts, dur, stream=7, cat="kernel", at=None):
         self.corr += 1
-        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h, 8.0, self.corr)
+        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h if at is None else at, 8.0,
+                     self.corr)
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
                         "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
 
@@ -93,11 +106,11 @@ class Rank:
         if k.alloc_off:
             self.runtime("cudaMalloc", self.h, 30.0)
             self.h += 35.0
-        self.cpu(op, self.h, 25.0)
-        start = max(self.d, self.h + 10.0)
-        self.kernel(name, start, dur)
+        self.cpu(op, self.h, k.host_us - 5.0)
+        start = max(self.d, self.h + k.host_us - 20.0)
+        self.kernel(name, start, dur, at=self.h + k.host_us - 30.0)  # launched at the end of the op's host work
         self.d = start + dur
-        self.h += 30.0
+        self.h += k.host_us
         if k.alloc_off:  # cudaFree synchronises the device: the host waits for the queue, then frees
             self.h = max(self.h, self.d)
             self.runtime("cudaFree", self.h, 160.0)
@@ -107,6 +120,40 @@ class Rank:
         t = max(self.h, self.d)
         self.runtime("cudaStreamSynchronize", self.h, t - self.h + 5.0)
         self.h = t + 5.0
+
+
+def _event_wait(rk: Rank, k: Knobs, facts: dict, step: int):
+    """A side-stream kernel and its event record, then on the compute stream: wait on the event, a kernel, and a
+    tiny synchronous DtoH copy (`.item()`) behind it. The event fires `event_wait_ms` after the compute stream
+    drained (0 with only `stream_wait`); the device idles from the drain until the queued kernel starts, the
+    host blocks in the copy meanwhile. facts["event_wait"][step][rank] = (idle inside the copy call, idle)."""
+    rk.corr += 1
+    rk.runtime("cudaLaunchKernel", rk.h, 8.0, rk.corr)
+    rk.ev.append({"ph": "X", "cat": "kernel", "name": SIDE, "pid": 0, "tid": 30, "ts": rk.h + 10, "dur": 150.0,
+                  "args": {"device": 0, "stream": 30, "correlation": rk.corr, "External id": rk.corr}})
+    rk.corr += 1
+    rk.runtime("cudaEventRecord", rk.h + 10, 4.0, rk.corr)
+    drain = rk.d
+    rk.h = max(rk.h + 20, drain) + 20.0  # the host catches up with the device
+    rk.corr += 1
+    rk.runtime("cudaStreamWaitEvent", rk.h, 5.0, rk.corr)
+    fire = drain + k.event_wait_ms * 1000 if k.event_wait_ms else rk.h
+    rk.cpu("aten::cat", rk.h + 8, 20.0)
+    rk.corr += 1
+    rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
+    qs = max(fire, rk.h + 15)
+    rk.ev.append({"ph": "X", "cat": "kernel", "name": QUEUED, "pid": 0, "tid": 7, "ts": qs, "dur": 20.0,
+                  "args": {"device": 0, "stream": 7, "correlation": rk.corr, "External id": rk.corr}})
+    call = rk.h + 40
+    rk.corr += 1
+    rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
+                  "ts": qs + 20, "dur": 4.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+    done = qs + 24
+    rk.cpu("aten::_local_scalar_dense", call - 2, done - call + 6)
+    rk.runtime("cudaMemcpyAsync", call, done - call + 2, rk.corr)
+    rk.d, rk.h = done, done + 6
+    facts.setdefault("event_wait", {}).setdefault(step, {})[rk.r] = ((qs - max(call, drain)) / 1000,
+                                                                       (qs - drain) / 1000)
 
 
 def _collective(ranks, kind, dur, k: Knobs, label):
@@ -161,6 +208,7 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                 rk.launch("aten::add", ELEMENTWISE, 4.0, k)
             if k.cub_in_ep_namespace:
                 rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
+            fwd = rk.h
             for i in range(12):  # forward
                 rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
                 if i == 8 and k.long_host_op_ms:  # the host fell behind; one long op, the GPU drained
@@ -176,6 +224,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                     for _ in range(9):
                         rk.runtime("cudaMalloc", rk.h, 4000.0)
                         rk.h += 4005.0
+                if i == 5 and (k.event_wait_ms or k.stream_wait):
+                    _event_wait(rk, k, facts, n)
                 copy_ms = k.blocking_copy_ms or (k.copy_once_ms if s == 2 else 0.0)
                 if i == 5 and copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
                     t = max(rk.h, rk.d)
@@ -188,24 +238,32 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                                   "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
                     rk.d = rk.h - 50.0
                     rk.h += 10.0
+            if k.autograd:
+                rk.cpu("DistributedDataParallel.forward", fwd - 1.0, rk.h - fwd + 1.0)
             rk.sync()  # splits to the host before the all_to_all
             if rk.r == k.stall_rank:
                 rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
         facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
                                                     "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
         for rk in ranks:
-            for i in range(12):  # backward
-                rk.launch("aten::mm", GEMM[k.gemm], 4000.0 * scale, k)
-                rk.launch("aten::mul", ELEMENTWISE, 500.0 * scale, k)
+            for i in range(0 if k.forward_only else 12):  # backward
+                rk.launch("autograd::engine::evaluate_function: MmBackward0" if k.autograd else "aten::mm",
+                          GEMM[k.gemm], 4000.0 * scale, k)
+                rk.launch("autograd::engine::evaluate_function: MulBackward0" if k.autograd else "aten::mul",
+                          ELEMENTWISE, 500.0 * scale, k)
         for b in range(3):
             facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
         facts["collective_ends"].append(_collective(ranks, "combine" if k.deepep else "a2a", 2000.0, k,
                                                     "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all"))
         for rk in ranks:
-            for i in range(6):  # optimizer
+            opt = rk.h
+            for i in range(0 if k.forward_only else 6):  # optimizer
                 rk.launch("aten::_foreach_add_", ELEMENTWISE, 300.0 * scale, k)
+            if k.autograd and not k.forward_only:
+                rk.cpu("Optimizer.step#SGD.step", opt - 1.0, rk.h - opt + 1.0)
             rk.sync()  # loss.item()
-            rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
+            if not k.no_profiler_step:
+                rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
             facts["steps"].setdefault(n, {})[rk.r] = (rk.h - starts[rk.r]) / 1000
     if k.late_rank is not None and k.late_by:
         _cut(ranks[k.late_rank], sorted(facts["collective_ends"])[k.late_by - 1] - 1.0)  # the k-th runs before it

@@ -1,0 +1,60 @@
+"""Planted scenarios for issue #34's classes, where a rule read one symptom instead of the chain of dependencies
+that made the time: each with its silent twin (the same symptom, another cause). Knobs: tests/expert/planted.py;
+the exact answers are the generator's `facts` (planted.simulate), computed from the placed events alone."""
+
+from __future__ import annotations
+
+from tests.expert.planted import V100, Knobs
+
+PIN = r"pin_memory|non_blocking"
+
+
+def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    out = {}
+    # 1. A tiny `.item()` copy queued on stream 7 behind a kernel waiting on an event recorded on stream 30: the
+    # device waits 39.94 ms per step inside the copy call (facts["event_wait"]), on the event, not on the copy.
+    out["event_wait_copy"] = (Knobs(event_wait_ms=40.0), {
+        "problems": [{"id": "event_wait", "what": "the copy's device op queued behind cudaStreamWaitEvent",
+                      "any": [{"where": "finding", "text": r"stream 7\b.*cudaStreamWaitEvent.*stream 30\b",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "no_pin_memory", "why": "the device waits on an event: pinning or non_blocking gives nothing",
+                    "match": {"where": "finding", "text": PIN, "not_text": r"would not remove"}}],
+        "claims": [{"verdict": "misleading", "text": PIN, "not_text": r"would not remove",
+                    "why": "the copy is 4 us; the 40 ms is the event wait it sits behind"},
+                   {"verdict": "wrong", "rules": ["event_wait"], "gain_ms": [39.9, 40.0], "gain_outside": True,
+                    "why": "39.94 ms per step of idle inside the copy call (facts)"},
+                   {"verdict": "right", "rules": ["event_wait"], "why": "waiting stream 7, recording stream 30"}]})
+    out["event_wait_twin"] = (Knobs(blocking_copy_ms=40.0, stream_wait=True), {
+        "problems": [{"id": "blocking_copy", "what": "a 40 ms pageable cudaMemcpy per step",
+                      "any": [{"where": "finding", "rules": ["host_sync"], "text": PIN, "min_severity": "medium"}]}],
+        "silent": [{"id": "no_event_wait", "why": "the same wait/record calls, the event already done",
+                    "match": {"where": "finding", "text": r"stream-event wait|StreamWaitEvent"}}],
+        "claims": [{"verdict": "right", "rules": ["host_sync"], "why": "the pageable blocking copy"}]})
+    # 7. Preconditions read from the dependencies. A forward-only capture (no backward op, DDP's forward named):
+    # no GradScaler. A host-bound capture (8 ms of host work before each launch, kernels 0.3-4 ms): every fp32
+    # GEMM ends before the next launch, so none is on the path (exact: 0 ms of it) and a faster GEMM only adds idle.
+    fp32 = dict(device=dict(V100), gemm="fp32", autograd=True)
+    scaler = r"GradScaler"
+    out["forward_only_fp32"] = (Knobs(**fp32, forward_only=True), {
+        "problems": [{"id": "fp32_gemm", "what": "fp32 GEMMs on a V100",
+                      "any": [{"where": "finding", "rules": ["fp32_gemm"], "min_severity": "medium"}]}],
+        "silent": [{"id": "no_grad_scaler", "why": "no backward op in the capture: nothing to scale",
+                    "match": {"where": "finding", "text": scaler}}],
+        "claims": [{"verdict": "wrong", "text": scaler, "why": "no backward op: a GradScaler has no loss to scale"},
+                   {"verdict": "right", "rules": ["fp32_gemm"], "why": "fp32 GEMMs on a V100"}]})
+    out["host_bound_fp32"] = (Knobs(**fp32, host_us=8000.0), {
+        "problems": [{"id": "host_bound", "what": "8 ms of host work per launch: the GPU waits for the host",
+                      "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
+        "silent": [{"id": "no_gemm_gain", "why": "no fp32 GEMM is on the path: faster GEMMs only add idle",
+                    "match": {"where": "finding", "rules": ["fp32_gemm"], "min_severity": "medium"}}],
+        "claims": [{"verdict": "misleading", "rules": ["fp32_gemm"], "gain_ms": [0.0, 0.5], "gain_outside": True,
+                    "why": "every fp32 GEMM ends before the next launch: 0 ms of them on the path"},
+                   {"verdict": "right", "rules": ["fp32_gemm"], "why": "fp32 GEMMs, no gain while host-bound"},
+                   {"verdict": "right", "rules": ["host_bound"], "why": "host-bound by construction"}]})
+    out["autograd_fp32_twin"] = (Knobs(**fp32), {
+        "problems": [{"id": "fp32_gemm_scaler", "what": "fp32 GEMMs on the path, with backward: fp16 + GradScaler",
+                      "any": [{"where": "finding", "rules": ["fp32_gemm"], "text": scaler, "min_severity": "high"}]}],
+        "silent": [{"id": "no_off_path_caveat", "why": "the GEMMs are queued back to back: all on the path",
+                    "match": {"where": "finding", "text": r"only add idle"}}],
+        "claims": [{"verdict": "right", "rules": ["fp32_gemm"], "why": "fp32 GEMMs on a V100, backward present"}]})
+    return out

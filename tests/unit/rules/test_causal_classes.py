@@ -1,0 +1,40 @@
+"""Issue #34's classes on planted traces (tests/expert/planted.py): each finding reads the dependency that made
+the time, checked against the generator's facts (the placed events), and its silent twin stays silent."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from llmdiag.diagnose.analyze import analyze_path
+from tests.expert import planted
+
+
+def _run(tmp_path, **knobs):
+    k = planted.Knobs(**knobs)
+    planted.write(k, str(tmp_path))
+    return analyze_path(str(tmp_path), jobs=1), planted.simulate(k)[1]
+
+
+def _one(a, rid):
+    got = [f for f in a.findings if f.id == rid]
+    return got[0] if got else None
+
+
+def test_event_wait_names_the_wait_not_the_copy(tmp_path):
+    a, facts = _run(tmp_path, event_wait_ms=40.0)
+    f = _one(a, "event_wait")
+    assert f is not None and f.severity == "high"
+    inside = statistics.fmean(v[0] for per in facts["event_wait"].values() for v in per.values())
+    assert f.gain_ms == pytest.approx(inside, abs=1e-3)  # 39.94 ms: the idle inside the copy call, per step
+    text = f.evidence.text + f.action
+    assert "stream 7" in text and "stream 30" in text and "cudaStreamWaitEvent" in text
+    assert "indexSelectLargeIndex" in f.evidence.text  # what ran on the recording stream
+    assert all("pin_memory" not in (x.action or "") for x in a.findings)
+
+
+def test_event_wait_twin_is_a_copy(tmp_path):
+    a, _ = _run(tmp_path, blocking_copy_ms=40.0, stream_wait=True)
+    assert _one(a, "event_wait") is None
+    assert "pin_memory" in _one(a, "host_sync").action
