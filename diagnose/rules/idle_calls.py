@@ -95,6 +95,11 @@ def _outlier_step(r):
     return None, med
 
 
+def _mid_flush(r, top) -> bool:
+    """The outlier allocator step frees the cache (frees ≥ mallocs) after at least one earlier profiled step."""
+    return top.calls - top.mallocs >= top.mallocs and any(st.step < top.step for st in r.steps)
+
+
 def allocator_churn(c: Ctx) -> list[Finding]:
     """Device idle inside malloc/free runtime calls. Where calls per step show the caching allocator off (about
     one per new tensor), the action is to turn it on; where they are a handful (an allocator growing, or
@@ -117,24 +122,35 @@ def allocator_churn(c: Ctx) -> list[Finding]:
         steps = []
     else:
         outs = [(x, *_outlier_step(x[0])) for x in bad]
-        gain = statistics.fmean(med if top else x[1] for x, top, med in outs)
+        # A flush after normal steps (frees at least as many as mallocs, not the capture's first step) is paid
+        # again whenever memory runs short: its cost counts, averaged over the steps; growth in the first step
+        # is warm-up. Each rank is judged on its own outlier step.
+        gain = statistics.fmean(x[1] if top is None or _mid_flush(x[0], top) else med for x, top, med in outs)
         _, top, _ = next(o for o in outs if o[0][0] is r)
         ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
                f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
                f"≥ {fmt(thr, 'int')} per step)")
+        flush = top is not None and _mid_flush(r, top)
         if top is not None:
             ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
                    f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
                    f"{fmt(sum(a.idle_ms for a in r.idle.alloc_steps) - top.idle_ms, 'ms')} together")
+            n_before = sum(1 for st in r.steps if st.step < top.step)
+            ev += (f"; a flush in mid-capture, not warm-up: step {top.step} follows {plural(n_before, 'normal step')}"
+                   " and frees the cache" if flush else "; in the capture's first step: warm-up growth")
         why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
-               "allocation that failed (memory pressure or fragmentation)" if top is not None else
+               "allocation that failed (memory pressure or fragmentation)" if flush else
+               "allocations in one step and none after are the cache growing to its working size (warm-up); "
+               "nothing to change unless later steps allocate too" if top is not None else
                "allocations in every step mean the cache never settles (shapes that change each step, or memory "
                "close to capacity)")
         act = (f"the caching allocator is on but calls the driver: {why}. Set "
                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (ROCm: `PYTORCH_HIP_ALLOC_CONF`), lower the "
                "peak (smaller batch, activation checkpointing), keep `torch.cuda.empty_cache()` out of the loop; "
                "check `torch.cuda.memory_stats()['num_alloc_retries']`")
-        eg = c.gain_text(gain, "the typical (median) step's idle inside allocator calls where one step holds most "
+        eg = c.gain_text(gain, "the mean step's idle inside allocator calls, the flush included: a cache "
+                         "released after normal steps is released again whenever memory runs short" if flush else
+                         "the typical (median) step's idle inside allocator calls where one step holds most "
                          "of it, else the mean; growth during warm-up is not paid again", True)
         steps = [top.step] if top is not None else []
     return [c.finding("allocator_churn", severity_for(gain, c.step_ms), f"{c.Dev} idle in memory allocation calls",

@@ -68,6 +68,7 @@ class Knobs:
     #                                    `Optimizer.step#SGD.step`, `DistributedDataParallel.forward`
     forward_only: bool = False         # no backward and no optimizer (an inference capture)
     no_profiler_step: bool = False     # no ProfilerStep annotation: the iterations must be found otherwise
+    warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -192,7 +193,7 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                                   "pid": 100 + rk.r, "tid": 100 + rk.r, "ts": rk.h + j,
                                   "args": {"Total Reserved": 0, "Total Allocated": 8 * (j % 2), "Bytes": 8 - 16 * (j % 2),
                                            "Device Id": -1, "Device Type": 0, "Addr": 1000 + rk.r}})
-            if k.alloc_on or k.flush_step is not None:
+            if k.alloc_on or k.flush_step is not None or k.warmup_growth:
                 for _ in range(3):
                     rk.runtime("cudaMalloc", rk.h, 120.0)
                     rk.h += 125.0
@@ -216,6 +217,11 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                     rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)
                     rk.h += k.long_host_op_ms * 1000
                 rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
+                if i == 3 and s == 0 and k.warmup_growth:  # the cache grows once, in the first step
+                    rk.h = max(rk.h, rk.d)
+                    for _ in range(25):
+                        rk.runtime("cudaMalloc", rk.h, 3000.0)
+                        rk.h += 3005.0
                 if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
                     rk.h = max(rk.h, rk.d)
                     for _ in range(25):

@@ -30,6 +30,25 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "no_event_wait", "why": "the same wait/record calls, the event already done",
                     "match": {"where": "finding", "text": r"stream-event wait|StreamWaitEvent"}}],
         "claims": [{"verdict": "right", "rules": ["host_sync"], "why": "the pageable blocking copy"}]})
+    # 4. An allocator flush after three normal steps (step #13: 25 cudaFree + 9 cudaMalloc, 111 ms of idle in
+    # them, facts by construction: 25 × 3 + 9 × 4 ms) against the same cost as warm-up growth in the first step.
+    alloc = r"cudaFree|cudaMalloc|allocat|flush"
+    out["allocator_flush_mid"] = (Knobs(flush_step=3), {
+        "problems": [{"id": "mid_flush", "what": "step #13 frees and refills the cache after 3 normal steps",
+                      "any": [{"where": "finding", "rules": ["allocator_churn"], "text": r"mid-capture",
+                               "step": 13, "min_severity": "medium"}]}],
+        "silent": [{"id": "not_warmup", "why": "three normal steps came first: not warm-up",
+                    "match": {"where": "finding", "text": r"warm-up growth|not paid again"}}],
+        "claims": [{"verdict": "misleading", "text": r"warm-up|not paid again", "not_text": r"not warm-up",
+                    "why": "the flush follows normal steps"},
+                   {"verdict": "wrong", "rules": ["allocator_churn"], "gain_ms": [22.1, 22.3], "gain_outside": True,
+                    "why": "111 ms once in 5 steps: 22.2 ms per step"},
+                   {"verdict": "right", "text": alloc, "why": "the mid-capture flush"}]})
+    out["allocator_warmup_twin"] = (Knobs(warmup_growth=True), {
+        "problems": [], "claims": [{"verdict": "right", "rules": ["allocator_churn"], "text": r"warm-up",
+                                    "why": "growth in the first step only"}],
+        "silent": [{"id": "no_flush_claim", "why": "first-step growth, no free: warm-up",
+                    "match": {"where": "finding", "rules": ["allocator_churn"], "min_severity": "medium"}}]})
     # 7. Preconditions read from the dependencies. A forward-only capture (no backward op, DDP's forward named):
     # no GradScaler. A host-bound capture (8 ms of host work before each launch, kernels 0.3-4 ms): every fp32
     # GEMM ends before the next launch, so none is on the path (exact: 0 ms of it) and a faster GEMM only adds idle.
