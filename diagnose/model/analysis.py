@@ -182,6 +182,8 @@ class RankMetrics:
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
     # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
+    steps_source: str = "ProfilerStep"  # where the steps come from: "ProfilerStep", "Optimizer.step" (between
+    # consecutive optimizer steps, no ProfilerStep in the trace) or "capture" (one window; metrics/rank/steps.py)
 
     @property
     def nsteps(self) -> int:

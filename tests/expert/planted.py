@@ -63,6 +63,7 @@ class Knobs:
     event_wait_ms: float = 0.0         # a tiny blocking DtoH copy queued behind a kernel that waits this long on
     #                                    an event recorded on side stream 30 (its record fires late)
     stream_wait: bool = False          # the same wait/record calls, the event already done (twin)
+    launch_us: float = 8.0             # each cudaLaunchKernel call's duration
     host_us: float = 30.0              # host time per launching op (above a kernel's time: the host bounds it)
     autograd: bool = False             # autograd/optimizer/DDP op names: `...evaluate_function: MmBackward0`,
     #                                    `Optimizer.step#SGD.step`, `DistributedDataParallel.forward`
@@ -79,6 +80,7 @@ class Rank:
     def __init__(self, r: int, t0: float = T0, rt: str = "cuda", with_stack: bool = False):
         self.r, self.ev, self.corr, self.rt, self.stack = r, [], 1000 * (r + 1), rt, with_stack
         self.h = t0  # host cursor
+        self.launch_us = 8.0
         self.d = t0  # device cursor (compute stream)
 
     def cpu(self, name, ts, dur, cat="cpu_op"):
@@ -97,8 +99,8 @@ class Rank:
 
     def kernel(self, name, ts, dur, stream=7, cat="kernel", at=None):
         self.corr += 1
-        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h if at is None else at, 8.0,
-                     self.corr)
+        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h if at is None else at,
+                     self.launch_us, self.corr)
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
                         "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
 
@@ -179,6 +181,8 @@ def _collective(ranks, kind, dur, k: Knobs, label):
 def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     """Every rank's events, and the facts planted: collective start times per index, step windows."""
     ranks = [Rank(r, k.t0, k.rt, k.with_stack) for r in range(k.ranks)]
+    for rk in ranks:
+        rk.launch_us = k.launch_us
     facts = {"collective_ends": [], "steps": {}}
     for s in range(k.steps):
         n = 10 + s

@@ -30,6 +30,18 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "no_event_wait", "why": "the same wait/record calls, the event already done",
                     "match": {"where": "finding", "text": r"stream-event wait|StreamWaitEvent"}}],
         "claims": [{"verdict": "right", "rules": ["host_sync"], "why": "the pageable blocking copy"}]})
+    # 2. Launch-bound against host-op-bound at the same short-kernel share (800 4-us kernels, 30 us of host per
+    # op): launch calls of 8 us take 6.4 ms per step (launch-bound, launch_bound_twin), of 0.5 us 0.4 ms (the idle
+    # is the ops' own host work: no fusion-of-short-kernels or CUDA graph advice).
+    out["host_op_bound_twin"] = (Knobs(tiny_kernels=800, launch_us=0.5), {
+        "problems": [{"id": "host_ops", "what": "the host's op work between launches bounds the GPU",
+                      "any": [{"where": "finding", "rules": ["host_bound"], "text": r"host ops",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "no_launch_advice", "why": "launch calls are 0.4 ms of ~17 ms idle",
+                    "match": {"where": "finding", "text": r"CUDA graph|fuse the short kernels"}}],
+        "claims": [{"verdict": "misleading", "rules": ["host_bound"], "text": r"launches are the cost|CUDA graph",
+                    "why": "launch calls are 0.4 ms per step"},
+                   {"verdict": "right", "rules": ["host_bound"], "why": "host-op bound by construction"}]})
     # 4. An allocator flush after three normal steps (step #13: 25 cudaFree + 9 cudaMalloc, 111 ms of idle in
     # them, facts by construction: 25 × 3 + 9 × 4 ms) against the same cost as warm-up growth in the first step.
     alloc = r"cudaFree|cudaMalloc|allocat|flush"

@@ -38,3 +38,20 @@ def test_event_wait_twin_is_a_copy(tmp_path):
     a, _ = _run(tmp_path, blocking_copy_ms=40.0, stream_wait=True)
     assert _one(a, "event_wait") is None
     assert "pin_memory" in _one(a, "host_sync").action
+
+
+def test_iterations_without_profiler_step_from_optimizer_steps(tmp_path):
+    """5 iterations, no ProfilerStep, one `Optimizer.step#SGD.step` each: 4 iterations between consecutive optimizer
+    steps (the first optimizer step's iteration may have started before the capture), each the planted period
+    (the generator's step length, 110.135 ms), not one window over the whole capture."""
+    a, facts = _run(tmp_path, autograd=True, no_profiler_step=True)
+    r = a.ranks[0]
+    assert r.steps_source == "Optimizer.step" and len(r.steps) == 4
+    period = statistics.fmean(v[0] for v in facts["steps"].values())
+    assert all(abs(s.time_ms - period) < 0.1 for s in r.steps)
+    assert any("Optimizer.step" in w for w in r.warnings)
+
+
+def test_profiler_step_source(tmp_path):
+    a, _ = _run(tmp_path, autograd=True)
+    assert a.ranks[0].steps_source == "ProfilerStep" and len(a.ranks[0].steps) == 5
