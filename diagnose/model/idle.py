@@ -38,6 +38,8 @@ class IdleStretch:
     stack: list[str] = field(default_factory=list)
     unrecorded_ms: float = 0.0  # a host op's longest stretch with no child op or runtime call under it (0: no child)
     event_wait: EventWait | None = None  # a blocking call whose device op waited on a stream-event wait
+    later_calls_ms: float | None = None  # set where the op is the first call of its name and shapes (Input Dims) and
+    # the later calls are much shorter: their median (a one-time setup, e.g. cuBLASLt's first call of a shape)
 
 
 @dataclass

@@ -255,11 +255,39 @@ def _typical(r, tot: float) -> float:
     return max(0.0, tot * n - one_off) / (n - len(steps))
 
 
-def single_op_ms(r) -> float:
-    """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead."""
+def single_op_ms(r, recurring: bool = False) -> float:
+    """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead.
+    `recurring`: only ops that are not the first call of their shape (a one-time setup is not paid per step)."""
     if r.idle is None or not r.nsteps:
         return 0.0
-    return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host") / r.nsteps
+    return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host"
+               and not (recurring and s.later_calls_ms is not None)) / r.nsteps
+
+
+def one_time_setup(c: Ctx) -> list[Finding]:
+    """Device idle under the first call of an op's shape whose later calls are much shorter (cuBLASLt's setup of a
+    GEMM shape, a kernel's first load): a one-time cost, kept apart from the per-step cost and never divided per
+    step. Low, no gain: it is not paid again in steady state."""
+    got = [(r, [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is not None])
+           for r in c.ranks if r.idle is not None]
+    got = [(r, h) for r, h in got if h]
+    if not got:
+        return []
+    r, held = max(got, key=lambda x: sum(s.idle_ms for s in x[1]))
+    tot = sum(s.idle_ms for s in held)
+    steps = sorted({s.step for s in held if s.step >= 0})
+    calls = "; ".join(f"`{short(s.op, 60)}` {fmt(s.op_ms, 'ms')} (later calls {fmt(s.later_calls_ms, 'ms')})"
+                      for s in held[:4])
+    ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(tot, 'ms')} in all under the first call of "
+          f"{plural(len(held), 'op shape')} ({calls}), in {plural(len(steps), 'step')} of {r.nsteps}: the same "
+          f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')})")
+    act = ("a one-time setup (first call of a shape: cuBLASLt heuristics, kernel loading), not a per-step cost: "
+           "warm up before profiling (a `schedule(wait=..., warmup=...)` that skips the first steps); nothing to "
+           "change in the step")
+    return [c.finding("host_op_stall", "low", f"{c.Dev} idle during one-time setup (first call of a shape)", ev,
+                      [x[0].rank for x in got], steps, act, "none in steady state: paid once, not per step", None,
+                      "ranks[].idle.stretches[].later_calls_ms", gain_kind="bound",
+                      events=[short(s.op) for s in held[:4]])]
 
 
 def sampled(r) -> bool:
@@ -278,21 +306,21 @@ def host_op_stall(c: Ctx) -> list[Finding]:
     host work."""
     bad = []
     for r in c.ranks:
-        g = single_op_ms(r)
+        g = single_op_ms(r, recurring=True)
         if g > 0 and g >= IDLE_FLOOR * r.step_time_ms and not sampled(r):
             bad.append((r, g))
     if not bad:
-        return []
+        return one_time_setup(c)
     gain = statistics.fmean(g for _, g in bad)
     r = max(bad, key=lambda x: x[1])[0]
-    held = [s for s in r.idle.stretches if s.cause == "host"]
+    held = [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is None]
     s = held[0]
     steps = sorted({x.step for x in held if x.step >= 0})
     others = "; also " + ", ".join(f"`{short(x.op, 60)}` {fmt(x.idle_ms, 'ms')}" + (f" (step {x.step})" if x.step >= 0
                                                                                      else "") for x in held[1:4]) \
         if len(held) > 1 else ""
-    where = (f"{fmt(single_op_ms(r), 'ms')} per step over the {r.nsteps} profiled steps, in "
-             f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r), 'ms')} in all")
+    where = (f"{fmt(single_op_ms(r, True), 'ms')} per step over the {r.nsteps} profiled steps, in "
+             f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r, True), 'ms')} in all")
     bare = s.unrecorded_ms >= COVER * s.idle_ms  # the idle fits in a stretch of the op with nothing recorded
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "
           f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between"

@@ -69,6 +69,9 @@ class Knobs:
     #                                    `Optimizer.step#SGD.step`, `DistributedDataParallel.forward`
     forward_only: bool = False         # no backward and no optimizer (an inference capture)
     no_profiler_step: bool = False     # no ProfilerStep annotation: the iterations must be found otherwise
+    first_call_shapes: int = 0         # step 0: the first forward aten::mm of each of this many shapes takes
+    first_call_ms: float = 2.5         # ... this long on the host (cuBLASLt setup), the host caught up with the GPU
+    slow_every_step: bool = False      # twin: the same slow aten::mm calls in every step (not a first call)
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
 
 
@@ -83,12 +86,12 @@ class Rank:
         self.launch_us = 8.0
         self.d = t0  # device cursor (compute stream)
 
-    def cpu(self, name, ts, dur, cat="cpu_op"):
+    def cpu(self, name, ts, dur, cat="cpu_op", args=None):
         if self.stack and cat == "cpu_op":
             self.ev.append({"ph": "X", "cat": "python_function", "name": "train.py(42): step", "pid": 100 + self.r,
                             "tid": 100 + self.r, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
-                        "ts": ts, "dur": dur, "args": {}})
+                        "ts": ts, "dur": dur, "args": args or {}})
 
     def runtime(self, name, ts, dur, corr=None):
         a = {"correlation": corr} if corr is not None else {}
@@ -104,16 +107,17 @@ class Rank:
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
                         "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
 
-    def launch(self, op, name, dur, k: Knobs):
+    def launch(self, op, name, dur, k: Knobs, args=None, host_us=None):
         """A host op launching one kernel on the compute stream, the host running ahead of the device."""
         if k.alloc_off:
             self.runtime("cudaMalloc", self.h, 30.0)
             self.h += 35.0
-        self.cpu(op, self.h, k.host_us - 5.0)
-        start = max(self.d, self.h + k.host_us - 20.0)
-        self.kernel(name, start, dur, at=self.h + k.host_us - 30.0)  # launched at the end of the op's host work
+        hu = host_us or k.host_us
+        self.cpu(op, self.h, hu - 5.0, args=args)
+        start = max(self.d, self.h + hu - 20.0)
+        self.kernel(name, start, dur, at=self.h + hu - 30.0)  # launched at the end of the op's host work
         self.d = start + dur
-        self.h += k.host_us
+        self.h += hu
         if k.alloc_off:  # cudaFree synchronises the device: the host waits for the queue, then frees
             self.h = max(self.h, self.d)
             self.runtime("cudaFree", self.h, 160.0)
@@ -215,7 +219,13 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                 rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
             fwd = rk.h
             for i in range(12):  # forward
-                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
+                shaped = i < k.first_call_shapes
+                slow = shaped and (s == 0 or k.slow_every_step)
+                if slow:  # the host caught up: the setup idles the GPU
+                    rk.h = max(rk.h, rk.d)
+                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k, host_us=k.first_call_ms * 1000 if slow else None,
+                          args={"Input Dims": [[64, 128 * (i + 1)], [128 * (i + 1), 256]],
+                                "Input type": ["c10::BFloat16", "c10::BFloat16"]} if shaped else None)
                 if i == 8 and k.long_host_op_ms:  # the host fell behind; one long op, the GPU drained
                     rk.h = max(rk.h, rk.d)
                     rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)

@@ -42,6 +42,24 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "claims": [{"verdict": "misleading", "rules": ["host_bound"], "text": r"launches are the cost|CUDA graph",
                     "why": "launch calls are 0.4 ms per step"},
                    {"verdict": "right", "rules": ["host_bound"], "why": "host-op bound by construction"}]})
+    # 3. One-time setup: in step #10 the first aten::mm of each of 6 shapes (Input Dims recorded) holds the host
+    # 2.5 ms with the GPU drained; the same shapes' later calls take 25 us. Twin: the same 2.5 ms calls in every
+    # step (the same shapes, not first calls): a per-step cost.
+    out["first_call_setup"] = (Knobs(first_call_shapes=6, steps=2), {
+        "problems": [{"id": "one_time", "what": "first calls of 6 GEMM shapes in step #10",
+                      "any": [{"where": "finding", "text": r"one-time|first call", "step": 10}]}],
+        "silent": [{"id": "no_per_step_gain", "why": "paid once: no per-step gain",
+                    "match": {"where": "finding", "rules": ["host_op_stall"], "min_severity": "medium"}}],
+        "claims": [{"verdict": "misleading", "rules": ["host_op_stall"], "not_text": r"one-time",
+                    "why": "a one-time setup extrapolated per step"},
+                   {"verdict": "right", "text": r"one-time|first call", "why": "first call of each shape"}]})
+    out["first_call_twin"] = (Knobs(first_call_shapes=6, steps=2, slow_every_step=True), {
+        "problems": [{"id": "recurring_stall", "what": "2.5 ms aten::mm host time in every step",
+                      "any": [{"where": "finding", "rules": ["host_op_stall"], "text": r"aten::mm",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "not_one_time", "why": "the same shapes are slow in every step",
+                    "match": {"where": "finding", "text": r"one-time"}}],
+        "claims": [{"verdict": "right", "rules": ["host_op_stall"], "why": "recurring host time in aten::mm"}]})
     # 4. An allocator flush after three normal steps (step #13: 25 cudaFree + 9 cudaMalloc, 111 ms of idle in
     # them, facts by construction: 25 × 3 + 9 × 4 ms) against the same cost as warm-up growth in the first step.
     alloc = r"cudaFree|cudaMalloc|allocat|flush"

@@ -80,10 +80,26 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
                                op_ms=float(t.dur[i]) / NS_PER_MS, cause="runtime" if is_rt else "host",
                                stack=_stack(t, cand, cs, ce, ck, i),
                                unrecorded_ms=_unrecorded(t, i) / NS_PER_MS if t.kind[i] == CPU_OP else 0.0,
-                               event_wait=ew))
+                               event_wait=ew, later_calls_ms=_first_call(t, i) if not is_rt else None))
         if len(out) >= KEPT:
             break
     return out
+
+
+FIRST_CALL = 0.2  # the later calls' median at most this share of the first call's duration: a one-time setup
+
+
+def _first_call(t: RankTrace, i: int) -> float | None:
+    """The median duration (ms) of op i's later calls with the same name and Input Dims, where op i is the first
+    such call on the rank and they take at most FIRST_CALL of its time (the first call of a shape sets it up:
+    cuBLASLt heuristics, a kernel's first load); else None. Without recorded shapes, the name alone."""
+    same = np.flatnonzero((t.name == t.name[i]) & (t.stream < 0))
+    dims = t.comm_args.get(i, {}).get("Input Dims")
+    same = same[[t.comm_args.get(int(j), {}).get("Input Dims") == dims for j in same.tolist()]]
+    if not len(same) or int(same[0]) != i or len(same) < 2:
+        return None
+    later = float(np.median(t.dur[same[1:]]))
+    return later / NS_PER_MS if later <= FIRST_CALL * t.dur[i] else None
 
 
 def _next_launch(t: RankTrace):

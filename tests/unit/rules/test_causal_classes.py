@@ -55,3 +55,21 @@ def test_iterations_without_profiler_step_from_optimizer_steps(tmp_path):
 def test_profiler_step_source(tmp_path):
     a, _ = _run(tmp_path, autograd=True)
     assert a.ranks[0].steps_source == "ProfilerStep" and len(a.ranks[0].steps) == 5
+
+
+def test_first_call_of_a_shape_is_one_time(tmp_path):
+    """Step 10's first aten::mm of 6 shapes holds the host 2.5 ms each (GPU drained); the same shapes' later calls
+    take 25 us (the generator's host_us - 5): a one-time setup, no per-step gain; every named stretch is a
+    first call with its later calls' median."""
+    a, _ = _run(tmp_path, first_call_shapes=6, steps=2)
+    f = _one(a, "host_op_stall")
+    assert f is not None and f.severity == "low" and f.gain_ms is None and "one-time" in f.title
+    st = [s for s in a.ranks[0].idle.stretches if s.cause == "host"]
+    assert st and all(s.later_calls_ms == pytest.approx(0.025) and s.step == 10 for s in st)
+
+
+def test_slow_calls_every_step_are_per_step(tmp_path):
+    a, _ = _run(tmp_path, first_call_shapes=6, steps=2, slow_every_step=True)
+    f = _one(a, "host_op_stall")
+    assert f is not None and f.gain_ms and "one-time" not in f.title
+    assert all(s.later_calls_ms is None for s in a.ranks[0].idle.stretches)
