@@ -225,7 +225,12 @@ def host_sync(c: Ctx) -> list[Finding]:
         ev += (f"; the longest: {op_with_stack(s)} holds the {c.dev} idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} "
                f"(the call took {fmt(s.op_ms, 'ms')})")
     acts = []
-    if any(COPY_RE.search(n) or n in ("aten::to", "aten::_to_copy", "aten::copy_") for n in names):
+    if any(n == "aten::_copy_from" for n in names):  # a non-CUDA backend's synchronous copy (MTIA's)
+        acts.append(f"these are synchronous host<->{c.dev} copies (`aten::_copy_from`, "
+                    f"{fmt(r.idle.runtime_calls.get('aten::_copy_from'), 'avg')} per step), not host work: batch "
+                    f"small tensors into one transfer, keep them on the {c.dev} across steps, and copy "
+                    "asynchronously where the backend supports it (`non_blocking=True` from pinned memory)")
+    elif any(COPY_RE.search(n) or n in ("aten::to", "aten::_to_copy", "aten::copy_") for n in names):
         acts.append("make the copies asynchronous: a copy to or from pageable host memory holds the host until it is "
                     "done, so pin the host buffer (`tensor.pin_memory()`, `DataLoader(pin_memory=True)`) and copy "
                     "with `.to(..., non_blocking=True)`, reading a device-to-host result only after later work is "

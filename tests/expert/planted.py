@@ -72,6 +72,9 @@ class Knobs:
     first_call_shapes: int = 0         # step 0: the first forward aten::mm of each of this many shapes takes
     first_call_ms: float = 2.5         # ... this long on the host (cuBLASLt setup), the host caught up with the GPU
     slow_every_step: bool = False      # twin: the same slow aten::mm calls in every step (not a first call)
+    sync_copies: int = 0               # per step, this many synchronous host->device copies (`aten::to` ->
+    #                                    `aten::_copy_from`, 500 us each, 10 small DMA requests under each; MTIA's)
+    host_ops_twin: int = 0             # twin: as many 500-us host ops (`aten::index_put_`) with no copy
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
 
 
@@ -127,6 +130,27 @@ class Rank:
         t = max(self.h, self.d)
         self.runtime("cudaStreamSynchronize", self.h, t - self.h + 5.0)
         self.h = t + 5.0
+
+
+def _sync_copies(rk: Rank, k: Knobs):
+    """Synchronous copies the host holds until their DMA requests are done (the device drained first), or the
+    twin's host ops of the same length with no copy."""
+    for _ in range(k.sync_copies or k.host_ops_twin):
+        rk.h = max(rk.h, rk.d)
+        if k.host_ops_twin:
+            rk.cpu("aten::index_put_", rk.h, 500.0)
+            rk.h += 505.0
+            continue
+        for depth, name in enumerate(("aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from")):
+            rk.cpu(name, rk.h + depth, 500.0 - 2 * depth)
+        for j in range(10):
+            rk.corr += 1
+            at = rk.h + 10 + 48 * j
+            rk.runtime("cudaMemcpyAsync", at, 6.0, rk.corr)
+            rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "dma HtoD request", "pid": 0, "tid": 7,
+                          "ts": at + 30, "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+        rk.d = rk.h + 10 + 48 * 9 + 35
+        rk.h += 505.0
 
 
 def _event_wait(rk: Rank, k: Knobs, facts: dict, step: int):
@@ -244,6 +268,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                     for _ in range(9):
                         rk.runtime("cudaMalloc", rk.h, 4000.0)
                         rk.h += 4005.0
+                if i == 5 and (k.sync_copies or k.host_ops_twin):
+                    _sync_copies(rk, k)
                 if i == 5 and (k.event_wait_ms or k.stream_wait):
                     _event_wait(rk, k, facts, n)
                 copy_ms = k.blocking_copy_ms or (k.copy_once_ms if s == 2 else 0.0)

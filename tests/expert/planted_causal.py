@@ -79,6 +79,26 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
                                     "why": "growth in the first step only"}],
         "silent": [{"id": "no_flush_claim", "why": "first-step growth, no free: warm-up",
                     "match": {"where": "finding", "rules": ["allocator_churn"], "min_severity": "medium"}}]})
+    # 6. Synchronous copies on a non-CUDA device (MTIA): 80 `aten::to` -> `aten::_copy_from` per step, each holding
+    # the host 494 us of which its 10 DMA requests run 50 us: 80 x 444 us = 35.52 ms of idle inside the copies per
+    # step (by construction). Twin: 80 host ops of the same length with no copy: host ops.
+    mtia = dict(rt="mtia", device={"name": "MTIA v2", "totalGlobalMem": 68719476736})
+    out["mtia_sync_copies"] = (Knobs(sync_copies=80, **mtia), {
+        "problems": [{"id": "sync_copies", "what": "80 synchronous copies per step idle the device",
+                      "any": [{"where": "finding", "rules": ["host_sync"], "text": r"_copy_from",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "not_host_ops", "why": "the idle is copies, not Python host work",
+                    "match": {"where": "finding", "rules": ["host_bound"]}}],
+        "claims": [{"verdict": "misleading", "rules": ["host_bound"], "why": "copies counted as host ops"},
+                   {"verdict": "wrong", "rules": ["host_sync"], "gain_ms": [35.4, 35.6], "gain_outside": True,
+                    "why": "35.52 ms per step inside the copies"},
+                   {"verdict": "right", "rules": ["host_sync"], "text": r"_copy_from", "why": "the copies"}]})
+    out["mtia_host_ops_twin"] = (Knobs(host_ops_twin=80, **mtia), {
+        "problems": [{"id": "host_ops", "what": "80 500-us host ops per step",
+                      "any": [{"where": "finding", "rules": ["host_bound"], "min_severity": "medium"}]}],
+        "silent": [{"id": "no_copy_finding", "why": "no copy in the step",
+                    "match": {"where": "finding", "text": r"_copy_from|synchronous .*cop"}}],
+        "claims": [{"verdict": "right", "rules": ["host_bound"], "why": "host ops by construction"}]})
     # 7. Preconditions read from the dependencies. A forward-only capture (no backward op, DDP's forward named):
     # no GradScaler. A host-bound capture (8 ms of host work before each launch, kernels 0.3-4 ms): every fp32
     # GEMM ends before the next launch, so none is on the path (exact: 0 ms of it) and a faster GEMM only adds idle.
