@@ -4,7 +4,9 @@ the exact answers are the generator's `facts` (planted.simulate), computed from 
 
 from __future__ import annotations
 
-from tests.expert.planted import V100, Knobs
+import statistics
+
+from tests.expert.planted import V100, Knobs, simulate
 
 PIN = r"pin_memory|non_blocking"
 
@@ -99,6 +101,21 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "no_copy_finding", "why": "no copy in the step",
                     "match": {"where": "finding", "text": r"_copy_from|synchronous .*cop"}}],
         "claims": [{"verdict": "right", "rules": ["host_bound"], "why": "host ops by construction"}]})
+    # Item 4: iterations without ProfilerStep, found between consecutive `Optimizer.step#SGD.step` ops: 5 optimizer
+    # steps give 4 iterations of the planted step length (the generator's facts). Twin: a forward-only capture
+    # without ProfilerStep has no optimizer step: one window over the capture, no iterations invented.
+    it = Knobs(autograd=True, no_profiler_step=True)
+    period = statistics.fmean(v for per in simulate(it)[1]["steps"].values() for v in per.values())
+    out["iterations_no_profiler_step"] = (it, {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "per_iteration", "field": "median_step_ms", "value": period, "tol": 0.01,
+                      "why": "the median step is one iteration, not the whole capture"},
+                     {"id": "iterations", "field": "step_numbers", "equals": [0, 1, 2, 3],
+                      "why": "4 iterations between 5 optimizer steps"}]})
+    out["iterations_forward_only_twin"] = (Knobs(autograd=True, forward_only=True, no_profiler_step=True), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "one_window", "field": "step_numbers", "equals": [-1],
+                      "why": "no optimizer step and no ProfilerStep: one window, no iterations invented"}]})
     # 7. Preconditions read from the dependencies. A forward-only capture (no backward op, DDP's forward named):
     # no GradScaler. A host-bound capture (8 ms of host work before each launch, kernels 0.3-4 ms): every fp32
     # GEMM ends before the next launch, so none is on the path (exact: 0 ms of it) and a faster GEMM only adds idle.
