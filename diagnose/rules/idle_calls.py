@@ -131,15 +131,18 @@ def allocator_churn(c: Ctx) -> list[Finding]:
                f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
                f"≥ {fmt(thr, 'int')} per step)")
         flush = top is not None and _mid_flush(r, top)
+        frees = top is not None and top.calls - top.mallocs >= top.mallocs
         if top is not None:
             ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
                    f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
                    f"{fmt(sum(a.idle_ms for a in r.idle.alloc_steps) - top.idle_ms, 'ms')} together")
             n_before = sum(1 for st in r.steps if st.step < top.step)
             ev += (f"; a flush in mid-capture, not warm-up: step {top.step} follows {plural(n_before, 'normal step')}"
-                   " and frees the cache" if flush else "; in the capture's first step: warm-up growth")
+                   " and frees the cache" if flush else
+                   "; it frees the cache in the capture's first step: the steps before it are not profiled, so "
+                   "whether it recurs is not in the trace" if frees else "; in the capture's first step: warm-up growth")
         why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
-               "allocation that failed (memory pressure or fragmentation)" if flush else
+               "allocation that failed (memory pressure or fragmentation)" if frees else
                "allocations in one step and none after are the cache growing to its working size (warm-up); "
                "nothing to change unless later steps allocate too" if top is not None else
                "allocations in every step mean the cache never settles (shapes that change each step, or memory "
@@ -283,8 +286,9 @@ def one_time_setup(c: Ctx) -> list[Finding]:
     steps = sorted({s.step for s in held if s.step >= 0})
     calls = "; ".join(f"`{short(s.op, 60)}` {fmt(s.op_ms, 'ms')} (later calls {fmt(s.later_calls_ms, 'ms')})"
                       for s in held[:4])
+    where = f"in {plural(len(steps), 'step')} of {r.nsteps}" if steps else "in the capture"
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(tot, 'ms')} in all under the first call of "
-          f"{plural(len(held), 'op shape')} ({calls}), in {plural(len(steps), 'step')} of {r.nsteps}: the same "
+          f"{plural(len(held), 'op shape')} ({calls}), {where}: the same "
           f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')})")
     act = ("a one-time setup (first call of a shape: cuBLASLt heuristics, kernel loading), not a per-step cost: "
            "warm up before profiling (a `schedule(wait=..., warmup=...)` that skips the first steps); nothing to "
