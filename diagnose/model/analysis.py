@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
-from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.idle import HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
@@ -184,6 +184,7 @@ class RankMetrics:
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
     steps_source: str = "ProfilerStep"  # where the steps come from: "ProfilerStep", "Optimizer.step" (between
     # consecutive optimizer steps, no ProfilerStep in the trace) or "capture" (one window; metrics/rank/steps.py)
+    comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
 
     @property
     def nsteps(self) -> int:

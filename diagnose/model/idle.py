@@ -76,6 +76,17 @@ class IdleBreakdown:
 
 
 @dataclass
+class HostStall:
+    """Host-thread stalls inside and just before the ops that launch collectives (metrics/rank/comm_host_stall.py):
+    what delays a straggler's arrival when its device idle shows nothing."""
+
+    ms_per_step: float  # stalls (each ≥ 1 ms: inside an op with no child event, or before it with no event)
+    op: str = ""  # the collective op holding the most
+    thread: str = ""  # its thread (the autograd engine's for the backward's collectives)
+    op_ms_per_step: float = 0.0  # of ms_per_step, that op's on that thread
+
+
+@dataclass
 class TrainingEvidence:
     """What the trace shows of training (counts per step): autograd backward and optimizer ops, and the data-parallel
     wrapper (DDP or FSDP) that DDP/FSDP advice needs identified."""

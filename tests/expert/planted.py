@@ -75,6 +75,9 @@ class Knobs:
     sync_copies: int = 0               # per step, this many synchronous host->device copies (`aten::to` ->
     #                                    `aten::_copy_from`, 500 us each, 10 small DMA requests under each; MTIA's)
     host_ops_twin: int = 0             # twin: as many 500-us host ops (`aten::index_put_`) with no copy
+    thread_stall_rank: int | None = None  # this rank's autograd thread stalls inside its backward all_to_all op
+    thread_stall_ms: float = 0.0       # ... this long with no child event, while a side-stream kernel every rank
+    #                                    runs keeps its device busy (its device idle shows nothing)
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
 
 
@@ -87,13 +90,14 @@ class Rank:
         self.r, self.ev, self.corr, self.rt, self.stack = r, [], 1000 * (r + 1), rt, with_stack
         self.h = t0  # host cursor
         self.launch_us = 8.0
+        self.tid = 100 + r  # the host thread events go to (the autograd engine's: 200 + r)
         self.d = t0  # device cursor (compute stream)
 
     def cpu(self, name, ts, dur, cat="cpu_op", args=None):
         if self.stack and cat == "cpu_op":
             self.ev.append({"ph": "X", "cat": "python_function", "name": "train.py(42): step", "pid": 100 + self.r,
-                            "tid": 100 + self.r, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
-        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
+                            "tid": self.tid, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": self.tid,
                         "ts": ts, "dur": dur, "args": args or {}})
 
     def runtime(self, name, ts, dur, corr=None):
@@ -101,7 +105,7 @@ class Rank:
         if self.rt != "cuda":
             name = "hipMemcpyWithStream" if name == "cudaMemcpy" else name.replace("cuda", self.rt, 1)
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
-                        "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
+                        "tid": self.tid, "ts": ts, "dur": dur, "args": a})
 
     def kernel(self, name, ts, dur, stream=7, cat="kernel", at=None):
         self.corr += 1
@@ -187,15 +191,18 @@ def _event_wait(rk: Rank, k: Knobs, facts: dict, step: int):
                                                                        (qs - drain) / 1000)
 
 
-def _collective(ranks, kind, dur, k: Knobs, label):
-    arrive = {}
+def _collective(ranks, kind, dur, k: Knobs, label, stall: dict | None = None):
+    """`stall`: rank -> us its host thread stalls inside the collective's op before anything under it."""
+    arrive, st = {}, {rk.r: (stall or {}).get(rk.r, 0.0) for rk in ranks}
     for rk in ranks:
-        rk.cpu(label, rk.h, 40.0)
+        s = st[rk.r]
+        rk.cpu(label, rk.h, 40.0 + s)
         if kind in ("a2a", "ar"):  # DeepEP launches through pybind: no c10d host op above its kernels
-            rk.cpu("record_param_comms", rk.h + 2, 30.0)
-        arrive[rk.r] = max(rk.d, rk.h + 15.0)
+            rk.cpu("record_param_comms", rk.h + 2 + s, 30.0)
+        arrive[rk.r] = max(rk.d, rk.h + 15.0 + s)
     end = max(arrive.values()) + dur
     for rk in ranks:
+        rk.h += st[rk.r]
         rk.corr += 1
         rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
         rk.ev.append({"ph": "X", "cat": "kernel", "name": NCCL[kind], "pid": 0, "tid": 20, "ts": arrive[rk.r],
@@ -299,8 +306,22 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                           ELEMENTWISE, 500.0 * scale, k)
         for b in range(3):
             facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
+        stall = None
+        if k.thread_stall_rank is not None:  # the backward's all_to_all on the autograd thread; a side kernel
+            stall = {k.thread_stall_rank: k.thread_stall_ms * 1000}
+            for rk in ranks:
+                rk.tid = 200 + rk.r
+                rk.corr += 1
+                rk.runtime("cudaLaunchKernel", rk.h, 8.0, rk.corr)
+                rk.ev.append({"ph": "X", "cat": "kernel", "name": SIDE, "pid": 0, "tid": 30, "ts": rk.h + 10,
+                              "dur": k.thread_stall_ms * 1000 + 10, "args": {"device": 0, "stream": 30,
+                                                                               "correlation": rk.corr}})
+                rk.h += 10.0
         facts["collective_ends"].append(_collective(ranks, "combine" if k.deepep else "a2a", 2000.0, k,
-                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all"))
+                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all",
+                                                    stall))
+        for rk in ranks:
+            rk.tid = 100 + rk.r
         for rk in ranks:
             opt = rk.h
             for i in range(0 if k.forward_only else 6):  # optimizer

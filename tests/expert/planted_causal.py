@@ -116,6 +116,26 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "silent": [], "claims": [],
         "headline": [{"id": "one_window", "field": "step_numbers", "equals": [-1],
                       "why": "no optimizer step and no ProfilerStep: one window, no iterations invented"}]})
+    # 8. A straggler whose device idle shows nothing: rank 2's autograd thread (tid 202) sits 80 ms per step inside
+    # its backward all_to_all op with no child event (by construction), while a side-stream kernel every rank runs
+    # keeps its device busy. Twin: rank 2 stalls 30 ms with no op at all before the all_to_all, the device drained
+    # (host_stall_r2's job): a process stall, not a thread inside a collective's op.
+    out["thread_stall_r2"] = (Knobs(thread_stall_rank=2, thread_stall_ms=80.0), {
+        "problems": [{"id": "thread_stall", "what": "rank 2's autograd thread stalls inside its all_to_all op",
+                      "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2,
+                               "text": r"thread `tid 202` stalls.*nccl:all_to_all`, 80\.00 ms",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "cause_shown", "why": "the cause is in the trace: the thread's 80 ms with no event",
+                    "match": {"where": "finding", "text": r"does not show why"}}],
+        "claims": [{"verdict": "misleading", "rules": ["stragglers"], "text": r"does not show why",
+                    "why": "the autograd thread's stall is in the events"},
+                   {"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "rank 2 is late by its thread"}]})
+    out["thread_stall_twin"] = (Knobs(stall_rank=2, stall_ms=30.0), {
+        "problems": [{"id": "process_stall", "what": "rank 2 stalls 30 ms with no op, device drained",
+                      "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2, "text": r"no profiled host op"}]}],
+        "silent": [{"id": "no_thread_claim", "why": "no collective op holds the stall",
+                    "match": {"where": "finding", "text": r"host thread .* stalls"}}],
+        "claims": [{"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "rank 2 stalls before its a2a"}]})
     # 7. Preconditions read from the dependencies. A forward-only capture (no backward op, DDP's forward named):
     # no GradScaler. A host-bound capture (8 ms of host work before each launch, kernels 0.3-4 ms): every fp32
     # GEMM ends before the next launch, so none is on the path (exact: 0 ms of it) and a faster GEMM only adds idle.

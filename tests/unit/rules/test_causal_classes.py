@@ -73,3 +73,21 @@ def test_slow_calls_every_step_are_per_step(tmp_path):
     f = _one(a, "host_op_stall")
     assert f is not None and f.gain_ms and "one-time" not in f.title
     assert all(s.later_calls_ms is None for s in a.ranks[0].idle.stretches)
+
+
+def test_straggler_thread_stall_inside_its_collective(tmp_path):
+    """Rank 2's autograd thread (tid 202) sits 80 ms per step inside its backward all_to_all op before anything
+    under it, while a side-stream kernel keeps its device busy: the straggler's cause is that thread and op, with
+    the planted 80 ms (to the µs: the op's first child starts 80.002 ms after it), and its peers have none."""
+    a, _ = _run(tmp_path, thread_stall_rank=2, thread_stall_ms=80.0)
+    st = {r.rank: r.comm_host_stall for r in a.ranks}
+    assert st[2].ms_per_step == pytest.approx(80.002, abs=1e-3) and st[2].op == "nccl:all_to_all"
+    assert all(st[r].ms_per_step == 0 for r in (0, 1, 3))
+    f = _one(a, "stragglers")
+    assert f is not None and "tid 202" in f.evidence.text and "does not show why" not in f.evidence.text
+
+
+def test_process_stall_is_not_a_thread_stall(tmp_path):
+    a, _ = _run(tmp_path, stall_rank=2, stall_ms=30.0)
+    assert all(r.comm_host_stall.ms_per_step == 0 for r in a.ranks)
+    assert "no profiled host op" in _one(a, "stragglers").evidence.text
