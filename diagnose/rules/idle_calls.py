@@ -139,7 +139,7 @@ def allocator_churn(c: Ctx) -> list[Finding]:
             n_before = sum(1 for st in r.steps if st.step < top.step)
             ev += (f"; a flush in mid-capture, not warm-up: step {top.step} follows {plural(n_before, 'normal step')}"
                    " and frees the cache" if flush else
-                   "; it frees the cache in the capture's first step: the steps before it are not profiled, so "
+                   "; it frees the cache in the capture's first step: the steps before it are outside the capture, so "
                    "whether it recurs is not in the trace" if frees else "; in the capture's first step: warm-up growth")
         why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
                "allocation that failed (memory pressure or fragmentation)" if frees else
