@@ -91,3 +91,18 @@ def test_process_stall_is_not_a_thread_stall(tmp_path):
     a, _ = _run(tmp_path, stall_rank=2, stall_ms=30.0)
     assert all(r.comm_host_stall.ms_per_step == 0 for r in a.ranks)
     assert "no profiled host op" in _one(a, "stragglers").evidence.text
+
+
+def test_launch_advice_only_where_launch_calls_are_the_cost(tmp_path):
+    """800 4-us kernels behind 30-us host ops per step. With 8-us launch calls (6.4 ms per step: their own time,
+    by construction) launches are the cost: fusion advice, but no CUDA graphs (the step holds all_to_all); with
+    0.5-us calls (0.4 ms) the idle is the ops' host work: "host ops", no fusion of short kernels, no graphs."""
+    a, _ = _run(tmp_path / "launch", tiny_kernels=800)
+    f = _one(a, "host_bound")
+    assert "launches are the cost" in f.evidence.text and "fuse the short kernels" in f.action
+    assert "CUDA graphs (" not in f.action and "all_to_all" in f.action
+    ls = a.ranks[0].launch  # every planted launch call takes 8 us: 800 tiny + 54 model kernels + 5 collectives
+    assert ls.launches_per_step == 859 and ls.launch_ms_per_step == pytest.approx(859 * 8e-3, abs=1e-6)
+    b, _ = _run(tmp_path / "ops", tiny_kernels=800, launch_us=0.5)
+    g = _one(b, "host_bound")
+    assert g.title.endswith("host ops") and "fuse the short kernels" not in g.action and "CUDA graph" not in g.action
