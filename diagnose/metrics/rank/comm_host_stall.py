@@ -15,6 +15,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, CPU_OP, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
+from llmdiag.diagnose.metrics.rank.sets import distinct
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import HostStall
 
@@ -32,14 +33,14 @@ def comm_host_stall(t: RankTrace, wins) -> HostStall | None:
         return None
     lc = launch_calls(t, comm)
     lo, hi = min(w.host_start for w in wins), max(w.host_end for w in wins)
-    lc = np.unique(lc[lc >= 0])
+    lc = distinct(lc[lc >= 0])
     lc = lc[(t.ts[lc] >= lo) & (t.ts[lc] <= hi)]
     if not len(lc):
         return None
     host = (t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, ANNOTATION)
     by_op: dict[tuple[int, int], list[int]] = {}
     seen: set[tuple[int, int]] = set()
-    for th in np.unique(t.thread[lc]).tolist():
+    for th in distinct(t.thread[lc]).tolist():
         ev = np.flatnonzero(host & (t.thread == th))  # in start order
         es, ee = t.ts[ev], t.ts[ev] + t.dur[ev]
         reach = np.maximum.accumulate(ee)  # how far the events up to each one reach

@@ -21,7 +21,7 @@ from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY,
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import AllocStep, IdleStretch
-from llmdiag.diagnose.metrics.rank.sets import distinct
+from llmdiag.diagnose.metrics.rank.sets import distinct, median
 from llmdiag.diagnose.metrics.rank.event_waits import EventWaits
 
 LONG_NS = 1_000_000  # 1 ms: a stretch shorter than this is many launches' business, not one event's
@@ -98,7 +98,7 @@ def _first_call(t: RankTrace, i: int) -> float | None:
     same = same[[t.comm_args.get(int(j), {}).get("Input Dims") == dims for j in same.tolist()]]
     if not len(same) or int(same[0]) != i or len(same) < 2:
         return None
-    later = float(np.median(t.dur[same[1:]]))
+    later = median(t.dur[same[1:]])
     return later / NS_PER_MS if later <= FIRST_CALL * t.dur[i] else None
 
 
