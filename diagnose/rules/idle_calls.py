@@ -289,7 +289,7 @@ def one_time_setup(c: Ctx) -> list[Finding]:
     where = f"in {plural(len(steps), 'step')} of {r.nsteps}" if steps else "in the capture"
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(tot, 'ms')} in all under the first call of "
           f"{plural(len(held), 'op shape')} ({calls}), {where}: the same "
-          f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')})")
+          f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')}){stack_caveat(r)}")
     act = ("a one-time setup (first call of a shape: cuBLASLt heuristics, kernel loading), not a per-step cost: "
            "warm up before profiling (a `schedule(wait=..., warmup=...)` that skips the first steps); nothing to "
            "change in the step")
