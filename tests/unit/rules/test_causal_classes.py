@@ -106,3 +106,17 @@ def test_launch_advice_only_where_launch_calls_are_the_cost(tmp_path):
     b, _ = _run(tmp_path / "ops", tiny_kernels=800, launch_us=0.5)
     g = _one(b, "host_bound")
     assert g.title.endswith("host ops") and "fuse the short kernels" not in g.action and "CUDA graph" not in g.action
+
+
+def test_new_fields_survive_the_summary(tmp_path):
+    """The dependencies the rules read (event waits, thread stalls, step source) round-trip through the JSON
+    summary, so rules on a summary read back fire the same."""
+    import json
+
+    from llmdiag.diagnose.model.analysis import Analysis
+
+    a, _ = _run(tmp_path, event_wait_ms=40.0, thread_stall_rank=2, thread_stall_ms=80.0)
+    b = Analysis.from_dict(json.loads(json.dumps(a.to_dict())))
+    assert b.ranks[0].idle.stretches == a.ranks[0].idle.stretches and b.ranks[0].idle.stretches[0].event_wait
+    assert b.ranks[2].comm_host_stall == a.ranks[2].comm_host_stall and b.ranks[0].steps_source == "ProfilerStep"
+    assert [(f.id, f.gain_ms) for f in b.findings] == [(f.id, f.gain_ms) for f in a.findings]
