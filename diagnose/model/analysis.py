@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
-from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.idle import HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
@@ -132,6 +132,8 @@ class Hints:
     elementwise_median_us: float | None = None
     elementwise_ms_by_pattern: dict[str, float] = field(default_factory=dict)  # ms per step by launching-op pattern
     elementwise_fusable_ms: float | None = None  # per step: the patterns' time beyond one pass of their data
+    fp32_on_path_frac: float | None = None  # share of fp32 GEMM time the device's next work waited for (its
+    # successor launched before it ended): a faster kernel shortens the step only there (metrics/rank/precision.py)
 
 
 @dataclass
@@ -181,6 +183,9 @@ class RankMetrics:
     # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
     steps_total: int | None = None  # steps analysed where `steps` holds only some (model/step_cap.py); None: all
+    steps_source: str = "ProfilerStep"  # where the steps come from: "ProfilerStep", "Optimizer.step" (between
+    # consecutive optimizer steps, no ProfilerStep in the trace) or "capture" (one window; metrics/rank/steps.py)
+    comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
 
     @property
     def nsteps(self) -> int:

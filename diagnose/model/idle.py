@@ -11,6 +11,21 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class EventWait:
+    """The dependency a blocking call's idle waited on: its device op queued on `wait_stream` behind a stream-event
+    wait (metrics/rank/event_waits.py); the event recorded on `record_stream` after `record_op` (-1 / "" where the
+    trace shows no launch before the record)."""
+
+    call: str  # cudaStreamWaitEvent / hipStreamWaitEvent
+    wait_stream: int
+    queued_op: str  # the device op that started only when the event was done
+    queued_ms: float  # its launch to its start
+    record_stream: int = -1
+    record_op: str = ""
+    record_done_before_ms: float | None = None  # how long before the queued op started that recorded work ended
+
+
+@dataclass
 class IdleStretch:
     """One long stretch of device idle that a single host event covers (most of it): the op to name instead of
     "launch overhead". `stack` lists the host ops enclosing it on its thread, innermost first."""
@@ -22,6 +37,9 @@ class IdleStretch:
     cause: str  # "runtime" (a blocking call or host sync op) or "host" (any other host op)
     stack: list[str] = field(default_factory=list)
     unrecorded_ms: float = 0.0  # a host op's longest stretch with no child op or runtime call under it (0: no child)
+    event_wait: EventWait | None = None  # a blocking call whose device op waited on a stream-event wait
+    later_calls_ms: float | None = None  # set where the op is the first call of its name and shapes (Input Dims) and
+    # the later calls are much shorter: their median (a one-time setup, e.g. cuBLASLt's first call of a shape)
 
 
 @dataclass
@@ -55,6 +73,17 @@ class IdleBreakdown:
     python_events: int = 0  # python_function events (with_stack=True): the profiler's stack recording inflates host time
     op_ids_contiguous: float | None = None  # recorded host ops whose next one (External id) is recorded too: far
     # below 1 in an event-sampled trace (hta/sampled_pair: 0.62; complete captures 0.98-1.0)
+
+
+@dataclass
+class HostStall:
+    """Host-thread stalls inside and just before the ops that launch collectives (metrics/rank/comm_host_stall.py):
+    what delays a straggler's arrival when its device idle shows nothing."""
+
+    ms_per_step: float  # stalls (each ≥ 1 ms: inside an op with no child event, or before it with no event)
+    op: str = ""  # the collective op holding the most
+    thread: str = ""  # its thread (the autograd engine's for the backward's collectives)
+    op_ms_per_step: float = 0.0  # of ms_per_step, that op's on that thread
 
 
 @dataclass

@@ -54,14 +54,14 @@ def _ops_text(r, ops: dict) -> str:
                      for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
 
 
-def _blocking(c: Ctx, alloc: bool) -> list[tuple]:
-    """(rank, idle ms per step in the chosen blocking calls, {op: ms}) for ranks above the floor."""
+def _blocking(c: Ctx, alloc: bool, less=lambda r: 0.0) -> list[tuple]:
+    """(rank, idle ms per step in the chosen blocking calls less `less(rank)`, {op: ms}) for ranks above the floor."""
     out = []
     for r in c.ranks:
         if r.idle is None:
             continue
         ops = {k: v for k, v in r.idle.runtime_ops.items() if bool(ALLOC_RE.search(k)) == alloc}
-        tot = sum(ops.values())
+        tot = sum(ops.values()) - less(r)
         if tot > 0 and tot >= IDLE_FLOOR * r.step_time_ms:
             out.append((r, tot, ops))
     return out
@@ -95,6 +95,11 @@ def _outlier_step(r):
     return None, med
 
 
+def _mid_flush(r, top) -> bool:
+    """The outlier allocator step frees the cache (frees ≥ mallocs) after at least one earlier profiled step."""
+    return top.calls - top.mallocs >= top.mallocs and any(st.step < top.step for st in r.steps)
+
+
 def allocator_churn(c: Ctx) -> list[Finding]:
     """Device idle inside malloc/free runtime calls. Where calls per step show the caching allocator off (about
     one per new tensor), the action is to turn it on; where they are a handful (an allocator growing, or
@@ -117,24 +122,38 @@ def allocator_churn(c: Ctx) -> list[Finding]:
         steps = []
     else:
         outs = [(x, *_outlier_step(x[0])) for x in bad]
-        gain = statistics.fmean(med if top else x[1] for x, top, med in outs)
+        # A flush after normal steps (frees at least as many as mallocs, not the capture's first step) is paid
+        # again whenever memory runs short: its cost counts, averaged over the steps; growth in the first step
+        # is warm-up. Each rank is judged on its own outlier step.
+        gain = statistics.fmean(x[1] if top is None or _mid_flush(x[0], top) else med for x, top, med in outs)
         _, top, _ = next(o for o in outs if o[0][0] is r)
         ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
                f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
                f"≥ {fmt(thr, 'int')} per step)")
+        flush = top is not None and _mid_flush(r, top)
+        frees = top is not None and top.calls - top.mallocs >= top.mallocs
         if top is not None:
             ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
                    f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
                    f"{fmt(sum(a.idle_ms for a in r.idle.alloc_steps) - top.idle_ms, 'ms')} together")
+            n_before = sum(1 for st in r.steps if st.step < top.step)
+            ev += (f"; a flush in mid-capture, not warm-up: step {top.step} follows {plural(n_before, 'normal step')}"
+                   " and frees the cache" if flush else
+                   "; it frees the cache in the capture's first step: the steps before it are outside the capture, so "
+                   "whether it recurs is not in the trace" if frees else "; in the capture's first step: warm-up growth")
         why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
-               "allocation that failed (memory pressure or fragmentation)" if top is not None else
+               "allocation that failed (memory pressure or fragmentation)" if frees else
+               "allocations in one step and none after are the cache growing to its working size (warm-up); "
+               "nothing to change unless later steps allocate too" if top is not None else
                "allocations in every step mean the cache never settles (shapes that change each step, or memory "
                "close to capacity)")
         act = (f"the caching allocator is on but calls the driver: {why}. Set "
                "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (ROCm: `PYTORCH_HIP_ALLOC_CONF`), lower the "
                "peak (smaller batch, activation checkpointing), keep `torch.cuda.empty_cache()` out of the loop; "
                "check `torch.cuda.memory_stats()['num_alloc_retries']`")
-        eg = c.gain_text(gain, "the typical (median) step's idle inside allocator calls where one step holds most "
+        eg = c.gain_text(gain, "the mean step's idle inside allocator calls, the flush included: a cache "
+                         "released after normal steps is released again whenever memory runs short" if flush else
+                         "the typical (median) step's idle inside allocator calls where one step holds most "
                          "of it, else the mean; growth during warm-up is not paid again", True)
         steps = [top.step] if top is not None else []
     return [c.finding("allocator_churn", severity_for(gain, c.step_ms), f"{c.Dev} idle in memory allocation calls",
@@ -142,18 +161,62 @@ def allocator_churn(c: Ctx) -> list[Finding]:
                       gain_kind="bound", events=[short(k) for k in sorted(ops)])]
 
 
+def event_wait_ms(r) -> float:
+    """Blocking-call idle per step whose device op was queued behind a stream-event wait (IdleStretch.event_wait):
+    the event's time, not the call's."""
+    if r.idle is None or not r.nsteps:
+        return 0.0
+    return sum(s.idle_ms for s in r.idle.stretches if s.event_wait is not None) / r.nsteps
+
+
+def event_wait(c: Ctx) -> list[Finding]:
+    """Device idle while the host blocks in a synchronous copy or sync whose device op sat on its stream behind
+    a stream-event wait (`cudaStreamWaitEvent` / `hipStreamWaitEvent`): the dependency, not the call, holds the
+    time, so asynchronous copies or pinned memory give nothing back. Names the waiting stream, the recording
+    stream and what ran there (metrics/rank/event_waits.py). The gain is a bound: that idle per step."""
+    bad = [(r, event_wait_ms(r)) for r in c.ranks]
+    bad = [(r, g) for r, g in bad if g > 0 and g >= IDLE_FLOOR * r.step_time_ms]
+    if not bad:
+        return []
+    gain = statistics.fmean(g for _, g in bad)
+    r, g = max(bad, key=lambda x: x[1])
+    held = [s for s in r.idle.stretches if s.event_wait is not None]
+    s, w = held[0], held[0].event_wait
+    rec = (f"recorded on stream {w.record_stream} after `{short(w.record_op)}` (by launch order"
+           + (f"; that work ended {fmt(w.record_done_before_ms, 'ms')} before the wait released" if
+              w.record_done_before_ms is not None else "") + ")" if w.record_stream >= 0 else
+           "whose record the trace does not tie to a stream")
+    ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(g, 'ms')} per step while the host blocks in {op_with_stack(s)}; "
+          f"its device work was queued on stream {w.wait_stream} behind `{short(w.queued_op)}`, which started "
+          f"{fmt(w.queued_ms, 'ms')} after its launch because stream {w.wait_stream} waited (`{short(w.call)}`) on "
+          f"an event {rec}; {plural(len({x.step for x in held}), 'step')} of {r.nsteps} "
+          f"({plural(len(bad), 'rank')})")
+    act = (f"the {c.dev} waits on the event, not on the copy or sync: making the copy asynchronous or pinning host "
+           f"memory would not remove it. Find why the event on stream {w.record_stream if w.record_stream >= 0 else '?'}"
+           " completes late (the work queued there before the record, or a record issued late by another thread), "
+           "and wait for it only where its result is needed (`stream.wait_event` / `wait_stream` just before the "
+           "consumer), so independent work can run meanwhile")
+    eg = c.gain_text(gain, "the device idle while the queued work waited on the event, mean over those ranks", True)
+    return [c.finding("event_wait", severity_for(gain, c.step_ms), f"{c.Dev} idle behind a stream-event wait", ev,
+                      [x[0].rank for x in bad], sorted({x.step for x in held}), act, eg, gain,
+                      "ranks[].idle.stretches[].event_wait", gain_kind="bound",
+                      events=[short(w.call), short(s.op), short(w.queued_op)] + ([short(w.record_op)] if w.record_op else []))]
+
+
 def host_sync(c: Ctx) -> list[Finding]:
     """Device idle while the host blocks on the device: synchronous copies (`cudaMemcpy`, `hipMemcpyWithStream`),
     syncs and `.item()`. The host cannot queue the next kernels until the call returns. The longest stretch one
-    call holds is named with the ops around it; the fix follows the call (asynchronous copy, or no host read)."""
-    bad = _blocking(c, alloc=False)
+    call holds is named with the ops around it; the fix follows the call (asynchronous copy, or no host read).
+    Idle whose device op waited on a stream-event wait is the event's (`event_wait`), not counted here."""
+    out = event_wait(c)
+    bad = _blocking(c, alloc=False, less=event_wait_ms)
     if not bad:
-        return []
+        return out
     gain = statistics.fmean(_typical(x[0], x[1]) for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle while the "
           f"host blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
-    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op) and s.event_wait is None]
     once = _typical(r, tot) < tot
     if once:
         where = ", ".join(f"step {s.step}: {fmt(s.idle_ms, 'ms')}" for s in held[:2])
@@ -165,7 +228,12 @@ def host_sync(c: Ctx) -> list[Finding]:
         ev += (f"; the longest: {op_with_stack(s)} holds the {c.dev} idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} "
                f"(the call took {fmt(s.op_ms, 'ms')})")
     acts = []
-    if any(COPY_RE.search(n) or n in ("aten::to", "aten::_to_copy", "aten::copy_") for n in names):
+    if any(n == "aten::_copy_from" for n in names):  # a non-CUDA backend's synchronous copy (MTIA's)
+        acts.append(f"these are synchronous host<->{c.dev} copies (`aten::_copy_from`, "
+                    f"{fmt(r.idle.runtime_calls.get('aten::_copy_from'), 'avg')} per step), not host work: batch "
+                    f"small tensors into one transfer, keep them on the {c.dev} across steps, and copy "
+                    "asynchronously where the backend supports it (`non_blocking=True` from pinned memory)")
+    elif any(COPY_RE.search(n) or n in ("aten::to", "aten::_to_copy", "aten::copy_") for n in names):
         acts.append("make the copies asynchronous: a copy to or from pageable host memory holds the host until it is "
                     "done, so pin the host buffer (`tensor.pin_memory()`, `DataLoader(pin_memory=True)`) and copy "
                     "with `.to(..., non_blocking=True)`, reading a device-to-host result only after later work is "
@@ -176,17 +244,17 @@ def host_sync(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the device idle while the host blocks on those calls" + (
         "; where one step holds most of it (a first copy, a one-off sync), the typical step's" if once else ""), True)
     sev = severity_for(gain, c.step_ms) if gain >= IDLE_FLOOR * c.step_ms else "low"
-    return [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
-                      [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
-                      "ranks[].idle.runtime_ops", gain_kind="bound",
-                      events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
+    return out + [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
+                            [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
+                            "ranks[].idle.runtime_ops", gain_kind="bound",
+                            events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
 
 
 def _typical(r, tot: float) -> float:
     """The blocking idle per step of the steps that do not hold a long stretch, where fewer than half the steps
     hold one and those stretches are most of it: one long copy or sync in one step (the first profiled step's
     batch copy) is not what every step pays. Else `tot`, the mean."""
-    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op)]
+    held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op) and s.event_wait is None]
     n = r.nsteps or 0
     steps = {s.step for s in held}
     one_off = sum(s.idle_ms for s in held)
@@ -195,11 +263,40 @@ def _typical(r, tot: float) -> float:
     return max(0.0, tot * n - one_off) / (n - len(steps))
 
 
-def single_op_ms(r) -> float:
-    """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead."""
+def single_op_ms(r, recurring: bool = False) -> float:
+    """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead.
+    `recurring`: only ops that are not the first call of their shape (a one-time setup is not paid per step)."""
     if r.idle is None or not r.nsteps:
         return 0.0
-    return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host") / r.nsteps
+    return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host"
+               and not (recurring and s.later_calls_ms is not None)) / r.nsteps
+
+
+def one_time_setup(c: Ctx) -> list[Finding]:
+    """Device idle under the first call of an op's shape whose later calls are much shorter (cuBLASLt's setup of a
+    GEMM shape, a kernel's first load): a one-time cost, kept apart from the per-step cost and never divided per
+    step. Low, no gain: it is not paid again in steady state."""
+    got = [(r, [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is not None])
+           for r in c.ranks if r.idle is not None]
+    got = [(r, h) for r, h in got if h]
+    if not got:
+        return []
+    r, held = max(got, key=lambda x: sum(s.idle_ms for s in x[1]))
+    tot = sum(s.idle_ms for s in held)
+    steps = sorted({s.step for s in held if s.step >= 0})
+    calls = "; ".join(f"`{short(s.op, 60)}` {fmt(s.op_ms, 'ms')} (later calls {fmt(s.later_calls_ms, 'ms')})"
+                      for s in held[:4])
+    where = f"in {plural(len(steps), 'step')} of {r.nsteps}" if steps else "in the capture"
+    ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(tot, 'ms')} in all under the first call of "
+          f"{plural(len(held), 'op shape')} ({calls}), {where}: the same "
+          f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')}){stack_caveat(r)}")
+    act = ("a one-time setup (first call of a shape: cuBLASLt heuristics, kernel loading), not a per-step cost: "
+           "warm up before profiling (a `schedule(wait=..., warmup=...)` that skips the first steps); nothing to "
+           "change in the step")
+    return [c.finding("host_op_stall", "low", f"{c.Dev} idle during one-time setup (first call of a shape)", ev,
+                      [x[0].rank for x in got], steps, act, "none in steady state: paid once, not per step", None,
+                      "ranks[].idle.stretches[].later_calls_ms", gain_kind="bound",
+                      events=[short(s.op) for s in held[:4]])]
 
 
 def sampled(r) -> bool:
@@ -218,21 +315,21 @@ def host_op_stall(c: Ctx) -> list[Finding]:
     host work."""
     bad = []
     for r in c.ranks:
-        g = single_op_ms(r)
+        g = single_op_ms(r, recurring=True)
         if g > 0 and g >= IDLE_FLOOR * r.step_time_ms and not sampled(r):
             bad.append((r, g))
     if not bad:
-        return []
+        return one_time_setup(c)
     gain = statistics.fmean(g for _, g in bad)
     r = max(bad, key=lambda x: x[1])[0]
-    held = [s for s in r.idle.stretches if s.cause == "host"]
+    held = [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is None]
     s = held[0]
     steps = sorted({x.step for x in held if x.step >= 0})
     others = "; also " + ", ".join(f"`{short(x.op, 60)}` {fmt(x.idle_ms, 'ms')}" + (f" (step {x.step})" if x.step >= 0
                                                                                      else "") for x in held[1:4]) \
         if len(held) > 1 else ""
-    where = (f"{fmt(single_op_ms(r), 'ms')} per step over the {r.nsteps} profiled steps, in "
-             f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r), 'ms')} in all")
+    where = (f"{fmt(single_op_ms(r, True), 'ms')} per step over the {r.nsteps} profiled steps, in "
+             f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r, True), 'ms')} in all")
     bare = s.unrecorded_ms >= COVER * s.idle_ms  # the idle fits in a stretch of the op with nothing recorded
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "
           f"{op_with_stack(s)} ({fmt(s.op_ms, 'ms')}), with no launch or blocking call in between"

@@ -51,6 +51,12 @@ def _eligible(c: Ctx, r: RankMetrics) -> bool:
     return cc is not None and cc >= 7.0
 
 
+def _on_path(r: RankMetrics) -> float:
+    """The share of fp32 GEMM time on the path (Hints.fp32_on_path_frac); 1 where the summary lacks it."""
+    f = r.hints.fp32_on_path_frac
+    return 1.0 if f is None else f
+
+
 def fp32_gemm(c: Ctx) -> list[Finding]:
     """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is an estimate: the fp32 GEMM
     time × (1 − 1/speed-up), the speed-up assumed from the device's peak ratio (`_speedup`)."""
@@ -62,12 +68,16 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     amd = bool(AMD_RE.search(dev))
     cc = None if amd else _cc(c, w)
     speedup, why = _speedup(dev)
-    gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms for r in bad) * (1 - 1 / speedup)
+    gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms * _on_path(r) for r in bad) * (1 - 1 / speedup)
     where = f"{dev or 'the GPU'}" + (f", compute capability {fmt(cc, 'avg')}" if cc else "")
     ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
           f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
-    training = c.training is not False or any(r.training and (r.training.ddp_ops or r.training.fsdp_ops)
-                                              for r in c.ranks)  # DDP/FSDP wrap only models being trained
+    if _on_path(w) < 1.0:
+        ev += (f"; only {fmt(_on_path(w), 'pct')} of that GEMM time is on the step's path (the {c.dev}'s next "
+               f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
+               f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster GEMMs there only add idle")
+    # GradScaler scales a loss for backward: advised only where the capture shows a backward op (or an own run)
+    training = c.man is not None or any(r.training is not None and r.training.backward_ops > 0 for r in c.ranks)
     if cc is not None and cc < 8.0:
         act = ("`torch.autocast(\"cuda\", dtype=torch.float16)` around forward and loss"
                + (" with a `torch.amp.GradScaler(\"cuda\")` scaling the loss (fp16's range needs it)"
@@ -82,7 +92,8 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
             act += ("; or at least TF32 for the fp32 matmuls, with no dtype change: "
                     "`torch.backends.cuda.matmul.allow_tf32 = True` / `torch.set_float32_matmul_precision(\"high\")`")
         title = "fp32 matmuls on a tensor-core GPU"
-    eg = c.gain_text(gain, f"fp32 GEMM time × (1 − 1/{speedup:g}), an assumed {speedup:g}× GEMM speed-up: {why}")
+    eg = c.gain_text(gain, f"fp32 GEMM time on the path × (1 − 1/{speedup:g}), an assumed {speedup:g}× GEMM "
+                     f"speed-up: {why}")
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
                       events=["fp32 GEMM kernels (sgemm, simt; GEMM ops' Input type float)",

@@ -57,14 +57,20 @@ def _peer_median(ranks, fn) -> float:
 
 def straggler_cause(rank, peers, wait_ms: float) -> tuple[str, str]:
     """(what its own timeline shows, the action for it), read from the straggler's per-step breakdown against
-    its peers' median: device idle with no profiled host op (a host stall), host ops with no kernel in flight,
+    its peers' median: a host-thread stall inside or before its collective ops (RankMetrics.comm_host_stall, the
+    autograd thread included), device idle with no profiled host op (a host stall), host ops with no kernel in flight,
     blocking runtime calls (named), the DataLoader, or compute (uneven work, its heaviest kernels named). The
     part with the largest excess names the cause when it covers CAUSE_SHARE of the wait; else none is named."""
     def idle(part):
         return lambda r: getattr(r.idle, part) if r.idle is not None else 0.0
 
-    parts = [("stall", idle("unattributed_ms")), ("host", idle("host_bound_ms")), ("runtime", idle("runtime_ms")),
-             ("data", idle("dataloader_ms")), ("compute", lambda r: r.compute_ms)]
+    def thread(r):
+        return r.comm_host_stall.ms_per_step if r.comm_host_stall is not None else 0.0
+
+    # a host-thread stall at its collectives first: when the device idle also shows it, it is the same time, read
+    # one step closer to the late collective (which thread, which op)
+    parts = [("thread", thread), ("stall", idle("unattributed_ms")), ("host", idle("host_bound_ms")),
+             ("runtime", idle("runtime_ms")), ("data", idle("dataloader_ms")), ("compute", lambda r: r.compute_ms)]
     excess = {name: fn(rank) - _peer_median(peers, fn) for name, fn in parts}
     name, ms = max(excess.items(), key=lambda kv: kv[1])
     r = rank.rank
@@ -74,6 +80,14 @@ def straggler_cause(rank, peers, wait_ms: float) -> tuple[str, str]:
                 f"find what delays rank {r} before the collectives it is last at (`llmdiag analyze --timeline`): "
                 "work outside the profiled ops, or a capture that covers less of its step")
     more = f"{fmt(ms, 'ms')} per step more than its peers' median"
+    if name == "thread":
+        st = rank.comm_host_stall
+        return (f"its host thread `{st.thread}` stalls with no profiled event inside or just before the ops that "
+                f"launch its collectives, {more} (most in `{st.op}`, {fmt(st.op_ms_per_step, 'ms')} per step): it "
+                "launches them late, while its device still runs queued work, so its device idle need not show it",
+                f"find what rank {r}'s thread `{st.thread}` does inside `{st.op}` (`py-spy dump --pid` during the "
+                "step: the GIL held by another thread, a lock, a host-side wait, garbage collection); no compute or "
+                "layout change helps")
     if name == "stall":
         return (f"its GPU idles with no profiled host op running, {more} (a host stall outside the profiled ops)",
                 f"find what rank {r}'s process does outside the profiled ops (`py-spy dump --pid`, a sleep, a barrier, "

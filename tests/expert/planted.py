@@ -60,44 +60,71 @@ class Knobs:
     flush_step: int | None = None      # allocator on, but this step frees the cache: 25 cudaFree + 9 cudaMalloc
     with_stack: bool = False           # python_function events around every host op (with_stack=True)
     cpu_memory_events: bool = False    # [memory] events of CPU allocations only (Device Type 0)
+    event_wait_ms: float = 0.0         # a tiny blocking DtoH copy queued behind a kernel that waits this long on
+    #                                    an event recorded on side stream 30 (its record fires late)
+    stream_wait: bool = False          # the same wait/record calls, the event already done (twin)
+    launch_us: float = 8.0             # each cudaLaunchKernel call's duration
+    host_us: float = 30.0              # host time per launching op (above a kernel's time: the host bounds it)
+    autograd: bool = False             # autograd/optimizer/DDP op names: `...evaluate_function: MmBackward0`,
+    #                                    `Optimizer.step#SGD.step`, `DistributedDataParallel.forward`
+    forward_only: bool = False         # no backward and no optimizer (an inference capture)
+    no_profiler_step: bool = False     # no ProfilerStep annotation: the iterations must be found otherwise
+    first_call_shapes: int = 0         # step 0: the first forward aten::mm of each of this many shapes takes
+    first_call_ms: float = 2.5         # ... this long on the host (cuBLASLt setup), the host caught up with the GPU
+    slow_every_step: bool = False      # twin: the same slow aten::mm calls in every step (not a first call)
+    sync_copies: int = 0               # per step, this many synchronous host->device copies (`aten::to` ->
+    #                                    `aten::_copy_from`, 500 us each, 10 small DMA requests under each; MTIA's)
+    host_ops_twin: int = 0             # twin: as many 500-us host ops (`aten::index_put_`) with no copy
+    thread_stall_rank: int | None = None  # this rank's autograd thread stalls inside its backward all_to_all op
+    thread_stall_ms: float = 0.0       # ... this long with no child event, while a side-stream kernel every rank
+    #                                    runs keeps its device busy (its device idle shows nothing)
+    warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
+
+
+SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
+QUEUED = "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 1, 128, 1>"
 
 
 class Rank:
     def __init__(self, r: int, t0: float = T0, rt: str = "cuda", with_stack: bool = False):
         self.r, self.ev, self.corr, self.rt, self.stack = r, [], 1000 * (r + 1), rt, with_stack
         self.h = t0  # host cursor
+        self.launch_us = 8.0
+        self.tid = 100 + r  # the host thread events go to (the autograd engine's: 200 + r)
         self.d = t0  # device cursor (compute stream)
 
-    def cpu(self, name, ts, dur, cat="cpu_op"):
+    def cpu(self, name, ts, dur, cat="cpu_op", args=None):
         if self.stack and cat == "cpu_op":
             self.ev.append({"ph": "X", "cat": "python_function", "name": "train.py(42): step", "pid": 100 + self.r,
-                            "tid": 100 + self.r, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
-        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": 100 + self.r,
-                        "ts": ts, "dur": dur, "args": {}})
+                            "tid": self.tid, "ts": ts - 1.0, "dur": dur + 2.0, "args": {}})
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.r, "tid": self.tid,
+                        "ts": ts, "dur": dur, "args": args or {}})
 
     def runtime(self, name, ts, dur, corr=None):
         a = {"correlation": corr} if corr is not None else {}
         if self.rt != "cuda":
             name = "hipMemcpyWithStream" if name == "cudaMemcpy" else name.replace("cuda", self.rt, 1)
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100 + self.r,
-                        "tid": 100 + self.r, "ts": ts, "dur": dur, "args": a})
+                        "tid": self.tid, "ts": ts, "dur": dur, "args": a})
 
-    def kernel(self, name, ts, dur, stream=7, cat="kernel"):
+    def kernel(self, name, ts, dur, stream=7, cat="kernel", at=None):
         self.corr += 1
-        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h, 8.0, self.corr)
+        self.runtime("cudaLaunchKernel" if cat == "kernel" else "cudaMemcpyAsync", self.h if at is None else at,
+                     self.launch_us, self.corr)
         self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
                         "args": {"device": 0, "stream": stream, "correlation": self.corr, "External id": self.corr}})
 
-    def launch(self, op, name, dur, k: Knobs):
+    def launch(self, op, name, dur, k: Knobs, args=None, host_us=None):
         """A host op launching one kernel on the compute stream, the host running ahead of the device."""
         if k.alloc_off:
             self.runtime("cudaMalloc", self.h, 30.0)
             self.h += 35.0
-        self.cpu(op, self.h, 25.0)
-        start = max(self.d, self.h + 10.0)
-        self.kernel(name, start, dur)
+        hu = host_us or k.host_us
+        self.cpu(op, self.h, hu - 5.0, args=args)
+        start = max(self.d, self.h + hu - 20.0)
+        self.kernel(name, start, dur, at=self.h + hu - 30.0)  # launched at the end of the op's host work
         self.d = start + dur
-        self.h += 30.0
+        self.h += hu
         if k.alloc_off:  # cudaFree synchronises the device: the host waits for the queue, then frees
             self.h = max(self.h, self.d)
             self.runtime("cudaFree", self.h, 160.0)
@@ -109,15 +136,73 @@ class Rank:
         self.h = t + 5.0
 
 
-def _collective(ranks, kind, dur, k: Knobs, label):
-    arrive = {}
+def _sync_copies(rk: Rank, k: Knobs):
+    """Synchronous copies the host holds until their DMA requests are done (the device drained first), or the
+    twin's host ops of the same length with no copy."""
+    for _ in range(k.sync_copies or k.host_ops_twin):
+        rk.h = max(rk.h, rk.d)
+        if k.host_ops_twin:
+            rk.cpu("aten::index_put_", rk.h, 500.0)
+            rk.h += 505.0
+            continue
+        for depth, name in enumerate(("aten::to", "aten::_to_copy", "aten::copy_", "aten::_copy_from")):
+            rk.cpu(name, rk.h + depth, 500.0 - 2 * depth)
+        for j in range(10):
+            rk.corr += 1
+            at = rk.h + 10 + 48 * j
+            rk.runtime("cudaMemcpyAsync", at, 6.0, rk.corr)
+            rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "dma HtoD request", "pid": 0, "tid": 7,
+                          "ts": at + 30, "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+        rk.d = rk.h + 10 + 48 * 9 + 35
+        rk.h += 505.0
+
+
+def _event_wait(rk: Rank, k: Knobs, facts: dict, step: int):
+    """A side-stream kernel and its event record, then on the compute stream: wait on the event, a kernel, and a
+    tiny synchronous DtoH copy (`.item()`) behind it. The event fires `event_wait_ms` after the compute stream
+    drained (0 with only `stream_wait`); the device idles from the drain until the queued kernel starts, the
+    host blocks in the copy meanwhile. facts["event_wait"][step][rank] = (idle inside the copy call, idle)."""
+    rk.corr += 1
+    rk.runtime("cudaLaunchKernel", rk.h, 8.0, rk.corr)
+    rk.ev.append({"ph": "X", "cat": "kernel", "name": SIDE, "pid": 0, "tid": 30, "ts": rk.h + 10, "dur": 150.0,
+                  "args": {"device": 0, "stream": 30, "correlation": rk.corr, "External id": rk.corr}})
+    rk.corr += 1
+    rk.runtime("cudaEventRecord", rk.h + 10, 4.0, rk.corr)
+    drain = rk.d
+    rk.h = max(rk.h + 20, drain) + 20.0  # the host catches up with the device
+    rk.corr += 1
+    rk.runtime("cudaStreamWaitEvent", rk.h, 5.0, rk.corr)
+    fire = drain + k.event_wait_ms * 1000 if k.event_wait_ms else rk.h
+    rk.cpu("aten::cat", rk.h + 8, 20.0)
+    rk.corr += 1
+    rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
+    qs = max(fire, rk.h + 15)
+    rk.ev.append({"ph": "X", "cat": "kernel", "name": QUEUED, "pid": 0, "tid": 7, "ts": qs, "dur": 20.0,
+                  "args": {"device": 0, "stream": 7, "correlation": rk.corr, "External id": rk.corr}})
+    call = rk.h + 40
+    rk.corr += 1
+    rk.ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7,
+                  "ts": qs + 20, "dur": 4.0, "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
+    done = qs + 24
+    rk.cpu("aten::_local_scalar_dense", call - 2, done - call + 6)
+    rk.runtime("cudaMemcpyAsync", call, done - call + 2, rk.corr)
+    rk.d, rk.h = done, done + 6
+    facts.setdefault("event_wait", {}).setdefault(step, {})[rk.r] = ((qs - max(call, drain)) / 1000,
+                                                                       (qs - drain) / 1000)
+
+
+def _collective(ranks, kind, dur, k: Knobs, label, stall: dict | None = None):
+    """`stall`: rank -> us its host thread stalls inside the collective's op before anything under it."""
+    arrive, st = {}, {rk.r: (stall or {}).get(rk.r, 0.0) for rk in ranks}
     for rk in ranks:
-        rk.cpu(label, rk.h, 40.0)
+        s = st[rk.r]
+        rk.cpu(label, rk.h, 40.0 + s)
         if kind in ("a2a", "ar"):  # DeepEP launches through pybind: no c10d host op above its kernels
-            rk.cpu("record_param_comms", rk.h + 2, 30.0)
-        arrive[rk.r] = max(rk.d, rk.h + 15.0)
+            rk.cpu("record_param_comms", rk.h + 2 + s, 30.0)
+        arrive[rk.r] = max(rk.d, rk.h + 15.0 + s)
     end = max(arrive.values()) + dur
     for rk in ranks:
+        rk.h += st[rk.r]
         rk.corr += 1
         rk.runtime("cudaLaunchKernel", rk.h + 10, 8.0, rk.corr)
         rk.ev.append({"ph": "X", "cat": "kernel", "name": NCCL[kind], "pid": 0, "tid": 20, "ts": arrive[rk.r],
@@ -131,6 +216,8 @@ def _collective(ranks, kind, dur, k: Knobs, label):
 def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     """Every rank's events, and the facts planted: collective start times per index, step windows."""
     ranks = [Rank(r, k.t0, k.rt, k.with_stack) for r in range(k.ranks)]
+    for rk in ranks:
+        rk.launch_us = k.launch_us
     facts = {"collective_ends": [], "steps": {}}
     for s in range(k.steps):
         n = 10 + s
@@ -145,7 +232,7 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                                   "pid": 100 + rk.r, "tid": 100 + rk.r, "ts": rk.h + j,
                                   "args": {"Total Reserved": 0, "Total Allocated": 8 * (j % 2), "Bytes": 8 - 16 * (j % 2),
                                            "Device Id": -1, "Device Type": 0, "Addr": 1000 + rk.r}})
-            if k.alloc_on or k.flush_step is not None:
+            if k.alloc_on or k.flush_step is not None or k.warmup_growth:
                 for _ in range(3):
                     rk.runtime("cudaMalloc", rk.h, 120.0)
                     rk.h += 125.0
@@ -161,13 +248,25 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                 rk.launch("aten::add", ELEMENTWISE, 4.0, k)
             if k.cub_in_ep_namespace:
                 rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
+            fwd = rk.h
             for i in range(12):  # forward
-                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k)
+                shaped = i < k.first_call_shapes
+                slow = shaped and (s == 0 or k.slow_every_step)
+                if slow:  # the host caught up: the setup idles the GPU
+                    rk.h = max(rk.h, rk.d)
+                rk.launch("aten::mm", GEMM[k.gemm], 3000.0 * scale, k, host_us=k.first_call_ms * 1000 if slow else None,
+                          args={"Input Dims": [[64, 128 * (i + 1)], [128 * (i + 1), 256]],
+                                "Input type": ["c10::BFloat16", "c10::BFloat16"]} if shaped else None)
                 if i == 8 and k.long_host_op_ms:  # the host fell behind; one long op, the GPU drained
                     rk.h = max(rk.h, rk.d)
                     rk.cpu("aten::split_with_sizes", rk.h, k.long_host_op_ms * 1000)
                     rk.h += k.long_host_op_ms * 1000
                 rk.launch("aten::add", ELEMENTWISE, 400.0 * scale, k)
+                if i == 3 and s == 0 and k.warmup_growth:  # the cache grows once, in the first step
+                    rk.h = max(rk.h, rk.d)
+                    for _ in range(25):
+                        rk.runtime("cudaMalloc", rk.h, 3000.0)
+                        rk.h += 3005.0
                 if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
                     rk.h = max(rk.h, rk.d)
                     for _ in range(25):
@@ -176,6 +275,10 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                     for _ in range(9):
                         rk.runtime("cudaMalloc", rk.h, 4000.0)
                         rk.h += 4005.0
+                if i == 5 and (k.sync_copies or k.host_ops_twin):
+                    _sync_copies(rk, k)
+                if i == 5 and (k.event_wait_ms or k.stream_wait):
+                    _event_wait(rk, k, facts, n)
                 copy_ms = k.blocking_copy_ms or (k.copy_once_ms if s == 2 else 0.0)
                 if i == 5 and copy_ms:  # a pageable copy mid-forward: drains the queue, host stages it
                     t = max(rk.h, rk.d)
@@ -188,24 +291,46 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                                   "args": {"device": 0, "stream": 7, "correlation": rk.corr}})
                     rk.d = rk.h - 50.0
                     rk.h += 10.0
+            if k.autograd:
+                rk.cpu("DistributedDataParallel.forward", fwd - 1.0, rk.h - fwd + 1.0)
             rk.sync()  # splits to the host before the all_to_all
             if rk.r == k.stall_rank:
                 rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
         facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
                                                     "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
         for rk in ranks:
-            for i in range(12):  # backward
-                rk.launch("aten::mm", GEMM[k.gemm], 4000.0 * scale, k)
-                rk.launch("aten::mul", ELEMENTWISE, 500.0 * scale, k)
+            for i in range(0 if k.forward_only else 12):  # backward
+                rk.launch("autograd::engine::evaluate_function: MmBackward0" if k.autograd else "aten::mm",
+                          GEMM[k.gemm], 4000.0 * scale, k)
+                rk.launch("autograd::engine::evaluate_function: MulBackward0" if k.autograd else "aten::mul",
+                          ELEMENTWISE, 500.0 * scale, k)
         for b in range(3):
             facts["collective_ends"].append(_collective(ranks, "ar", 3000.0, k, "nccl:all_reduce"))
+        stall = None
+        if k.thread_stall_rank is not None:  # the backward's all_to_all on the autograd thread; a side kernel
+            stall = {k.thread_stall_rank: k.thread_stall_ms * 1000}
+            for rk in ranks:
+                rk.tid = 200 + rk.r
+                rk.corr += 1
+                rk.runtime("cudaLaunchKernel", rk.h, 8.0, rk.corr)
+                rk.ev.append({"ph": "X", "cat": "kernel", "name": SIDE, "pid": 0, "tid": 30, "ts": rk.h + 10,
+                              "dur": k.thread_stall_ms * 1000 + 10, "args": {"device": 0, "stream": 30,
+                                                                               "correlation": rk.corr}})
+                rk.h += 10.0
         facts["collective_ends"].append(_collective(ranks, "combine" if k.deepep else "a2a", 2000.0, k,
-                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all"))
+                                                    "deep_ep::Buffer::combine" if k.deepep else "nccl:all_to_all",
+                                                    stall))
         for rk in ranks:
-            for i in range(6):  # optimizer
+            rk.tid = 100 + rk.r
+        for rk in ranks:
+            opt = rk.h
+            for i in range(0 if k.forward_only else 6):  # optimizer
                 rk.launch("aten::_foreach_add_", ELEMENTWISE, 300.0 * scale, k)
+            if k.autograd and not k.forward_only:
+                rk.cpu("Optimizer.step#SGD.step", opt - 1.0, rk.h - opt + 1.0)
             rk.sync()  # loss.item()
-            rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
+            if not k.no_profiler_step:
+                rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
             facts["steps"].setdefault(n, {})[rk.r] = (rk.h - starts[rk.r]) / 1000
     if k.late_rank is not None and k.late_by:
         _cut(ranks[k.late_rank], sorted(facts["collective_ends"])[k.late_by - 1] - 1.0)  # the k-th runs before it

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tests.expert.expectations import step_headlines
 from tests.expert.planted import A100, MI300X, V100, Knobs
+from tests.expert.planted_causal import causal_scenarios
 
 NO_CACHING = r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING"
 
@@ -94,6 +95,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "text": r"fp32|sgemm|float32"}}]})
     out.update(more_scenarios())
     out.update(third_scenarios())
+    out.update(causal_scenarios())
     return out
 
 

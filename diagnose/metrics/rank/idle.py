@@ -30,7 +30,9 @@ from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 
 # Host ops that block until the device catches up (`.item()`, `.cpu()`, `.tolist()` end in one of these).
-HOST_SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero)$")
+# `aten::_copy_from` is the dispatcher's cross-device copy of backends other than CUDA/ROCm (MTIA, XLA, HPU, MPS):
+# synchronous there, the host holds it until its DMA requests are done, so its idle is a copy's, not host work.
+HOST_SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|_copy_from)$")
 # Runtime/driver calls that block the host or serialise the device (no caching allocator: Malloc/Free), and
 # every synchronous copy: `cudaMemcpy`, `cudaMemcpy2D`, `hipMemcpyWithStream`, `hipMemcpyDtoH`, `cuMemcpyHtoD_v2`
 # (any Memcpy of the CUDA/HIP runtime or driver without `Async` in its name).

@@ -21,7 +21,8 @@ from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY,
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import AllocStep, IdleStretch
-from llmdiag.diagnose.metrics.rank.sets import distinct
+from llmdiag.diagnose.metrics.rank.sets import distinct, median
+from llmdiag.diagnose.metrics.rank.event_waits import EventWaits
 
 LONG_NS = 1_000_000  # 1 ms: a stretch shorter than this is many launches' business, not one event's
 MAX_STRETCHES = 32  # stretches looked up per rank (the longest); the idle model keeps KEPT of them
@@ -59,6 +60,7 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         return []
     cs, ce, ck, cb = t.ts[cand], t.ts[cand] + t.dur[cand], t.kind[cand], blocking[cand]
     next_launch = _next_launch(t)
+    waits = EventWaits(t)
     out = []
     for a, b, step, is_rt in zip(s.tolist(), e.tolist(), k.tolist(), rt.tolist()):
         ov = np.minimum(ce, b) - np.maximum(cs, a)
@@ -71,15 +73,33 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         j = int(pool[np.lexsort((-cs[pool], t.dur[cand[pool]]))[0]])  # shortest, then latest start: innermost
         i = int(cand[j])
         got = next_launch(b)
-        if got is None or got[0] != t.thread[i] or got[1] < t.ts[i]:
+        ew = waits.at(i, a, b) if is_rt else None  # work queued before the call, held by an event wait: kept
+        if got is None or got[0] != t.thread[i] or (got[1] < t.ts[i] and ew is None):
             continue  # the device's next work was issued elsewhere (or nobody knows by whom): not this op's idle
         out.append(IdleStretch(step=step, idle_ms=float(ov[j]) / NS_PER_MS, op=t.names[t.name[i]][:200],
                                op_ms=float(t.dur[i]) / NS_PER_MS, cause="runtime" if is_rt else "host",
                                stack=_stack(t, cand, cs, ce, ck, i),
-                               unrecorded_ms=_unrecorded(t, i) / NS_PER_MS if t.kind[i] == CPU_OP else 0.0))
+                               unrecorded_ms=_unrecorded(t, i) / NS_PER_MS if t.kind[i] == CPU_OP else 0.0,
+                               event_wait=ew, later_calls_ms=_first_call(t, i) if not is_rt else None))
         if len(out) >= KEPT:
             break
     return out
+
+
+FIRST_CALL = 0.2  # the later calls' median at most this share of the first call's duration: a one-time setup
+
+
+def _first_call(t: RankTrace, i: int) -> float | None:
+    """The median duration (ms) of op i's later calls with the same name and Input Dims, where op i is the first
+    such call on the rank and they take at most FIRST_CALL of its time (the first call of a shape sets it up:
+    cuBLASLt heuristics, a kernel's first load); else None. Without recorded shapes, the name alone."""
+    same = np.flatnonzero((t.name == t.name[i]) & (t.stream < 0))
+    dims = t.comm_args.get(i, {}).get("Input Dims")
+    same = same[[t.comm_args.get(int(j), {}).get("Input Dims") == dims for j in same.tolist()]]
+    if not len(same) or int(same[0]) != i or len(same) < 2:
+        return None
+    later = median(t.dur[same[1:]])
+    return later / NS_PER_MS if later <= FIRST_CALL * t.dur[i] else None
 
 
 def _next_launch(t: RankTrace):

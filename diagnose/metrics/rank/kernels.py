@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
-from llmdiag.diagnose.metrics.rank.precision import gemm_time_by_precision
+from llmdiag.diagnose.metrics.rank.precision import fp32_on_path_frac, gemm_time_by_precision
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.analysis import Hints, KernelStat
 from llmdiag.diagnose.metrics.rank.steps import DATALOADER_RE, Window, is_dataloader  # noqa: F401 (DATALOADER_RE re-exported)
@@ -80,6 +80,7 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
         fp32_gemm_frac=fp32,
         compute_capability=cc,
         gemm_ms_by_precision={k: v / NS_PER_MS / n_steps for k, v in sorted(by_prec.items())},
+        fp32_on_path_frac=fp32_on_path_frac(t, comp) if by_prec.get("fp32") else None,
     )
 
 

@@ -6,31 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, RUNTIME, RankTrace
+from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, RankTrace
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.steps import Window
+from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls  # noqa: F401 (re-export)
 
 
 def device_events(t: RankTrace, wins: list[Window]) -> np.ndarray:
     """Kernels, memcpys and memsets on a device stream starting inside the windows (indices, by start)."""
     return np.flatnonzero(in_windows(t, t.kind_mask(COMPUTE, COMM, MEMCPY, MEMSET) & (t.stream >= 0), wins))
-
-
-def launch_calls(t: RankTrace, dev: np.ndarray) -> np.ndarray:
-    """For each device event of `dev`, the index of its launch call (the first host runtime call of its
-    correlation id), -1 where none is seen (no correlation, or the call outside the trace)."""
-    out = np.full(len(dev), -1, np.int64)
-    rt = np.flatnonzero((t.kind == RUNTIME) & (t.corr >= 0) & (t.stream < 0))
-    has = t.corr[dev] >= 0
-    if not len(rt) or not has.any():
-        return out
-    order = rt[np.argsort(t.corr[rt], kind="stable")]
-    keys = t.corr[order]
-    c = t.corr[dev]
-    pos = np.minimum(np.searchsorted(keys, c), len(keys) - 1)
-    hit = has & (keys[pos] == c)
-    out[hit] = order[pos[hit]]
-    return out
 
 
 def launch_ts(t: RankTrace, i: int) -> int:

@@ -32,7 +32,8 @@ from llmdiag.diagnose.model.analysis import RankMetrics
 from llmdiag.diagnose.model.kernel_views import RankSequences
 from llmdiag.diagnose.metrics.rank.collectives import Collectives, collectives_from
 from llmdiag.diagnose.metrics.rank.before_capture import adopt as adopt_before_capture
-from llmdiag.diagnose.metrics.rank.steps import windows
+from llmdiag.diagnose.metrics.rank.steps import step_source, windows
+from llmdiag.diagnose.metrics.rank.comm_host_stall import comm_host_stall
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
 from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks, step_tracks
 from llmdiag.diagnose.io.trace import COMM
@@ -162,6 +163,8 @@ def _run(job: RankJob) -> RankOutput:
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
+    metrics.steps_source = step_source(t)
+    metrics.comm_host_stall = comm_host_stall(t, wins) if t.is_gpu else None
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,

@@ -20,9 +20,11 @@ import re
 import numpy as np
 
 from llmdiag.diagnose.io.columns import GEMM_OPS
-from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
+from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
+from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
+from llmdiag.diagnose.metrics.rank.sets import distinct
 from llmdiag.diagnose.model.dtypes import precision as dtype_precision
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp6", "mxfp4", "fp4", "int8")
@@ -159,14 +161,49 @@ def name_precision(name: str) -> str | None:
 
 def gemm_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
     """GEMM kernel time (ns) in the mask `compute`, by precision ("unknown" where no evidence says)."""
-    idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
+    idx, code, labels = _gemm_codes(t, compute)
     if not len(idx):
         return {}
-    gemm_ids = t.name_ids(is_gemm_name, compute)
+    tot = np.bincount(code, weights=t.dur[idx], minlength=len(labels))
+    return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+
+
+def fp32_on_path_frac(t: RankTrace, compute: np.ndarray) -> float | None:
+    """The share of fp32 GEMM time in kernels that the device's next work waited for: the next device op on the
+    kernel's stream was launched before the kernel ended (queued behind it), or the trace does not say. A kernel
+    whose successor was launched only after it ended is off the path: the device then waits for the host, and a
+    faster kernel only lengthens that wait. None without fp32 GEMMs."""
+    idx, code, labels = _gemm_codes(t, compute)
+    if not len(idx):
+        return None
+    f32 = idx[code == labels.index("fp32")]
+    if not len(f32):
+        return None
+    dev = np.flatnonzero(t.kind_mask(COMPUTE, COMM, MEMCPY, MEMSET) & (t.stream >= 0))
+    launch = launch_calls(t, dev)
+    on = np.ones(len(f32), bool)
+    for s in distinct(t.stream[f32]).tolist():
+        ds = dev[t.stream[dev] == s]
+        ls = launch[t.stream[dev] == s]
+        m = t.stream[f32] == s
+        nxt = np.searchsorted(ds, f32[m], side="right")  # dev is in start order: the op after each kernel
+        has = nxt < len(ds)
+        nl = np.where(has, ls[np.minimum(nxt, len(ds) - 1)], -1)
+        late = has & (nl >= 0)
+        late[late] = t.ts[nl[late]] >= (t.ts[f32[m]] + t.dur[f32[m]])[late]
+        on[np.flatnonzero(m)[late]] = False
+    tot = float(t.dur[f32].sum())
+    return float(t.dur[f32[on]].sum()) / tot if tot else None
+
+
+def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(GEMM kernel indices in `compute`, their precision codes, the code labels)."""
+    labels = list(PRECISIONS) + ["unknown"]
+    idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
+    gemm_ids = t.name_ids(is_gemm_name, compute) if len(idx) else np.zeros(0, np.int32)
     idx = idx[np.isin(t.name[idx], gemm_ids)] if len(gemm_ids) else idx[:0]
     if not len(idx):
-        return {}
-    labels = list(PRECISIONS) + ["unknown"]
+        return idx, np.zeros(0, np.int8), labels
     code_of_name = np.full(len(t.names), labels.index("unknown"), np.int8)
     for i in gemm_ids.tolist():
         p = name_precision(t.names[i])
@@ -178,8 +215,7 @@ def gemm_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
         pos = np.searchsorted(idx, host_idx)
         tf32 = (host_code == labels.index("fp32")) & (code[pos] == labels.index("tf32"))
         code[pos] = np.where(tf32, code[pos], host_code)
-    tot = np.bincount(code, weights=t.dur[idx], minlength=len(labels))
-    return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+    return idx, code, labels
 
 
 def _host_evidence(t: RankTrace, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

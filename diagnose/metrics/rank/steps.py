@@ -15,7 +15,7 @@ import numpy as np
 
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
-from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, MEMCPY, MEMSET, SYNC, RankTrace
+from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, SYNC, RankTrace
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
@@ -54,6 +54,39 @@ def host_steps(t: RankTrace) -> list[tuple[int, int, int]]:
     return sorted((n, s, e) for n, (s, e) in out.items())
 
 
+OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
+MIN_ITERATIONS = 2  # iterations (optimizer steps less one) below which the capture is one window
+
+
+def step_source(t: RankTrace) -> str:
+    """Where the rank's iterations come from: "ProfilerStep", "Optimizer.step" (no ProfilerStep: between
+    consecutive `Optimizer.step#...` ops, optimizer_iterations) or "capture" (one window over the capture)."""
+    if host_steps(t):
+        return "ProfilerStep"
+    return "Optimizer.step" if optimizer_iterations(t) else "capture"
+
+
+def optimizer_iterations(t: RankTrace) -> list[tuple[int, int, int]]:
+    """(iteration, start, end) host spans of a trace without ProfilerStep, one per pair of consecutive top-level
+    `Optimizer.step#...` ops on the thread that runs them (PyTorch's optimizer hook names each step so): an
+    iteration runs from one optimizer step's end to the next's. The part before the first optimizer step is
+    left out (the capture may start mid-iteration). Empty with fewer than MIN_ITERATIONS."""
+    if t.kind is None or not len(t):
+        return []
+    opt = np.flatnonzero(t.name_mask(OPTIMIZER_STEP_RE.match, (t.stream < 0) & (t.kind == CPU_OP)))
+    if len(opt) < MIN_ITERATIONS + 1:
+        return []
+    th = np.bincount(t.thread[opt]).argmax()
+    opt = opt[t.thread[opt] == th]
+    top: list[int] = []
+    for a, b in zip(t.ts[opt].tolist(), (t.ts[opt] + t.dur[opt]).tolist()):  # in start order: outermost only
+        if not top or a >= top[-1]:
+            top.append(int(b))
+    if len(top) < MIN_ITERATIONS + 1:
+        return []
+    return [(i, a, b) for i, (a, b) in enumerate(zip(top, top[1:]))]
+
+
 def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], list[str]]:
     """The analysis windows of a rank and any warnings about them."""
     warnings: list[str] = []
@@ -62,6 +95,9 @@ def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], lis
                         "are followed by the next one, so events were sampled or dropped; idle and host gaps are "
                         "overstated and a long op with no child may be missing events")
     steps = host_steps(t)
+    if not steps and len(steps := optimizer_iterations(t)):
+        warnings.append(f"no ProfilerStep in the trace: {len(steps)} iterations found between consecutive "
+                        "`Optimizer.step#...` ops (each from one optimizer step's end to the next's)")
     if not steps:
         if len(t) == 0:
             return [], ["trace has no complete events"]

@@ -86,13 +86,15 @@ def test_allocator_off_gets_the_caching_advice(tmp_path):
 
 def test_allocator_on_with_one_heavy_step_names_the_step(tmp_path):
     """3 cudaMalloc in steps 1 and 3 (2 ms each); step 2 frees its cache and retries: 9 mallocs + 25 frees of
-    5 ms. 200 kernels per step: the allocator is on. Step 2 is named and the gain is the median step's 6 ms,
-    not the 60.67 ms mean."""
+    5 ms. 200 kernels per step: the allocator is on. Step 2 is named; it follows a normal step and frees the
+    cache, so it is a flush in mid-capture, not warm-up (issue #34): it is paid again whenever memory runs short,
+    and the gain is the mean step's 60.67 ms, the flush included (it was the median's 6 ms: "not paid again")."""
     a = _a(tmp_path, allocator([3, 9, 3], [0, 25, 0], [2000, 5000, 2000], kernels=200))
     f = _f(a, "allocator_churn")
     assert "PYTORCH_NO_CUDA_MEMORY_CACHING" not in f.action and "expandable_segments" in f.action
     assert "is on" in f.evidence.text and "step 2 alone holds 170.00 ms" in f.evidence.text
-    assert f.evidence.steps == [2] and f.gain_ms == pytest.approx(6.0, abs=1e-3)
+    assert f.evidence.steps == [2] and f.gain_ms == pytest.approx(182.0 / 3, abs=1e-3)
+    assert "mid-capture" in f.evidence.text and "not paid again" not in f.expected_gain
     al = {s.step: (s.calls, s.mallocs) for s in a.ranks[0].idle.alloc_steps}
     assert al == {1: (3, 3), 2: (34, 9), 3: (3, 3)}
 

@@ -1,0 +1,83 @@
+"""Host-thread stalls inside and just before the host ops that launch collectives.
+
+A straggler whose device idle shows nothing (its GPU still ran queued or side-stream work) can still arrive late
+at a collective because the host thread that launches it stalled: inside the collective's op with no child
+event, or before it with no event at all on that thread. The autograd engine's thread launches the backward's
+collectives, so every thread counts. Read along the rank's own events: each communication kernel's launch call
+(correlation) -> the host ops enclosing that call on its thread (the collective's op and the ops around it) ->
+the longest stretch of any of them, up to the launch, with no event under it: inside the collective's op, or
+just before it (a stretch of the op around it). Each op counts once; stretches under MIN_NS are dispatch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmdiag.diagnose.io.trace import ANNOTATION, COMM, CPU_OP, RUNTIME, RankTrace
+from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
+from llmdiag.diagnose.metrics.rank.sets import distinct
+from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.idle import HostStall
+
+MIN_NS = 1_000_000  # 1 ms
+
+
+def comm_host_stall(t: RankTrace, wins) -> HostStall | None:
+    """Mean per window of the stalls (inside + before, each ≥ MIN_NS) of the collective ops launched in the
+    windows, with the op and thread holding the most; None without communication kernels or launches."""
+    kind = t.kind
+    if kind is None or not wins:
+        return None
+    comm = np.flatnonzero((kind == COMM) & (t.stream >= 0))
+    if not len(comm):
+        return None
+    lc = launch_calls(t, comm)
+    lo, hi = min(w.host_start for w in wins), max(w.host_end for w in wins)
+    lc = distinct(lc[lc >= 0])
+    lc = lc[(t.ts[lc] >= lo) & (t.ts[lc] <= hi)]
+    if not len(lc):
+        return None
+    host = (t.stream < 0) & t.kind_mask(CPU_OP, RUNTIME, ANNOTATION)
+    by_op: dict[tuple[int, int], list[int]] = {}
+    seen: set[tuple[int, int]] = set()
+    for th in distinct(t.thread[lc]).tolist():
+        ev = np.flatnonzero(host & (t.thread == th))  # in start order
+        es, ee = t.ts[ev], t.ts[ev] + t.dur[ev]
+        reach = np.maximum.accumulate(ee)  # how far the events up to each one reach
+        ops = kind[ev] == CPU_OP
+        top = ops & (es >= np.concatenate(([np.iinfo(np.int64).min], reach[:-1])))  # starts after all before it end
+        tpos = np.flatnonzero(top)
+        for c in lc[t.thread[lc] == th].tolist():
+            k = int(np.searchsorted(es[tpos], t.ts[c], side="right")) - 1
+            if k < 0 or ee[tpos[k]] < t.ts[c] + t.dur[c]:
+                continue  # no op encloses the launch: a bare launch
+            pc = int(np.searchsorted(es, t.ts[c], side="left"))  # the launch's position among the thread's events
+            chain = tpos[k] + np.flatnonzero(ops[tpos[k]:pc] & (ee[tpos[k]:pc] >= t.ts[c] + t.dur[c]))
+            best, at = 0, -1
+            for q in chain.tolist():  # each enclosing op: its longest stretch with no event under it, up to the launch
+                if (th, q) in seen:
+                    continue
+                seen.add((th, q))
+                g = _inside(es, ee, q, pc, int(t.ts[c]))
+                if g > best:
+                    best, at = g, q
+            if best >= MIN_NS:
+                by_op.setdefault((int(t.name[ev[at]]), int(th)), []).append(best)
+    if not by_op:
+        return HostStall(ms_per_step=0.0)
+    (name, th), v = max(by_op.items(), key=lambda kv: sum(kv[1]))
+    tot = sum(sum(x) for x in by_op.values())
+    thread = t.thread_names.get(th) or f"tid {t.threads[th][1]}"
+    return HostStall(ms_per_step=tot / NS_PER_MS / len(wins), op=t.names[name][:200], thread=str(thread)[:80],
+                     op_ms_per_step=sum(v) / NS_PER_MS / len(wins))
+
+
+def _inside(es: np.ndarray, ee: np.ndarray, q: int, pc: int, until: int) -> int:
+    """The longest stretch of the thread's op q, up to `until` (the launch), with no event starting under it
+    (events q+1 .. pc-1 are those starting in it before the launch)."""
+    a, z = int(es[q]), min(int(ee[q]), until)
+    if pc <= q + 1:
+        return z - a
+    s, e = es[q + 1:pc], np.maximum.accumulate(np.minimum(ee[q + 1:pc], z))
+    edges = np.concatenate(([a], np.column_stack((s, e)).ravel(), [z]))
+    return int(np.maximum(edges[1::2] - edges[0::2], 0).max())
