@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import stat
 
 import jinja2
@@ -133,7 +132,7 @@ class TemplateCache(BytecodeCache):
         fd = self.folder()
         if fd is None:
             return
-        tmp = f".{bucket.key}.{secrets.token_hex(8)}.tmp"
+        tmp = f".{bucket.key}.{os.urandom(8).hex()}.tmp"
         try:
             f = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             with os.fdopen(f, "wb") as fh:

@@ -19,6 +19,7 @@ import pytest
 
 from benchmarks import generate
 from llmdiag.reports import render, template_cache
+from tests.conftest import REAL
 
 ROOT = Path(__file__).resolve().parents[3]
 _COUNT = """
@@ -29,7 +30,7 @@ def counting(self, *a, **k):
     n[0] += 1
     return compile_(self, *a, **k)
 jinja2.Environment.compile = counting
-atexit.register(lambda: print(f"COMPILES {n[0]}", file=sys.stderr))
+atexit.register(lambda: print(f"COMPILES {n[0]} MODULES {' '.join(sorted(sys.modules))}", file=sys.stderr))
 sys.argv = ["llmdiag", *sys.argv[1:]]
 from llmdiag.diagnose.cli.main import main
 main()
@@ -41,8 +42,9 @@ def trace(tmp_path_factory) -> str:
     return generate.write_set(str(tmp_path_factory.mktemp("t") / "one"), ranks=1, mb=0.05, steps=2, jobs=1)[0]
 
 
-def _analyze(trace: str, out: Path, cache: Path, report: bool = True) -> int:
-    """`analyze TRACE --json --report` in a fresh interpreter with XDG_CACHE_HOME=cache: its compile count."""
+def _analyze(trace: str, out: Path, cache: Path, report: bool = True, modules: set | None = None) -> int:
+    """`analyze TRACE --json --report` in a fresh interpreter with XDG_CACHE_HOME=cache: its compile count
+    (and the modules it imported, into `modules`)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(cache))
     args = ["analyze", trace, "-q", "--json", str(out / "s.json")]
     args += ["--report", str(out / "r.html")] if report else ["--no-report"]
@@ -50,7 +52,10 @@ def _analyze(trace: str, out: Path, cache: Path, report: bool = True) -> int:
     assert done.returncode == 0, done.stderr
     if report:
         assert (out / "r.html").stat().st_size > 10_000
-    return int(done.stderr.rsplit("COMPILES ", 1)[1].split()[0])
+    count, mods = done.stderr.rsplit("COMPILES ", 1)[1].split(" MODULES ", 1)
+    if modules is not None:
+        modules.update(mods.split())
+    return int(count)
 
 
 def _undated(path: Path) -> str:
@@ -71,6 +76,20 @@ def test_no_template_is_compiled_in_a_run(trace, tmp_path):
     entries = os.listdir(folder)
     assert len(entries) == first and all(e.endswith(".jinja") for e in entries)
     assert all(stat.S_IMODE((folder / e).stat().st_mode) == 0o600 for e in entries)
+
+
+@pytest.mark.real
+def test_the_whole_command_on_a_real_pair_compiles_nothing_and_skips_numpy_ma(tmp_path):
+    """HTA's event-sampled pair (kernels whose launch fell outside the capture): the check for launchless
+    kernels used np.isin, whose sort path imports numpy.ma (~20 ms, a tenth of that command's analysis)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    pair = os.path.join(REAL, "hta", "sampled_pair")
+    _analyze(pair, tmp_path, cache)
+    mods: set = set()
+    assert _analyze(pair, tmp_path, cache, modules=mods) == 0
+    assert "llmdiag.reports.render" in mods and "llmdiag.diagnose.metrics.rank.before_capture" in mods
+    assert "numpy.ma" not in mods
 
 
 def test_no_report_writes_no_cache(trace, tmp_path):
