@@ -81,7 +81,8 @@ def test_no_template_is_compiled_in_a_run(trace, tmp_path):
 @pytest.mark.real
 def test_the_whole_command_on_a_real_pair_compiles_nothing_and_skips_numpy_ma(tmp_path):
     """HTA's event-sampled pair (kernels whose launch fell outside the capture): the check for launchless
-    kernels used np.isin, whose sort path imports numpy.ma (~20 ms, a tenth of that command's analysis)."""
+    kernels used np.isin, whose sort path imports numpy.ma (~20 ms, a tenth of that command's analysis), and
+    the report imported the manifest's and the what-if's model types for every run."""
     cache = tmp_path / "cache"
     cache.mkdir()
     pair = os.path.join(REAL, "hta", "sampled_pair")
@@ -90,6 +91,8 @@ def test_the_whole_command_on_a_real_pair_compiles_nothing_and_skips_numpy_ma(tm
     assert _analyze(pair, tmp_path, cache, modules=mods) == 0
     assert "llmdiag.reports.render" in mods and "llmdiag.diagnose.metrics.rank.before_capture" in mods
     assert "numpy.ma" not in mods
+    # nor the model types of a manifest or a what-if, which a folder of Kineto traces has neither of
+    assert not {"llmdiag.diagnose.model.manifest", "llmdiag.diagnose.model.whatif"} & mods
 
 
 def test_no_report_writes_no_cache(trace, tmp_path):
