@@ -11,8 +11,10 @@ the shared machine hits both; the ratio of a round is total baseline seconds ove
 (= llmdiag's rate in bytes/s over the baseline's, on the same bytes), and the figure is the median over
 `repeats` rounds (5). Wall time and CPU time (user + sys of the process and its reaped workers, from
 wait4) are both given; the load average is recorded at start and end. Target (issue 37): ratio >= 0.9.
+`--against TREE` adds a third side in every round, the same command run from another checkout (an earlier
+commit: `git archive COMMIT | tar -x -C TREE`), so a before/after comparison shares the rounds' load too.
 
-    python -m benchmarks.whole_command [--repeats 5] [--cases nccl_data,a100_16rank] [--jobs N]
+    python -m benchmarks.whole_command [--repeats 5] [--cases nccl_data,a100_16rank] [--jobs N] [--against TREE]
 """
 
 from __future__ import annotations
@@ -69,14 +71,17 @@ def decompressed(files: list[str]) -> int:
 
 
 def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = None, jobs: int | None = None,
-            report: bool = True) -> dict:
-    """Paired rounds over the cases; per case and in all, the medians and the ratio baseline / llmdiag."""
+            report: bool = True, against: str | None = None) -> dict:
+    """Paired rounds over the cases; per case and in all, the medians and the ratio baseline / llmdiag (and
+    baseline / the other tree's llmdiag, with `against`)."""
     todo = cases(real_dir, names)
     if not todo:
         raise RuntimeError(f"no real fixtures under {real_dir}")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    other = dict(os.environ, PYTHONPATH=os.path.abspath(against or ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     load0 = os.getloadavg()
-    runs: dict[str, dict[str, list]] = {n: {"llmdiag": [], "baseline": []} for n, _, _ in todo}
+    names_ = ("llmdiag", "baseline", "against") if against else ("llmdiag", "baseline")
+    runs: dict[str, dict[str, list]] = {n: {s: [] for s in names_} for n, _, _ in todo}
     with tempfile.TemporaryDirectory(prefix="llmdiag-whole-") as out:
         def cmd(path: str) -> list[str]:
             args = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", path, "-q",
@@ -84,14 +89,17 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
             args += ["--report", os.path.join(out, "r.html")] if report else ["--no-report"]
             return args + (["--jobs", str(jobs)] if jobs else [])
 
-        for _, path, files in todo:  # warm the page cache and any bytecode, both sides
+        for _, path, files in todo:  # warm the page cache, any bytecode and the compiled templates, every side
             timed(cmd(path), env)
             timed([sys.executable, "-c", BASELINE, *files], env)
+            if against:
+                timed(cmd(path), other)
         for i in range(max(1, repeats)):
             for name, path, files in todo:
-                sides = [("llmdiag", cmd(path)), ("baseline", [sys.executable, "-c", BASELINE, *files])]
-                for side, argv in (sides if i % 2 == 0 else sides[::-1]):  # alternate which side goes first
-                    runs[name][side].append(timed(argv, env))
+                sides = [("llmdiag", cmd(path), env), ("baseline", [sys.executable, "-c", BASELINE, *files], env)]
+                sides += [("against", cmd(path), other)] if against else []
+                for side, argv, e in (sides if i % 2 == 0 else sides[::-1]):  # alternate which side goes first
+                    runs[name][side].append(timed(argv, e))
     per_case, rounds = {}, []
     for name, path, files in todo:
         r = runs[name]
@@ -102,11 +110,20 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
                           "ratio_wall": statistics.median(b[0] / a[0] for a, b in zip(r["llmdiag"], r["baseline"])),
                           "ratio_cpu": statistics.median(b[1] / a[1] for a, b in zip(r["llmdiag"], r["baseline"]))}
     for i in range(max(1, repeats)):
-        tot = {s: [sum(runs[n][s][i][k] for n in runs) for k in (0, 1)] for s in ("llmdiag", "baseline")}
-        rounds.append({"llmdiag_wall": tot["llmdiag"][0], "llmdiag_cpu": tot["llmdiag"][1],
-                       "baseline_wall": tot["baseline"][0], "baseline_cpu": tot["baseline"][1]})
+        tot = {s: [sum(runs[n][s][i][k] for n in runs) for k in (0, 1)] for s in names_}
+        rounds.append({f"{s}_{k}": tot[s][j] for s in names_ for j, k in enumerate(("wall", "cpu"))})
     mb = sum(c["mb"] for c in per_case.values())
-    return {"cases": per_case, "mb": mb, "report": report, "repeats": repeats, "target": TARGET,
+    extra = {}
+    if against:
+        extra = {"against": os.path.abspath(against),
+                 "against_ratio_wall": statistics.median(r["baseline_wall"] / r["against_wall"] for r in rounds),
+                 "against_ratio_cpu": statistics.median(r["baseline_cpu"] / r["against_cpu"] for r in rounds),
+                 "against_wall": statistics.median(r["against_wall"] for r in rounds)}
+        for name in per_case:
+            r = runs[name]
+            per_case[name]["against_cpu"] = statistics.median(x[1] for x in r["against"])
+            per_case[name]["against_ratio_cpu"] = statistics.median(b[1] / a[1] for a, b in zip(r["against"], r["baseline"]))
+    return {**extra, "cases": per_case, "mb": mb, "report": report, "repeats": repeats, "target": TARGET,
             "ratio_wall": statistics.median(r["baseline_wall"] / r["llmdiag_wall"] for r in rounds),
             "ratio_cpu": statistics.median(r["baseline_cpu"] / r["llmdiag_cpu"] for r in rounds),
             "llmdiag_wall": statistics.median(r["llmdiag_wall"] for r in rounds),
@@ -123,8 +140,12 @@ def line(m: dict) -> str:
             f"{m['baseline_wall']:.2f} s; rate ratio (median of {m['repeats']} paired rounds) wall "
             f"{m['ratio_wall']:.2f}, cpu {m['ratio_cpu']:.2f} (target >= {m['target']}: {ok}); load "
             f"{m['load_start'][0]:.1f} -> {m['load_end'][0]:.1f}")
+    if "against" in m:
+        head += (f"\n  against {m['against']}: {m['against_wall']:.2f} s, ratio wall {m['against_ratio_wall']:.2f}, "
+                 f"cpu {m['against_ratio_cpu']:.2f}")
     rows = [f"  {n} ({c['mb']:g} MB): llmdiag {c['llmdiag_wall']:.3f} s wall / {c['llmdiag_cpu']:.3f} s cpu, baseline "
             f"{c['baseline_wall']:.3f} / {c['baseline_cpu']:.3f}, ratio {c['ratio_wall']:.2f} / {c['ratio_cpu']:.2f}"
+            + (f"; against: {c['against_cpu']:.3f} s cpu, ratio {c['against_ratio_cpu']:.2f}" if "against_cpu" in c else "")
             for n, c in m["cases"].items()]
     return "\n".join([head, *rows])
 
@@ -136,11 +157,16 @@ def main(argv=None) -> None:
     ap.add_argument("--jobs", type=int, help="llmdiag's --jobs (default: its own, all cores)")
     ap.add_argument("--no-report", dest="report", action="store_false", help="time analyze --no-report instead")
     ap.add_argument("--real-dir", default=REAL)
+    ap.add_argument("--against", metavar="TREE", help="also time the command from this checkout, in the same rounds")
     a = ap.parse_args(argv)
     from benchmarks.run import byte_compile
 
     byte_compile()
-    print(line(measure(a.real_dir, a.repeats, a.cases.split(",") if a.cases else None, a.jobs, a.report)))
+    if a.against:
+        import compileall
+
+        compileall.compile_dir(a.against, quiet=2)
+    print(line(measure(a.real_dir, a.repeats, a.cases.split(",") if a.cases else None, a.jobs, a.report, a.against)))
 
 
 if __name__ == "__main__":

@@ -165,3 +165,24 @@ def test_bench_has_the_whole_command_and_the_real_report_cost(tmp_path, small_se
     from benchmarks import render_cost
 
     assert "ratio 1.05 wall, 1.12 cpu" in render_cost.line(m, 35) and "met / NOT met" in render_cost.line(m, 35)
+
+
+def test_whole_command_against_another_tree_shares_the_rounds(tmp_path, monkeypatch, small_set):
+    """`--against TREE`: a third side in every round, told apart here by its PYTHONPATH; its ratio is the
+    baseline over it, as for the tree under test."""
+    from benchmarks import whole_command
+
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    old = str(tmp_path / "old")
+    seen = []
+
+    def fake(argv, env=None):
+        side = "base" if "-c" in argv else "old" if env["PYTHONPATH"].startswith(old) else "new"
+        seen.append(side)
+        return {"base": (1.0, 1.0), "new": (2.0, 2.0), "old": (4.0, 4.0)}[side]
+
+    monkeypatch.setattr(whole_command, "timed", fake)
+    m = whole_command.measure(str(real), repeats=3, against=old)
+    assert seen.count("old") == seen.count("new") == seen.count("base") == 2 * 4  # 2 cases x (warm-up + 3 rounds)
+    assert m["ratio_cpu"] == 0.5 and m["against_ratio_cpu"] == 0.25 and m["cases"]["nccl_data"]["against_cpu"] == 4.0
+    assert f"against {old}" in whole_command.line(m)
