@@ -29,7 +29,7 @@ def _run(args: list[str]) -> tuple[float, float]:
     from benchmarks.whole_command import timed
 
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return timed([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", *args, "-q"], env)
+    return timed([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", *args, "-q"], env, ROOT)
 
 
 def measure(path: str, repeats: int = 5) -> dict:

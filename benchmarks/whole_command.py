@@ -49,10 +49,12 @@ def cases(real_dir: str = REAL, names: list[str] | None = None) -> list[tuple[st
     return out
 
 
-def timed(argv: list[str], env: dict | None = None) -> tuple[float, float]:
-    """(wall s, cpu s) of one process and the workers it reaped, from spawn to exit; raises on failure."""
+def timed(argv: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float]:
+    """(wall s, cpu s) of one process and the workers it reaped, from spawn to exit; raises on failure. Run
+    from a neutral `cwd`: `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH, so run
+    from a checkout it would import that checkout whatever PYTHONPATH says."""
     t = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
@@ -90,16 +92,16 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
             return args + (["--jobs", str(jobs)] if jobs else [])
 
         for _, path, files in todo:  # warm the page cache, any bytecode and the compiled templates, every side
-            timed(cmd(path), env)
-            timed([sys.executable, "-c", BASELINE, *files], env)
+            timed(cmd(path), env, out)
+            timed([sys.executable, "-c", BASELINE, *files], env, out)
             if against:
-                timed(cmd(path), other)
+                timed(cmd(path), other, out)
         for i in range(max(1, repeats)):
             for name, path, files in todo:
                 sides = [("llmdiag", cmd(path), env), ("baseline", [sys.executable, "-c", BASELINE, *files], env)]
                 sides += [("against", cmd(path), other)] if against else []
                 for side, argv, e in (sides if i % 2 == 0 else sides[::-1]):  # alternate which side goes first
-                    runs[name][side].append(timed(argv, e))
+                    runs[name][side].append(timed(argv, e, out))
     per_case, rounds = {}, []
     for name, path, files in todo:
         r = runs[name]

@@ -129,7 +129,7 @@ def test_whole_command_ratio_is_paired_rounds(tmp_path, monkeypatch, small_set):
     assert [n for n, _, _ in whole_command.cases(str(real))] == ["sampled_pair", "nccl_data"]
     llm = iter([1.0, 1.0,  1.0, 1.0,  2.0, 2.0,  4.0, 4.0,  4.0, 4.0,  4.0, 4.0])  # warm-up pair, then 5 rounds
     base = iter([1.0, 1.0,  1.0, 1.0,  1.0, 1.0,  1.0, 1.0,  2.0, 2.0,  8.0, 8.0])
-    monkeypatch.setattr(whole_command, "timed", lambda argv, env=None: (lambda x: (x, x / 2))(
+    monkeypatch.setattr(whole_command, "timed", lambda argv, env=None, cwd=None: (lambda x: (x, x / 2))(
         next(llm) if "llmdiag.diagnose.cli.main" in argv else next(base)))
     m = whole_command.measure(str(real), repeats=5)
     # rounds (llmdiag, baseline) summed over the 2 cases: (2, 2), (4, 2), (8, 2), (8, 4), (8, 16)
@@ -176,7 +176,8 @@ def test_whole_command_against_another_tree_shares_the_rounds(tmp_path, monkeypa
     old = str(tmp_path / "old")
     seen = []
 
-    def fake(argv, env=None):
+    def fake(argv, env=None, cwd=None):
+        assert cwd and not os.path.exists(os.path.join(cwd, "llmdiag"))  # `python -m` would import cwd's tree first
         side = "base" if "-c" in argv else "old" if env["PYTHONPATH"].startswith(old) else "new"
         seen.append(side)
         return {"base": (1.0, 1.0), "new": (2.0, 2.0), "old": (4.0, 4.0)}[side]
