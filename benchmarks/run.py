@@ -5,6 +5,7 @@
     python -m benchmarks.run --full          # the same sizes, baselines repeated too (median of 3)
     python -m benchmarks.run --cases real,r8 --repeats 5 --no-hta
     python -m benchmarks.run --cases ladder      # the scale ladder, 64..16,384 ranks, whole command (ladder.py)
+    python -m benchmarks.run --cases whole,render_cost   # the whole command against gunzip + orjson; the report's cost
 
 Every measurement is a fresh `python -m benchmarks.child` process whose whole tree (workers included) is
 sampled from /proc for peak RSS and PSS (benchmarks/proctree.py). llmdiag is timed as `analyze_path` with its
@@ -37,7 +38,7 @@ MB = 1e6
 @dataclass
 class Case:
     name: str
-    kind: str  # real | set | scaling | render | cost | imports | ladder
+    kind: str  # real | set | scaling | render | cost | imports | ladder | whole
     ranks: int = 0
     mb: float = 0.0
     hta: bool = True
@@ -67,9 +68,15 @@ def cases_for(mode: str, real_dir: str) -> list[Case]:
     render = [Case(f"render:{n}", "render", n, hta=False)]
     # benchmarks/render_cost.py: analyze with / without the report (not in --quick: it runs analyze 2x4 times)
     cost = [] if mode == "quick" else [Case("render_cost:1x35", "cost", 1, 35, hta=False)]
+    control = os.path.join(real_dir, "hta", "trace_diff", "control.json.gz")  # the largest real HTA trace, 35 MB
+    if mode != "quick" and os.path.exists(control):
+        cost.append(Case("render_cost:real", "cost", 1, 35, hta=False, path=control))
+    # benchmarks/whole_command.py: `analyze --json --report` as a process against gunzip + orjson of the same
+    # bytes, on the real fixtures, in paired rounds (two small fixtures, one round, in --quick)
+    whole = [Case("whole:real", "whole", hta=False, path=real_dir)] if real else []
     # benchmarks/import_cost.py: what `analyze` of one rank imports, against numpy's import (~10 s)
     imports = [Case("imports:1x0.2", "imports", 1, 0.2, hta=False)]
-    return real + sets + scaling + render + cost + imports
+    return real + sets + scaling + render + cost + imports + whole
 
 
 def ladder_cases(rungs: str | None) -> list[Case]:
@@ -103,7 +110,7 @@ def decompressed_sizes(files: list[str]) -> list[int]:
 
 
 def prepare(case: Case, data_dir: str) -> None:
-    if case.kind in ("set", "scaling", "cost", "imports", "ladder"):
+    if case.kind in ("set", "scaling", "cost", "imports", "ladder") and not (case.kind == "cost" and case.path):
         case.path = os.path.join(data_dir, case.name.replace(":", "_"))
         t = time.perf_counter()
         case.files = generate.write_set(case.path, case.ranks, case.mb)
@@ -134,6 +141,15 @@ def run_case(case: Case, a, results_dir: str) -> dict:
             row["cost"] = render_cost.measure(case.path, max(3, a.repeats))
         except RuntimeError as e:
             row["cost"] = {"error": str(e)}
+        return row
+    if case.kind == "whole":
+        from benchmarks import whole_command
+
+        names = ["sampled_pair", "nccl_data"] if a.quick else None
+        try:
+            row["whole"] = whole_command.measure(case.path, 1 if a.quick else max(5, a.repeats), names)
+        except RuntimeError as e:
+            row["whole"] = {"error": str(e)}
         return row
     if case.kind == "imports":
         from benchmarks import import_cost
@@ -227,7 +243,13 @@ def table(rows: list[dict], floors: dict) -> str:
         if r["kind"] == "cost":
             from benchmarks import render_cost
 
-            out.append("\n" + render_cost.line(r["cost"], r.get("mb") or 35))
+            what = "HTA's trace_diff/control (35 MB, real)" if r["case"].endswith(":real") else ""
+            out.append("\n" + render_cost.line(r["cost"], r.get("mb") or 35, what))
+    for r in rows:
+        if r["kind"] == "whole":
+            from benchmarks import whole_command
+
+            out.append("\n" + whole_command.line(r["whole"]))
     for r in rows:
         if r["kind"] == "imports":
             from benchmarks import import_cost

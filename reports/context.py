@@ -22,12 +22,10 @@ from llmdiag.diagnose.model.analysis import Analysis, PipelineAction, RankMetric
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import column_unit, fmt, header_unit, ranges
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
-from llmdiag.diagnose.model.manifest import layout_text
+from llmdiag.diagnose.model.dims import layout_text
 from llmdiag.diagnose.model.names import demangle_many, short_names
 from llmdiag.diagnose.model.pack import file_schema
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
-from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
-                                        whatif_cards)
 from llmdiag.reports import charts
 from llmdiag.reports.kernel_views import kernel_views
 from llmdiag.reports.steps import step_view
@@ -386,6 +384,10 @@ def whatif_view(a: Analysis) -> dict | None:
     w = a.whatif
     if w is None:
         return None
+    # imported only for a run with a what-if (its model types are ~1 % of a small report run's imports)
+    from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of,
+                                                    stage_rows, whatif_cards)
+
     return {"cards": whatif_cards(w, plant_of(a)), "stages": stage_rows(w), "stage_header": STAGE_HEADER,
             "imbalance": fmt(w.imbalance, "pct"), "header": CONTRIB_HEADER,
             "rows": contribution_rows(w) if not w.missing else []}

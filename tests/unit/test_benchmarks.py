@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
 from collections import Counter
 
 import orjson
@@ -107,3 +108,82 @@ def test_import_cost_reads_importtime_and_runs_the_command(tmp_path):
     assert m["modules"] > 100 and "numpy" in m["heaviest"] and m["analyze_s"] > m["numpy_line_s"] > 0
     assert m["numpy_alone_s"] > 0
     assert "analyze imports, 1 rank" in import_cost.line(m) and "over its numpy line" in import_cost.line(m)
+
+
+def _fake_real(root, src: str):
+    """A stand-in for ../shared/fixtures/real: a generated trace under two of HTA's names."""
+    import shutil
+
+    (root / "hta" / "sampled_pair").mkdir(parents=True)
+    shutil.copy(src, root / "hta" / "nccl_data.json.gz")
+    shutil.copy(src, root / "hta" / "sampled_pair" / "sampled_rank-0.json.gz")
+    return root
+
+
+def test_whole_command_ratio_is_paired_rounds(tmp_path, monkeypatch, small_set):
+    """The ratio of a round is the baseline's seconds over llmdiag's summed over the cases (= llmdiag's rate over
+    the baseline's on the same bytes); the figure is the median over rounds, not a ratio of medians."""
+    from benchmarks import whole_command
+
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    assert [n for n, _, _ in whole_command.cases(str(real))] == ["sampled_pair", "nccl_data"]
+    llm = iter([1.0, 1.0,  1.0, 1.0,  2.0, 2.0,  4.0, 4.0,  4.0, 4.0,  4.0, 4.0])  # warm-up pair, then 5 rounds
+    base = iter([1.0, 1.0,  1.0, 1.0,  1.0, 1.0,  1.0, 1.0,  2.0, 2.0,  8.0, 8.0])
+    monkeypatch.setattr(whole_command, "timed", lambda argv, env=None, cwd=None: (lambda x: (x, x / 2))(
+        next(llm) if "llmdiag.diagnose.cli.main" in argv else next(base)))
+    m = whole_command.measure(str(real), repeats=5)
+    # rounds (llmdiag, baseline) summed over the 2 cases: (2, 2), (4, 2), (8, 2), (8, 4), (8, 16)
+    assert m["ratio_wall"] == 0.5 and m["ratio_cpu"] == 0.5
+    assert [r["llmdiag_wall"] for r in m["rounds"]] == [2, 4, 8, 8, 8]
+    assert m["cases"]["nccl_data"]["llmdiag_wall"] == 4.0 and m["mb"] > 0
+    assert "rate ratio (median of 5 paired rounds) wall 0.50, cpu 0.50 (target >= 0.9: NOT met)" in whole_command.line(m)
+
+
+def test_whole_command_runs_the_real_command_and_the_baseline(tmp_path, small_set):
+    from benchmarks import whole_command
+
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    m = whole_command.measure(str(real), repeats=1, names=["nccl_data"])
+    c = m["cases"]["nccl_data"]
+    assert c["llmdiag_wall"] > 0 and c["baseline_wall"] > 0 and c["llmdiag_cpu"] > 0 and m["report"]
+    with pytest.raises(RuntimeError, match="no real fixtures"):
+        whole_command.measure(str(tmp_path / "none"), repeats=1)
+    with pytest.raises(RuntimeError):  # a failing command is an error, not a fast run
+        whole_command.timed([sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", str(tmp_path / "missing")])
+
+
+def test_bench_has_the_whole_command_and_the_real_report_cost(tmp_path, small_set):
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    (real / "hta" / "trace_diff").mkdir()
+    (real / "hta" / "trace_diff" / "control.json.gz").write_bytes(b"")
+    kinds = {c.name: c for c in cases_for("default", str(real))}
+    assert kinds["whole:real"].kind == "whole" and kinds["whole:real"].path == str(real)
+    assert kinds["render_cost:real"].path.endswith("control.json.gz")
+    assert "render_cost:real" not in {c.name for c in cases_for("quick", str(real))}
+    m = {"without_s": 1.0, "with_s": 1.05, "ratio": 1.05, "without_cpu": 0.8, "with_cpu": 0.9, "ratio_cpu": 1.125,
+         "target": 1.10, "report_bytes": 2e5, "load": 1.0}
+    from benchmarks import render_cost
+
+    assert "ratio 1.05 wall, 1.12 cpu" in render_cost.line(m, 35) and "met / NOT met" in render_cost.line(m, 35)
+
+
+def test_whole_command_against_another_tree_shares_the_rounds(tmp_path, monkeypatch, small_set):
+    """`--against TREE`: a third side in every round, told apart here by its PYTHONPATH; its ratio is the
+    baseline over it, as for the tree under test."""
+    from benchmarks import whole_command
+
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    old = str(tmp_path / "old")
+    seen = []
+
+    def fake(argv, env=None, cwd=None):
+        assert cwd and not os.path.exists(os.path.join(cwd, "llmdiag"))  # `python -m` would import cwd's tree first
+        side = "base" if "-c" in argv else "old" if env["PYTHONPATH"].startswith(old) else "new"
+        seen.append(side)
+        return {"base": (1.0, 1.0), "new": (2.0, 2.0), "old": (4.0, 4.0)}[side]
+
+    monkeypatch.setattr(whole_command, "timed", fake)
+    m = whole_command.measure(str(real), repeats=3, against=old)
+    assert seen.count("old") == seen.count("new") == seen.count("base") == 2 * 4  # 2 cases x (warm-up + 3 rounds)
+    assert m["ratio_cpu"] == 0.5 and m["against_ratio_cpu"] == 0.25 and m["cases"]["nccl_data"]["against_cpu"] == 4.0
+    assert f"against {old}" in whole_command.line(m)

@@ -26,7 +26,7 @@ OTHER_TOOLS = {
     "--xfail-report", "--real-only", "--planted-only", "--llmdiag", "--markdown",
     # python -m benchmarks.run / benchmarks.engine (docs/benchmarks.md, docs/cluster.md)
     "--baseline-repeats", "--cases", "--data-dir", "--full", "--ladder", "--no-hta", "--parser", "--quick",
-    "--repeats", "--mb", "--workers",
+    "--repeats", "--mb", "--workers", "--trace", "--against",
     # python -m llmdiag.workloads.overhead (docs/workloads.md)
     "--repeat",
     # python -m tests.expert.score (docs/expert-corpus.md)
