@@ -30,7 +30,9 @@ SEQ_NOTE = ("Kernels launched back to back by one op: candidates for fusion (tor
             "kernels share time: not additive). A run inside a listed one with as many occurrences, or shifted by one "
             "kernel from it, is not repeated.")
 LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
-LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
+LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start (llmdiag's start-to-start delay, over the "
+               "analysed steps, unclipped: negative is a host/device clock offset); HTA's, from the call's end, clipped "
+               "at 0, is launch.hta_delay_* in summary.json. Short kernels: under 10 µs. Queue: device "
                "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
                "stalls.")
 
