@@ -161,6 +161,12 @@ def _exposed_action(c: Ctx, rows) -> str:
         return ddp + tail
     exp = statistics.fmean(x[2] for x in rows)
     blocked = statistics.fmean((x[0].idle.comm_wait_ms if x[0].idle is not None else 0.0) for x in rows)
+    if c.dev == "CPU":  # no device idle to attribute: whether the calling thread waits is not read
+        return ("find what the collective waits for with `llmdiag analyze --timeline`; on CPU (gloo) the trace "
+                "does not show whether the calling thread waits in it: where it is called without `async_op=True`, "
+                "issue it asynchronously and wait just before its result is used, with independent compute beside "
+                "it (gloo's exchange and the compute share the cores, so less hides than on GPUs), or shrink it"
+                + tail)
     if exp > 0 and blocked >= BLOCKING_SHARE * exp:
         return (f"the host waits in the collective ({fmt(blocked, 'ms')} per step): launch it asynchronously "
                 "(`async_op=True`, wait just before its result is used) and overlap it with independent compute "
