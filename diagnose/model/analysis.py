@@ -180,6 +180,8 @@ class RankMetrics:
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
     # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
+    backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
+    # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
 
     @property
     def nsteps(self) -> int:

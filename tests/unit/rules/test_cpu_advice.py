@@ -27,9 +27,13 @@ def _moe(s: dict, hosts: int = 1) -> dict:
     return s
 
 
-def _exposed(s: dict) -> dict:
-    """Communication of an unknown group, 80 % exposed (exposed_comm's trigger), and no host-wait evidence."""
+def _exposed(s: dict, backend: str = "") -> dict:
+    """Communication of an unknown group, 80 % exposed (exposed_comm's trigger); on GPU traces an idle
+    attribution in which the host never waits in communication (on CPU traces there is none)."""
     for r in s["ranks"]:
+        r["backend"] = backend
+        if r["trace_kind"] == "gpu":
+            r["idle"] = {"idle_ms": 1.0, "comm_wait_ms": 0.0, "unattributed_ms": 1.0}
         for c in r["comm_by_kind"]:
             c["pg"] = "misc"
             c["overlapped_ms"] = 0.2 * c["total_ms"]
@@ -60,10 +64,23 @@ def test_moe_cross_node_on_cpu_assumes_no_nvlink():
 
 def test_exposed_comm_on_cpu_makes_no_async_claim():
     gpu = {f.id: f for f in _run(_exposed(summary(4)))}
-    cpu = {f.id: f for f in _run(_exposed(summary(4, gpu=False)))}
-    assert "already launched asynchronously" in gpu["exposed_comm"].action
+    cpu = {f.id: f for f in _run(_exposed(summary(4, gpu=False), "gloo"))}
+    assert "already launched asynchronously" in gpu["exposed_comm"].action  # read from the GPU's idle
     assert not GPU_ONLY.search(cpu["exposed_comm"].action)
-    assert "async_op=True" in cpu["exposed_comm"].action
+    assert "async_op=True" in cpu["exposed_comm"].action and "gloo" in cpu["exposed_comm"].action
+    nccl = {f.id: f for f in _run(_exposed(summary(4, gpu=False), "nccl"))}  # a capture without GPU activity
+    assert "gloo" not in nccl["exposed_comm"].action and not GPU_ONLY.search(nccl["exposed_comm"].action)
+
+
+def test_nccl_trace_without_gpu_activity_is_not_called_gloo():
+    from llmdiag.diagnose.model.devices import cpu_only_words, host_backends
+
+    assert cpu_only_words(["gloo", "gloo"]) == "CPU-only (gloo)"
+    assert "gloo" not in cpu_only_words(["nccl"]) and "no GPU activity" in cpu_only_words(["nccl"])
+    assert "gloo" not in cpu_only_words([""])
+    assert host_backends(["gloo", ""]) and not host_backends(["gloo", "nccl"])
+    cpu = {f.id: f for f in _run(_moe(_exposed(summary(4, gpu=False), "nccl")))}
+    assert "DeepEP" in cpu["moe_exposed_a2a"].action  # the job ran on GPUs: their tools apply
 
 
 def test_cpu_caveat_comes_first():
