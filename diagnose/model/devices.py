@@ -154,6 +154,10 @@ class ComputePeak:
 
 # Datasheet numbers with sparsity are halved to dense. First match in the upper-cased name wins.
 _COMPUTE: tuple[tuple[str, ComputePeak], ...] = (
+    (r"GB200", ComputePeak({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0}, 8000.0,
+                           "NVIDIA GB200 NVL72 datasheet, per-GPU column (sparse figures halved)")),
+    (r"B200", ComputePeak({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}, 7700.0,
+                          "NVIDIA HGX B200 datasheet, per-GPU column (sparse figures halved; sm100)")),
     (r"H100.{0,8}PCIE", ComputePeak({"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}, 2000.0,
                                     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (sparse figures halved)")),
     (r"H200", ComputePeak({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0}, 4800.0,
