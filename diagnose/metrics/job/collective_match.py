@@ -258,9 +258,9 @@ def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.
     aseg = _segments(key[ao], rank[ao])
     first_start = np.minimum.reduceat(start[ao], aseg)
     last_end = np.maximum.reduceat(end[ao], aseg)
-    rows_of = {(int(kk), int(rr)): (int(n), int(a), int(b)) for kk, rr, n, a, b in zip(
-        key[ao][aseg].tolist(), rank[ao][aseg].tolist(), np.diff(np.append(aseg, len(ao))).tolist(),
-        first_start.tolist(), last_end.tolist())}
+    n_rows = np.diff(np.append(aseg, len(ao)))
+    r0, width = int(rank.min()), int(rank.max()) - int(rank.min()) + 1
+    at_seg = key[ao][aseg].astype(np.int64) * width + (rank[ao][aseg] - r0)  # ascending: (key, rank) sorted
     keep = idx > LONE
     rank, key, idx, end, order = rank[keep], key[keep], idx[keep], end[keep], order[keep]
     if not len(key):
@@ -282,8 +282,8 @@ def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.
     trail = klast - 1 - np.searchsorted(comp, k[last] * span + (i[last] - int(ui.min())))
     first_od = np.minimum.reduceat(od, seg)
     last_od = np.maximum.reduceat(od, seg)
-    own = np.array([rows_of[(int(kk), int(rr))] for kk, rr in zip(k[seg].tolist(), r[seg].tolist())],
-                   np.int64).reshape(-1, 3)
+    pos = np.searchsorted(at_seg, k[seg].astype(np.int64) * width + (r[seg] - r0))  # each (key, rank)'s own rows
+    own = np.stack([n_rows[pos], first_start[pos], last_end[pos]], axis=1)
     lead = np.where(first_od > 0, 0, lead)  # unmatched rows before its first matched one: not a capture edge
     trail = np.where(last_od < own[:, 0] - 1, 0, trail)
     if (lead > 0).any() or (trail > 0).any():
