@@ -68,8 +68,15 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         return [analysis]
     src = discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
-    cpu_cap = man.device.memory_bytes if man and man.device and man.device.type == "cpu" else None
-    job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man, f), cpu_cap, top_k,
+    folder_of, mans = _nested_manifests(src) if man is None else ({}, {})
+
+    def man_of(f):
+        return mans.get(folder_of.get(f, ""), man)
+
+    def cpu_cap(m):
+        return m.device.memory_bytes if m and m.device and m.device.type == "cpu" else None
+
+    job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man_of(f), f), cpu_cap(man_of(f)), top_k,
                        tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False)
                 for f in src.files]
     if len(job_list) == 1 and not engine.is_dask and (n := engine.jobs or default_workers()) > 1:
@@ -86,8 +93,14 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(outputs),
                                run_folder=bool(src.run_folder))
         name = src.name if len(groups) == 1 else f"{src.name}-run{k + 1}"  # outputs of two runs never overwrite
+        man_k = man
+        folders = {folder_of.get(o.path, "") for o in outputs}
+        if len(folders) == 1 and (folder := folders.pop()) in mans:  # one run folder of several: its manifest, its name
+            man_k, name = mans[folder], os.path.basename(folder)
+            if sum(os.path.basename(d) == name for d in mans) > 1:  # two run folders of one name: both kept apart
+                name = f"{name}-run{k + 1}"
         run_tracks: dict | None = {} if tracks is not None else None
-        analysis, job = assemble(outputs, man, source=src.path, name=name, skipped=src.skipped, opts=opts,
+        analysis, job = assemble(outputs, man_k, source=src.path, name=name, skipped=src.skipped, opts=opts,
                                  version=__version__, tracks=run_tracks)
         if tracks is not None:
             tracks[name] = run_tracks
@@ -98,7 +111,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         if len(groups) > 1:
             analysis.runs = run_infos(groups, k)
             analysis.issues.insert(0, Issue(src.path, runs_message(analysis.runs, groups), None, "warning"))
-        if man is not None and (why := _stale(man)):
+        if man_k is not None and (why := _stale(man_k)):
             analysis.issues.append(Issue(src.path, why, None, "warning"))
         t2 = time.perf_counter()
         if rules:
@@ -129,6 +142,25 @@ def check_comm_regex(comm_regex: str | None) -> None:
             re.compile(comm_regex)
         except re.error as e:
             raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})") from None
+
+
+def _nested_manifests(src) -> tuple[dict[str, str], dict]:
+    """(file -> its run folder, run folder -> its Manifest) for a folder holding run folders; a manifest that does
+    not read is that run's loss only (its files are analysed as foreign traces)."""
+    from llmdiag.diagnose.errors import LlmdiagError
+    from llmdiag.diagnose.io.discover import read_manifest, run_folders
+
+    if not os.path.isdir(src.path):
+        return {}, {}
+    folder_of = run_folders(src.path, src.files)
+    mans = {}
+    for d in sorted(set(folder_of.values())):
+        try:
+            data = read_manifest(os.path.join(d, "manifest.json"))
+            mans[d] = manifest_from_dict(data, d) if data is not None else None
+        except LlmdiagError:
+            mans[d] = None
+    return folder_of, {d: m for d, m in mans.items() if m is not None}
 
 
 def _stale(man) -> str | None:

@@ -164,11 +164,14 @@ TABLES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("mean_us", "f64", "one occurrence's kernel time"), ("share", "f64", "of the ranks' compute-kernel time")]),
     "launches": ("one GPU rank's kernel launch statistics over its steps", [
         ("rank", "i64", "global rank"), ("launches", "i64", "runtime calls that launched a device event"),
-        ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "kernel start − launch call start"),
-        ("delay_p90_us", "f64", "90th percentile of the launch delay"), ("delay_max_us", "f64", "longest launch delay"),
+        ("launches_per_step", "f64", "launches / steps"), ("delay_median_us", "f64", "start-to-start: event start − call start"),
+        ("delay_p90_us", "f64", "its 90th percentile"), ("delay_max_us", "f64", "longest start-to-start delay"),
         ("launch_ms_per_step", "f64", "CPU time inside the launch calls per step"),
         ("short_kernel_frac", "f64", "share of compute/comm kernels under 10 µs"),
-        ("queue_max", "i64", "longest launch queue on any stream (launched, not yet started)")]),
+        ("queue_max", "i64", "longest launch queue on any stream (launched, not yet started)"),
+        ("hta_delay_median_us", "f64", "HTA's: event start − call end, clipped at 0 (docs/metrics.md)"),
+        ("hta_delay_p90_us", "f64", "its 90th percentile"), ("hta_delay_max_us", "f64", "longest HTA launch delay"),
+        ("hta_events", "i64", "device events HTA's definition pairs with a launch call")]),
     "queue": ("one stream of a rank: launched-but-not-started device events (HTA's queue length; 2 longest per rank)", [
         ("rank", "i64", "global rank"), ("stream", "i64", "device stream"),
         ("max_events", "i64", "longest queue"), ("mean_events", "f64", "mean queue over the samples"),
@@ -234,7 +237,8 @@ def _views(a: Analysis) -> dict[str, dict[str, list]]:
     roof = [(x.op, x.shape, x.dtype, x.ranks, x.calls, x.kernel_ms, x.gflop, x.gbytes, x.tflops, x.gbps, x.intensity,
              x.peak_tflops, x.peak_frac, x.bound) for x in (kv.roofline if kv else [])]
     la = [(r.rank, x.launches, x.launches_per_step, x.delay_median_us, x.delay_p90_us, x.delay_max_us,
-           x.launch_ms_per_step, r.hints.short_kernel_frac, x.queue_max) for r in a.ranks if (x := r.launch)]
+           x.launch_ms_per_step, r.hints.short_kernel_frac, x.queue_max, x.hta_delay_median_us, x.hta_delay_p90_us,
+           x.hta_delay_max_us, x.hta_events) for r in a.ranks if (x := r.launch)]
     qu = [(r.rank, q.stream, q.max, q.mean, q.samples) for r in a.ranks if r.launch for q in r.launch.queue]
     si = [(x.stream, x.ranks, x.idle_ms, x.host_wait_ms, x.other_ms, x.max_rank, x.max_rank_ms)
           for x in (kv.streams if kv else [])]

@@ -140,3 +140,30 @@ def rank_from_name(path: str) -> int | None:
     m = RANK_IN_NAME.search(os.path.basename(path))
     return int(m.group(1)) if m else None
 
+
+
+def run_folders(root: str, files: list[str]) -> dict[str, str]:
+    """file -> the llmdiag run folder (a folder holding manifest.json) nearest above it, below `root`: a folder of
+    several run folders (`runs/`) keeps each run's manifest, and each run its name (issue 36: a run analysed out
+    of `runs/` was named `runs-run4` and read without its manifest). Files under no such folder are left out."""
+    top = os.path.abspath(root)
+    seen: dict[str, str | None] = {}
+    out = {}
+    for f in files:
+        d = os.path.dirname(os.path.abspath(f))
+        walked = []
+        found = None
+        while d.startswith(top + os.sep):
+            if d in seen:
+                found = seen[d]
+                break
+            walked.append(d)
+            if os.path.isfile(os.path.join(d, "manifest.json")):
+                found = d
+                break
+            d = os.path.dirname(d)
+        for w in walked:
+            seen[w] = found
+        if found:
+            out[f] = found
+    return out

@@ -186,6 +186,8 @@ class RankMetrics:
     steps_source: str = "ProfilerStep"  # where the steps come from: "ProfilerStep", "Optimizer.step" (between
     # consecutive optimizer steps, no ProfilerStep in the trace) or "capture" (one window; metrics/rank/steps.py)
     comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
+    backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
+    # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
 
     @property
     def nsteps(self) -> int:

@@ -75,6 +75,31 @@ def device_word(device_name: str | None, trace_kind: str | None = None) -> str:
     return "device" if device_name and _NOT_GPU.search(device_name.upper()[:200]) else "GPU"
 
 
+def cpu_only_words(backends) -> str:
+    """What a CPU-only analysis is, from its traces' distributedInfo backends: "CPU-only (gloo)" only where the
+    traces say gloo; a trace of an nccl (or other accelerator) job with no device events is a capture that
+    recorded no GPU activity (CUDA activities off), not a CPU run, and is called so (issue 36)."""
+    seen = sorted({b for b in backends if b})
+    if not seen:
+        return "CPU-only (backend not recorded)"
+    if seen == ["gloo"]:
+        return "CPU-only (gloo)"
+    acc = [b for b in seen if b not in ("gloo", "mpi")]
+    if acc:
+        return (f"CPU-only though the backend is {', '.join(acc)}: the capture recorded no GPU activity (profiler "
+                "activities without CUDA), so this is not a CPU run")
+    return f"CPU-only ({', '.join(seen)})"
+
+
+HOST_BACKENDS = ("gloo", "mpi", "")  # backends whose collectives run on the host ("": not recorded)
+
+
+def host_backends(backends) -> bool:
+    """Do the traces' backends move data on the host (gloo, MPI, or unrecorded)? False where one names an
+    accelerator's library (nccl, rccl, hccl, xccl): that job ran on devices even if its capture shows none."""
+    return all((b or "") in HOST_BACKENDS for b in backends)
+
+
 # Kineto's activity categories that only one accelerator's runtime writes (libkineto ActivityType names).
 _CATEGORY_DEVICES = (("mtia_", "MTIA"), ("hpu_", "Gaudi (HPU)"))
 
@@ -129,6 +154,10 @@ class ComputePeak:
 
 # Datasheet numbers with sparsity are halved to dense. First match in the upper-cased name wins.
 _COMPUTE: tuple[tuple[str, ComputePeak], ...] = (
+    (r"GB200", ComputePeak({"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0}, 8000.0,
+                           "NVIDIA GB200 NVL72 datasheet, per-GPU column (sparse figures halved)")),
+    (r"B200", ComputePeak({"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}, 7700.0,
+                          "NVIDIA HGX B200 datasheet, per-GPU column (sparse figures halved; sm100)")),
     (r"H100.{0,8}PCIE", ComputePeak({"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}, 2000.0,
                                     "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe column (sparse figures halved)")),
     (r"H200", ComputePeak({"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0}, 4800.0,

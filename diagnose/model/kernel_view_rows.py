@@ -11,7 +11,8 @@ from llmdiag.diagnose.model.names import demangle_many
 OP_HEADER = ["op", "ranks", "events", "ms/step", "mean µs", "launch delay µs", "most ms/step (rank)", "top kernel"]
 OP_NOTE = ("Device events by the innermost host op enclosing their launch call, summed over the ranks (ms/step: the "
            "sum of each rank's per-step time; events: over all steps). Launch delay: kernel start − launch call "
-           "start, the mean (queueing plus launch latency). Ops past the top 20 are '(other ops)'.")
+           "start, the mean (queueing plus launch latency; llmdiag's start-to-start delay, not HTA's, and negative "
+           "only where the host and device clocks disagree). Ops past the top 20 are '(other ops)'.")
 ROOF_HEADER = ["op", "shape", "dtype", "ranks", "calls", "kernel ms", "TFLOP/s", "GB/s", "FLOP/B", "of peak", "bound"]
 ROOF_NOTE = ("GEMM and attention ops whose Input Dims the trace records: FLOPs from the shapes (GEMM 2·M·N·K, attention "
              "4·B·H·S²·D, ×2.5 backward, causal masks counted in full), bytes = inputs + output once (a lower bound). "
@@ -30,7 +31,9 @@ SEQ_NOTE = ("Kernels launched back to back by one op: candidates for fusion (tor
             "kernels share time: not additive). A run inside a listed one with as many occurrences, or shifted by one "
             "kernel from it, is not repeated.")
 LAUNCH_HEADER = ["rank", "launches/step", "delay p50 µs", "delay p90 µs", "launch ms/step", "short kernels", "queue max"]
-LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start. Short kernels: under 10 µs. Queue: device "
+LAUNCH_NOTE = ("Launch delay: device event start − its launch call's start (llmdiag's start-to-start delay, over the "
+               "analysed steps, unclipped: negative is a host/device clock offset); HTA's, from the call's end, clipped "
+               "at 0, is launch.hta_delay_* in summary.json. Short kernels: under 10 µs. Queue: device "
                "events launched on a stream and not yet started (HTA's queue length); near 1024 the launching thread "
                "stalls.")
 

@@ -59,12 +59,18 @@ class LaunchStats:
 
     launches: int  # runtime calls matched to a device event by correlation id
     launches_per_step: float
-    delay_median_us: float | None  # kernel start − launch call start
+    delay_median_us: float | None  # start-to-start delay: device event start − launch call start, analysed steps
     delay_p90_us: float | None
     delay_max_us: float | None
     launch_ms_per_step: float  # CPU time inside those launch calls, per step
     # (short kernels, under 10 µs: Hints.short_kernel_frac, computed once there)
     queue: list[QueueStat] = field(default_factory=list)  # longest queues first (at most 2 streams)
+    # HTA's launch delay (cuda_kernel_launch_stats): device event start − launch call END, clipped at 0, whole
+    # trace, the events HTA pairs (metrics/rank/launch_stats.hta_launch_delays); None where HTA pairs none
+    hta_delay_median_us: float | None = None
+    hta_delay_p90_us: float | None = None
+    hta_delay_max_us: float | None = None
+    hta_events: int = 0  # device events HTA's definition pairs with a launch call
 
     @property
     def queue_max(self) -> int:

@@ -13,14 +13,14 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from operator import attrgetter, sub, truediv
+from operator import attrgetter, truediv
 
 from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host  # noqa: F401 (re-export)
-from llmdiag.diagnose.model.roles import pg_role
+from llmdiag.diagnose.model.roles import P2P_KINDS, pg_role
 
 
 def _mean(xs) -> float | None:
@@ -64,6 +64,16 @@ def _grouped(rows) -> dict[tuple, tuple[list, list, list]]:
     return out
 
 
+def _exposed(kind: str, rs, total, over, ns) -> list[float]:
+    """Per rank: the group's op time not under compute, per step, at most what the rank's step holds: its exposed
+    communication (a union) for collectives, its step for send/recv (a CPU pipeline counts those as bubble, not
+    exposed communication). Ops of one group that run at once (gloo runs collectives on several threads) would
+    otherwise count their shared time twice: 343.68 ms exposed in a 210.11 ms step (issue 36)."""
+    p2p = kind in P2P_KINDS
+    return [min((t - o) / n, r.step_time_ms if p2p else r.exposed_comm_ms)
+            for r, t, o, n in zip(rs, total, over, ns)]
+
+
 def comm_by_group(a: Analysis) -> list[CommGroupRow]:
     """One row per (kind, process group) over all ranks, most time per step first. Each group's columns
     are read once (map over the records, 16,384 ranks × a few groups), the sums in rank order."""
@@ -86,7 +96,7 @@ def comm_by_group(a: Analysis) -> list[CommGroupRow]:
             group_size=cs[0].group_size,
             ops_per_step=statistics.fmean(list(map(truediv, map(_COUNT, cs), ns))),
             time_ms_per_step=statistics.fmean(list(map(truediv, total, ns))),
-            exposed_ms_per_step=statistics.fmean(list(map(truediv, map(sub, total, over), ns))),
+            exposed_ms_per_step=statistics.fmean(_exposed(kind, rs, total, over, ns)),
             overlap=ov / tot if tot else None,
             worst_overlap=ratio[worst] if worst is not None else None,
             worst_rank=rs[worst].rank if worst is not None else None,

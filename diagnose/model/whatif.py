@@ -67,6 +67,10 @@ class WhatIf:
     stages: list[StageLoad] = field(default_factory=list)
     imbalance: float | None = None  # slowest stage's compute / mean stage compute − 1
     ideal: str = ""  # the ideal, in words
+    # what the "dp_rank" group's keys are in this job's resolved layout: "DP rank" (the artifact's), "TP rank" where
+    # the ranks of a stage differ only in tp (a tp4pp2 run), "ranks at" for several dims (keys "dp1 tp0"), "rank
+    # in stage" where the layout is unknown (the key: its place among its stage's ranks)
+    position: str = "DP rank"
     # "a-b" (the ranks of one point-to-point link, both directions) -> ms saved with that link's transfers at
     # their op type's median, everything else as traced (estimate)
     link_gains: dict[str, float] = field(default_factory=dict)

@@ -16,8 +16,16 @@ STAGE_HEADER = ["stage", "compute ms", "bubble"]
 SMALL_SLOWDOWN = 0.05
 
 
-def contributor(c: Contribution) -> str:
-    return f"{GROUP_NAMES.get(c.group, c.group)} {c.key}"
+def group_name(group: str, w: WhatIf | None = None) -> str:
+    """The group as printed; the per-position group named by the ranks' role in the job's layout (WhatIf.position:
+    a tp4pp2 run's peers of a stage are TP ranks, not DP ranks)."""
+    if group == "dp_rank" and w is not None:
+        return w.position
+    return GROUP_NAMES.get(group, group)
+
+
+def contributor(c: Contribution, w: WhatIf | None = None) -> str:
+    return f"{group_name(c.group, w)} {c.key}"
 
 
 # (short value, the planted slowdown in words, the (group, key) contributors it explains)
@@ -45,12 +53,12 @@ def whatif_cards(w: WhatIf, plant: Plant | None = None) -> list[tuple[str, str, 
     if w.missing:
         return [("not simulated", "—", "; ".join(w.missing) + " (no partial answer is shown)")]
     mine = plant[2] if plant else set()
-    top = ", ".join(f"{contributor(c)} {fmt(c.slowdown, 'ratio')}"
+    top = ", ".join(f"{contributor(c, w)} {fmt(c.slowdown, 'ratio')}"
                     + (" (planted)" if (c.group, c.key) in mine else "") for c in w.top(3))
     cards = [
         ("slowdown S", fmt(w.slowdown, "ratio"),
          f"simulated step as traced (launch delays removed) {fmt(w.no_delay_step_ms, 'ms')} over the ideal "
-         f"{fmt(w.ideal_step_ms, 'ms')}: stragglers cost {fmt(1 - 1 / w.slowdown, 'pct')} of the step"),
+         f"{fmt(w.ideal_step_ms, 'ms')}: " + _cost(w)),
         ("top contributors", top, "S recomputed with only that group at its measured durations"),
         *_planted_card(w, plant),
         ("simulated vs measured", f"{fmt(w.simulated_step_ms, 'ms')} vs {fmt(w.measured_step_ms, 'ms')}",
@@ -83,11 +91,19 @@ def whatif_cards(w: WhatIf, plant: Plant | None = None) -> list[tuple[str, str, 
     return cards
 
 
+def _cost(w: WhatIf) -> str:
+    """What stragglers cost: 1 − 1/S of the step. S below 1 (the traced step replays faster than the ideal one,
+    whose typical durations are means over workers) is no negative cost but noise: said as such."""
+    if w.slowdown is None or w.slowdown < 1:
+        return "no straggler cost (S below 1: the step as traced replays no slower than the ideal, within noise)"
+    return f"stragglers cost {fmt(1 - 1 / w.slowdown, 'pct')} of the step"
+
+
 def _planted_card(w: WhatIf, plant: Plant | None) -> list[tuple[str, str, str]]:
     if not plant:
         return []
     value, words, mine = plant
-    named = [contributor(c) for c in sorted(w.contributions, key=lambda c: -c.slowdown) if (c.group, c.key) in mine]
+    named = [contributor(c, w) for c in sorted(w.contributions, key=lambda c: -c.slowdown) if (c.group, c.key) in mine]
     return [("planted", value, words + (f"; it explains {', '.join(named[:3])} (marked planted above)"
                                                    if named else "") + ": a slowdown of the knob, not of the model")]
 
@@ -112,7 +128,7 @@ def contribution_rows(w: WhatIf) -> list[list[str]]:
     for c in sorted(w.contributions, key=lambda c: (list(GROUP_NAMES).index(c.group) if c.group in GROUP_NAMES
                                                     else 9, -c.slowdown)):
         share = (c.slowdown - 1) / (s - 1) if s > 1 else None
-        rows.append([GROUP_NAMES.get(c.group, c.group), c.key, fmt(c.slowdown, "ratio"), fmt(share, "pct")])
+        rows.append([group_name(c.group, w), c.key, fmt(c.slowdown, "ratio"), fmt(share, "pct")])
     return rows
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from llmdiag.diagnose.model.analysis import Finding
-from llmdiag.diagnose.model.devices import link_peak
+from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
@@ -161,6 +161,13 @@ def _exposed_action(c: Ctx, rows) -> str:
         return ddp + tail
     exp = statistics.fmean(x[2] for x in rows)
     blocked = statistics.fmean((x[0].idle.comm_wait_ms if x[0].idle is not None else 0.0) for x in rows)
+    if all(x[0].idle is None for x in rows):  # CPU-only traces: no device idle says whether the host waits
+        cores = (" (gloo's exchange and the compute share the cores, so less hides than on GPUs)"
+                 if host_backends(x[0].backend for x in rows) else "")
+        return ("find what the collective waits for with `llmdiag analyze --timeline`; the trace does not show "
+                "whether the calling thread waits in it (no device activity to attribute): where it is called "
+                "without `async_op=True`, issue it asynchronously and wait just before its result is used, with "
+                f"independent compute beside it{cores}, or shrink it" + tail)
     if exp > 0 and blocked >= BLOCKING_SHARE * exp:
         return (f"the host waits in the collective ({fmt(blocked, 'ms')} per step): launch it asynchronously "
                 "(`async_op=True`, wait just before its result is used) and overlap it with independent compute "

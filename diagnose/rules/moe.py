@@ -6,6 +6,7 @@ All read `Analysis.moe` (diagnose.metrics.moe); they stay silent on traces witho
 from __future__ import annotations
 
 from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.devices import host_backends
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 
@@ -64,9 +65,16 @@ def moe_exposed_a2a(c: Ctx) -> list[Finding]:
     ev = (f"all-to-all {fmt(total, 'ms')} per step, {fmt(exposed, 'ms')} exposed ({fmt(m.a2a_exposed_frac, 'pct')} "
           f"of the step, mean over {len(ranks)} EP ranks); dispatch + combine take {fmt(m.dispatch_combine_frac, 'pct')}"
           " of the step")
-    action = ("overlap dispatch/combine with compute: split the batch in two micro-batches whose attention/experts "
-              "run while the other's tokens travel (DualPipe, DeepEP's hook-based overlap, Megatron "
-              "`--overlap-moe-expert-parallel-comm`)")
+    if c.dev == "CPU" and host_backends(r.backend for r in c.ranks):  # DeepEP (NVSHMEM), DualPipe, Megatron's
+        # flag are GPU tools: not for a gloo run (an nccl job whose capture lacks GPU activity ran on GPUs)
+        action = ("overlap dispatch/combine with compute: split the batch in two micro-batches whose attention/experts "
+                  "run while the other's tokens travel, each all-to-all issued with `async_op=True` and waited on "
+                  "just before its tokens are used; on CPU (gloo) the exchange and the compute share the cores, so "
+                  "less of it hides than the bound below")
+    else:
+        action = ("overlap dispatch/combine with compute: split the batch in two micro-batches whose attention/"
+                  "experts run while the other's tokens travel (DualPipe, DeepEP's hook-based overlap, Megatron "
+                  "`--overlap-moe-expert-parallel-comm`)")
     return [c.finding("moe_exposed_a2a", severity_for(exposed, c.step_ms), "Exposed MoE dispatch/combine", ev,
                       [r.rank for r in ranks], steps_where(c.ranks), action,
                       c.gain_text(exposed, "the exposed all-to-all hidden under compute", bound=True), exposed,
@@ -89,6 +97,12 @@ def moe_cross_node(c: Ctx) -> list[Finding]:
     gain = a2a * share * (1 - 1 / INTRA_OVER_INTER)
     ev = (f"{m.cross_node_groups} EP group(s) span hosts; {fmt(share, 'pct')} of the token copies cross nodes; "
           f"all-to-all {fmt(a2a, 'ms')} per step")
+    if c.dev == "CPU" and host_backends(r.backend for r in c.ranks):  # no NVLink: the ratio behind the gain
+        action = ("keep each EP group inside a node (ep ≤ ranks per node; the rest as data parallel), or limit each "
+                  "token to a few nodes (node-limited routing)")
+        return [c.finding("moe_cross_node", "low", "Expert parallelism across nodes", ev, m.matrix_ranks,
+                          steps_where(c.ranks), action, "not quantified: the estimate assumes GPUs' NVLink inside a "
+                          "node, and these are CPU traces", None, "moe.cross_node_groups")]
     action = ("keep each EP group inside a node (ep ≤ GPUs per node; the rest as data parallel), or limit each "
               "token to a few nodes (DeepSeek-V3's node-limited routing, DeepEP's NVLink forwarding)")
     how = (f"the cross-node share of the all-to-all at NVLink speed (assumed {INTRA_OVER_INTER:g}× the NIC "

@@ -24,6 +24,7 @@ import numpy as np
 from llmdiag.diagnose.metrics.job.collective_match import LONE
 from llmdiag.diagnose.metrics.job.pipeline.p2p import on_clock, ordered_pairs
 from llmdiag.diagnose.metrics.job.state import Job
+from llmdiag.diagnose.model.roles import P2P_KINDS
 from llmdiag.diagnose.model.whatif import WhatIf
 from llmdiag.diagnose.simulate.engine import CycleError, GraphBuilder
 from llmdiag.diagnose.simulate.whatif import SimJob, analyse
@@ -80,14 +81,17 @@ def kineto_whatif(job: Job) -> WhatIf | None:
             _p2p(good, stage, shift, by_rank, ops, b_edges, groups)
         else:  # no send/recv with peers (gloo's host ops carry none): the schedule's edges, transfers unknown
             _direct(stage, by_rank, b_edges)
-            assumed.append("the traces hold no send/recv with peers: each forward waits for the previous stage's, "
-                           "each backward for the next stage's, and transfers are part of the launch delays "
-                           "(free communication in the no-delay and ideal replays)")
+            spans = any(c.kind in P2P_KINDS for o in good if o.metrics for c in o.metrics.comm_by_kind)
+            said = ("the traces' send/recv name no peer (gloo's spans carry none), so the graph holds no send/recv "
+                    "with peers" if spans else "the traces hold no send/recv with peers")
+            assumed.append(said + ": each forward waits for the previous stage's, each backward for the next "
+                           "stage's, and transfers are part of the launch delays (free communication in the "
+                           "no-delay and ideal replays)")
         _collectives(good, shift, job.collectives, by_rank, ops, b_edges, groups)
     except _Unbuildable as e:
         return missing(str(e))
     try:
-        w = analyse(_job(ops, b_edges, groups, stage, steps))
+        w = analyse(_job(ops, b_edges, groups, stage, steps, {o.rank: o.metrics.coords for o in good if o.metrics}))
     except CycleError as e:
         return missing(f"the dependencies read from the traces contradict each other: {e}")
     w.assumed = assumed
@@ -205,7 +209,29 @@ def _collectives(good, shift, matched, by_rank, ops: _Ops, edges: list, groups: 
         groups.append(m)
 
 
-def _job(ops: _Ops, edges, groups, stage, steps) -> SimJob:
+PLACE_DIMS = ("dp", "fsdp", "cp", "tp")  # what tells a stage's ranks apart, besides pp
+
+
+def positions(stage: dict[int, int], coords: dict[int, dict | None]) -> tuple[str, dict[int, str]]:
+    """(what the keys are, rank -> key) of each rank's place among its stage's ranks, by its role in the
+    resolved layout: the one coordinate that differs between a stage's ranks ("TP rank", the tp index: a
+    tp4pp2 run's stage holds 4 TP peers, not 4 DP ranks), several ("ranks at", "dp1 tp0"), or, without
+    coordinates (foreign traces), its index among the stage's ranks ("rank in stage")."""
+    same_stage = defaultdict(list)
+    for r, s in sorted(stage.items()):
+        same_stage[s].append(r)
+    co = {r: coords.get(r) or {} for r in stage}
+    if all(isinstance(co[r].get(d), int) for r in stage for d in PLACE_DIMS):
+        vary = [d for d in PLACE_DIMS if any(len({co[r][d] for r in rs}) > 1 for rs in same_stage.values())]
+        if len(vary) == 1:
+            return f"{vary[0].upper()} rank", {r: str(co[r][vary[0]]) for r in stage}
+        if vary:
+            return "ranks at", {r: " ".join(f"{d}{co[r][d]}" for d in vary) for r in stage}
+        return "DP rank", {r: "0" for r in stage}
+    return "rank in stage", {r: str(k) for rs in same_stage.values() for k, r in enumerate(rs)}
+
+
+def _job(ops: _Ops, edges, groups, stage, steps, coords: dict[int, dict | None] | None = None) -> SimJob:
     rows = ops.rows
     n = len(rows)
     b = GraphBuilder(n)
@@ -216,15 +242,12 @@ def _job(ops: _Ops, edges, groups, stage, steps) -> SimJob:
         b.sync(g)
     g = b.build()
     rank = np.array([r[0] for r in rows], dtype=np.int64)
-    same_stage = defaultdict(list)
-    for r, s in sorted(stage.items()):
-        same_stage[s].append(r)
-    dp_of = {r: k for rs in same_stage.values() for k, r in enumerate(rs)}
+    position, dp_of = positions(stage, coords or {})
     start = np.array([r[3] for r in rows], dtype=np.float64) / 1e6
     end = np.array([r[4] for r in rows], dtype=np.float64) / 1e6
     optype = np.array([r[2] for r in rows], dtype=object)
     link = np.array([ops.link.get(i, "") for i in range(n)], dtype=object) if ops.link else None
     return SimJob("kineto-pipeline", g, np.asarray(g.group) >= 0, start, end - start, optype,
                   np.array([r[5] for r in rows], dtype=bool), np.array([stage[x] for x in rank]),
-                  np.array([dp_of[x] for x in rank]), rank, np.searchsorted(steps, [r[1] for r in rows]), steps, LABEL,
-                  link)
+                  np.array([dp_of[x] for x in rank], dtype=object), rank, np.searchsorted(steps, [r[1] for r in rows]),
+                  steps, LABEL, link, position)

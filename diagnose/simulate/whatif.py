@@ -50,6 +50,7 @@ class SimJob:
     steps: list[int]
     label: dict[str, str]  # op type -> the name it is reported under (p2p kinds merged per direction)
     link: np.ndarray | None = None  # object array: "a-b" for the p2p ops between ranks a < b, "" for others
+    position: str = "DP rank"  # what dp_rank's keys are in the job's layout (WhatIf.position)
 
 
 def _per_step(values: np.ndarray, step: np.ndarray, n: int, fn) -> np.ndarray:
@@ -115,7 +116,7 @@ def analyse(job: SimJob) -> WhatIf:
     t_ori, t_ideal = float(no_delay.mean()), float(ideal.mean())
     w = WhatIf(source=job.source, workers=len(np.unique(job.worker)), steps=len(job.steps), ops=job.graph.n,
                measured_step_ms=float(measured.mean()), simulated_step_ms=float(simulated.mean()),
-               no_delay_step_ms=t_ori, ideal_step_ms=t_ideal, ideal=IDEAL)
+               no_delay_step_ms=t_ori, ideal_step_ms=t_ideal, ideal=IDEAL, position=job.position)
     w.sim_error = w.simulated_step_ms / w.measured_step_ms - 1
     w.slowdown = t_ori / t_ideal
     w.launch_slowdown = w.measured_step_ms / t_ori

@@ -244,14 +244,41 @@ def coarse_host_shift(rank: np.ndarray, key: np.ndarray, ordinal: np.ndarray, en
     return out
 
 
-def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.ndarray) -> list[CaptureWindow]:
+def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.ndarray,
+                    order: np.ndarray | None = None, start: np.ndarray | None = None) -> list[CaptureWindow]:
     """Ranks whose capture starts after (or ends before) collectives the other ranks of the same (group, kind)
     recorded: how many such collectives, summed over its (group, kind)s, and how long before its first
-    (after its last) collective the earliest (latest) one of any rank ended. `end` on the common clock."""
+    (after its last) collective the earliest (latest) one of any rank ended. `end` on the common clock.
+
+    Rows are every rank's, matched or not (idx <= LONE: no other rank's completion matched it). `order`: each
+    row's place among its rank's rows of its (group, kind), in start order. A rank's lead counts only where its
+    first row of the key is a matched one (its last, for the trail): a rank that recorded collectives there
+    which found no partner did not start capturing late, its rows were not paired (completions that drift on
+    an oversubscribed CPU run, issue 36: every rank of a tp4pp2 run captured the same steps), and "its capture
+    starts N collectives after the others'" would be false. Without `order` every row is taken as matched.
+    `start` (same clock): a collective counts in a rank's lead only if it completed somewhere before the rank's
+    first row of the key started (in its trail, after its last ended): a rank that was already running
+    collectives of that group when one completed was capturing it."""
+    if order is None:
+        order = np.zeros(len(key), np.int64)
+    if start is None:
+        start = end
+    if not len(key):
+        return []
+    # per (key, rank), over its rows matched or not (the lone rows are dropped below): rows, first start, last end
+    ao = np.lexsort((rank, key))
+    aseg = _segments(key[ao], rank[ao])
+    first_start = np.minimum.reduceat(start[ao], aseg)
+    last_end = np.maximum.reduceat(end[ao], aseg)
+    n_rows = np.diff(np.append(aseg, len(ao)))
+    r0, width = int(rank.min()), int(rank.max()) - int(rank.min()) + 1
+    at_seg = key[ao][aseg].astype(np.int64) * width + (rank[ao][aseg] - r0)  # ascending: (key, rank) sorted
+    keep = idx > LONE
+    rank, key, idx, end, order = rank[keep], key[keep], idx[keep], end[keep], order[keep]
     if not len(key):
         return []
     o = np.lexsort((idx, rank, key))
-    r, k, i, e = rank[o], key[o], idx[o], end[o]
+    r, k, i, e, od = rank[o], key[o], idx[o], end[o], order[o]
     seg = _segments(k, r)
     last = np.append(seg[1:], len(k)) - 1
     # distinct (key, idx) in order: a rank's lead is the number of them before its first, within its key
@@ -265,6 +292,19 @@ def capture_windows(rank: np.ndarray, key: np.ndarray, idx: np.ndarray, end: np.
     klast = np.searchsorted(uk, k[seg], side="right")
     lead = np.searchsorted(comp, k[seg] * span + (i[seg] - int(ui.min()))) - kfirst
     trail = klast - 1 - np.searchsorted(comp, k[last] * span + (i[last] - int(ui.min())))
+    first_od = np.minimum.reduceat(od, seg)
+    last_od = np.maximum.reduceat(od, seg)
+    pos = np.searchsorted(at_seg, k[seg].astype(np.int64) * width + (r[seg] - r0))  # each (key, rank)'s own rows
+    own = np.stack([n_rows[pos], first_start[pos], last_end[pos]], axis=1)
+    lead = np.where(first_od > 0, 0, lead)  # unmatched rows before its first matched one: not a capture edge
+    trail = np.where(last_od < own[:, 0] - 1, 0, trail)
+    if (lead > 0).any() or (trail > 0).any():
+        c_lo = np.minimum.reduceat(e[d], du)  # per distinct collective: its earliest and latest completion
+        c_hi = np.maximum.reduceat(e[d], du)
+        for j in np.flatnonzero((lead > 0) | (trail > 0)).tolist():  # few: capture edges
+            a, b = int(kfirst[j]), int(klast[j])
+            lead[j] = int((c_lo[a:a + lead[j]] < own[j, 1]).sum())
+            trail[j] = int((c_hi[b - trail[j]:b] > own[j, 2]).sum())
     ranks, ri = np.unique(r[seg], return_inverse=True)
     lead_n = np.bincount(ri, lead, len(ranks))
     trail_n = np.bincount(ri, trail, len(ranks))

@@ -87,6 +87,9 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         for o in good:
             o.metrics.coords = man.coords_of(o.rank)
 
+    for o in good:  # the trace's own backend word (untrusted: short, printed escaped like every trace string)
+        b = (o.distributed or {}).get("backend") or (man.backend if man else None)
+        o.metrics.backend = b[:40] if isinstance(b, str) else ""
     _mesh_members(good, man)
     records = {o.rank: o.collectives.shifted(offset[o.rank]) for o in good}
     if not _can_match(records, layout):

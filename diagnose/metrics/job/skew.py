@@ -75,12 +75,14 @@ def _table(records: dict[int, Collectives], hosts: dict[int, str] | None = None,
         m = match_rows(rank, key, ordinal, end, seq, len(ids))
     if matched is not None:  # rows are in records' order: each rank's slice is its own rows
         matched.update(zip(records, np.split(m.idx, np.cumsum([len(c) for c in records.values()])[:-1])))
+    placed = ordinal  # each row's place among its rank's rows of its key, in start order
     ordinal = m.idx
     o = np.lexsort((rank, ordinal, key))
     rank, key, ordinal, start, end, in_n, out_n = (x[o] for x in (rank, key, ordinal, start, end, in_n, out_n))
-    paired = ordinal > LONE  # rows no other rank's completion matched are not where a capture starts or ends
     aligned = end + (at[o] if any(coarse.values()) else 0)
-    windows = capture_windows(rank[paired], key[paired], ordinal[paired], aligned[paired])
+    # rows no other rank's completion matched are not where a capture starts or ends (capture_windows)
+    windows = capture_windows(rank, key, ordinal, aligned, placed[o],
+                              start + (at[o] if any(coarse.values()) else 0))
     new = np.ones(len(key), bool)
     new[1:] = (key[1:] != key[:-1]) | (ordinal[1:] != ordinal[:-1])
     first = np.flatnonzero(new)

@@ -1,0 +1,15 @@
+"""Each rank's `backend` is its trace's distributedInfo backend (issue 36: a trace of an nccl job with no GPU
+activity was called "CPU-only (gloo)"). Generated traces whose header says the backend."""
+
+from __future__ import annotations
+
+from llmdiag.diagnose.analyze import analyze_path
+from tests.gen.builder import cpu_rank, gpu_rank
+
+
+def test_backend_is_the_traces(tmp_path):
+    for r in range(2):
+        cpu_rank(rank=r, world_size=2).write(tmp_path / "gloo" / f"rank{r}.json")
+        gpu_rank(rank=r, world_size=2).write(tmp_path / "nccl" / f"rank{r}.json")
+    assert {m.backend for m in analyze_path(str(tmp_path / "gloo"), jobs=1, rules=False).ranks} == {"gloo"}
+    assert {m.backend for m in analyze_path(str(tmp_path / "nccl"), jobs=1, rules=False).ranks} == {"nccl"}
