@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.devices import cpu_only_words
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 from llmdiag.diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
@@ -155,8 +156,9 @@ def contaminated_timings(c: Ctx) -> list[Finding]:
                           None, "manifest.oversubscribed", source="manifest",
                           events=["oversubscribed", "cpu_cores"])]
     if c.a.trace_kind == "cpu":
-        return [c.finding("contaminated_timings", "low", "CPU-only traces", "every trace is CPU-only (gloo); compute "
-                          "and communication times are those of CPU ops, not GPU kernels", [], [],
+        what = cpu_only_words(r.backend for r in c.ranks)
+        return [c.finding("contaminated_timings", "low", "CPU-only traces", f"every trace is {what}; "
+                          "compute and communication times are those of CPU ops, not GPU kernels", [], [],
                           "use these numbers for structure (overlap, bubbles, order), not for GPU tuning",
                           "none: informational", None, "trace_kind")]
     return []
