@@ -19,7 +19,7 @@ from llmdiag.diagnose.rules.memory import memory_near_capacity, memory_unused
 from llmdiag.diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
 from llmdiag.diagnose.rules.accum import accum_fsdp_regather
 from llmdiag.diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
-from llmdiag.diagnose.rules.idle_calls import host_op_stall
+from llmdiag.diagnose.rules.idle_calls import event_wait, host_op_stall
 from llmdiag.diagnose.rules.overlaps import rank_overlaps
 from llmdiag.diagnose.rules.planted import name_planted
 
@@ -29,6 +29,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("host_bound", host_bound), ("stragglers", stragglers), ("low_busbw", low_busbw), ("dataloader", dataloader),
     ("fp32_gemm", fp32_gemm), ("contaminated_timings", contaminated_timings),
     ("exposed_comm", exposed_comm), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
+    ("event_wait", event_wait),
     ("exposed_memcpy", exposed_memcpy),
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
     ("accum_fsdp_regather", accum_fsdp_regather),

@@ -39,5 +39,9 @@ def test_every_test_is_documented():
 def test_every_documented_test_exists():
     tests = _tests()
     known = set(tests) | {t for ts in tests.values() for t in ts} | {"test_properties.py"}
-    named = set(re.findall(r"\btest_\w+(?:\.py)?", _section()))
+    section = _section()
+    # a test elsewhere in the suite, named by its path from the repository root, must exist there
+    paths = set(re.findall(r"\btests/[\w/]+/test_\w+\.py", section))
+    assert all((HERE.parents[1] / p).is_file() for p in paths), sorted(p for p in paths if not (HERE.parents[1] / p).is_file())
+    named = set(re.findall(r"\btest_\w+(?:\.py)?", re.sub(r"\btests/[\w/]+/test_\w+\.py", "", section)))
     assert not named - known, sorted(named - known)
