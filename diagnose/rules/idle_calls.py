@@ -95,9 +95,16 @@ def _outlier_step(r):
     return None, med
 
 
+def _flushes(top) -> bool:
+    """The outlier allocator step frees the cache (frees ≥ mallocs): the caching allocator calls the driver's free
+    only to release its cache and retry an allocation that failed (or on `empty_cache()`), so this is memory
+    pressure, whichever step it falls in; growth (mallocs without frees) is the cache reaching its working size."""
+    return top.calls - top.mallocs >= top.mallocs
+
+
 def _mid_flush(r, top) -> bool:
-    """The outlier allocator step frees the cache (frees ≥ mallocs) after at least one earlier profiled step."""
-    return top.calls - top.mallocs >= top.mallocs and any(st.step < top.step for st in r.steps)
+    """A flush (`_flushes`) after at least one earlier profiled step: seen to come back after normal steps."""
+    return _flushes(top) and any(st.step < top.step for st in r.steps)
 
 
 def allocator_churn(c: Ctx) -> list[Finding]:
@@ -122,16 +129,17 @@ def allocator_churn(c: Ctx) -> list[Finding]:
         steps = []
     else:
         outs = [(x, *_outlier_step(x[0])) for x in bad]
-        # A flush after normal steps (frees at least as many as mallocs, not the capture's first step) is paid
-        # again whenever memory runs short: its cost counts, averaged over the steps; growth in the first step
-        # is warm-up. Each rank is judged on its own outlier step.
-        gain = statistics.fmean(x[1] if top is None or _mid_flush(x[0], top) else med for x, top, med in outs)
+        # A flush (frees at least as many as mallocs) is the allocator retrying a failed allocation: it is paid
+        # again whenever memory runs short, so its cost counts, averaged over the steps (a bound where it is in
+        # the capture's first step: whether it comes back is outside the trace); growth without frees is
+        # warm-up, not paid again. Each rank is judged on its own outlier step.
+        gain = statistics.fmean(x[1] if top is None or _flushes(top) else med for x, top, med in outs)
         _, top, _ = next(o for o in outs if o[0][0] is r)
         ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
                f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
                f"≥ {fmt(thr, 'int')} per step)")
         flush = top is not None and _mid_flush(r, top)
-        frees = top is not None and top.calls - top.mallocs >= top.mallocs
+        frees = top is not None and _flushes(top)
         if top is not None:
             ev += (f"; step {top.step} alone holds {fmt(top.idle_ms, 'ms')} of it in {top.calls} calls "
                    f"({top.mallocs} allocations, {top.calls - top.mallocs} frees), the other steps "
@@ -139,8 +147,9 @@ def allocator_churn(c: Ctx) -> list[Finding]:
             n_before = sum(1 for st in r.steps if st.step < top.step)
             ev += (f"; a flush in mid-capture, not warm-up: step {top.step} follows {plural(n_before, 'normal step')}"
                    " and frees the cache" if flush else
-                   "; it frees the cache in the capture's first step: the steps before it are outside the capture, so "
-                   "whether it recurs is not in the trace" if frees else "; in the capture's first step: warm-up growth")
+                   "; it frees the cache in the capture's first step (memory pressure, not the cache growing at warm-up): the steps "
+                   "before it are outside the capture, so how often it recurs is not in the trace" if frees else
+                   "; in the capture's first step: warm-up growth")
         why = ("frees with repeated allocations in one step are the allocator releasing its cache to retry an "
                "allocation that failed (memory pressure or fragmentation)" if frees else
                "allocations in one step and none after are the cache growing to its working size (warm-up); "
@@ -153,6 +162,8 @@ def allocator_churn(c: Ctx) -> list[Finding]:
                "check `torch.cuda.memory_stats()['num_alloc_retries']`")
         eg = c.gain_text(gain, "the mean step's idle inside allocator calls, the flush included: a cache "
                          "released after normal steps is released again whenever memory runs short" if flush else
+                         "the mean step's idle inside allocator calls, the flush included, if it recurs once per "
+                         f"{plural(r.nsteps, 'captured step')} (the capture cannot show how often it does)" if frees else
                          "the typical (median) step's idle inside allocator calls where one step holds most "
                          "of it, else the mean; growth during warm-up is not paid again", True)
         steps = [top.step] if top is not None else []
