@@ -143,18 +143,25 @@ class Runs:
     word: str  # "runs", or what the runs are (captures of one process)
 
     def infos_for(self, chosen: int) -> list[RunInfo]:
-        """The runs with `chosen` (0-based) marked analysed: references to the shared entries, one copy."""
-        out = list(self.infos)
-        out[chosen] = dataclasses.replace(out[chosen], analysed=True)
-        return out
+        """The runs with `chosen` (0-based) marked analysed: references to the shared entries, one copy. Above
+        MAX_RUN_ROWS runs, the two oldest, the analysed one and the newest only, so that R summaries hold O(R)
+        entries in all (the newest last: model/runs.run_count reads the count from it)."""
+        from llmdiag.diagnose.model.runs import MAX_RUN_ROWS
+
+        n = len(self.infos)
+        keep = range(n) if n <= MAX_RUN_ROWS else sorted({0, 1, chosen, *range(n - (MAX_RUN_ROWS - 3), n)})
+        return [dataclasses.replace(self.infos[k], analysed=True) if k == chosen else self.infos[k] for k in keep]
 
     def message(self, chosen: int) -> str:
         """The warning of the analysis of run `chosen` (0-based): the same line runs_message always wrote."""
+        from llmdiag.diagnose.model.runs import MAX_RUN_ROWS
+
         infos = self.infos
+        listed = "lists each" if len(infos) <= MAX_RUN_ROWS else f"lists {MAX_RUN_ROWS} of them"
         parts = []
         for r in _shown(infos, chosen):
             if isinstance(r, int):
-                parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` lists each)")
+                parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` {listed})")
                 continue
             pid = f", pids {_span_text(r.pids)}" if r.pids else ""
             ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"

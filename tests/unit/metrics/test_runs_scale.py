@@ -71,3 +71,44 @@ def test_the_warning_is_the_same_line_for_each_run(tmp_path, monkeypatch):
         assert f"Analysed run {k + 1}{' (the newest)' if k == n - 1 else ''}; `--run {2 if k == 0 else 1}` " in line
         assert f"run {k + 1}: {WORLD} files, ranks 0-1 of {WORLD}" in line and f"run {n}: " in line
         assert orjson.loads(orjson.dumps(a.issues[0].message)) == line
+
+
+def test_summaries_of_many_runs_list_a_bounded_number_each(tmp_path, monkeypatch):
+    """Above MAX_RUN_ROWS runs a summary lists the two oldest, its own and the newest: R summaries hold O(R)
+    entries (R each before: `--run all` output quadratic in runs). The gate reads the count from the newest
+    entry, the last: a cut list is refused, gated and named as the whole one was. MAX_RUN_ROWS is lowered to 6
+    here so that 10 runs cross it."""
+    from click.testing import CliRunner
+
+    from llmdiag.diagnose.cli.main import main as cli_main
+    from llmdiag.diagnose.model import runs as model_runs
+
+    monkeypatch.setattr(model_runs, "MAX_RUN_ROWS", 6)
+    n = 10
+    d = _folder(tmp_path / "runs", n)
+    out = tmp_path / "out" / "s.json"
+    res = CliRunner().invoke(cli_main, ["analyze", str(d), "--no-report", "-q", "-j", "1", "--run", "all",
+                                        "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    listed = 0
+    for k in range(1, n + 1):
+        runs = orjson.loads((tmp_path / "out" / f"s-run{k}.json").read_bytes())["runs"]
+        want = sorted({1, 2, k, 8, 9, 10})  # the two oldest, this one, the newest 6 - 3
+        assert [r["number"] for r in runs] == want and [r["number"] for r in runs if r["analysed"]] == [k]
+        listed += len(runs)
+    assert listed <= 6 * n  # 100 entries before
+    s3 = tmp_path / "out" / "s-run3.json"
+    warning = orjson.loads(s3.read_bytes())["issues"][0]["message"]
+    assert "run 3: 2 files" in warning and "… 2 more runs (the summary's `runs` lists 6 of them)" in warning, warning
+
+    def check(*args):
+        return CliRunner().invoke(cli_main, ["check", str(s3), "--max-step-time-ms", "1000", *args])
+
+    r = check()
+    assert r.exit_code == 2 and "holds 10 runs; the newest, run 10, is complete" in r.output, r.output
+    r = check("--run", "newest")
+    assert r.exit_code == 2 and "describes run 3 of the 10 its input held, not run 10" in r.output, r.output
+    r = check("--run", "3")
+    assert r.exit_code == 0 and "gated run 3 of the 10 runs" in r.output, r.output
+    r = check("--run", "11")
+    assert r.exit_code == 2 and "holds 10 runs (1-10" in r.output, r.output
