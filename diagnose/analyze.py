@@ -17,7 +17,7 @@ from llmdiag.diagnose.io.discover import discover
 from llmdiag.diagnose.io.op_table_path import find_op_table
 from llmdiag.diagnose.metrics.job.cross_rank import assemble, stage_hint
 from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
-from llmdiag.diagnose.metrics.job.runs import group_runs, pick_runs, run_infos, runs_message
+from llmdiag.diagnose.metrics.job.runs import described, group_runs, pick_runs
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Issue
 from llmdiag.diagnose.model.step_cap import cap_steps
@@ -87,6 +87,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     t1 = time.perf_counter()
     groups = group_runs(all_outputs)
     picked = pick_runs(groups, run, src.path)
+    seen = described(groups) if len(groups) > 1 else None  # once for every run analysed: `--run all` was quadratic
     out = []
     for k in picked:
         outputs = groups[k]
@@ -108,9 +109,9 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         analysis.whatif = kineto_whatif(job)
         del job
         add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in
-        if len(groups) > 1:
-            analysis.runs = run_infos(groups, k)
-            analysis.issues.insert(0, Issue(src.path, runs_message(analysis.runs, groups), None, "warning"))
+        if seen is not None:
+            analysis.runs = seen.infos_for(k)
+            analysis.issues.insert(0, Issue(src.path, seen.message(k), None, "warning"))
         if man_k is not None and (why := _stale(man_k)):
             analysis.issues.append(Issue(src.path, why, None, "warning"))
         t2 = time.perf_counter()

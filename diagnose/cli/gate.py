@@ -24,6 +24,7 @@ from llmdiag.diagnose.gate.format import github_annotations, markdown_summary, r
 from llmdiag.diagnose.gate.junit import error_junit, to_junit, write_text
 from llmdiag.diagnose.gate.sides import load_side
 from llmdiag.diagnose.model.escape import markdown, terminal
+from llmdiag.diagnose.model.runs import run_count
 
 
 def _one_line_errors(f):
@@ -184,10 +185,10 @@ def _run_choice(value: str | None, flag: str) -> str | int | None:
 
 def _run_note(side: str, a) -> str | None:
     """Which run of an input of several was gated; the others were not."""
-    if a is None or len(a.runs) < 2:
+    if a is None or run_count(a.runs) < 2:
         return None
     k = next((r.number for r in a.runs if r.analysed), 1)
-    return f"{side}: gated run {k} of the {len(a.runs)} runs its input holds (oldest first); the others were not gated"
+    return f"{side}: gated run {k} of the {run_count(a.runs)} runs its input holds (oldest first); the others were not gated"
 
 
 def _job_summary(text: str) -> None:

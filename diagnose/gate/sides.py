@@ -17,6 +17,7 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import special, write_atomic
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.format import ranges
+from llmdiag.diagnose.model.runs import run_count
 from llmdiag.diagnose.model.summary import read_summary, slim
 
 _WHAT = "a run folder, a trace folder, a trace file, or a summary JSON from `llmdiag analyze --json`"
@@ -76,7 +77,7 @@ def summary_run(a: Analysis, path: str, role: str, run: str | int | None, flag: 
     """`a`, read from a summary, if it describes the run asked for (see load_side); else one line."""
     want = pick_run(a, path, role, run, flag)
     if want != analysed_run(a):
-        raise LlmdiagError(f"the summary ({role}) describes run {analysed_run(a)} of the {len(a.runs)} its input "
+        raise LlmdiagError(f"the summary ({role}) describes run {analysed_run(a)} of the {run_count(a.runs)} its input "
                            f"held, not run {want}", path, f"analyse the input with `llmdiag analyze INPUT --run {want} "
                                                            "--json FILE`, or gate the input itself")
     return a
@@ -93,7 +94,7 @@ def analysed_run(a: Analysis) -> int | None:
 
 def pick_run(a: Analysis, path: str, role: str, run: str | int | None, flag: str) -> int:
     """The run number a check gates (see load_side), or one line refusing to choose."""
-    n = max(len(a.runs), 1)
+    n = max(run_count(a.runs), 1)  # a summary of many runs lists some of them (model/runs.py)
     if run is None:
         if n == 1:
             return 1

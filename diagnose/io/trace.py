@@ -97,8 +97,10 @@ class RankTrace:
         """Ids of interned names satisfying `predicate(str)`: tests run once per distinct name (only the names
         of the events in the mask `among`, when given: kernel regexes need not read every host op's name)."""
         names = self.names
-        cand = range(len(names)) if among is None else np.flatnonzero(np.bincount(self.name[among])).tolist()
-        return np.fromiter((i for i in cand if predicate(names[i])), np.int32)
+        if among is None:  # a list comprehension, not a generator: a trace of 100,000 steps has as many names
+            return np.array([i for i, n in enumerate(names) if predicate(n)], np.int32)
+        cand = np.flatnonzero(np.bincount(self.name[among])).tolist()
+        return np.array([i for i in cand if predicate(names[i])], np.int32)
 
     def name_mask(self, predicate, among: np.ndarray | None = None) -> np.ndarray:
         """Events whose name satisfies `predicate` (and that are in the mask `among`, when given)."""

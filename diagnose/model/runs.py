@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 RUNS_PREFIX = "the input holds "  # the issue that lists the runs starts so (the CLI repeats it on stderr)
+MAX_RUN_ROWS = 64  # runs one summary lists; above, the two oldest, the analysed one and the newest (issue 35)
 
 
 @dataclass
@@ -22,3 +23,11 @@ class RunInfo:
     end_us: float | None = None
     pids: list[int] = field(default_factory=list)  # process ids in Kineto file names (host_PID.TIME.pt.trace.json)
     analysed: bool = False  # this analysis describes this run
+
+
+def run_count(runs: list[RunInfo]) -> int:
+    """How many runs the input held. The list ends with the newest run, numbered by its place (1 = the oldest),
+    so a list cut to MAX_RUN_ROWS (each of `--run all`'s R summaries listing all R runs made its output quadratic
+    in runs) still says how many there were; a list written before the cut is as long as its last number."""
+    last = runs[-1].number if runs else 0
+    return max(len(runs), last if type(last) is int else 0)

@@ -135,6 +135,11 @@ def step_summary(ranks, factor: float = OUTLIER_FACTOR) -> StepSummary | None:
     rows = []
     for n in sorted(acc):
         xs = acc[n]
+        if len(xs) == 1:  # one rank's step is its own median and slowest: no per-step max/median calls (issue 35)
+            (st, rank), = xs
+            rows.append(StepStat(n, 1, float(st.time_ms), float(st.time_ms), rank, float(st.compute_ms),
+                                 float(st.exposed_comm_ms), float(st.idle_ms)))
+            continue
         slow, rank = max(xs, key=lambda x: (x[0].time_ms, -x[1]))
         med = lambda f: float(statistics.median([f(st) for st, _ in xs]))
         rows.append(StepStat(n, len(xs), med(lambda s: s.time_ms), float(slow.time_ms), rank,

@@ -23,10 +23,12 @@ stay one group (ranks of a job whose workers share a name), as do rank-less file
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
@@ -122,24 +124,77 @@ def pick_runs(groups: list[list[RankOutput]], run: str | int, where: str) -> lis
 
 def run_infos(runs: list[list[RankOutput]], chosen: int) -> list[RunInfo]:
     """What each run is (files, ranks, start, pids); `chosen` is the 0-based index of the run analysed."""
-    from llmdiag.diagnose.model.runs import RunInfo  # only an input of several runs gets here
-
-    out = []
-    for k, run in enumerate(runs):
-        good = [o for o in run if not o.error]
-        spans = [s for o in good if (s := _span(o)) is not None]
-        starts = [s for s, _ in spans] or [t for o in good if (t := _name_time(o.path)) is not None]
-        start = min(starts) if starts else None
-        worlds = Counter(o.world_size for o in good if o.world_size)
-        pids = sorted({int(m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))})
-        out.append(RunInfo(k + 1, len(run), sorted({r for o in good if not _rankless(o) and (r := _rank(o)) is not None}),
-                           worlds.most_common(1)[0][0] if worlds else None, _when(start) if start else "", start,
-                           max((e for _, e in spans), default=None), pids, k == chosen))
-    return out
+    return described(runs).infos_for(chosen)
 
 
 def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     """One line: the runs, which one was analysed, how to pick another."""
+    return described(runs, infos).message(next(k for k, r in enumerate(infos) if r.analysed))
+
+
+@dataclass
+class Runs:
+    """Every run of one input, described once for all the analyses of `--run all`: each analysis described every
+    run again before (run infos, completeness, the shared-process test), quadratic in runs (issue 35). What
+    differs between the analyses (which run is marked analysed, the warning's few named runs) is O(1) each."""
+
+    infos: list[RunInfo]  # shared by the analyses, none marked analysed: infos_for marks a copy
+    last_done: int  # 0-based index of the newest complete run, -1 where none is
+    word: str  # "runs", or what the runs are (captures of one process)
+
+    def infos_for(self, chosen: int) -> list[RunInfo]:
+        """The runs with `chosen` (0-based) marked analysed: references to the shared entries, one copy. Above
+        MAX_RUN_ROWS runs, the two oldest, the analysed one and the newest only, so that R summaries hold O(R)
+        entries in all (the newest last: model/runs.run_count reads the count from it)."""
+        from llmdiag.diagnose.model.runs import MAX_RUN_ROWS
+
+        n = len(self.infos)
+        keep = range(n) if n <= MAX_RUN_ROWS else sorted({0, 1, chosen, *range(n - (MAX_RUN_ROWS - 3), n)})
+        return [dataclasses.replace(self.infos[k], analysed=True) if k == chosen else self.infos[k] for k in keep]
+
+    def message(self, chosen: int) -> str:
+        """The warning of the analysis of run `chosen` (0-based): the same line runs_message always wrote."""
+        from llmdiag.diagnose.model.runs import MAX_RUN_ROWS
+
+        infos = self.infos
+        listed = "lists each" if len(infos) <= MAX_RUN_ROWS else f"lists {MAX_RUN_ROWS} of them"
+        parts = []
+        for r in _shown(infos, chosen):
+            if isinstance(r, int):
+                parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` {listed})")
+                continue
+            pid = f", pids {_span_text(r.pids)}" if r.pids else ""
+            ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"
+            parts.append(f"run {r.number}: {r.files} file{'s' if r.files != 1 else ''}, {ranks}"
+                         f"{f' of {r.world_size}' if r.world_size else ''}, started {r.start or 'at an unknown time'}{pid}")
+        number, n = chosen + 1, len(infos)
+        newest = " (the newest)" if number == n else ""
+        if not newest and chosen == self.last_done:
+            newest = " (the newest complete run)"
+        other = 2 if number == 1 else 1
+        from llmdiag.diagnose.model.runs import RUNS_PREFIX
+
+        return (f"{RUNS_PREFIX}{n} {self.word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
+                f"{number}{newest}; `--run {other}` analyses another, `--run all` each")
+
+
+def described(runs: list[list[RankOutput]], infos: list[RunInfo] | None = None) -> Runs:
+    """The runs of one input described (see Runs); `infos` where the caller has them already."""
+    from llmdiag.diagnose.model.runs import RunInfo  # only an input of several runs gets here
+
+    if infos is None:
+        infos = []
+        for k, run in enumerate(runs):
+            good = [o for o in run if not o.error]
+            spans = [s for o in good if (s := _span(o)) is not None]
+            starts = [s for s, _ in spans] or [t for o in good if (t := _name_time(o.path)) is not None]
+            start = min(starts) if starts else None
+            worlds = Counter(o.world_size for o in good if o.world_size)
+            pids = sorted({int(m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))})
+            infos.append(RunInfo(k + 1, len(run),
+                                 sorted({r for o in good if not _rankless(o) and (r := _rank(o)) is not None}),
+                                 worlds.most_common(1)[0][0] if worlds else None, _when(start) if start else "", start,
+                                 max((e for _, e in spans), default=None), pids, False))
     done = [complete(run) for run in runs]
     hosts_pids = [{(m.group("host"), m.group("pid")) for o in run if (m := KINETO_NAME.match(os.path.basename(o.path)))}
                   for run in runs]
@@ -149,35 +204,17 @@ def runs_message(infos: list[RunInfo], runs: list[list[RankOutput]]) -> str:
     word = ("captures of the same process at different times (no rank in the traces: one process profiled more "
             f"than once, worker `{_short(next(iter(workers[0])))}`)" if one else
             "captures of the same processes (the same run profiled more than once)" if same else "runs")
-    parts = []
-    for r in _shown(infos):
-        if isinstance(r, int):
-            parts.append(f"… {r} more run{'s' if r != 1 else ''} (the summary's `runs` lists each)")
-            continue
-        pid = f", pids {_span_text(r.pids)}" if r.pids else ""
-        ranks = f"ranks {_span_text(r.ranks)}" if r.ranks else "no rank numbers"
-        parts.append(f"run {r.number}: {r.files} file{'s' if r.files != 1 else ''}, {ranks}"
-                     f"{f' of {r.world_size}' if r.world_size else ''}, started {r.start or 'at an unknown time'}{pid}")
-    chosen = next(r for r in infos if r.analysed)
-    newest = " (the newest)" if chosen.number == len(infos) else ""
-    if not newest and all(r.number <= chosen.number or not c for r, c in zip(infos, done)) and done[chosen.number - 1]:
-        newest = " (the newest complete run)"
-    other = next(r.number for r in infos if not r.analysed)
-    from llmdiag.diagnose.model.runs import RUNS_PREFIX
-
-    return (f"{RUNS_PREFIX}{len(infos)} {word}, told apart by their time spans: {'; '.join(parts)}. Analysed run "
-            f"{chosen.number}{newest}; `--run {other}` analyses another, `--run all` each")
+    return Runs(infos, max((k for k, d in enumerate(done) if d), default=-1), word)
 
 
 SHOWN_RUNS = 8  # runs named in the one-line warning: 10,000 runs made a line of 10,000 parts, once per run
 
 
-def _shown(infos: list[RunInfo]) -> list[RunInfo | int]:
-    """The runs the warning names: all up to SHOWN_RUNS, else the two oldest, the analysed one and the newest
-    ones, with the count of those left out between them."""
+def _shown(infos: list[RunInfo], chosen: int) -> list[RunInfo | int]:
+    """The runs the warning names: all up to SHOWN_RUNS, else the two oldest, the analysed one (`chosen`,
+    0-based) and the newest ones, with the count of those left out between them."""
     if len(infos) <= SHOWN_RUNS:
         return list(infos)
-    chosen = next(k for k, r in enumerate(infos) if r.analysed)
     keep = sorted({0, 1, chosen, *range(len(infos) - (SHOWN_RUNS - 3), len(infos))})
     out: list[RunInfo | int] = []
     for prev, k in zip([-1] + keep, keep):
