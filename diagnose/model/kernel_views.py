@@ -71,6 +71,9 @@ class LaunchStats:
     hta_delay_p90_us: float | None = None
     hta_delay_max_us: float | None = None
     hta_events: int = 0  # device events HTA's definition pairs with a launch call
+    # host time inside the launch calls of kernels only (not copies or memsets: a synchronous cudaMemcpy holds the
+    # host for the whole copy, which is not launch overhead), per step: what fusion and CUDA graphs remove
+    kernel_launch_ms_per_step: float | None = None
 
     @property
     def queue_max(self) -> int:

@@ -84,14 +84,19 @@ def host_bound(c: Ctx) -> list[Finding]:
     # Fusion and graphs remove per-launch overhead: their precondition is many launches, mostly short kernels,
     # and launch calls that are the cost (their time per step a share of the idle they explain).
     many = (h.kernels_per_step or 0) >= MANY_LAUNCHES
-    launch_ms = r.launch.launch_ms_per_step if r.launch is not None else None
+    launch_ms = None
+    if r.launch is not None:  # kernels' launch calls only (a summary written before they were apart: all of them)
+        launch_ms = (r.launch.kernel_launch_ms_per_step if r.launch.kernel_launch_ms_per_step is not None
+                     else r.launch.launch_ms_per_step)
     calls_cost = launch_ms is None or r.idle is None or launch_ms >= LAUNCH_SHARE * gain
     short = h.short_kernel_frac is not None and h.short_kernel_frac >= 0.5 and many and calls_cost
     a2a = any(cs.kind == "alltoall" for x, _ in bad for cs in x.comm_by_kind)
     if launch_ms is not None and r.idle is not None:
         ev += (f"; kernel launch calls take {fmt(launch_ms, 'ms')} per step of the {fmt(gain, 'ms')} idle: "
-               + ("launches are the cost" if calls_cost else "the host's own op work between launches is the "
-                  "cost, not the launch calls"))
+               + (("the launch calls are most of it" if launch_ms >= 0.5 * gain else
+                   "the rest is the host's own op work (Python, ATen) between launches, which CUDA graphs also "
+                   "skip and fusion reduces") if calls_cost else
+                  "the host's own op work between launches is the cost, not the launch calls"))
     graphs = ("" if a2a else ", or CUDA graphs (`torch.compile(mode=\"reduce-overhead\")` / `torch.cuda.CUDAGraph`)"
               " to remove launch overhead")
     act = ("`torch.compile(model)` to fuse the short kernels" + graphs
@@ -104,7 +109,9 @@ def host_bound(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, "the device idle spent waiting for the host's next launch, mean over those ranks; what "
                      + ("fusion or graphs actually recover" if short else "less host work per op recovers")
                      + " depends on the ops", bound=True)
-    title = f"{c.Dev} idle behind kernel launches" if calls_cost else f"{c.Dev} idle behind host ops"
+    # named for what the host spends the idle in: the launch calls only where they are most of it
+    launches = calls_cost and (launch_ms is None or r.idle is None or launch_ms >= 0.5 * gain)
+    title = f"{c.Dev} idle behind kernel launches" if launches else f"{c.Dev} idle behind host ops"
     return [c.finding("host_bound", severity_for(gain, c.step_ms), title,
                       ev,
                       [x[0].rank for x in bad], steps_where([r], lambda st: st.idle_ms >= 0.15 * st.time_ms),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmdiag.diagnose.io.trace import RankTrace
+from llmdiag.diagnose.io.trace import COMM, COMPUTE, RankTrace
 from llmdiag.diagnose.metrics.rank.launches import device_events, launch_calls
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.kernel_views import LaunchStats, QueueStat
@@ -41,6 +41,7 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
     dev, rt = dev[ok], rt[ok]
     delay = (t.ts[dev] - t.ts[rt]) / 1e3
     calls = distinct(rt)
+    kcalls = distinct(rt[(t.kind[dev] == COMPUTE) | (t.kind[dev] == COMM)])  # kernels' launches, not copies'
     n_steps = max(1, len(wins))
     # rounded to the trace's ns resolution: the summary holds one LaunchStats per rank, so digits count
     return LaunchStats(
@@ -52,7 +53,8 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
         queue=queue_lengths(t, dev, rt) if len(dev) else [],
         hta_delay_median_us=round(median(hta), 3) if len(hta) else None,
         hta_delay_p90_us=round(percentile(hta, 90), 3) if len(hta) else None,
-        hta_delay_max_us=round(float(hta.max()), 3) if len(hta) else None, hta_events=len(hta))
+        hta_delay_max_us=round(float(hta.max()), 3) if len(hta) else None, hta_events=len(hta),
+        kernel_launch_ms_per_step=round(float(t.dur[kcalls].sum()) / 1e6 / n_steps, 6))
 
 
 def _is_step(name: str) -> bool:

@@ -99,10 +99,15 @@ def test_launch_advice_only_where_launch_calls_are_the_cost(tmp_path):
     0.5-us calls (0.4 ms) the idle is the ops' host work: "host ops", no fusion of short kernels, no graphs."""
     a, _ = _run(tmp_path / "launch", tiny_kernels=800)
     f = _one(a, "host_bound")
-    assert "launches are the cost" in f.evidence.text and "fuse the short kernels" in f.action
+    # 6.87 ms of launch calls in ~16.8 ms of idle: a cost fusion removes, but not most of the idle, which is the
+    # 30-us host ops' own work: the finding says so and is titled for the host ops (the fresh review of real
+    # traces called "launches are the cost" at 10-20 % of the idle misleading)
+    assert "the rest is the host's own op work" in f.evidence.text and "fuse the short kernels" in f.action
+    assert f.title.endswith("behind host ops") and "launches are the cost" not in f.evidence.text
     assert "CUDA graphs (" not in f.action and "all_to_all" in f.action
     ls = a.ranks[0].launch  # every planted launch call takes 8 us: 800 tiny + 54 model kernels + 5 collectives
     assert ls.launches_per_step == 859 and ls.launch_ms_per_step == pytest.approx(859 * 8e-3, abs=1e-6)
+    assert ls.kernel_launch_ms_per_step == pytest.approx(859 * 8e-3, abs=1e-6)  # all of them launch kernels
     b, _ = _run(tmp_path / "ops", tiny_kernels=800, launch_us=0.5)
     g = _one(b, "host_bound")
     assert g.title.endswith("host ops") and "fuse the short kernels" not in g.action and "CUDA graph" not in g.action
