@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
+from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.idle import IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
@@ -53,6 +54,7 @@ class StepBreakdown:
     other_ms: float  # memcpy/memset time not under compute or comm
     idle_ms: float  # nothing running
     overlap_ratio: float | None
+    critical_path: CriticalPath | None = None  # what bounds the step (GPU traces; metrics/rank/critical_path)
 
 
 @dataclass
@@ -180,6 +182,7 @@ class RankMetrics:
     clock_shift_ns: int = 0  # added to this rank's relative times to put them on the analysis' one aligned clock
     # (its origin against the earliest rank's, plus its host's skew shift): computed once (metrics/job/clock.py)
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
+    critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
 
     @property
     def nsteps(self) -> int:

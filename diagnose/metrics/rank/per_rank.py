@@ -42,6 +42,7 @@ from llmdiag.diagnose.metrics.rank.op_kernels import op_kernels
 from llmdiag.diagnose.metrics.rank.roofline import roofline
 from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
+from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
 
 
 @dataclass
@@ -162,6 +163,9 @@ def _run(job: RankJob) -> RankOutput:
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
+    per_step, metrics.critical_path = step_paths(t, wins)
+    for s, cp in zip(steps, per_step):
+        s.critical_path = cp
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,

@@ -1,0 +1,91 @@
+"""The critical path of small generated traces, against paths worked out by hand from the events' times.
+
+Each trace's answer is derived in the test's docstring from the times the test places, not from llmdiag's code:
+the path walks back from the step's last device op along the dependency that arrived last.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
+from tests.gen.builder import TraceBuilder
+
+
+def _rank(tmp_path, b: TraceBuilder):
+    out = run_job(RankJob(b.write(str(tmp_path / "r0.json"))))
+    assert out.error is None, out.error
+    return out.metrics
+
+
+def _runtime(b: TraceBuilder, name: str, start, dur) -> None:
+    b.cpu_op(name, start, dur, cat="cuda_runtime")
+
+
+def test_launch_stream_sync_and_gap(tmp_path):
+    """Device window [60, 700] µs. Back from K3's end (700): K3 runs 660-700 (compute 40); it was launched at
+    650 after K2 ended at 560, so its launch binds: launch delay 650-660 (10); the launch sits 50 µs into
+    aten::relu, begun at 600 (host op 50); before relu the thread was in no op since the stream synchronize
+    returned at 570 (unprofiled gap 30); the synchronize returned 10 µs after K2 ended (synchronize 10); K2 ran
+    460-560 (compute 100), behind K1 on its stream (K1 ended at 460, K2 was launched at 130: no gap); K1 ran
+    60-460 (compute 400), and the window begins at 60. 640 µs: compute 540, cpu 90, launch 10."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::mm", 10, 100)
+    b.kernel("K1", 60, 400, launch_at=50)
+    b.cpu_op("aten::add", 120, 20)
+    b.kernel("K2", 460, 100, launch_at=130)
+    _runtime(b, "cudaStreamSynchronize", 150, 420)
+    b.cpu_op("aten::relu", 600, 100)
+    b.kernel("K3", 660, 40, launch_at=650)
+    m = _rank(tmp_path, b)
+    cp = m.steps[0].critical_path
+    assert cp is not None
+    assert cp.length_ms == pytest.approx(0.640)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 540 / 640, abs=0.05)
+    assert cp.cpu_bound == pytest.approx(100 * 90 / 640, abs=0.05)
+    assert cp.gpu_kernel_launch_overhead == pytest.approx(100 * 10 / 640, abs=0.05)
+    assert cp.gpu_kernel_kernel_overhead == 0 and cp.gpu_communication_bound == 0
+    causes = m.critical_path.causes
+    assert causes["host_op"] == pytest.approx(100 * 50 / 640, abs=0.05)
+    assert causes["host_gap"] == pytest.approx(100 * 30 / 640, abs=0.05)
+    assert causes["synchronize"] == pytest.approx(100 * 10 / 640, abs=0.05)
+    assert m.critical_path.length_ms == pytest.approx(0.640)
+
+
+def test_event_wait_across_streams(tmp_path):
+    """KA (stream 7) runs 100-500, KB (stream 20) was launched at 20 on an empty stream but began only at 505,
+    5 µs after KA ended: it waited on KA (a stream-event wait). Window [100, 600]: KB 505-600 (compute 95),
+    the wait 500-505 (event wait, kernel-kernel overhead 5), KA 100-500 (compute 400). Read as a launch
+    delay instead, the 485 µs between KB's launch and its start would be launch overhead."""
+    b = TraceBuilder()
+    b.step(1, 0, 700)
+    b.cpu_op("aten::op", 0, 30)
+    b.kernel("KA", 100, 400, stream=7, launch_at=10)
+    b.kernel("KB", 505, 95, stream=20, launch_at=20)
+    cp = _rank(tmp_path, b).steps[0].critical_path
+    assert cp.length_ms == pytest.approx(0.5)
+    assert cp.gpu_compute_bound == pytest.approx(99.0)
+    assert cp.gpu_kernel_kernel_overhead == pytest.approx(1.0)
+    assert cp.gpu_kernel_launch_overhead == 0
+
+
+def test_communication_kernel_is_its_own_category(tmp_path):
+    """An all-reduce (NCCL kernel) 100-300 behind a compute kernel 20-100 on the same stream, launched at 10 and
+    15: window [20, 300], communication 200, compute 80."""
+    b = TraceBuilder()
+    b.step(1, 0, 400)
+    b.cpu_op("aten::op", 0, 30)
+    b.kernel("K", 20, 80, stream=7, launch_at=10)
+    b.nccl("allreduce", 100, 200, stream=7, nelems=1024, launch_at=15)
+    cp = _rank(tmp_path, b).steps[0].critical_path
+    assert cp.gpu_communication_bound == pytest.approx(100 * 200 / 280, abs=0.05)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 80 / 280, abs=0.05)
+
+
+def test_cpu_trace_has_none(tmp_path):
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.cpu_op("aten::mm", 10, 50)
+    m = _rank(tmp_path, b)
+    assert m.critical_path is None and m.steps[0].critical_path is None
