@@ -273,6 +273,7 @@ class AnalysisOptions:
     files: int = 0  # trace files found
     bytes: int = 0  # bytes read from the analysed ranks' files
     run_folder: bool = False  # the input was an llmdiag run folder (outputs go inside it)
+    hta_compat: bool = False  # `--hta-compat`: the critical path on HTA's graph (and the last step dropped)
 
 
 @dataclass

@@ -56,6 +56,7 @@ class RankJob:
     helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
     tracks: bool | frozenset = False  # also return the exposed-comm and idle intervals (`analyze --timeline`):
     # of every rank, or of the ranks in the set
+    hta_compat: bool = False  # the critical path on HTA's graph (metrics/rank/critical_path/hta.py)
 
 
 @dataclass
@@ -163,7 +164,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
-    per_step, metrics.critical_path = step_paths(t, wins)
+    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
     return RankOutput(

@@ -89,3 +89,30 @@ def test_cpu_trace_has_none(tmp_path):
     b.cpu_op("aten::mm", 10, 50)
     m = _rank(tmp_path, b)
     assert m.critical_path is None and m.steps[0].critical_path is None
+
+
+def test_hta_compat_graph(tmp_path):
+    """HTA's graph on the host step [0, 1000]: op A 10-110 launches K1 at 50 (K1 runs 60-460 on an empty stream);
+    op B 200-250; cudaStreamSynchronize 300-500 waits on stream 7 (its Stream Sync marker). HTA weighs the gaps
+    between top-level ops and the inside of the synchronize zero, so the longest path is A's begin -> the launch
+    (cpu 40) -> K1's begin (launch 10) -> K1's end (compute 400) -> the synchronize's end (0): 450 µs over 5
+    nodes, against 150 along the host thread alone. Our own path tiles the step's device window 60-500 (the Stream
+    Sync marker ends it): the synchronize's return after K1's end 460-500 (synchronize 40), K1 (compute 400)."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::A", 10, 100)
+    b.kernel("K1", 60, 400, launch_at=50)
+    b.cpu_op("aten::B", 200, 50)
+    b.cpu_op("cudaStreamSynchronize", 300, 200, cat="cuda_runtime", args={"correlation": 77})
+    b.raw({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 7, "ts": b.base_us + 495,
+           "dur": 5, "args": {"stream": 7, "correlation": 77, "device": 0}})
+    path = b.write(str(tmp_path / "r0.json"))
+    cp = run_job(RankJob(path, hta_compat=True)).metrics.steps[0].critical_path
+    assert cp.length_ms == pytest.approx(0.450)
+    assert cp.cpu_bound == pytest.approx(100 * 40 / 450, abs=0.05)
+    assert cp.gpu_kernel_launch_overhead == pytest.approx(100 * 10 / 450, abs=0.05)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 400 / 450, abs=0.05)
+    ours = run_job(RankJob(path)).metrics.steps[0].critical_path
+    assert ours.length_ms == pytest.approx(0.440)
+    assert ours.gpu_compute_bound == pytest.approx(100 * 400 / 440, abs=0.05)
+    assert ours.cpu_bound == pytest.approx(100 * 40 / 440, abs=0.05)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, Graph, build
-from llmdiag.diagnose.metrics.rank.critical_path.split import split
+from llmdiag.diagnose.metrics.rank.critical_path.hta import HtaRank
+from llmdiag.diagnose.metrics.rank.critical_path.split import split, split_hta
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 
@@ -70,11 +71,17 @@ def cause_ns(segs: list[tuple[int, int, int]]) -> np.ndarray:
     return out
 
 
-def step_paths(t: RankTrace, wins) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
+def step_paths(t: RankTrace, wins, hta: bool = False) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
     """The critical path of each window (metrics/rank/steps.py) and of the rank's windows together (its length
-    the mean over them). GPU traces only: a CPU trace's host threads are its whole timeline."""
+    the mean over them). GPU traces only: a CPU trace's host threads are its whole timeline. `hta`: HTA's graph
+    and longest path over each step's host span (hta.py, `--hta-compat`)."""
     if not t.is_gpu or not wins:
         return [None] * len(wins), None
+    if hta:
+        h = HtaRank(t)
+        per = [h.window(win.host_start, win.host_end)[0] for win in wins]
+        rank = split_hta(np.sum(per, axis=0), len(per))
+        return [split_hta(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
     w = Walker(build(t))
     per = [cause_ns(w.segments(win.start, win.end)[0]) for win in wins]
     rank = split(np.sum(per, axis=0), len(per))

@@ -33,3 +33,14 @@ def split(ns: np.ndarray, steps: int | None = None) -> CriticalPath | None:
     if steps is None:
         return CriticalPath(length_ms=round(total / 1e6, 3), **pct)
     return RankCriticalPath(length_ms=round(total / 1e6 / max(steps, 1), 3), causes=causes, **pct)
+
+
+def split_hta(ns: np.ndarray, steps: int | None = None) -> CriticalPath | None:
+    """As split, from HTA's path: ns per HTA category (CATEGORIES order); no finer causes (HTA has none)."""
+    total = float(ns.sum())
+    if total <= 0:
+        return None
+    pct = {k: round(100.0 * v / total, 1) for k, v in zip(CATEGORIES, ns.tolist())}
+    if steps is None:
+        return CriticalPath(length_ms=round(total / 1e6, 3), **pct)
+    return RankCriticalPath(length_ms=round(total / 1e6 / max(steps, 1), 3), **pct)
