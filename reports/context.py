@@ -30,6 +30,7 @@ from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, co
                                         whatif_cards)
 from llmdiag.reports import charts
 from llmdiag.reports.kernel_views import kernel_views
+from llmdiag.reports.critical_path import critical_path_view
 from llmdiag.reports.steps import step_view
 
 MAX_RANKS = 32
@@ -358,6 +359,7 @@ def build(a: Analysis) -> dict:
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
         "idle": idle_view(a),
         "kv": kernel_views(a, Num),
+        "cpath": critical_path_view(a, Num),
     }
 
 

@@ -23,7 +23,6 @@ from collections import defaultdict
 import numpy as np
 
 from llmdiag.diagnose.io.trace import RankTrace
-from llmdiag.diagnose.metrics.rank.critical_path.graph import host_points
 from llmdiag.diagnose.model.critical_path import CATEGORIES
 
 LAUNCHES = frozenset(("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
@@ -45,12 +44,23 @@ def _ids(t: RankTrace, names) -> np.ndarray:
     return table
 
 
+def _hta_times(t: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Times as HTA reads them: a trace with sub-µs times has its begins rounded up and its ends down to whole µs
+    (HTA's round_down_time_stamps: sub-µs ops get no duration and leave its graph). In ns, as ours."""
+    if not len(t) or not ((t.ts % 1000).any() or (t.dur % 1000).any()):
+        return t.ts, t.dur
+    ts = -(-t.ts // 1000) * 1000
+    end = (t.ts + t.dur) // 1000 * 1000
+    return ts, end - ts
+
+
 class HtaRank:
     """What HTA reads off the full trace once: correlation links, queue lengths, event records, stream waits."""
 
     def __init__(self, t: RankTrace):
         self.t = t
         n = len(t)
+        self.ts, self.dur = _hta_times(t)
         self.sync_cat = t.cat_mask("cuda_sync")
         self.gpu = (t.stream >= 0) | self.sync_cat  # HTA's GPU side: stream events and cuda_sync markers
         self.link = np.full(n, -1, np.int64)  # HTA's index_correlation: the linked event across host/device
@@ -74,14 +84,14 @@ class HtaRank:
         launches = np.flatnonzero(is_launch)
         launches = launches[t.stream[self.link[launches]] >= 0]
         kernels = self.link[launches]
-        self.launches = launches[np.argsort(t.ts[launches], kind="stable")]
+        self.launches = launches[np.argsort(self.ts[launches], kind="stable")]
         self.launch_stream = t.stream[self.link[self.launches]]
         self.q_launch: dict[int, int] = {}
         self.q_start: dict[int, int] = {}
         ev = np.concatenate([launches, kernels])
         st = np.concatenate([t.stream[kernels], t.stream[kernels]])
         step = np.concatenate([np.ones(len(launches), np.int64), -np.ones(len(kernels), np.int64)])
-        o = np.lexsort((-step, t.ts[ev], st))
+        o = np.lexsort((-step, self.ts[ev], st))
         ev, st, step = ev[o], st[o], step[o]
         q = np.cumsum(step)
         first = np.r_[True, st[1:] != st[:-1]]
@@ -110,7 +120,7 @@ class HtaRank:
             if s not in per_stream:
                 per_stream[s] = self.launches[self.launch_stream == s]
             ls = per_stream[s]
-            k = int(np.searchsorted(t.ts[ls], t.ts[r], side="right")) - 1
+            k = int(np.searchsorted(self.ts[ls], self.ts[r], side="right")) - 1
             if k >= 0:
                 self.record_src[int(t.corr[r])] = int(self.link[ls[k]])
 
@@ -122,7 +132,7 @@ class HtaRank:
         for c in calls.tolist():
             s = int(t.stream[self.link[c]])
             ls = self.launches[(self.launch_stream == s) & (t.thread[self.launches] == t.thread[c])]
-            k = int(np.searchsorted(t.ts[ls], t.ts[c], side="left"))
+            k = int(np.searchsorted(self.ts[ls], self.ts[c], side="left"))
             if k < len(ls):
                 self.wait_dest[c] = int(self.link[ls[k]])
 
@@ -136,16 +146,20 @@ class _Window:
         t = self.t = h.t
         self.h = h
         cpu = ~h.gpu | ((t.stream < 0) & h.sync_cat)  # HTA's stream == -1 (an Event Sync marker among them)
-        in_win = (t.ts >= start) & (t.ts <= end)
-        host = cpu & in_win & (t.dur > 0)
+        ts, dur = h.ts, h.dur
+        in_win = (ts >= start) & (ts <= end)
+        host = cpu & in_win & (dur > 0)
         lk = np.maximum(h.link, 0)
-        dev = (t.stream >= 0) & (h.link >= 0) & (t.ts[lk] >= start) & (t.ts[lk] <= end) & (t.dur[lk] > 0)
+        # a launch links back to one device op only (its last: a cudaGraphLaunch's other ops are not HTA's)
+        dev = (t.stream >= 0) & (h.link >= 0) & (h.link[lk] == np.arange(len(t)))
+        dev &= (ts[lk] >= start) & (ts[lk] <= end) & (dur[lk] > 0)
         dev |= _ids(t, {"Stream Wait Event"})[t.name] & (t.stream >= 0)
         clipped = host | dev
+        self.host_all = np.flatnonzero(host)
         node = clipped & (t.cat_mask(*NODE_CATS) | ((t.stream >= 0) & (h.link >= 0)))
         self.ev = np.flatnonzero(node)
         self.pos = {e: k for k, e in enumerate(self.ev.tolist())}
-        self.begin, self.end = t.ts[self.ev], t.ts[self.ev] + t.dur[self.ev]
+        self.begin, self.end = ts[self.ev], ts[self.ev] + dur[self.ev]
         self.gk = np.flatnonzero(clipped & (h.link >= 0) & ((t.stream >= 0) | _ids(t, {"Event Sync", "Context Sync"})[t.name]))
         self.edges: list[tuple[int, int, int, int]] = []  # (src node, dst node, weight, category)
 
@@ -162,25 +176,69 @@ class _Window:
         return None if k is None else (2 * k, 2 * k + 1)
 
     def _threads(self) -> None:
-        t = self.t
-        hk = np.flatnonzero(t.stream[self.ev] < 0)
-        if not len(hk):
+        """HTA's call stacks (hta/common/call_stack.py), one per thread, over every host event of the window (any
+        category): begins and ends in time order (ends first; of two begins the longer, of two ends the shorter),
+        a begin a child of the stack's top, an end popping the top (whichever it is: improperly nested events
+        nest as HTA reads them). Then HTA's depth-first walk links the nodes among them."""
+        t, hs = self.t, self.host_all
+        if not len(hs):
             return
-        nodes, th, step = host_points(t, self.ev, hk, self.begin, self.end)
-        first = np.r_[True, th[1:] != th[:-1]]
-        cs = np.cumsum(step)
-        base = np.maximum.accumulate(np.where(first, np.arange(len(cs)), 0))
-        depth = cs - (cs[base] - step[base])
-        blocking = _ids(t, BLOCKING)[t.name[self.ev]]
-        for j in np.flatnonzero(~first[1:]).tolist():
-            u, v = int(nodes[j]), int(nodes[j + 1])
-            top_gap = depth[j] == 0  # the end of a top-level op -> the next one's begin: HTA's zero-weight link
-            self.add(u, v, NONE if top_gap else CPU, zero=bool(v & 1 and blocking[v >> 1]))
+        b, d = self.h.ts[hs], self.h.dur[hs]
+        n = len(hs)
+        pos = np.arange(n)
+        typ = np.r_[np.ones(n, np.int8), np.zeros(n, np.int8)]  # 1 begin, 0 end (ends first at one instant)
+        k2 = np.r_[-d, d]  # begins: longer first; ends: shorter first
+        k3 = np.r_[pos, -pos]
+        th = np.r_[t.thread[hs], t.thread[hs]]
+        o = np.lexsort((k3, k2, typ, np.r_[b, b + d], th))
+        children: dict[int, list[int]] = defaultdict(list)
+        roots: dict[int, list[int]] = defaultdict(list)
+        stack: list[int] = []
+        cur = -1
+        for j, th_j in zip(o.tolist(), th[o].tolist()):
+            if th_j != cur:
+                stack, cur = [], th_j
+            if j < n:
+                (children[stack[-1]] if stack else roots[th_j]).append(j)
+                stack.append(j)
+            elif stack:
+                stack.pop()
+        blocking = _ids(t, BLOCKING)[t.name[hs]]
+        node_of = [self.pos.get(e, -1) for e in hs.tolist()]
+        for top in roots.values():
+            self._dfs(top, children, node_of, blocking)
+
+    def _dfs(self, top: list[int], children: dict, node_of: list[int], blocking: np.ndarray) -> None:
+        last = last_high = None
+        depth = 0
+        todo: list[tuple[int, bool]] = [(j, True) for j in reversed(top)]
+        while todo:
+            j, enter = todo.pop()
+            k = node_of[j]
+            if enter:
+                todo.append((j, False))
+                todo.extend((c, True) for c in reversed(children.get(j, ())))
+                if k < 0:
+                    continue
+                if depth == 0 and last_high is not None:
+                    self.add(last_high, 2 * k, NONE)
+                depth += 1
+                if last is not None:
+                    self.add(last, 2 * k, CPU)
+                last = 2 * k
+            elif k >= 0:
+                depth -= 1
+                if last is not None:
+                    self.add(last, 2 * k + 1, CPU, zero=bool(blocking[j]))
+                if depth == 0:
+                    last, last_high = None, 2 * k + 1
+                else:
+                    last = 2 * k + 1
 
     def _device(self) -> None:
         t, h = self.t, self.h
         gk = self.gk
-        key = np.where(h.sync_cat[gk], t.ts[gk] + t.dur[gk], t.ts[gk])
+        key = np.where(h.sync_cat[gk], h.ts[gk] + h.dur[gk], h.ts[gk])
         gk = gk[np.argsort(key, kind="stable")]
         last: dict[int, int] = {}  # stream -> end node of its last op
         kernel_sync: dict[int, int] = {}  # device op -> the op it waits on (Stream Wait Event)
@@ -201,7 +259,7 @@ class _Window:
                 src_end = sn[1]
                 self.add(src_end, b, NONE)
             s = int(t.stream[e])
-            rts = int(t.ts[rt])
+            rts = int(h.ts[rt])
             if (h.q_launch.get(e) == 1 and h.q_start.get(e) == 0
                     and (s not in last or self.time(last[s]) < rts)
                     and (src_end is None or self.time(src_end) < rts)
@@ -238,7 +296,7 @@ class _Window:
         return longest(2 * len(self.ev), self.edges)
 
 
-def longest(n: int, edges: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, int]:
+def longest(n: int, edges: list[tuple[int, int, int, int]], nodes: list | None = None) -> tuple[np.ndarray, int]:
     """The longest weighted path of a DAG (networkx.dag_longest_path's rule: a node's distance is the best of its
     in-edges, first in insertion order on ties, never below 0); its weight per category and its node count."""
     preds: dict[int, list[int]] = defaultdict(list)
@@ -266,9 +324,13 @@ def longest(n: int, edges: list[tuple[int, int, int, int]]) -> tuple[np.ndarray,
         return out, 0
     v = max(order, key=dist.__getitem__)
     count = 1
+    if nodes is not None:
+        nodes.append(v)
     while via[v] >= 0:
         u, _, w, cat = edges[via[v]]
         if cat != NONE:
             out[cat] += w
         v, count = u, count + 1
+        if nodes is not None:
+            nodes.append(v)
     return out, count

@@ -22,53 +22,55 @@ HOST_GAP = CAUSES.index("host_gap")
 
 
 class Walker:
-    """The binding edges of a graph and the nodes in time order (device ends last among equal times)."""
+    """The binding edge of every node of a graph, as Python lists: the walk reads one node at a time, and a list
+    indexes ~10x faster than a numpy scalar."""
 
     def __init__(self, g: Graph):
         self.g = g
-        self.pred_edge, self.pred = g.binding()
-        dev_end = np.zeros(g.nodes, np.int8)
-        dev_end[1::2] = g.device
-        self.order = np.lexsort((dev_end, g.time))
-        self.sorted_time = g.time[self.order]
-        # the walk reads one node at a time: Python lists index ~10x faster than numpy scalars
-        self._time, self._src, self._cause = g.time.tolist(), g.src.tolist(), g.cause.tolist()
-        self._pe = self.pred_edge.tolist()
+        pred_edge, pred = g.binding()
+        self.dev_end = np.zeros(g.nodes, bool)
+        self.dev_end[1::2] = g.device
+        self._time, self._pred = g.time.tolist(), pred.tolist()
+        self._cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1).tolist()
 
-    def segments(self, start: int, end: int) -> tuple[list[tuple[int, int, int]], list[int]]:
-        """[(t0, t1, cause)] tiling [start, end] back from its last node, latest first; and the path's edges."""
-        k = int(np.searchsorted(self.sorted_time, end, side="right")) - 1
-        segs: list[tuple[int, int, int]] = []
-        edges: list[int] = []
-        if k < 0 or end <= start:
-            return ([(start, end, HOST_GAP)] if end > start else []), edges
-        v = int(self.order[k])
-        time, src, cause, pe = self._time, self._src, self._cause, self._pe
+    def sink(self, end: int) -> int:
+        """The last node at or before `end` (a device op's end first among equal times); -1 none."""
+        t = self.g.time
+        ok = t <= end
+        if not ok.any():
+            return -1
+        last = t[ok].max()
+        at = np.flatnonzero(ok & (t == last))
+        dev = at[self.dev_end[at]]
+        return int(dev[0] if len(dev) else at[0])
+
+    def walk(self, start: int, end: int, segs: list | None = None) -> np.ndarray:
+        """Nanoseconds per cause (CAUSES order) of the path tiling [start, end] back from its last node; the
+        segments (t0, t1, cause), latest first, appended to `segs` when given."""
+        acc = [0] * len(CAUSES)
+        v = self.sink(end)
+        if end <= start:
+            return np.array(acc, np.int64)
+        if v < 0:
+            acc[HOST_GAP] = end - start
+            return np.array(acc, np.int64)
+        time, pred, cause = self._time, self._pred, self._cause
         c = min(time[v], end)
-        if c < end:
-            segs.append((c, end, HOST_GAP))
+        acc[HOST_GAP] += end - c
         while c > start:
-            e = pe[v]
-            if e < 0:
-                segs.append((start, c, HOST_GAP))
+            u = pred[v]
+            if u < 0:
+                acc[HOST_GAP] += c - start
+                if segs is not None:
+                    segs.append((start, c, HOST_GAP))
                 break
-            u = src[e]
             tu = min(time[u], c)
-            lo = max(tu, start)
-            if c > lo:
-                segs.append((lo, c, cause[e]))
-            edges.append(e)
+            lo = tu if tu > start else start
+            acc[cause[v]] += c - lo
+            if segs is not None and c > lo:
+                segs.append((lo, c, cause[v]))
             c, v = tu, u
-        return segs, edges
-
-
-def cause_ns(segs: list[tuple[int, int, int]]) -> np.ndarray:
-    """Nanoseconds per cause (CAUSES order) of a path's segments."""
-    out = np.zeros(len(CAUSES), np.int64)
-    if segs:
-        a = np.array(segs, np.int64)
-        np.add.at(out, a[:, 2], a[:, 1] - a[:, 0])
-    return out
+        return np.array(acc, np.int64)
 
 
 def step_paths(t: RankTrace, wins, hta: bool = False) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
@@ -83,6 +85,6 @@ def step_paths(t: RankTrace, wins, hta: bool = False) -> tuple[list[CriticalPath
         rank = split_hta(np.sum(per, axis=0), len(per))
         return [split_hta(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
     w = Walker(build(t))
-    per = [cause_ns(w.segments(win.start, win.end)[0]) for win in wins]
+    per = [w.walk(win.start, win.end) for win in wins]
     rank = split(np.sum(per, axis=0), len(per))
     return [split(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
