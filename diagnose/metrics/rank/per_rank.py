@@ -164,7 +164,9 @@ def _run(job: RankJob) -> RankOutput:
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
-    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat)
+    want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
+    cp_track: list | None = [] if want_tracks else None
+    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
     return RankOutput(
@@ -174,10 +176,16 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
-        tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
+        tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
     )
+
+
+def _tracks(t, wins, critical: list | None) -> RankTracks:
+    out = step_tracks(t, wins)
+    out.critical = critical or []
+    return out
 
 
 # Skew is measured on collectives only: the n-th send of one rank and the n-th send of another are unrelated,

@@ -53,6 +53,24 @@ def test_launch_stream_sync_and_gap(tmp_path):
     assert m.critical_path.length_ms == pytest.approx(0.640)
 
 
+def test_timeline_track_is_the_path_in_time_order(tmp_path):
+    """The same trace as above, its path as the timeline track (`analyze --timeline`): K1 and K2 back to back are
+    one compute run 60-560, then the synchronize's return, the gap, relu, the launch delay and K3 (µs)."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::mm", 10, 100)
+    b.kernel("K1", 60, 400, launch_at=50)
+    b.cpu_op("aten::add", 120, 20)
+    b.kernel("K2", 460, 100, launch_at=130)
+    _runtime(b, "cudaStreamSynchronize", 150, 420)
+    b.cpu_op("aten::relu", 600, 100)
+    b.kernel("K3", 660, 40, launch_at=650)
+    out = run_job(RankJob(b.write(str(tmp_path / "r0.json")), tracks=True))
+    got = [(s // 1000, e // 1000, cause) for s, e, step, cause, _ in out.tracks.critical]
+    assert got == [(60, 560, "compute"), (560, 570, "synchronize"), (570, 600, "host_gap"), (600, 650, "host_op"),
+                   (650, 660, "launch_delay"), (660, 700, "compute")]
+
+
 def test_event_wait_across_streams(tmp_path):
     """KA (stream 7) runs 100-500, KB (stream 20) was launched at 20 on an empty stream but began only at 505,
     5 µs after KA ended: it waited on KA (a stream-event wait). Window [100, 600]: KB 505-600 (compute 95),

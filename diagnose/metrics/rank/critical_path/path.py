@@ -32,17 +32,21 @@ class Walker:
         self.dev_end[1::2] = g.device
         self._time, self._pred = g.time.tolist(), pred.tolist()
         self._cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1).tolist()
+        self._order: np.ndarray | None = None
+        self._sorted = g.time
 
     def sink(self, end: int) -> int:
         """The last node at or before `end` (a device op's end first among equal times); -1 none."""
-        t = self.g.time
-        ok = t <= end
-        if not ok.any():
+        if self._order is None:  # sorted once, on the first window
+            self._order = np.argsort(self.g.time, kind="stable")
+            self._sorted = self.g.time[self._order]
+        k = int(np.searchsorted(self._sorted, end, side="right")) - 1
+        if k < 0:
             return -1
-        last = t[ok].max()
-        at = np.flatnonzero(ok & (t == last))
-        dev = at[self.dev_end[at]]
-        return int(dev[0] if len(dev) else at[0])
+        lo = int(np.searchsorted(self._sorted, self._sorted[k], side="left"))
+        tied = self._order[lo:k + 1]
+        dev = tied[self.dev_end[tied]]
+        return int(dev[0] if len(dev) else tied[-1])
 
     def walk(self, start: int, end: int, segs: list | None = None) -> np.ndarray:
         """Nanoseconds per cause (CAUSES order) of the path tiling [start, end] back from its last node; the
@@ -73,10 +77,12 @@ class Walker:
         return np.array(acc, np.int64)
 
 
-def step_paths(t: RankTrace, wins, hta: bool = False) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
+def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None
+               ) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
     """The critical path of each window (metrics/rank/steps.py) and of the rank's windows together (its length
     the mean over them). GPU traces only: a CPU trace's host threads are its whole timeline. `hta`: HTA's graph
-    and longest path over each step's host span (hta.py, `--hta-compat`)."""
+    and longest path over each step's host span (hta.py, `--hta-compat`). `track`, when given, gets the path's
+    segments for the timeline: (start, end, step, cause, ""), runs of one cause merged (our path only)."""
     if not t.is_gpu or not wins:
         return [None] * len(wins), None
     if hta:
@@ -85,6 +91,22 @@ def step_paths(t: RankTrace, wins, hta: bool = False) -> tuple[list[CriticalPath
         rank = split_hta(np.sum(per, axis=0), len(per))
         return [split_hta(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
     w = Walker(build(t))
-    per = [w.walk(win.start, win.end) for win in wins]
+    per = []
+    for win in wins:
+        segs: list | None = [] if track is not None else None
+        per.append(w.walk(win.start, win.end, segs))
+        if track is not None and segs:
+            track += merged(segs[::-1], win.step)
     rank = split(np.sum(per, axis=0), len(per))
     return [split(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
+
+
+def merged(segs: list[tuple[int, int, int]], step: int) -> list[tuple[int, int, int, str, str]]:
+    """Segments in time order with adjacent ones of one cause joined, named by cause."""
+    out: list[list] = []
+    for a, b, c in segs:
+        if out and out[-1][3] == c and out[-1][1] == a:
+            out[-1][1] = b
+        else:
+            out.append([a, b, step, c])
+    return [(a, b, s, CAUSES[c], "") for a, b, s, c in out]
