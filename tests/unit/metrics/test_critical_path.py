@@ -134,3 +134,18 @@ def test_hta_compat_graph(tmp_path):
     assert ours.length_ms == pytest.approx(0.440)
     assert ours.gpu_compute_bound == pytest.approx(100 * 400 / 440, abs=0.05)
     assert ours.cpu_bound == pytest.approx(100 * 40 / 440, abs=0.05)
+
+
+def test_a_loop_of_dependencies_in_hostile_times_ends(tmp_path):
+    """A kernel that ran (20-40) before its own launch (60), which the thread made after a synchronize (10-50) that
+    waited for that kernel: each point's last-arriving dependency leads around the loop K end -> K begin -> launch
+    -> synchronize end -> K end. The walk stops instead of circling, and the step's time still adds up."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.kernel("K0", 0, 5, launch_at=0)
+    _runtime(b, "cudaStreamSynchronize", 10, 40)
+    b.kernel("K", 20, 20, launch_at=60)
+    m = _rank(tmp_path, b)
+    cp = m.steps[0].critical_path
+    assert cp.length_ms == pytest.approx(m.steps[0].time_ms)
+    assert cp.cpu_bound + cp.gpu_compute_bound + cp.gpu_kernel_launch_overhead == pytest.approx(100, abs=0.2)

@@ -68,8 +68,11 @@ class Graph:
         waited on: the others had slack. One lexsort over the edges."""
         pred_edge = np.full(self.nodes, -1, np.int64)
         if len(self.src):
-            arrive = self.time[self.src] * 8 + PRIORITY[self.etype]  # one key: arrival, then the tie-break
-            o = np.lexsort((arrive, self.dst))
+            ts = self.time[self.src]
+            if len(ts) and np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
+                o = np.lexsort((ts * 8 + PRIORITY[self.etype], self.dst))
+            else:  # times a hostile trace stretched past what one int64 key holds
+                o = np.lexsort((PRIORITY[self.etype], ts, self.dst))
             last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
             pred_edge[self.dst[o][last]] = o[last]
         pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)

@@ -61,9 +61,11 @@ class Walker:
         time, pred, cause = self._time, self._pred, self._cause
         c = min(time[v], end)
         acc[HOST_GAP] += end - c
+        budget = len(time)  # a hostile trace's times can close a loop of binding edges: never walk one forever
         while c > start:
             u = pred[v]
-            if u < 0:
+            budget -= 1
+            if u < 0 or budget < 0:
                 acc[HOST_GAP] += c - start
                 if segs is not None:
                     segs.append((start, c, HOST_GAP))
