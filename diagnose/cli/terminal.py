@@ -189,9 +189,9 @@ def _idle(a: Analysis) -> str:
 
 
 def _critical_path(a: Analysis) -> str:
-    from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, critical_path_rows
+    from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows
 
-    rows, n = critical_path_rows(a, MAX_ROWS)
+    rows, n = critical_path_rows(a, TERMINAL_ROWS)
     body = [[str(x.rank), _ms(x.path.length_ms), *(f"{getattr(x.path, f):.1f}" for _, f in CP_COLUMNS),
              f"{x.top_cause} {x.top_share:.1f} %" if x.top_cause else "—"] for x in rows]
     title = "Critical path per rank (% of the path; path ms per step, each rank's mean; least device-bound first)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import RankCriticalPath
 
+TERMINAL_ROWS = 8  # the terminal's share of its rank rows (the report shows more): the least device-bound ranks
 # (column, field): HTA's categories in its order
 CP_COLUMNS = (("cpu", "cpu_bound"), ("compute", "gpu_compute_bound"), ("comm", "gpu_communication_bound"),
               ("launch", "gpu_kernel_launch_overhead"), ("kernel-kernel", "gpu_kernel_kernel_overhead"))
