@@ -27,7 +27,7 @@ from llmdiag.diagnose.model.summary import manifest_from_dict
 def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
                  timings: dict | None = None, run: str | int = "newest", tracks: dict | None = None,
-                 track_ranks: list[int] | None = None) -> Analysis:
+                 track_ranks: list[int] | None = None, hta_compat: bool = False) -> Analysis:
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
     per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
@@ -37,7 +37,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
     per_run: dict | None = {} if tracks is not None else None
     a = analyze_runs(path, comm_regex=comm_regex, exclude_last_step=exclude_last_step, jobs=jobs, progress=progress,
                      top_k=top_k, rules=rules, engine=engine, timings=timings, run=run, tracks=per_run,
-                     track_ranks=track_ranks)[0]
+                     track_ranks=track_ranks, hta_compat=hta_compat)[0]
     if tracks is not None and per_run is not None:
         tracks.update(per_run.get(a.name, {}))
     return a
@@ -46,7 +46,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
 def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
                  timings: dict | None = None, run: str | int = "newest", tracks: dict | None = None,
-                 track_ranks: list[int] | None = None) -> list[Analysis]:
+                 track_ranks: list[int] | None = None, hta_compat: bool = False) -> list[Analysis]:
     """As `analyze_path`, one Analysis per run analysed: `run` "all" gives every run of the input, oldest first
     (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2). `tracks`, when
     given, gets {analysis name: {rank: its timeline intervals}}, one entry per run analysed."""
@@ -77,7 +77,8 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         return m.device.memory_bytes if m and m.device and m.device.type == "cpu" else None
 
     job_list = [RankJob(f, comm_regex, exclude_last_step, stage_hint(man_of(f), f), cpu_cap(man_of(f)), top_k,
-                       tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False)
+                       tracks=(frozenset(track_ranks) if track_ranks else True) if tracks is not None else False,
+                       hta_compat=hta_compat)
                 for f in src.files]
     if len(job_list) == 1 and not engine.is_dask and (n := engine.jobs or default_workers()) > 1:
         job_list[0].helpers = n  # one rank on the local pool: its parse is split across the cores (split_parse.py)
@@ -92,7 +93,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     for k in picked:
         outputs = groups[k]
         opts = AnalysisOptions(comm_regex=comm_regex, exclude_last_step=exclude_last_step, files=len(outputs),
-                               run_folder=bool(src.run_folder))
+                               run_folder=bool(src.run_folder), hta_compat=hta_compat)
         name = src.name if len(groups) == 1 else f"{src.name}-run{k + 1}"  # outputs of two runs never overwrite
         man_k = man
         folders = {folder_of.get(o.path, "") for o in outputs}

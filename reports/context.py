@@ -28,6 +28,7 @@ from llmdiag.diagnose.model.pack import file_schema
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
 from llmdiag.reports import charts
 from llmdiag.reports.kernel_views import kernel_views
+from llmdiag.reports.critical_path import critical_path_view
 from llmdiag.reports.steps import step_view
 
 MAX_RANKS = 32
@@ -361,6 +362,7 @@ def build(a: Analysis) -> dict:
         "Num": Num, "step_series": charts.step_series(a), "whatif": whatif_view(a),
         "idle": idle_view(a),
         "kv": kernel_views(a, Num),
+        "cpath": critical_path_view(a, Num),
     }
 
 

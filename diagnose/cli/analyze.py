@@ -124,8 +124,10 @@ def _ranks_fit(target, ranks) -> None:
 @click.option("--report", "report_path", metavar="FILE", callback=output_path, help="Write the HTML report here.")
 @click.option("--no-report", is_flag=True, help="Skip the HTML report.")
 @click.option("--comm-regex", metavar="RE", help="Extra kernel-name regex counted as communication (e.g. DeepEP).")
-@click.option("--exclude-last-step", "--hta-compat", "exclude_last_step", is_flag=True,
+@click.option("--exclude-last-step", "exclude_last_step", is_flag=True,
               help="Drop the last ProfilerStep, as HTA does (its numbers become comparable).")
+@click.option("--hta-compat", is_flag=True, help="HTA's conventions: the last ProfilerStep dropped, and the critical "
+              "path on HTA's graph and longest path (its split reproduced).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 1024), help="Worker processes (default: all cores).")
 # -- the engine: the local pool by default, or Dask (docs/cluster.md); one of these at most -------------------
 @click.option("--scheduler", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS", show_envvar=True,
@@ -154,15 +156,17 @@ def _ranks_fit(target, ranks) -> None:
 @click.option("--run", "run", metavar="newest|N|all", default="newest", show_default=True,
               help="A folder holding several runs (the same job run twice): analyse the newest complete one, run N "
                    "(1 = the oldest), or each (outputs named NAME-runN).")
-def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, jobs, scheduler, scheduler_file,
-            dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks, timeline_max_events,
-            tables_dir, run, tables_format):
+def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_step, hta_compat, jobs, scheduler,
+            scheduler_file, dask_local, top_k, cross_check, open_browser, quiet, timeline_path, timeline_ranks,
+            timeline_max_events, tables_dir, run, tables_format):
     """Analyse a run folder, a folder of Kineto traces, or trace files.
 
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
     nothing usable remains or the input is wrong.
     """
     from llmdiag.diagnose.analyze import analyze_runs, check_comm_regex
+
+    exclude_last_step = exclude_last_step or hta_compat  # HTA drops the last step
 
     run = run.strip().lower()
     if run not in ("newest", "all"):  # digits read by their count (`²`, 5,000 digits: one line, not a traceback)
@@ -196,7 +200,8 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
-                            progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks)
+                            progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks,
+                            hta_compat=hta_compat)
     if timeline_ranks:  # ranks read from the traces: checked before any output is written
         from llmdiag.diagnose.export.timeline import check_ranks
 

@@ -164,6 +164,16 @@ def _idle(a: Analysis) -> str:
                   IDLE_HEADER, body, (IDLE_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={len(IDLE_HEADER) - 1})
 
 
+def _critical_path(a: Analysis) -> str:
+    from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows
+
+    rows, n = critical_path_rows(a, TERMINAL_ROWS)
+    body = [[str(x.rank), _ms(x.path.length_ms), *(f"{getattr(x.path, f):.1f}" for _, f in CP_COLUMNS),
+             f"{x.top_cause} {x.top_share:.1f} %" if x.top_cause else "—"] for x in rows]
+    title = "Critical path per rank (% of the path; path ms per step, each rank's mean; least device-bound first)"
+    return _table(title, CP_HEADER, body, (CP_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={7})
+
+
 def _comm(a: Analysis) -> str:
     groups = views.comm_by_group(a)
     bw = column_unit([g.busbw_gbps for g in groups[:MAX_ROWS]], "gbps")
@@ -341,7 +351,7 @@ def render(a: Analysis, width: int | None = None, colour: bool = False) -> str:
     or `COLUMNS`, or 100 off a terminal (`gate.format.terminal_width`)."""
     tw, tc = WIDTH.set(max(60, terminal_width() if width is None else width)), COLOUR.set(colour)
     try:
-        parts = [_headline(a), _ranks(a), _idle(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _op_kernels(a), _launches(a), _memory(a),
+        parts = [_headline(a), _ranks(a), _idle(a), _critical_path(a), _comm(a), _pipeline(a), _moe(a), _accum(a), _kernels(a), _op_kernels(a), _launches(a), _memory(a),
                  _skew(a), _whatif(a), _findings(a), _issues(a)]
     finally:
         WIDTH.reset(tw)

@@ -1,5 +1,6 @@
 """llmdiag's own tracks in the merged timeline: one process per rank ("rank R: llmdiag"), one named thread
-per track (exposed comm, idle, pipeline bubble, straggler wait), and the findings as global instants.
+per track (exposed comm, idle, pipeline bubble, straggler wait, critical path: its segments named by the cause
+that bounds them), and the findings as global instants.
 
 The intervals come from the analysis (metrics/rank/track_intervals.py, on each rank's own clock); here they are
 only shifted by the rank's `clock_shift_ns` and written. Where the user capped the timeline's size, a track
@@ -11,7 +12,8 @@ from __future__ import annotations
 from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks
 
 TRACKS = {"exposed": ("llmdiag: exposed comm", 1), "idle": ("llmdiag: idle", 2),
-          "bubble": ("llmdiag: pipeline bubble", 3), "waits": ("llmdiag: straggler wait", 4)}
+          "bubble": ("llmdiag: pipeline bubble", 3), "waits": ("llmdiag: straggler wait", 4),
+          "critical": ("llmdiag: critical path", 5)}
 FINDINGS_PID = -1
 MIN_TRACK_CAP = 1000
 

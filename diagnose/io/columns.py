@@ -101,6 +101,7 @@ GLOO_A2A = "c10d::alltoall_base_"
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 STEP_OP_CATS = ("Operator", "cpu_op", "operator")
 STEP_CAT = "user_annotation"
+SYNC_CAT = "cuda_sync"
 
 
 def _gloo_splits(args: dict) -> dict:
@@ -214,6 +215,7 @@ class Columns:
             cat_ids = intern(self.cats, [c if isinstance(c, str) else str(c) for c in cats])
         del cats
         self._steps_as_annotations(name_ids, cat_ids)
+        self._sync_waits(cat_ids, args, v)
         thread_ids = self._thread_ids(X, v)
         self.parts.append({
             "ts": _floats(v.field(X, "ts", None)),
@@ -247,6 +249,18 @@ class Columns:
                 if i not in comm and (g := v.gemm(args[i])) is not None:
                     self.comm_args[self.n + i] = g
         self.n += len(X)
+
+    def _sync_waits(self, cat_ids: np.ndarray, args: list, v) -> None:
+        """A `cuda_sync` event's wait target (`wait_on_stream`, `wait_on_cuda_event_record_corr_id`), kept in
+        comm_args under those keys: what a stream-event wait or event synchronize waits on (HTA's sync edges)."""
+        c = self.cats.get(SYNC_CAT)
+        rows = np.flatnonzero(cat_ids == c).tolist() if c is not None else []
+        if not rows:
+            return
+        sub = [args[i] for i in rows]
+        for i, ws, wc in zip(rows, v.arg(sub, "wait_on_stream"), v.arg(sub, "wait_on_cuda_event_record_corr_id")):
+            if type(ws) is int and type(wc) is int and wc >= 0 and abs(ws) < 2**62 and wc < 2**62:
+                self.comm_args[self.n + i] = {"wait_on_stream": ws, "wait_on_cuda_event_record_corr_id": wc}
 
     def _steps_as_annotations(self, name_ids: np.ndarray, cat_ids: np.ndarray) -> None:
         """ProfilerStep#N spans under an op category (`Operator`, `cpu_op`) get `user_annotation`, in place."""

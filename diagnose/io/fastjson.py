@@ -33,6 +33,8 @@ ARG_FIELDS = {
     "stream": ("stream", -1), "correlation": ("correlation", -1), "External id": ("ext", -1),
     "Device Type": ("device_type", -1), "Device Id": ("device_id", -1), "Total Allocated": ("allocated", -1),
     "Total Reserved": ("reserved", -1), "Bytes": ("nbytes", -1), "name": ("name", ""),
+    # cuda_sync events: the stream and the cudaEventRecord a stream/event wait is on (metrics/rank/critical_path)
+    "wait_on_stream": ("wstream", -1), "wait_on_cuda_event_record_corr_id": ("wcorr", -1),
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
+from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.idle import HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
@@ -53,6 +54,7 @@ class StepBreakdown:
     other_ms: float  # memcpy/memset time not under compute or comm
     idle_ms: float  # nothing running
     overlap_ratio: float | None
+    critical_path: CriticalPath | None = None  # what bounds the step (GPU traces; metrics/rank/critical_path)
 
 
 @dataclass
@@ -188,6 +190,7 @@ class RankMetrics:
     comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
+    critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
 
     @property
     def nsteps(self) -> int:
@@ -278,6 +281,7 @@ class AnalysisOptions:
     files: int = 0  # trace files found
     bytes: int = 0  # bytes read from the analysed ranks' files
     run_folder: bool = False  # the input was an llmdiag run folder (outputs go inside it)
+    hta_compat: bool = False  # `--hta-compat`: the critical path on HTA's graph (and the last step dropped)
 
 
 @dataclass

@@ -77,13 +77,22 @@ def hoist(col: list):
     if all(type(x) is dict for x in col):
         first = col[0]
         if set(first) == TABLE and all(set(x) == TABLE and x[COLS] == first[COLS]
-                                        and all(type(c) is list for c in x[CELLS]) for x in col):
-            return {TABS: first[COLS], LENS: [len(x[CELLS][0]) for x in col],
-                    CELLS: [hoist([c for x in col for c in x[CELLS][j]]) for j in range(len(first[COLS]))]}
+                                        and all(_is_rows(c) for c in x[CELLS]) for x in col):
+            return {TABS: first[COLS], LENS: [len(_rows(x[CELLS][0])) for x in col],
+                    CELLS: [hoist([c for x in col for c in _rows(x[CELLS][j])]) for j in range(len(first[COLS]))]}
         keys = list(first)
         if keys and not set(first) & {COLS, RECS, TABS} and all(list(x) == keys for x in col):
             return {RECS: keys, CELLS: [hoist([x[k] for x in col]) for k in keys]}
     return col
+
+
+def _is_rows(c) -> bool:
+    """A table's column: its values, or (a column of records, a step's critical path) their @records form."""
+    return type(c) is list or (type(c) is dict and set(c) == RECORDS)
+
+
+def _rows(c) -> list:
+    return c if type(c) is list else decode_column(c)
 
 
 def decode_column(c) -> list:

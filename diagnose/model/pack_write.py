@@ -54,6 +54,23 @@ def _shape(cls) -> tuple[tuple[str, ...], frozenset, str | None, bool]:
     return names, flat, rest, rest is None and len(flat) == len(names)
 
 
+@cache
+def _tableable(cls) -> bool:
+    """Records `pack` makes one table of over all ranks: every field plain JSON, or a record of plain fields (a
+    step's critical path: pack.hoist joins its per-rank @records columns)."""
+    names, flat, rest, _ = _shape(cls)
+    if rest is not None:
+        return False
+    hints = type_hints(cls)
+    for n in names:
+        if n in flat:
+            continue
+        dcs = [a for a in typing.get_args(hints[n]) if a is not type(None)]
+        if len(dcs) != 1 or not dataclasses.is_dataclass(dcs[0]) or not _shape(dcs[0])[3]:
+            return False
+    return True
+
+
 def _is_dc(v) -> bool:
     return hasattr(type(v), "__dataclass_fields__")
 
@@ -144,7 +161,7 @@ def _lists(lists: list, cls, hooks: dict) -> list | dict:
     one table for all ranks where every rank has records, else one table (or []) per rank."""
     if not all(type(x) is cls for lst in lists for x in lst):
         raise Fallback
-    if len(lists) >= 2 and all(lists) and _shape(cls)[3]:
+    if len(lists) >= 2 and all(lists) and _tableable(cls):
         tab = _table([x for lst in lists for x in lst], cls, hooks)
         return {TABS: tab[COLS], LENS: [len(lst) for lst in lists], CELLS: tab[CELLS]}
     col, start = [], 0

@@ -44,6 +44,7 @@ from llmdiag.diagnose.metrics.rank.op_kernels import op_kernels
 from llmdiag.diagnose.metrics.rank.roofline import roofline
 from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
+from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
 
 
 @dataclass
@@ -57,6 +58,7 @@ class RankJob:
     helpers: int = 0  # processes that may share this one file's parse (a lone big rank: split_parse.py)
     tracks: bool | frozenset = False  # also return the exposed-comm and idle intervals (`analyze --timeline`):
     # of every rank, or of the ranks in the set
+    hta_compat: bool = False  # the critical path on HTA's graph (metrics/rank/critical_path/hta.py)
 
 
 @dataclass
@@ -166,6 +168,11 @@ def _run(job: RankJob) -> RankOutput:
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
     metrics.steps_source = step_source(t)
     metrics.comm_host_stall = comm_host_stall(t, wins) if t.is_gpu else None
+    want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
+    cp_track: list | None = [] if want_tracks else None
+    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)
+    for s, cp in zip(steps, per_step):
+        s.critical_path = cp
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
@@ -173,10 +180,16 @@ def _run(job: RankJob) -> RankOutput:
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
-        tracks=step_tracks(t, wins) if job.tracks is True or (job.tracks and t.rank in job.tracks) else None,
+        tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
     )
+
+
+def _tracks(t, wins, critical: list | None) -> RankTracks:
+    out = step_tracks(t, wins)
+    out.critical = critical or []
+    return out
 
 
 # Skew is measured on collectives only: the n-th send of one rank and the n-th send of another are unrelated,

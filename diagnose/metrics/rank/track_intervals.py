@@ -28,6 +28,7 @@ class RankTracks:
     idle: list[tuple] = field(default_factory=list)  # (start, end, step, cause, op) on GPU, (start, end, step) on CPU
     bubble: list[tuple[int, int, int]] = field(default_factory=list)
     waits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, "kind pg")
+    critical: list[tuple] = field(default_factory=list)  # (start, end, step, cause, "") the critical path (GPU)
 
 
 def step_pairs(u: iv.Union, step: int) -> list[tuple[int, int, int]]:

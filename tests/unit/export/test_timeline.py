@@ -434,7 +434,7 @@ def test_a_real_trace_loader_reads_the_merged_timeline(tmp_path):
     out = write_timeline(a, str(tmp_path / "t.json.gz"), tracks)
     _, merged, _ = tp.parse_trace_dataframe(out, ParserConfig())
     _, alone, _ = tp.parse_trace_dataframe(src, ParserConfig())
-    added = sum(len(getattr(tr, k)) for tr in tracks.values() for k in ("exposed", "idle", "bubble", "waits"))
+    added = sum(len(getattr(tr, k)) for tr in tracks.values() for k in ("exposed", "idle", "bubble", "waits", "critical"))
     assert len(merged) == len(alone) + added
     for col in ("stream", "correlation"):
         assert sorted(merged[col][merged[col] > 0].tolist()) == sorted(alone[col][alone[col] > 0].tolist())

@@ -1,0 +1,261 @@
+"""One rank's dependency graph, built from the RankTrace columns in numpy (no per-event Python).
+
+Nodes are points in time: the begin (node 2k) and end (node 2k+1) of each selected event k (`Graph.ev[k]`):
+host ops and runtime/driver calls with a duration, and kernels / memcpy / memset on the device streams.
+Edges say "v could not happen before u":
+
+- THREAD: consecutive points of one host thread in nesting order (an op's begin, its children, its end);
+- DEVICE: a device op's begin -> its end;
+- LAUNCH: a runtime call's begin -> the begin of the device op it launched (same correlation id);
+- STREAM: a device op's end -> the begin of the next op on its stream;
+- WAIT: a device op's end on another stream -> a device op that was launched and whose stream was free, but
+  began only when that op ended (within WAIT_TOL_NS): a stream-event wait (cudaStreamWaitEvent /
+  hipStreamWaitEvent). The trace does not say which event a wait is on, so the edge is read from the times;
+- SYNC: the device op that ended last inside a blocking call (device / stream / event synchronize, a
+  synchronous memcpy) -> that call's end; for a cudaMemcpyAsync / hipMemcpyAsync, only its own copy ending
+  inside it (a copy that held the host).
+
+Each edge carries a cause (CAUSES): what bounds the time from u to v when the edge is on the critical path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
+from llmdiag.diagnose.metrics.rank.classify import prefiltered
+from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
+
+THREAD, DEVICE, LAUNCH, STREAM, WAIT, SYNC_EDGE = range(6)
+# Tie-break between in-edges whose sources arrive at the same time: the device side wins (HTA: a kernel
+# whose stream frees exactly at its launch is kernel-kernel bound, not launch bound).
+PRIORITY = np.array([1, 2, 0, 3, 4, 5], np.int8)
+
+# Fine causes, each summing into one of HTA's five categories (split.py).
+CAUSES = ("host_op", "host_gap", "runtime", "allocator", "synchronize",
+          "compute", "memcpy", "memset", "communication", "launch_delay", "kernel_gap", "event_wait")
+C = {c: i for i, c in enumerate(CAUSES)}
+WAIT_TOL_NS = 50_000  # a device op beginning this soon after another stream's op ended, when it was ready before
+
+SYNC_CALL_RE = re.compile(r"^(cuda|hip|cu)\w*Synchronize$|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$")
+ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
+is_sync_call = prefiltered(SYNC_CALL_RE, "ynchronize", "emcpy")
+is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
+DEVICE_KINDS = (COMPUTE, COMM, MEMCPY, MEMSET)
+
+
+@dataclass
+class Graph:
+    """Nodes 2k / 2k+1: begin / end of event ev[k]; edges src -> dst with their type and cause."""
+
+    ev: np.ndarray  # int64 event index per selected event
+    time: np.ndarray  # int64 ns per node
+    device: np.ndarray  # bool per selected event
+    src: np.ndarray  # int64 node per edge
+    dst: np.ndarray
+    etype: np.ndarray  # int8 edge type
+    cause: np.ndarray  # int8 index into CAUSES
+
+    @property
+    def nodes(self) -> int:
+        return len(self.time)
+
+    def binding(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the in-edge whose source arrives last (-1 for none), and that source. The edge a node
+        waited on: the others had slack. One lexsort over the edges."""
+        pred_edge = np.full(self.nodes, -1, np.int64)
+        if len(self.src):
+            ts = self.time[self.src]
+            if len(ts) and np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
+                o = np.lexsort((ts * 8 + PRIORITY[self.etype], self.dst))
+            else:  # times a hostile trace stretched past what one int64 key holds
+                o = np.lexsort((PRIORITY[self.etype], ts, self.dst))
+            last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
+            pred_edge[self.dst[o][last]] = o[last]
+        pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)
+        return pred_edge, pred
+
+
+def _kinds(t: RankTrace) -> np.ndarray:
+    return t.kind if t.kind is not None else np.full(len(t), -1, np.int8)
+
+
+def build(t: RankTrace) -> Graph:
+    """The dependency graph of a classified GPU trace."""
+    kind = _kinds(t)
+    host = (t.stream < 0) & np.isin(kind, (CPU_OP, RUNTIME, SYNC)) & (t.dur > 0)
+    dev = (t.stream >= 0) & np.isin(kind, DEVICE_KINDS) & (t.dur >= 0)
+    ev = np.flatnonzero(host | dev)
+    is_dev = dev[ev]
+    begin, end = t.ts[ev], t.ts[ev] + t.dur[ev]
+    time = np.empty(2 * len(ev), np.int64)
+    time[0::2], time[1::2] = begin, end
+    srcs: list = []
+    dsts: list = []
+    types: list = []
+    causes: list = []
+
+    def add(s, d, ty, ca) -> None:
+        srcs.append(np.asarray(s, np.int64))
+        dsts.append(np.asarray(d, np.int64))
+        types.append(np.full(len(srcs[-1]), ty, np.int8))
+        causes.append(np.broadcast_to(np.asarray(ca, np.int8), (len(srcs[-1]),)).astype(np.int8))
+
+    hk = np.flatnonzero(~is_dev)  # selected-event positions of host events
+    _thread_edges(t, ev, hk, begin, end, add)
+    dk = np.flatnonzero(is_dev)
+    dkind = kind[ev[dk]]
+    span_cause = np.select([dkind == COMM, dkind == MEMCPY, dkind == MEMSET], [C["communication"], C["memcpy"],
+                           C["memset"]], C["compute"]).astype(np.int8)
+    add(2 * dk, 2 * dk + 1, DEVICE, span_cause)
+    launch_of = _launch_edges(t, ev, hk, dk, add)
+    stream_pred = _stream_edges(t, ev, dk, begin, end, add)
+    _wait_edges(t, ev, dk, begin, end, launch_of, stream_pred, add)
+    _sync_edges(t, ev, hk, dk, begin, end, add)
+    if not srcs:
+        z = np.zeros(0, np.int64)
+        return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8))
+    return Graph(ev, time, is_dev, np.concatenate(srcs), np.concatenate(dsts), np.concatenate(types),
+                 np.concatenate(causes))
+
+
+def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray, end: np.ndarray):
+    """The host nodes in each thread's nesting order: (nodes, thread per node, +1 begin / -1 end per node).
+    At one instant ends come before begins; of two begins the longer (outer) first, of two ends the later
+    begun (inner) first."""
+    thr = t.thread[ev[hk]]
+    nodes = np.concatenate([2 * hk, 2 * hk + 1])
+    tm = np.concatenate([begin[hk], end[hk]])
+    isb = np.concatenate([np.ones(len(hk), np.int8), np.zeros(len(hk), np.int8)])
+    second = np.concatenate([-(end[hk] - begin[hk]), -begin[hk]])
+    third = np.concatenate([hk, -hk])
+    th = np.concatenate([thr, thr])
+    o = np.lexsort((third, second, isb, tm, th))
+    return nodes[o], th[o], np.where(isb[o] == 1, 1, -1)
+
+
+def _thread_edges(t: RankTrace, ev, hk, begin, end, add) -> None:
+    """THREAD edges with their cause: the innermost host event open between the two points (none: a gap
+    between top-level ops, where nothing was profiled)."""
+    if not len(hk):
+        return
+    nodes, th, step = host_points(t, ev, hk, begin, end)
+    same = th[1:] == th[:-1]
+    # depth after each point, per thread
+    cs = np.cumsum(step)
+    first = np.r_[True, ~same]
+    base = np.maximum.accumulate(np.where(first, np.arange(len(cs)), 0))
+    depth = cs - (cs[base] - step[base])
+    # innermost open event after point j: the last begin at or before j with the same depth after it
+    pos = np.arange(len(nodes))
+    grp = th.astype(np.int64) * (len(nodes) + 2) + depth
+    o = np.lexsort((pos, grp))
+    big = len(nodes) + 1
+    gr = np.cumsum(np.r_[True, grp[o][1:] != grp[o][:-1]])  # group rank, increasing along o
+    val = np.where(step[o] == 1, pos[o], -1) + gr * big
+    last_begin = np.maximum.accumulate(val) - gr * big
+    open_at = np.empty(len(nodes), np.int64)
+    open_at[o] = last_begin  # position of the innermost open event's begin, -1 if none in this group
+    j = np.flatnonzero(same)
+    opener = open_at[j]
+    gap = (depth[j] <= 0) | (opener < 0)
+    k_open = nodes[np.maximum(opener, 0)] // 2  # selected-event position of that event
+    cause = _host_cause(t, ev[k_open])
+    cause[gap] = C["host_gap"]
+    add(nodes[j], nodes[j + 1], THREAD, cause)
+
+
+def _host_cause(t: RankTrace, evs: np.ndarray) -> np.ndarray:
+    kind = _kinds(t)[evs]
+    out = np.full(len(evs), C["host_op"], np.int8)
+    rt = kind == RUNTIME
+    out[rt] = C["runtime"]
+    alloc = np.zeros(len(t.names), bool)
+    alloc[t.name_ids(is_alloc_call)] = True
+    sync = np.zeros(len(t.names), bool)
+    sync[t.name_ids(is_sync_call)] = True
+    nm = t.name[evs]
+    out[rt & alloc[nm]] = C["allocator"]
+    out[sync[nm] | (kind == SYNC)] = C["synchronize"]
+    return out
+
+
+def _launch_edges(t: RankTrace, ev, hk, dk, add) -> np.ndarray:
+    """LAUNCH edges; returns per device event (dk order) the selected position of its launch, -1 if none."""
+    launch_of = np.full(len(dk), -1, np.int64)
+    hc = t.corr[ev[hk]]
+    rt = (_kinds(t)[ev[hk]] == RUNTIME) & (hc >= 0)
+    hr, hcr = hk[rt], hc[rt]
+    if not len(hr) or not len(dk):
+        return launch_of
+    o = np.argsort(hcr, kind="stable")
+    hr, hcr = hr[o], hcr[o]
+    dc = t.corr[ev[dk]]
+    i = np.minimum(np.searchsorted(hcr, dc), len(hcr) - 1)
+    ok = (hcr[i] == dc) & (dc >= 0)
+    launch_of[ok] = hr[i[ok]]
+    add(2 * launch_of[ok], 2 * dk[ok], LAUNCH, C["launch_delay"])
+    return launch_of
+
+
+def _stream_edges(t: RankTrace, ev, dk, begin, end, add) -> np.ndarray:
+    """STREAM edges; returns per device event (dk order) the selected position of its stream predecessor."""
+    pred = np.full(len(dk), -1, np.int64)
+    if len(dk) < 2:
+        return pred
+    st = t.stream[ev[dk]]
+    o = np.lexsort((end[dk], begin[dk], st))
+    same = st[o][1:] == st[o][:-1]
+    a, b = o[:-1][same], o[1:][same]
+    pred[b] = dk[a]
+    add(2 * dk[a] + 1, 2 * dk[b], STREAM, C["kernel_gap"])
+    return pred
+
+
+def _wait_edges(t: RankTrace, ev, dk, begin, end, launch_of, stream_pred, add) -> None:
+    """WAIT edges: a device op that was ready (launched, its stream free) but began only right after an op on
+    another stream ended."""
+    if len(dk) < 2:
+        return
+    st = t.stream[ev[dk]]
+    ready = np.maximum(np.where(launch_of >= 0, begin[np.maximum(launch_of, 0)], -2**62),
+                       np.where(stream_pred >= 0, end[np.maximum(stream_pred, 0)], -2**62))
+    o = np.argsort(end[dk], kind="stable")
+    ends, est = end[dk][o], st[o]
+    run_start = np.maximum.accumulate(np.where(np.r_[True, est[1:] != est[:-1]], np.arange(len(o)), 0))
+    b = begin[dk]
+    j = np.searchsorted(ends, b, side="right") - 1
+    j = np.where((j >= 0) & (est[np.maximum(j, 0)] == st), run_start[np.maximum(j, 0)] - 1, j)
+    ok = (j >= 0) & (ready > -2**62)
+    jj = np.maximum(j, 0)
+    ok &= (ends[jj] > ready) & (b - ends[jj] <= WAIT_TOL_NS) & (est[jj] != st)
+    add(2 * dk[o[jj[ok]]] + 1, 2 * dk[ok], WAIT, C["event_wait"])
+
+
+def _sync_edges(t: RankTrace, ev, hk, dk, begin, end, add) -> None:
+    """SYNC edges into the end of each blocking call from the device op it waited for."""
+    if not len(hk) or not len(dk):
+        return
+    nm = t.name[ev[hk]]
+    sync = np.zeros(len(t.names), bool)
+    sync[t.name_ids(is_sync_call)] = True
+    calls = hk[sync[nm]]
+    if len(calls):  # the device op that ended last inside the call
+        o = np.argsort(end[dk], kind="stable")
+        ends = end[dk][o]
+        j = np.searchsorted(ends, end[calls], side="right") - 1
+        ok = (j >= 0) & (ends[np.maximum(j, 0)] > begin[calls])
+        add(2 * dk[o[j[ok]]] + 1, 2 * calls[ok] + 1, SYNC_EDGE, C["synchronize"])
+    acopy = np.zeros(len(t.names), bool)
+    acopy[t.name_ids(is_async_copy)] = True
+    ac = hk[acopy[nm] & (t.corr[ev[hk]] >= 0)]
+    if len(ac):  # an async copy whose own copy ended before it returned: it held the host
+        dc = t.corr[ev[dk]]
+        o = np.argsort(dc, kind="stable")
+        i = np.minimum(np.searchsorted(dc[o], t.corr[ev[ac]]), len(o) - 1)
+        d = dk[o[i]]
+        ok = (dc[o[i]] == t.corr[ev[ac]]) & (end[d] <= end[ac]) & (end[d] > begin[ac])
+        add(2 * d[ok] + 1, 2 * ac[ok] + 1, SYNC_EDGE, C["synchronize"])

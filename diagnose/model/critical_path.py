@@ -1,0 +1,37 @@
+"""What bounds a step: the critical path's length and its split, in HTA's five categories and our finer causes.
+
+Shares are percent of the path's length. HTA's categories (`cpu_bound`, `gpu_compute_bound`,
+`gpu_communication_bound`, `gpu_kernel_launch_overhead`, `gpu_kernel_kernel_overhead`) sum to 100; every finer
+cause in `causes` sums into one of them (metrics/rank/critical_path/split.py says which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CATEGORIES = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_launch_overhead",
+              "gpu_kernel_kernel_overhead")
+
+
+@dataclass
+class CriticalPath:
+    """The critical path of one step (or of a rank's steps together): length and shares in percent."""
+
+    length_ms: float  # per step (a rank's: the mean over its steps)
+    cpu_bound: float
+    gpu_compute_bound: float
+    gpu_communication_bound: float
+    gpu_kernel_launch_overhead: float
+    gpu_kernel_kernel_overhead: float
+
+    def shares(self) -> dict[str, float]:
+        """HTA's five categories, in percent."""
+        return {c: getattr(self, c) for c in CATEGORIES}
+
+
+@dataclass
+class RankCriticalPath(CriticalPath):
+    """A rank's steps together, with the finer causes (kept per rank only: per step they would double a
+    16,384-rank summary)."""
+
+    causes: dict[str, float] = field(default_factory=dict)  # finer causes, percent of the length

@@ -1,0 +1,25 @@
+"""The critical-path section of the report (rows from diagnose.model.critical_path_view, which the terminal prints
+too); the path's length carries its summary path."""
+
+from __future__ import annotations
+
+from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, critical_path_rows
+
+MAX_RANKS = 32
+
+
+def critical_path_view(a: Analysis, num) -> dict | None:
+    """{"header", "note", "rows", "more"}; None when no rank has a critical path (CPU traces)."""
+    rows, n = critical_path_rows(a, MAX_RANKS)
+    if not rows:
+        return None
+    out = []
+    for x in rows:
+        p = f"ranks.{x.index}.critical_path."
+        out.append({"rank": x.rank, "length": num(x.path.length_ms, p + "length_ms", "ms"),
+                    # the summary holds percent, the report's pct unit a share: derived values, untagged
+                    "parts": [num(getattr(x.path, f) / 100, None, "pct") for _, f in CP_COLUMNS],
+                    "cause": x.top_cause, "share": num(x.top_share / 100 if x.top_share is not None else None, None,
+                                                       "pct", True)})
+    return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows)}
