@@ -162,6 +162,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
     nothing usable remains or the input is wrong.
     """
+    from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
+
+    load_numpy_single_threaded()  # before anything loads numpy: its BLAS threads are only start-up cost here
     from llmdiag.diagnose.analyze import analyze_runs, check_comm_regex
 
     run = run.strip().lower()
