@@ -72,13 +72,15 @@ if report:
     wrap(rr, "write_atomic", "report write")
 t = T()
 sys.argv = ["llmdiag", *sys.argv[1:]]
+code = 0
 try:
     main_.main()
-except SystemExit:
-    pass
+except SystemExit as e:
+    code = e.code
 acc["the command after its imports"] = T() - t
 acc["in-process total"] = T() - t0
 print("PHASES " + json.dumps(acc), file=sys.stderr)
+sys.exit(code)
 '''
 
 
@@ -86,8 +88,9 @@ def phases(path: str, report: bool, env: dict, out: str) -> dict:
     args = [sys.executable, "-c", CHILD, "analyze", path, "-q", "--json", os.path.join(out, "s.json")]
     args += ["--report", os.path.join(out, "r.html")] if report else ["--no-report"]
     done = subprocess.run(args, env=env, cwd=out, capture_output=True, text=True, timeout=600)
-    if "PHASES " not in done.stderr:
-        raise RuntimeError(f"{path}: " + (done.stderr.strip().splitlines() or ["no output"])[-1])
+    if done.returncode not in (0, 1) or "PHASES " not in done.stderr:  # 1: some trace left out, named on stderr
+        said = [x for x in done.stderr.strip().splitlines() if not x.startswith("PHASES ")]
+        raise RuntimeError(f"{path}: " + (said or [f"exit {done.returncode}"])[-1])
     return json.loads(done.stderr.rsplit("PHASES ", 1)[1])
 
 
