@@ -2,9 +2,9 @@
 
 numpy's bundled OpenBLAS starts a thread per core when it loads (~60 ms of CPU, ~50-140 ms of wall per run
 on the shared 2-core machine, as much as `gzip` + `orjson` of a 10 MB trace), and the analysis has no use for
-it: its arrays are columns worked by elementwise ufuncs and sorts, which never call BLAS; the one BLAS caller,
-op_scaling's least squares, solves a few-column system that OpenBLAS runs on one thread anyway; and the
-local engine already uses every core with one process each. So the command sets OPENBLAS_NUM_THREADS=1
+it: its arrays are columns worked by elementwise ufuncs and sorts, which never call BLAS; the BLAS callers
+(op_scaling's least squares, the what-if's line fit) solve systems of a few columns, where a thread pool
+gains nothing; and the local engine already uses every core with one process each. So the command sets OPENBLAS_NUM_THREADS=1
 while numpy loads, unless the user chose a thread count, then restores the environment: the setting is the
 library's, read once at load, and nothing this process starts (a browser, Dask workers) inherits it. Only
 the command line calls this: a program importing llmdiag keeps its own numpy as it set it up.
