@@ -13,6 +13,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from llmdiag.diagnose.model.format import fmt, fmt_delta
+from llmdiag.reports.template_cache import TemplateCache, fingerprint
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -54,11 +55,18 @@ def chart_svg(rows: list[dict]) -> Markup:
     return Markup("".join(out + ["</svg>"]))
 
 
-def render_diff_html(comparison) -> str:
-    """`comparison`: a `llmdiag.diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+def _env(templates: str = str(TEMPLATES), cache_home: str | None = None) -> jinja2.Environment:
+    # Compiled code comes from the user's own cache folder, as the report's (reports/template_cache.py: 0700,
+    # owner-checked, never through a link): a `diff --html` run loads it instead of compiling the template.
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
+    env.bytecode_cache = TemplateCache(fingerprint(env), cache_home)
     env.filters["fmt"] = fmt  # {{ value | fmt(unit) }}
     env.filters["delta"] = lambda r: fmt_delta(r.delta, r.unit, r.a)  # {{ row | delta }}: B − A of a diff row
-    return env.get_template("diff.html.j2").render(c=comparison, chart=chart_svg(chart_rows(comparison)))
+    return env
+
+
+def render_diff_html(comparison) -> str:
+    """`comparison`: a `llmdiag.diagnose.gate.diff.Comparison` (read by attribute; the report does not import the gate)."""
+    return _env().get_template("diff.html.j2").render(c=comparison, chart=chart_svg(chart_rows(comparison)))

@@ -5,6 +5,7 @@ The typed Analysis is what the terminal and the report read; JSON is written her
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -164,6 +165,9 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
     nothing usable remains or the input is wrong.
     """
+    from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
+
+    load_numpy_single_threaded()  # before anything loads numpy: its BLAS threads are only start-up cost here
     from llmdiag.diagnose.analyze import analyze_runs, check_comm_regex
 
     exclude_last_step = exclude_last_step or hta_compat  # HTA drops the last step
@@ -214,6 +218,10 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
                       timeline_path, timeline_ranks, timeline_max_events, tables_dir, several=len(analyses) > 1,
                       tracks=(tracks or {}).get(a.name))
              for a in analyses]
+    # The outputs are written and closed: the cyclic collector's passes at interpreter exit would only rescan
+    # the heap before it is freed (40-60 ms of CPU a run, docs/benchmarks.md), so it is frozen at exit. Other
+    # exit handlers still run and reference counting still frees every object.
+    atexit.register(gc.freeze)
     sys.exit(max(codes))
 
 

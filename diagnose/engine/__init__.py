@@ -15,7 +15,6 @@ from llmdiag.diagnose.engine.pool import run_pool
 from llmdiag.diagnose.engine.progress import Progress
 from llmdiag.diagnose.engine.work import FileJob, Work, default_workers, failure_line
 from llmdiag.diagnose.errors import LlmdiagError
-from llmdiag.diagnose.io.loader import file_size
 
 __all__ = ["EngineSpec", "FileJob", "Work", "default_workers", "failure_line", "run_jobs"]
 
@@ -51,6 +50,8 @@ def run_jobs(jobs: list, work: Work, spec: EngineSpec | None = None, *, progress
              console=None) -> list:
     """`work.fn(job)` for every job on the engine `spec` names; outputs in the order of `jobs`. `progress` draws
     files done / total, MB/s and ETA on stderr when it is a terminal (or on `console`, for tests)."""
+    from llmdiag.diagnose.io.loader import file_size  # here, not above: the package loads no numpy (engine/blas.py)
+
     spec = spec or EngineSpec()
     sizes = [file_size(j.path) for j in jobs]
     with Progress(len(jobs), sum(sizes), enabled=progress, console=console) as bar:

@@ -187,3 +187,19 @@ def test_whole_command_against_another_tree_shares_the_rounds(tmp_path, monkeypa
     assert seen.count("old") == seen.count("new") == seen.count("base") == 2 * 4  # 2 cases x (warm-up + 3 rounds)
     assert m["ratio_cpu"] == 0.5 and m["against_ratio_cpu"] == 0.25 and m["cases"]["nccl_data"]["against_cpu"] == 4.0
     assert f"against {old}" in whole_command.line(m)
+
+
+def test_whole_phases_times_every_phase_of_the_real_command(tmp_path, small_set):
+    """benchmarks.whole_phases wraps the command's own functions: a renamed one fails here, not silently."""
+    from benchmarks import whole_phases
+
+    real = _fake_real(tmp_path / "real", small_set[1][0])
+    res = whole_phases.measure(repeats=1, names=["nccl_data"], real_dir=str(real))
+    p = res["nccl_data"]
+    for k in ("import numpy", "parse + per-rank metrics", "cross-rank assembly", "rules", "summary bytes",
+              "summary write", "report context", "report render (context included)", "report write"):
+        assert p[k] > 0, k
+    assert p["in-process total"] >= p["the command after its imports"] >= p["parse + per-rank metrics"]
+    assert res["interpreter"] > 0 and "| parse + per-rank metrics |" in whole_phases.table(res)
+    with pytest.raises(RuntimeError):
+        whole_phases.phases(str(tmp_path / "missing"), True, dict(os.environ), str(tmp_path))

@@ -93,3 +93,46 @@ def test_each_command_help_keeps_its_examples(cmd):
 
     assert p.returncode == 0, p.stderr
     assert "Examples:" in p.stdout and all(x in p.stdout for x in EXAMPLES[cmd])
+
+
+
+def _threads_after(tmp_path: Path, env: dict, *argv: str) -> tuple[int, str | None]:
+    """(threads alive, OPENBLAS_NUM_THREADS as the process sees it) once `llmdiag *argv` has run with `env`."""
+    code = ("import json, os, runpy, sys\nsys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
+            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('THREADS', json.dumps([len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS')]))")
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
+    n, var = json.loads(p.stdout.split("THREADS ", 1)[1])
+    return n, var
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
+                    reason="counts threads in /proc; OpenBLAS starts no pool on one core")
+def test_analyze_starts_no_blas_threads_and_leaves_the_environment_alone(tmp_path):
+    """numpy's OpenBLAS started a thread per core at load (~60 ms of CPU per run; engine/blas.py): `analyze`
+    loads numpy with one and restores the environment it borrowed; a thread count the user set is theirs."""
+    gpu_rank(0, world_size=1).write(tmp_path / "run" / "rank0.json")
+    argv = ("analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json"))
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    assert _threads_after(tmp_path, env, *argv) == (1, None)
+    assert _threads_after(tmp_path, {**env, "OPENBLAS_NUM_THREADS": "2"}, *argv) == (2, "2")
+
+
+def test_analyze_leaves_the_heap_to_exit_without_a_collection(tmp_path):
+    """The cyclic collector's passes at interpreter exit rescanned the whole heap of a finished `analyze`
+    (40-60 ms of CPU a run): the command freezes it in an exit handler. An exit handler registered before the
+    command runs (so it runs after the command's) sees the heap frozen; exit code and summary as before."""
+    gpu_rank(0, world_size=1).write(tmp_path / "run" / "rank0.json")
+    code = ("import atexit, gc, json, runpy, sys\n"
+            "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), flush=True))\n"
+            "sys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
+            "runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n")
+    argv = ["analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json")]
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout.split("FROZEN ", 1)[1]) > 10_000
+    assert json.loads((tmp_path / "s.json").read_text())["ranks"]

@@ -95,6 +95,29 @@ def test_the_whole_command_on_a_real_pair_compiles_nothing_and_skips_numpy_ma(tm
     assert not {"llmdiag.diagnose.model.manifest", "llmdiag.diagnose.model.whatif"} & mods
 
 
+def _diff(a: Path, b: Path, out: Path, cache: Path) -> int:
+    """`diff A B --html` in a fresh interpreter with XDG_CACHE_HOME=cache: its compile count."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(cache))
+    args = ["diff", str(a), str(b), "--html", str(out / "d.html")]
+    done = subprocess.run([sys.executable, "-c", _COUNT, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr  # 1: the diff found a regression; the page is written either way
+    assert (out / "d.html").read_text().startswith("<!DOCTYPE html>")
+    return int(done.stderr.rsplit("COMPILES ", 1)[1].split(" MODULES ", 1)[0])
+
+
+def test_diff_html_compiles_its_template_once_per_user(trace, tmp_path):
+    """`llmdiag diff --html` compiled diff.html.j2 on every run; it now shares the report's cache."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    _analyze(trace, tmp_path, cache, report=False)
+    summary = tmp_path / "s.json"
+    assert _diff(summary, summary, tmp_path, cache) >= 1  # cold: compiled once, the counter counts
+    html = _undated(tmp_path / "d.html")
+    assert _diff(summary, summary, tmp_path, cache) == 0
+    assert _undated(tmp_path / "d.html") == html
+    assert len(os.listdir(cache / "llmdiag" / "templates")) == 1  # diff.html.j2's entry, nothing else
+
+
 def test_no_report_writes_no_cache(trace, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
