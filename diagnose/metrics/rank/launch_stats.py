@@ -41,7 +41,7 @@ def launch_stats(t: RankTrace, wins: list[Window]) -> LaunchStats | None:
     dev, rt = dev[ok], rt[ok]
     delay = (t.ts[dev] - t.ts[rt]) / 1e3
     calls = distinct(rt)
-    kcalls = distinct(rt[(t.kind[dev] == COMPUTE) | (t.kind[dev] == COMM)])  # kernels' launches, not copies'
+    kcalls = distinct(rt[t.kind_mask(COMPUTE, COMM)[dev]])  # kernels' launches, not copies'
     n_steps = max(1, len(wins))
     # rounded to the trace's ns resolution: the summary holds one LaunchStats per rank, so digits count
     return LaunchStats(
