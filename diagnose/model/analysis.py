@@ -136,6 +136,8 @@ class Hints:
     elementwise_fusable_ms: float | None = None  # per step: the patterns' time beyond one pass of their data
     fp32_on_path_frac: float | None = None  # share of fp32 GEMM time the device's next work waited for (its
     # successor launched before it ended): a faster kernel shortens the step only there (metrics/rank/precision.py)
+    host_wait_ms: float | None = None  # per step, host time in device-wait calls (synchronize, synchronous copies):
+    # where the device idles, the most a faster device can take off the step (metrics/rank/host_wait.py)
 
 
 @dataclass

@@ -57,6 +57,22 @@ def _on_path(r: RankMetrics) -> float:
     return 1.0 if f is None else f
 
 
+HOST_BOUND_IDLE = 0.10  # a device idle at least this share of the step waits for its host
+
+
+def _saving(r: RankMetrics, speedup: float) -> float:
+    """ms per step faster GEMMs take off the step: the fp32 GEMM time on the path × (1 − 1/speed-up), at most the
+    host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
+    host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
+    g = r.hints.fp32_gemm_frac * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
+    return min(g, r.hints.host_wait_ms) if _host_bound(r) else g
+
+
+def _host_bound(r: RankMetrics) -> bool:
+    h = r.hints
+    return h.host_wait_ms is not None and (h.device_idle_frac or 0) >= HOST_BOUND_IDLE
+
+
 def fp32_gemm(c: Ctx) -> list[Finding]:
     """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is an estimate: the fp32 GEMM
     time × (1 − 1/speed-up), the speed-up assumed from the device's peak ratio (`_speedup`)."""
@@ -68,14 +84,24 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     amd = bool(AMD_RE.search(dev))
     cc = None if amd else _cc(c, w)
     speedup, why = _speedup(dev)
-    gain = statistics.fmean(r.hints.fp32_gemm_frac * r.compute_ms * _on_path(r) for r in bad) * (1 - 1 / speedup)
+    gain = statistics.fmean(_saving(r, speedup) for r in bad)
     where = f"{dev or 'the GPU'}" + (f", compute capability {fmt(cc, 'avg')}" if cc else "")
     ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
           f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
-    if _on_path(w) < 1.0:
+    if _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that GEMM time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster GEMMs there only add idle")
+    h = w.hints
+    if _host_bound(w) and _saving(w, speedup) < h.fp32_gemm_frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
+        waits = f"{fmt(h.host_wait_ms, 'ms')} per step (synchronize and synchronous copies)"
+        if h.host_wait_ms < 0.05 * w.step_time_ms:
+            ev += (f"; but the host waits for the {c.dev} only {waits} while the {c.dev} idles "
+                   f"{fmt(h.device_idle_frac, 'pct')} of the step: the host sets the step, so faster GEMMs take at "
+                   "most that off it now (worth it once the host is faster)")
+        else:
+            ev += (f"; as the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of the step, faster GEMMs take at most "
+                   f"the host's waits for it off the step: {waits}")
     # GradScaler scales a loss for backward: advised only where the capture shows a backward op (or an own run)
     training = c.man is not None or any(r.training is not None and r.training.backward_ops > 0 for r in c.ranks)
     if cc is not None and cc < 8.0:
@@ -93,7 +119,7 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
                     "`torch.backends.cuda.matmul.allow_tf32 = True` / `torch.set_float32_matmul_precision(\"high\")`")
         title = "fp32 matmuls on a tensor-core GPU"
     eg = c.gain_text(gain, f"fp32 GEMM time on the path × (1 − 1/{speedup:g}), an assumed {speedup:g}× GEMM "
-                     f"speed-up: {why}")
+                     f"speed-up: {why}; at most the host's waits for the {c.dev} where it idles")
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
                       events=["fp32 GEMM kernels (sgemm, simt; GEMM ops' Input type float)",

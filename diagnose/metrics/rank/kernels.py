@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmdiag.diagnose.metrics.rank.host_wait import host_wait_ms
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.precision import fp32_on_path_frac, gemm_time_by_precision
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -81,6 +82,7 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
         compute_capability=cc,
         gemm_ms_by_precision={k: v / NS_PER_MS / n_steps for k, v in sorted(by_prec.items())},
         fp32_on_path_frac=fp32_on_path_frac(t, comp) if by_prec.get("fp32") else None,
+        host_wait_ms=host_wait_ms(t, wins) if t.is_gpu else None,
     )
 
 
