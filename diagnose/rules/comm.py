@@ -35,8 +35,8 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     step = statistics.fmean(x[0].step_time_ms for x in rows)
     if exp_mean < 0.05 * step or (ratio is not None and ratio >= 0.70):
         return None
-    gain = statistics.fmean(min(x[2], x[0].compute_only_ms) for x in rows)
-    if gain < 0.01 * step:  # nothing to hide it under (e.g. a trace of communication only)
+    gain = statistics.fmean(min(x[2], x[0].compute_only_ms, _on_path(x[0], x[2])) for x in rows)
+    if gain < 0.01 * step:  # nothing to hide it under (e.g. a trace of communication only), or none on the path
         return None
     bad = [x for x in rows if x[2] >= 0.05 * x[0].step_time_ms]
     worst = max(rows, key=lambda x: x[2] / x[0].step_time_ms)
@@ -48,9 +48,19 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     ev = (f"{what}: overlap ratio {fmt(ratio, 'pct')}, exposed {fmt(exp_mean, 'ms')} per step = "
           f"{fmt(exp_mean / step, 'pct')} of the {fmt(step, 'ms')} step (mean over {plural(len(rows), 'rank')}; worst rank "
           f"{worst[0].rank}: {fmt(worst[2], 'ms')})")
+    if (w := worst[0]).critical_path is not None and _on_path(w, worst[2]) < worst[2]:
+        ev += (f"; rank {w.rank}'s critical path holds {fmt(_on_path(w, worst[2]), 'ms')} of communication per step "
+               "(the rest of the exposed time runs while the step waits on something else: hiding it gains nothing)")
     ranks = [x[0].rank for x in bad] or [worst[0].rank]
     steps = steps_where([x[0] for x in bad] or [worst[0]], lambda st: st.exposed_comm_ms >= 0.05 * st.time_ms)
     return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows
+
+
+def _on_path(r, exposed: float) -> float:
+    """ms per step of communication on the rank's critical path (its share × length, metrics/rank/critical_path):
+    what hiding or speeding up its collectives can take off the step; `exposed` where the rank has no path."""
+    cp = r.critical_path
+    return exposed if cp is None else cp.gpu_communication_bound / 100 * cp.length_ms
 
 
 def _peer_waits(c: Ctx) -> dict[int, float]:
@@ -120,7 +130,8 @@ def dp_overlap(c: Ctx) -> list[Finding]:
                "`gradient_as_bucket_view=True`")
     else:
         return []  # the wrapper is not identified: exposed_comm reports the time without DP advice
-    eg = c.gain_text(gain, "the exposed DP communication, capped by the compute-only time it can hide under",
+    eg = c.gain_text(gain, "the exposed DP communication, capped by the compute-only time it can hide under and by the "
+                     "communication on the critical path",
                      bound=True)
     return [c.finding("dp_overlap", severity_for(gain, step), "Data-parallel communication is exposed", ev, ranks,
                       steps, act, eg, gain, "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
@@ -138,7 +149,8 @@ def exposed_comm(c: Ctx) -> list[Finding]:
         return []
     ev, ranks, steps, gain, step, kinds, rows = res
     act = _exposed_action(c, rows)
-    eg = c.gain_text(gain, "the exposed communication time, capped by the compute-only time it could hide under",
+    eg = c.gain_text(gain, "the exposed communication time, capped by the compute-only time it could hide under and by "
+                     "the communication on the critical path",
                      bound=True)
     return [c.finding("exposed_comm", severity_for(gain, step), "Communication is exposed", ev, ranks, steps, act,
                       eg, gain, "ranks[].exposed_comm_ms", gain_kind="bound",
@@ -222,7 +234,8 @@ def tp_exposed(c: Ctx) -> list[Finding]:
         acts.append("sequence parallel (`--sp`: all-reduce → reduce-scatter + all-gather, smaller activations)")
     if tp >= 2:
         acts.append(f"smaller TP: tp={max(1, tp // 2)} with twice the DP/FSDP degree")
-    eg = c.gain_text(gain, "the exposed TP communication, capped by compute-only time", bound=True)
+    eg = c.gain_text(gain, "the exposed TP communication, capped by compute-only time and by the communication on the "
+                     "critical path", bound=True)
     return [c.finding("tp_exposed", severity_for(gain, step), "Tensor-parallel communication is exposed", ev, ranks,
                       steps, "; or ".join(acts) or "smaller TP degree", eg, gain,
                       "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
@@ -362,7 +375,10 @@ def low_busbw(c: Ctx) -> list[Finding]:
         if bw >= 0.5 * ref:
             continue
         target = 0.8 * ref
-        gain = statistics.fmean((cc.total_ms - cc.overlapped_ms) / r.nsteps for r, cc in xs) * (1 - bw / target)
+        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, _on_path(r, cc.total_ms))
+                                for r, cc in xs) * (1 - bw / target)
+        if gain < 0.01 * statistics.fmean(r.step_time_ms for r, _ in xs):  # off the critical path: a slow link
+            continue  # that nothing waits on costs nothing, and a kernel's time there includes waiting for peers
         where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
                  f"{fmt(ref, 'gbps')}: the traces do not say whether the group spans nodes, so it is judged "
                  f"against the lower of {c.device}'s {fmt(lp.busbw_gbps, 'gbps')} ({lp.link}) and one 200 Gb/s NIC")

@@ -128,10 +128,12 @@ REAL: dict[str, dict] = {
                 "(truth/host_ops.py): the device waits on that op's unprofiled host time"}])),
     "torchrec/sst_sleep_pl_dense_after_backward_2": _torchrec(0, [2], (500.0, 1100.0), True, sleep=True),
     "hta/sampled_pair": {
-        "problems": [{"id": "exposed_comm", "what": "exposed comm 134-172 ms/step",
-                      "any": [{"where": "finding", "rules": ["exposed_comm", "dp_overlap"], "min_severity": "medium"}]}],
-        "claims": [{"verdict": "right", "rules": ["exposed_comm", "dp_overlap"], "gain_ms": [40.0, 180.0],
-                    "why": "exposed comm 134-172 ms/step (capped by compute-only time)"},
+        "problems": [],
+        "claims": [{"verdict": "misleading", "rules": ["exposed_comm", "dp_overlap"], "min_severity": "medium",
+                    "why": "fresh review (2026-12-07): the exposed 134-172 ms/step reproduce, but the trace is "
+                           "event-sampled and most of that time is waiting on the slower rank (its embedding "
+                           "backward 28.6 vs 11.7 ms): better overlap would not recover it; 0 % of either rank's "
+                           "critical path is communication"},
                    {"verdict": "unverified", "rules": ["host_bound"],
                     "why": "event-sampled trace: kernels are missing, so idle and its split cannot be trusted"},
                    {"verdict": "unverified", "rules": ["host_op_stall"],
@@ -168,11 +170,14 @@ REAL: dict[str, dict] = {
                     "why": "device idle 22.4-22.6 ms/step under `aten::unflatten_dense_tensors` (15.1-15.3 + 7.3-7.4 ms "
                            "per step, 212/106 child ops, no launch on any thread inside); the next work, a "
                            "cudaMemcpyAsync, is launched from that thread right after it (truth/host_ops.py)"},
-                   {"verdict": "right", "rules": ["dp_overlap", "exposed_comm"], "gain_ms": [9.0, 17.0],
-                    "why": "exposed comm 13.1 ms/step"},
-                   {"verdict": "unverified", "rules": ["low_busbw"],
-                    "why": "one rank of two: kernel time includes waiting for the peer, busbw cannot be told"}],
-        "silent": [], "headline": step_headlines("steps 220-225 ms")},
+                   {"verdict": "misleading", "rules": ["dp_overlap", "exposed_comm", "low_busbw"],
+                    "min_severity": "medium",
+                    "why": "fresh review (2026-12-07): the 13.1 ms/step of exposed all-reduce is real but off the "
+                           "critical path: the GPU optimizer starts ~20 ms after the last all-reduce ends, so "
+                           "`bucket_cap_mb` or a faster link would not shorten the step"}],
+        "silent": [{"id": "no_comm_gain", "why": "communication is off the critical path (fresh review)",
+                    "match": {"where": "finding", "rules": ["dp_overlap", "low_busbw"], "min_severity": "medium"}}],
+        "headline": step_headlines("steps 220-225 ms")},
     "hta/ns_resolution_rank-0.pt.trace.json.gz": {
         "problems": [{"id": "fp32_gemm_v100", "what": "fp32 GEMMs 100 % of GEMM, 25 % of compute, V100",
                       "any": [{"where": "finding", "text": FP32, "min_severity": "medium"}]}],

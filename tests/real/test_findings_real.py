@@ -55,19 +55,22 @@ def test_gains_are_honest(rel):
 
 
 def test_sampled_pair_two_ranks_no_straggler():
-    """2 of 128 ranks: one of two always arrives last; the exposed communication (26 % of the step) is the story;
-    its 71 MiB all-reduces are not 25 MB DDP buckets, so no bucket advice."""
+    """2 of 128 ranks: one of two always arrives last, so no straggler; its 71 MiB all-reduces are not 25 MB DDP
+    buckets, so no bucket advice. The exposed communication (26 % of the step) is not on either rank's critical
+    path (the fresh review: an event-sampled trace whose exposed time is mostly waiting on the slower rank's
+    embedding kernels; better overlap recovers none of it), so no exposed-communication gain is claimed."""
     rel = "hta/sampled_pair"
     assert "stragglers" not in _ids(rel)
-    assert _ids(rel)[0] == "exposed_comm"
+    assert not any(f.id == "exposed_comm" and f.severity in ("high", "medium") for f in _a(rel).findings)
     assert not any("bucket_cap_mb" in f.action for f in _a(rel).findings)
 
 
 def test_nccl_data_host_bound_and_ddp():
     rel = "hta/nccl_data.json.gz"
     assert _ids(rel)[0] == "host_bound" and _f(rel, "host_bound").severity == "high"
-    dp = _f(rel, "dp_overlap")
-    assert "not recorded" in dp.action and dp.severity == "medium"
+    # its 13 ms per step of exposed all-reduce ends ~20 ms before the optimizer's first kernel: off the critical
+    # path (0 % communication on it), so neither bucket advice nor a bandwidth gain (the fresh review)
+    assert "dp_overlap" not in _ids(rel) and "low_busbw" not in _ids(rel)
 
 
 def test_alltoall_16rank_queued_idle_is_not_host_bound():
