@@ -9,71 +9,26 @@ cursor or rewrite the screen.
 from __future__ import annotations
 
 import os
-import textwrap
-from contextvars import ContextVar
-
-import click
 
 from llmdiag.diagnose.model.escape import terminal as printable  # the terminal sink's one escaping function
-from llmdiag.diagnose.gate.format import fit, terminal_width
+from llmdiag.diagnose.cli.terminal_kernels import _launches, _op_kernels
+from llmdiag.diagnose.cli.terminal_layout import (COLOUR, MAX_ROWS, WIDTH, _more, _ms, _pct, _sev, _table,
+                                                   _wrap)
+from llmdiag.diagnose.gate.format import terminal_width
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_unit, ranges
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
-from llmdiag.diagnose.model.names import demangle, demangle_many
+from llmdiag.diagnose.model.names import demangle_many
 from llmdiag.diagnose.model.step_cap import note as step_note
 from llmdiag.diagnose.model.steps import step_span, steps_of
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
 from llmdiag.diagnose.model.whatif_view import (CONTRIB_HEADER, STAGE_HEADER, contribution_rows, plant_of, stage_rows,
                                         whatif_cards)
 
-MAX_ROWS = 16
 TOP_KERNELS = 10
 TOP_FINDINGS = 5
-WIDTH: ContextVar[int] = ContextVar("width", default=100)
-COLOUR: ContextVar[bool] = ContextVar("colour", default=False)
-SEVERITY_STYLE = {"high": {"fg": "red", "bold": True}, "medium": {"fg": "yellow", "bold": True},
-                  "low": {"fg": "cyan"}, "error": {"fg": "red", "bold": True}, "warning": {"fg": "yellow"}}
-
-
-def _wrap(text: str, indent: str = "", first: str | None = None) -> str:
-    """Prose wrapped to the terminal width (words kept whole, a word longer than the line cut), each paragraph
-    escaped for the terminal here: with `fit` for tables, the terminal sink's one place of escaping."""
-    paras = str(text).split("\n")
-    return "\n".join(textwrap.fill(printable(p), WIDTH.get(), initial_indent=indent if first is None or n else first,
-                                   subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
-                     for n, p in enumerate(paras))
-
-
-def _sev(word: str) -> str:
-    """A severity word, coloured on a terminal (click strips styles when the output is not a tty)."""
-    return click.style(word, **SEVERITY_STYLE.get(word, {})) if COLOUR.get() else word
-
-
-def _table(title: str, header: list[str], rows: list[list], note: str = "", cut: set[int] | None = None,
-           seqs: set[int] | frozenset[int] = frozenset()) -> str:
-    """Title, table and note, fitted to the width by the one layout (`gate.format.fit`): name columns
-    (`cut`, default the first) keep their full text while the table fits, else are keyed to a legend."""
-    if not rows:
-        return ""
-    out = ["\n" + _wrap(title), fit(header, [[str(x) for x in r] for r in rows], WIDTH.get(),
-                                      names=cut if cut is not None else {0}, seqs=seqs)]
-    if note:
-        out.append(_wrap(note.strip(), "  "))
-    return "\n".join(out)
-
-
-def _more(n: int, what: str) -> str:
-    return f"... {n} more {what} in the JSON summary" if n > 0 else ""
-
-
-def _ms(v) -> str:
-    return fmt(v, "ms", suffix=False)
-
-
-def _pct(v) -> str:
-    return fmt(v, "pct")
 
 
 def _headline(a: Analysis) -> str:
@@ -357,54 +312,3 @@ def render(a: Analysis, width: int | None = None, colour: bool = False) -> str:
         WIDTH.reset(tw)
         COLOUR.reset(tc)
     return "\n".join(x for x in parts if x)
-
-
-# ---- op → kernel and launch statistics (diagnose.model.kernel_view_rows; the report prints the same rows) ----
-def _op_kernels(a: Analysis) -> str:
-    from llmdiag.diagnose.model.kernel_view_rows import OP_HEADER, OP_NOTE, op_rows
-
-    rows, n = op_rows(a, 10)
-    body = [[x.op, str(x.ranks), str(x.count), _ms(x.ms_per_step), fmt(x.mean_us, "us", False),
-             fmt(x.launch_delay_us, "us", False), f"{_ms(x.max_rank_ms)} ({x.max_rank})", demangle(x.kernel)] for x in rows]
-    ops = _table("Op → kernel (host op that launched the device events, summed over ranks)", OP_HEADER, body,
-                 (OP_NOTE + " " + _more(n - len(rows), "ops")).strip(), cut={0, len(OP_HEADER) - 1})
-    return "\n".join(x for x in (ops, _roofline(a), _kernel_sequences(a)) if x)
-
-
-def _roofline(a: Analysis) -> str:
-    """The report's roofline rows (kernel_view_rows.roof_rows: one computation), each number in its column's
-    unit, stated in the header."""
-    from llmdiag.diagnose.model.kernel_view_rows import ROOF_HEADER, ROOF_NOTE, roof_rows
-
-    rows, n = roof_rows(a, MAX_ROWS)
-    if not rows:
-        return ""
-    units = {k: column_unit([getattr(x, k) for x in rows], u) for k, u in (("tflops", "tflops"), ("gbps", "gbps"))}
-    head = ROOF_HEADER[:5] + ["kernel ms", header_unit(units["tflops"]), header_unit(units["gbps"])] + ROOF_HEADER[8:]
-    body = [[x.op, x.shape, x.dtype or "?", str(x.ranks), str(x.calls), _ms(x.kernel_ms),
-             fmt(x.tflops, units["tflops"], False), fmt(x.gbps, units["gbps"], False), fmt(x.intensity, "avg"),
-             _pct(x.peak_frac), x.bound or "—"] for x in rows]
-    unknown = a.kernel_views.devices_without_peak if a.kernel_views else []
-    note = ROOF_NOTE + (" No datasheet peak is listed for " + ", ".join(unknown[:4]) + "." if unknown else "")
-    return _table("GEMM and attention against the roofline (calls and kernel ms: totals over the ranks and analysed steps)", head, body,
-                  (note + " " + _more(n - len(rows), "ops")).strip(), cut={0, 1, 2, 10})
-
-
-def _kernel_sequences(a: Analysis) -> str:
-    from llmdiag.diagnose.model.kernel_view_rows import SEQ_HEADER, SEQ_NOTE, seq_rows, seq_text
-
-    rows = seq_rows(a, 5)
-    body = [[x.op, seq_text(x.kernels), str(x.ranks), fmt(x.count_per_step, "avg"), _ms(x.ms_per_step),
-             fmt(x.mean_us, "us", False), _pct(x.share)] for x in rows]
-    return _table("Frequent kernel sequences (top 5)", SEQ_HEADER, body, SEQ_NOTE, cut={0}, seqs={1})
-
-
-def _launches(a: Analysis) -> str:
-    from llmdiag.diagnose.model.kernel_view_rows import LAUNCH_HEADER, LAUNCH_NOTE, launch_rows
-
-    rows, n = launch_rows(a, MAX_ROWS)
-    body = [[str(r.rank), fmt(r.launch.launches_per_step, "avg"), fmt(r.launch.delay_median_us, "us", False),
-             fmt(r.launch.delay_p90_us, "us", False), _ms(r.launch.launch_ms_per_step), _pct(r.hints.short_kernel_frac),
-             str(r.launch.queue_max)] for _, r in rows]
-    return _table("Kernel launches per rank (longest launch queue first)", LAUNCH_HEADER, body,
-                  (LAUNCH_NOTE + " " + _more(n - len(rows), "ranks")).strip())

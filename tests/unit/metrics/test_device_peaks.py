@@ -20,7 +20,7 @@ def test_peaks(name, bf16, fp8, hbm):
     assert p is not None and p.tflops["bf16"] == bf16 and p.tflops["fp8"] == fp8 and p.hbm_gbps == hbm
 
 
-@pytest.mark.skipif(not (REAL / "tracelens/b200_vllm_tp8_rank0.json.gz").is_file(), reason="../shared/fixtures/real not present")
+@pytest.mark.real(REAL / "tracelens/b200_vllm_tp8_rank0.json.gz")
 def test_b200_fixture_is_not_a_device_without_peak():
     from llmdiag.diagnose.analyze import analyze_path
 

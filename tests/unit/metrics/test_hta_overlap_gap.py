@@ -43,7 +43,7 @@ def _kind(name: str) -> str:
     return "comm" if "nccl" in name.lower() else "mem" if name.startswith(("Memcpy", "Memset")) else "comp"
 
 
-@pytest.mark.skipif(not OPT3.is_dir(), reason="../shared/fixtures/real not present")
+@pytest.mark.real(OPT3)
 def test_the_gap_is_launch_versus_run_attribution(tmp_path):
     (f,) = OPT3.glob("*_29221.*.json.gz")
     with gzip.open(f) as fh:
