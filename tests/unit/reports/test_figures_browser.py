@@ -145,12 +145,12 @@ def test_whatif_and_pipeline_report(tmp_path, monkeypatch):
     write(corpus()[8], d)
     a = analyze_path(str(d), jobs=1)
     assert a.whatif is not None
-    from llmdiag.reports import context
+    from llmdiag.diagnose.model import whatif_view  # reports/context.py imports it when a what-if is shown
 
-    cards = context.whatif_cards  # the demo's longer contributors line (four groups, long op types)
+    cards = whatif_view.whatif_cards  # the demo's longer contributors line (four groups, long op types)
     long = ("top contributors", "stage 2 1.027, op type backward-compute-input 1.021, DP rank 0 1.019, stage 3 1.010",
             "S recomputed with only that group at its measured durations")
-    monkeypatch.setattr(context, "whatif_cards", lambda w, *plant: cards(w, *plant) + [long])
+    monkeypatch.setattr(whatif_view, "whatif_cards", lambda w, *plant: cards(w, *plant) + [long])
     html = _report(a)
     assert "backward-compute-input 1.021" in html
     assert 'id="whatif"' in html
