@@ -50,13 +50,6 @@ def real_skip_reason(*paths: str | os.PathLike) -> str | None:
     return None
 
 
-def skip_without_real(*paths: str | os.PathLike) -> None:
-    """`pytest.skip` with the one wording, for a test that learns which real file it needs only at run time."""
-    reason = real_skip_reason(*paths)
-    if reason:
-        pytest.skip(reason)
-
-
 # `make test-fast` is the tier a developer runs in two minutes: no torchrun workload (every test that asks for
 # the `llmdiag_run` fixture, directly or through a module fixture, is `slow`), no exhaustive property or scale
 # sweep, no browser. CI runs everything.

@@ -22,13 +22,9 @@ def _runtime(b: TraceBuilder, name: str, start, dur) -> None:
     b.cpu_op(name, start, dur, cat="cuda_runtime")
 
 
-def test_launch_stream_sync_and_gap(tmp_path):
-    """Device window [60, 700] µs. Back from K3's end (700): K3 runs 660-700 (compute 40); it was launched at
-    650 after K2 ended at 560, so its launch binds: launch delay 650-660 (10); the launch sits 50 µs into
-    aten::relu, begun at 600 (host op 50); before relu the thread was in no op since the stream synchronize
-    returned at 570 (unprofiled gap 30); the synchronize returned 10 µs after K2 ended (synchronize 10); K2 ran
-    460-560 (compute 100), behind K1 on its stream (K1 ended at 460, K2 was launched at 130: no gap); K1 ran
-    60-460 (compute 400), and the window begins at 60. 640 µs: compute 540, cpu 90, launch 10."""
+def _launch_sync_gap() -> TraceBuilder:
+    """One step: K1 and K2 back to back on a stream, a synchronize, an unprofiled gap, relu launching K3 (the
+    answers are worked out in test_launch_stream_sync_and_gap)."""
     b = TraceBuilder()
     b.step(1, 0, 1000)
     b.cpu_op("aten::mm", 10, 100)
@@ -38,6 +34,17 @@ def test_launch_stream_sync_and_gap(tmp_path):
     _runtime(b, "cudaStreamSynchronize", 150, 420)
     b.cpu_op("aten::relu", 600, 100)
     b.kernel("K3", 660, 40, launch_at=650)
+    return b
+
+
+def test_launch_stream_sync_and_gap(tmp_path):
+    """Device window [60, 700] µs. Back from K3's end (700): K3 runs 660-700 (compute 40); it was launched at
+    650 after K2 ended at 560, so its launch binds: launch delay 650-660 (10); the launch sits 50 µs into
+    aten::relu, begun at 600 (host op 50); before relu the thread was in no op since the stream synchronize
+    returned at 570 (unprofiled gap 30); the synchronize returned 10 µs after K2 ended (synchronize 10); K2 ran
+    460-560 (compute 100), behind K1 on its stream (K1 ended at 460, K2 was launched at 130: no gap); K1 ran
+    60-460 (compute 400), and the window begins at 60. 640 µs: compute 540, cpu 90, launch 10."""
+    b = _launch_sync_gap()
     m = _rank(tmp_path, b)
     cp = m.steps[0].critical_path
     assert cp is not None
@@ -56,15 +63,7 @@ def test_launch_stream_sync_and_gap(tmp_path):
 def test_timeline_track_is_the_path_in_time_order(tmp_path):
     """The same trace as above, its path as the timeline track (`analyze --timeline`): K1 and K2 back to back are
     one compute run 60-560, then the synchronize's return, the gap, relu, the launch delay and K3 (µs)."""
-    b = TraceBuilder()
-    b.step(1, 0, 1000)
-    b.cpu_op("aten::mm", 10, 100)
-    b.kernel("K1", 60, 400, launch_at=50)
-    b.cpu_op("aten::add", 120, 20)
-    b.kernel("K2", 460, 100, launch_at=130)
-    _runtime(b, "cudaStreamSynchronize", 150, 420)
-    b.cpu_op("aten::relu", 600, 100)
-    b.kernel("K3", 660, 40, launch_at=650)
+    b = _launch_sync_gap()
     out = run_job(RankJob(b.write(str(tmp_path / "r0.json")), tracks=True))
     got = [(s // 1000, e // 1000, cause) for s, e, step, cause, _ in out.tracks.critical]
     assert got == [(60, 560, "compute"), (560, 570, "synchronize"), (570, 600, "host_gap"), (600, 650, "host_op"),

@@ -10,15 +10,11 @@ traces under `real`. Skipped where Chromium is absent (`make browser` installs i
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.unit.reports.test_report_browser import CHROMIUM, run_probe
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="needs headless chromium (`make browser`)")]
 REAL = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "real"
@@ -48,23 +44,9 @@ document.getElementById('probe').textContent=JSON.stringify(out);})();
 </script>"""
 
 
-def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run", "--disable-extensions", "--hide-scrollbars",
-           f"--user-data-dir={tmp_path / 'profile'}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-
-
 def measure(tmp_path, html: str, width: int) -> dict:
-    """The probe's facts for `html` at `width` px (a copy without the report's CSP, which would block it)."""
-    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", PROBE + "</body>")
-    page = tmp_path / f"probe{width}.html"
-    page.write_text(html, encoding="utf-8")
-    r = chromium(tmp_path, f"--window-size={width},2400", "--dump-dom", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, flags=re.S)
-    assert m and m.group(1), "the probe did not run"
-    return json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    """The probe's facts for `html` at `width` px (test_report_browser.run_probe)."""
+    return run_probe(tmp_path, html, width, PROBE)
 
 
 def problems(p: dict) -> list:

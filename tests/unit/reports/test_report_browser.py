@@ -84,21 +84,26 @@ out.wide=wide;document.getElementById('probe').textContent=JSON.stringify(out);}
 </script>"""
 
 
-def probe(tmp_path, path: str, width: int) -> dict:
-    """Layout facts measured in the page at `width` px: a copy of the report with a probe script (the
-    report's own CSP would block it, so the copy drops the CSP meta; the report itself is unchanged)."""
+def run_probe(tmp_path, html: str, width: int, script: str, height: int = 2400) -> dict:
+    """The facts a probe `script` (a `<pre id="probe">` it fills with JSON) measures in `html` at `width` px: a
+    copy of the page without the report's CSP meta (which would block the script); the report itself is
+    unchanged. The one way the browser tests measure a page."""
     import json
     import re
 
-    html = open(path, encoding="utf-8").read()
-    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", PROBE + "</body>")
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", script + "</body>")
     page = tmp_path / f"probe{width}.html"
     page.write_text(html, encoding="utf-8")
-    r = chromium(tmp_path, f"--window-size={width},2000", "--dump-dom", page.as_uri())
+    r = chromium(tmp_path, f"--window-size={width},{height}", "--dump-dom", page.as_uri())
     assert r.returncode == 0, r.stderr[-2000:]
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, flags=re.S)
     assert m and m.group(1), "the probe did not run"
-    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+def probe(tmp_path, path: str, width: int) -> dict:
+    """Layout facts measured in the report at `path` at `width` px."""
+    return run_probe(tmp_path, open(path, encoding="utf-8").read(), width, PROBE, 2000)
 
 
 @pytest.mark.parametrize("n", [8, 256])

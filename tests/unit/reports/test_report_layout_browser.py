@@ -8,9 +8,7 @@ Chromium is absent (`make browser` installs it where it can).
 
 from __future__ import annotations
 
-import json
 import os
-import re
 
 import pytest
 
@@ -18,7 +16,7 @@ from llmdiag.diagnose.rules import findings
 from llmdiag.reports.render import render_html
 from tests.conftest import REAL
 from tests.gen.summaries import analysis, busy, typed
-from tests.unit.reports.test_report_browser import CHROMIUM, chromium
+from tests.unit.reports.test_report_browser import CHROMIUM, run_probe
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="needs headless chromium (`make browser`)")]
@@ -50,14 +48,7 @@ UNLISTED = {"kernel-views"}
 
 
 def measure(tmp_path, html: str, width: int) -> dict:
-    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html).replace("</body>", PROBE + "</body>")
-    page = tmp_path / f"layout{width}.html"
-    page.write_text(html, encoding="utf-8")
-    r = chromium(tmp_path, f"--window-size={width},2400", "--dump-dom", page.as_uri())
-    assert r.returncode == 0, r.stderr[-2000:]
-    m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, flags=re.S)
-    assert m and m.group(1), "the probe did not run"
-    return json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    return run_probe(tmp_path, html, width, PROBE)
 
 
 def layout_problems(p: dict) -> dict:
