@@ -17,8 +17,12 @@ from llmdiag.diagnose.io.trace import RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.metrics.rank.classify import prefiltered
 
-WAIT_CALL_RE = re.compile(r"^(cuda|hip|cu)\w*Synchronize$|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$")
+# the calls in which the host waits for its device: what the critical path's sync edges (critical_path/graph.py)
+# and the host's waits per step both read
+SYNC_CALL_RE = re.compile(r"^(cuda|hip|cu)\w*Synchronize$|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$")
+is_sync_call = prefiltered(SYNC_CALL_RE, "ynchronize", "emcpy")
 
 
 def host_wait_ms(t: RankTrace, wins: list[Window]) -> float | None:
@@ -26,5 +30,5 @@ def host_wait_ms(t: RankTrace, wins: list[Window]) -> float | None:
     do not nest in each other, so their durations add up without double counting."""
     if not wins or t.kind is None:
         return None
-    calls = in_windows(t, t.name_mask(WAIT_CALL_RE.search, t.kind == RUNTIME), wins)
+    calls = in_windows(t, t.name_mask(is_sync_call, t.kind == RUNTIME), wins)
     return float(np.sum(t.dur[calls])) / NS_PER_MS / len(wins)

@@ -27,6 +27,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
+from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 
 THREAD, DEVICE, LAUNCH, STREAM, WAIT, SYNC_EDGE = range(6)
@@ -40,9 +41,7 @@ CAUSES = ("host_op", "host_gap", "runtime", "allocator", "synchronize",
 C = {c: i for i, c in enumerate(CAUSES)}
 WAIT_TOL_NS = 50_000  # a device op beginning this soon after another stream's op ended, when it was ready before
 
-SYNC_CALL_RE = re.compile(r"^(cuda|hip|cu)\w*Synchronize$|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$")
 ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
-is_sync_call = prefiltered(SYNC_CALL_RE, "ynchronize", "emcpy")
 is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
 DEVICE_KINDS = (COMPUTE, COMM, MEMCPY, MEMSET)
 
