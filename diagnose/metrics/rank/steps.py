@@ -1,19 +1,23 @@
-"""Analysis windows: one per ProfilerStep#N.
+"""Analysis windows: one per ProfilerStep#N, else one per iteration read from the host ops, else one.
 
-On the host a step is its ProfilerStep span. On a GPU the device side of step N runs later than its host
+On the host a step is its ProfilerStep span; without ProfilerStep, an iteration between consecutive
+`Optimizer.step#...` ops, else one read from the repeated sequence of the main thread's top-level ops or from
+the forward/backward alternation (iterations.py); `steps_source` says which (iteration_spans). On a GPU the device side of step N runs later than its host
 side, so its window is [first, last] device event correlated (launch ↔ kernel) with the host events
-inside step N's span. A trace without ProfilerStep is analysed as one window, with a warning.
+inside step N's span. A trace where none of these holds is analysed as one window, with a warning.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
+from llmdiag.diagnose.metrics.rank.iterations import detect
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, SYNC, RankTrace
 
@@ -59,11 +63,32 @@ MIN_ITERATIONS = 2  # iterations (optimizer steps less one) below which the capt
 
 
 def step_source(t: RankTrace) -> str:
-    """Where the rank's iterations come from: "ProfilerStep", "Optimizer.step" (no ProfilerStep: between
-    consecutive `Optimizer.step#...` ops, optimizer_iterations) or "capture" (one window over the capture)."""
-    if host_steps(t):
-        return "ProfilerStep"
-    return "Optimizer.step" if optimizer_iterations(t) else "capture"
+    """Where the rank's steps come from: "ProfilerStep", "Optimizer.step" (no ProfilerStep: between consecutive
+    `Optimizer.step#...` ops, optimizer_iterations), "repeated_pattern" or "forward_backward" (neither: read
+    from the host ops, iterations.py) or "capture" (one window over the capture)."""
+    return iteration_spans(t)[0]
+
+
+_SPANS: dict[int, tuple[weakref.ref, tuple[str, list[tuple[int, int, int]]]]] = {}
+
+
+def iteration_spans(t: RankTrace) -> tuple[str, list[tuple[int, int, int]]]:
+    """(steps_source, (step, host start, host end) per step) of a rank, from the first source that holds in the
+    order step_source lists; no spans for "capture". Read once per trace (windows and step_source both ask)."""
+    hit = _SPANS.get(id(t))
+    if hit is not None and hit[0]() is t:
+        return hit[1]
+    if steps := host_steps(t):
+        out = ("ProfilerStep", steps)
+    elif steps := optimizer_iterations(t):
+        out = ("Optimizer.step", steps)
+    else:
+        source, steps = detect(t)
+        out = (source, steps) if steps else ("capture", [])
+    key = id(t)
+    _SPANS[key] = (weakref.ref(t), out)
+    weakref.finalize(t, _SPANS.pop, key, None)
+    return out
 
 
 def optimizer_iterations(t: RankTrace) -> list[tuple[int, int, int]]:
@@ -87,6 +112,15 @@ def optimizer_iterations(t: RankTrace) -> list[tuple[int, int, int]]:
     return [(i, a, b) for i, (a, b) in enumerate(zip(top, top[1:]))]
 
 
+_FOUND = {
+    "Optimizer.step": "between consecutive `Optimizer.step#...` ops (each from one optimizer step's end to the next's)",
+    "repeated_pattern": "where the main thread's top-level ops repeat one sequence (each from a repeat's first op "
+                        "to the next repeat's; a longer first iteration is the warm-up, iteration 0)",
+    "forward_backward": "from the forward/backward alternation (each from the start of its forward ops to the "
+                        "next iteration's; the last ends with its backward)",
+}
+
+
 def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], list[str]]:
     """The analysis windows of a rank and any warnings about them."""
     warnings: list[str] = []
@@ -94,10 +128,9 @@ def windows(t: RankTrace, exclude_last: bool = False) -> tuple[list[Window], lis
         warnings.append(f"the trace has holes in its host ops' numbering (External ids): only {share:.0%} of its ops "
                         "are followed by the next one, so events were sampled or dropped; idle and host gaps are "
                         "overstated and a long op with no child may be missing events")
-    steps = host_steps(t)
-    if not steps and len(steps := optimizer_iterations(t)):
-        warnings.append(f"no ProfilerStep in the trace: {len(steps)} iterations found between consecutive "
-                        "`Optimizer.step#...` ops (each from one optimizer step's end to the next's)")
+    source, steps = iteration_spans(t)
+    if source in _FOUND:
+        warnings.append(f"no ProfilerStep in the trace: {len(steps)} iterations found {_FOUND[source]}")
     if not steps:
         if len(t) == 0:
             return [], ["trace has no complete events"]
