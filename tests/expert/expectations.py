@@ -232,7 +232,14 @@ REAL: dict[str, dict] = {
         "silent": [{"id": "no_8B_peak", "why": "memory events are all CPU (Device Type 0): no device peak",
                     "match": {"where": "finding", "text": r"\b8 B\b"}}],
         "headline": [{"id": "no_device_peak_from_cpu_events", "field": "memory_peak_max", "not_in": [8],
-                      "why": "the only [memory] events are CPU-side (peak 8 B)"}],},
+                      "why": "the only [memory] events are CPU-side (peak 8 B)"},
+                     {"id": "iterations", "field": "step_numbers", "equals": [0, 1, 2, 3, 4],
+                      "why": "no ProfilerStep: 5 iterations, each opened by one `Optimizer.zero_grad#SGD.zero_grad` and "
+                             "holding one `Optimizer.step#SGD.step` host annotation (the expert: numbers were given "
+                             "per 5-iteration capture)"},
+                     {"id": "iteration_median", "field": "median_step_ms", "value": 1014.7, "tol": 0.01,
+                      "why": "spans between consecutive zero_grad annotations (the last to the capture's end): 118, "
+                             "115, 1015, 1068, 1076 ms; median 1014.7"}],},
     "kineto/samples/resnet50_num_workers_0": {
         "problems": [{"id": "dataloader", "what": "DataLoader __next__ 45-69 ms/step, 30-40 % of the step",
                       "any": [{"where": "finding", "rules": ["dataloader"], "min_severity": "medium"}]},

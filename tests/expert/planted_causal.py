@@ -115,8 +115,11 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "text": r"_copy_from|synchronous .*cop"}}],
         "claims": [{"verdict": "right", "rules": ["host_bound"], "why": "host ops by construction"}]})
     # Item 4: iterations without ProfilerStep, found between consecutive `Optimizer.step#SGD.step` ops: 5 optimizer
-    # steps give 4 iterations of the planted step length (the generator's facts). Twin: a forward-only capture
-    # without ProfilerStep has no optimizer step: one window over the capture, no iterations invented.
+    # steps give 4 iterations of the planted step length (the generator's facts). A forward-only capture without
+    # ProfilerStep has no optimizer step, but its 5 planted steps run one op sequence 5 times on the main thread:
+    # 5 iterations of the planted length from the repeats (metrics/rank/iterations.py). It was a silent twin, one
+    # window, while only optimizer steps marked iterations; its repeats are the generator's steps, so the split is
+    # right (the repeat detector's own silent twins, no repetition, are in tests/unit/metrics/test_iterations.py).
     it = Knobs(autograd=True, no_profiler_step=True)
     period = statistics.fmean(v for per in simulate(it)[1]["steps"].values() for v in per.values())
     out["iterations_no_profiler_step"] = (it, {
@@ -125,10 +128,14 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
                       "why": "the median step is one iteration, not the whole capture"},
                      {"id": "iterations", "field": "step_numbers", "equals": [0, 1, 2, 3],
                       "why": "4 iterations between 5 optimizer steps"}]})
-    out["iterations_forward_only_twin"] = (Knobs(autograd=True, forward_only=True, no_profiler_step=True), {
+    fo = Knobs(autograd=True, forward_only=True, no_profiler_step=True)
+    fo_period = statistics.fmean(v for per in simulate(fo)[1]["steps"].values() for v in per.values())
+    out["iterations_forward_only"] = (fo, {
         "problems": [], "silent": [], "claims": [],
-        "headline": [{"id": "one_window", "field": "step_numbers", "equals": [-1],
-                      "why": "no optimizer step and no ProfilerStep: one window, no iterations invented"}]})
+        "headline": [{"id": "per_iteration", "field": "median_step_ms", "value": fo_period, "tol": 0.01,
+                      "why": "the median step is one forward-only iteration, not the whole capture"},
+                     {"id": "iterations", "field": "step_numbers", "equals": [0, 1, 2, 3, 4],
+                      "why": "5 repeats of the forward's op sequence: the generator's 5 steps"}]})
     # 8. A straggler whose device idle shows nothing: rank 2's autograd thread (tid 202) sits 80 ms per step inside
     # its backward all_to_all op with no child event (by construction), while a side-stream kernel every rank runs
     # keeps its device busy. Twin: rank 2 stalls 30 ms with no op at all before the all_to_all, the device drained
