@@ -188,7 +188,8 @@ class RankMetrics:
     launch: LaunchStats | None = None  # launch delay, launch overhead, queue length (GPU traces)
     steps_total: int | None = None  # steps analysed where `steps` holds only some (model/step_cap.py); None: all
     steps_source: str = "ProfilerStep"  # where the steps come from: "ProfilerStep", "Optimizer.step" (between
-    # consecutive optimizer steps, no ProfilerStep in the trace) or "capture" (one window; metrics/rank/steps.py)
+    # consecutive optimizer steps, no ProfilerStep in the trace), "repeated_pattern" / "forward_backward" (read from
+    # the host ops, metrics/rank/iterations.py) or "capture" (one window; metrics/rank/steps.py)
     comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
