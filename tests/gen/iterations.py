@@ -77,11 +77,15 @@ LAYER = [("aten::layer_norm", 0, 20), ("aten::linear", 30, 100), ("aten::gelu", 
          ("aten::add", 280, 10)]
 
 
-def one_shot_forward(layers: int = 6) -> TraceBuilder:
+def one_shot_forward(layers: int = 6, norm_first: bool = False) -> TraceBuilder:
     """One inference call of a model of identical layers: its embedding, `layers` × LAYER every 300 µs, then the
-    final norm and head. The layers repeat; nothing says they are iterations."""
+    final norm and head. The layers repeat; nothing says they are iterations. `norm_first`: the call begins with
+    an op each layer runs too (an input norm, then a slice and copy of the input) instead of the embedding."""
     b = TraceBuilder(rank=0, world_size=1)
-    _op(b, "aten::embedding", 0, 40)
+    pre = [("aten::layer_norm", 0, 10), ("aten::slice", 15, 5), ("aten::copy_", 25, 20)] if norm_first else \
+        [("aten::embedding", 0, 40)]
+    for name, off, dur in pre:
+        _op(b, name, off, dur)
     for i in range(layers):
         for name, off, dur in LAYER:
             _op(b, name, 50 + 300 * i + off, dur)

@@ -5,11 +5,13 @@ Two readings of the host ops, tried in this order (steps.py falls back to them a
 - `repeated_pattern`: the names of the top-level ops on the main thread, as a sequence, are k >= 2 repeats of
   one period (the smallest such), after at most one warm-up iteration (the first iteration of a loop often
   runs more ops: lazy initialisation, autotuning) and before at most a partial one (the capture ended
-  mid-iteration). Each repeat is an iteration, from its first op's start to the next repeat's; the warm-up,
-  when it begins with the op each iteration begins with, is iteration 0. Refused (silence) unless the
-  capture's first op is one every iteration runs (the capture began at an iteration's start: a one-shot
-  forward of identical layers begins with its embedding, not with a layer) and the iterations hold at least
-  two thirds of the thread's top-level ops and of its time.
+  mid-iteration). Each repeat is an iteration, from its first op's start to the next repeat's; the warm-up is
+  iteration 0. Refused (silence) where the ops before the repeats are not one warm-up iteration (every op of
+  an iteration, at least as often, in fewer than two periods' ops: a one-shot forward's preamble before its
+  identical layers runs none of a layer's ops), where the capture's first op is not one every iteration runs
+  (the capture began at an iteration's start: a one-shot forward begins with its embedding, not with a layer),
+  and unless the iterations hold at least two thirds of the thread's top-level ops and of the capture's host
+  time.
 - `forward_backward`: training whose iterations differ in their ops (data-dependent shapes): every run of
   autograd backward ops (`autograd::engine::evaluate_function: ...`, on the autograd thread or the main one)
   after a run of forward ops on the main thread closes an iteration; each iteration runs from the start of
@@ -17,7 +19,8 @@ Two readings of the host ops, tried in this order (steps.py falls back to them a
   2x of their median: a pipeline's or an accumulation loop's microbatches would not be iterations).
 
 Linear in events after the one sort top_level makes; the period search verifies a bounded number of
-candidate periods (the gaps between repeats of the sequence's rarest ops), each in one vectorised pass.
+candidate periods (the gaps between repeats of the sequence's rarest ops, up to their 8th next occurrence),
+each in one vectorised pass. A period in which every op runs more than 8 times is not found.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 MIN_ITERATIONS = 2
 COVER = 2 / 3  # share of the thread's top-level ops, and of the capture's time, the iterations must hold
 MAX_CANDIDATES = 96  # candidate periods verified, at most
+RARE_NAMES = 32  # rarest repeated names whose gaps propose periods
+STRIDES = 8  # occurrences per iteration up to which a name's gaps still propose the period
 ALIGN = 64  # ops compared where a warm-up iteration is aligned with the repeats
 MAX_THREADS = 3  # host threads tried for a repeated pattern, longest top-level time first
 BACKWARD_THREAD = 0.5  # a thread whose top-level ops are mostly backward ops is an autograd thread
@@ -42,7 +47,8 @@ def detect(t: RankTrace) -> tuple[str, list[Span]]:
     if t.kind is None or not len(t):
         return "", []
     ops = (t.stream < 0) & t.cat_mask(*HOST_CATS_OP, "user_annotation")
-    ops &= ~t.name_mask(lambda n: n.startswith("ProfilerStep#"), ops)  # (none where steps.py asks: a check's twin)
+    ops &= ~t.name_mask(lambda n: n.startswith("ProfilerStep#"), ops)  # none where steps.py asks; left out, a
+    # capture's ProfilerSteps check the iterations found without them (tests/unit/metrics/test_iterations_real.py)
     if not ops.any():
         return "", []
     top = np.flatnonzero(top_level(t, ops))
@@ -121,26 +127,27 @@ def repeated_pattern(t: RankTrace, seq: np.ndarray) -> list[Span]:
 
 
 def _candidates(names: np.ndarray) -> list[int]:
-    """Candidate periods, ascending: the gaps between consecutive occurrences of the rarest repeated names (a name
-    run once per iteration recurs every period), then the most frequent gaps."""
-    n = len(names)
-    order = np.argsort(names, kind="stable")
+    """Candidate periods, ascending: for the rarest repeated names, the gaps between each occurrence and its c-th
+    next (c <= STRIDES: a name run c times per iteration recurs every c-th time a period later), then the most
+    frequent gaps between consecutive occurrences."""
+    n, cap = len(names), len(names) // MIN_ITERATIONS
+    order = np.argsort(names, kind="stable")  # positions grouped by name, ascending within each
     sn = names[order]
-    same = sn[1:] == sn[:-1]
-    gaps = (order[1:] - order[:-1])[same]
-    if not len(gaps):
-        return []
-    owner = sn[1:][same]
-    counts = np.bincount(np.searchsorted(np.unique(names), names))  # occurrences per distinct name
-    per_name = counts[np.searchsorted(np.unique(names), owner)]
+    edge = np.r_[0, np.flatnonzero(sn[1:] != sn[:-1]) + 1, n]
+    count = np.diff(edge)
     out: set[int] = set()
-    for c in np.unique(per_name):  # rarest names first
-        out.update(int(g) for g in np.unique(gaps[per_name == c]) if 0 < g <= n // MIN_ITERATIONS)
+    for g in [int(g) for g in np.argsort(count, kind="stable") if count[g] >= 2][:RARE_NAMES]:  # rarest first
+        pos = order[edge[g]:edge[g + 1]]
+        for c in range(1, min(STRIDES, len(pos) - 1) + 1):
+            d = pos[c:] - pos[:-c]
+            out.update(int(v) for v in np.unique(d[d <= cap]))
         if len(out) >= MAX_CANDIDATES // 2:
             break
-    vals, freq = np.unique(gaps[gaps <= n // MIN_ITERATIONS], return_counts=True)
+    same = sn[1:] == sn[:-1]
+    gaps = (order[1:] - order[:-1])[same]
+    vals, freq = np.unique(gaps[gaps <= cap], return_counts=True)
     out.update(int(v) for v in vals[np.argsort(-freq, kind="stable")][: MAX_CANDIDATES // 2])
-    return sorted(out)[:MAX_CANDIDATES]
+    return sorted(v for v in out if v > 0)[:MAX_CANDIDATES]
 
 
 def _fit(names: np.ndarray, starts: np.ndarray, ends: np.ndarray, p: int) -> list[Span]:
@@ -166,9 +173,10 @@ def _fit(names: np.ndarray, starts: np.ndarray, ends: np.ndarray, p: int) -> lis
     if k < MIN_ITERATIONS or names[r] != first:
         return []
     bounds = [r + i * p for i in range(k + 1)]
-    if r > 0 and np.count_nonzero(names[:r] == first) == np.count_nonzero(names[r:r + p] == first):
-        bounds.insert(0, 0)  # the warm-up iteration: from the capture's first op to the first repeat (as many
-        # of the op each iteration begins with as one iteration holds: two differing iterations are not one)
+    if r > 0:  # the warm-up iteration, from the capture's first op to the first repeat, else nothing here is a loop
+        if not _warmup(names[:r], names[r:r + p]):
+            return []
+        bounds.insert(0, 0)
     if bounds[-1] - bounds[0] < COVER * n:
         return []
     cut = [int(starts[b]) for b in bounds[:-1]]  # each iteration ends where the next op begins; the last at the
@@ -177,6 +185,20 @@ def _fit(names: np.ndarray, starts: np.ndarray, ends: np.ndarray, p: int) -> lis
     if span_all <= 0 or cut[-1] - cut[0] < COVER * span_all:
         return []
     return [(i, a, b) for i, (a, b) in enumerate(zip(cut, cut[1:])) if b > a]
+
+
+def _warmup(pre: np.ndarray, period: np.ndarray) -> bool:
+    """`pre` is one warm-up iteration of `period`: it runs every op of an iteration, as often (the first iteration
+    runs more, never less: a one-shot call's preamble before its identical layers runs none of a layer's ops),
+    in fewer than two periods' ops and with the op each iteration begins with as often as one iteration (two
+    differing iterations are not one)."""
+    if len(pre) >= 2 * len(period) or np.count_nonzero(pre == period[0]) != np.count_nonzero(period == period[0]):
+        return False
+    need, times = np.unique(period, return_counts=True)
+    have, has = np.unique(pre, return_counts=True)
+    at = np.searchsorted(have, need)
+    found = (at < len(have)) & (have[np.minimum(at, len(have) - 1)] == need)
+    return bool(found.all() and (has[at] >= times).all())
 
 
 def _phase(names: np.ndarray, o: int, p: int) -> int:
