@@ -25,35 +25,36 @@ WARMUP_EXTRA = 500  # µs the warm-up iteration's extra op (cuDNN's algorithm se
 GPU_OPS = ("aten::conv2d", "aten::linear", "Backward0")
 
 
-def _op(b: TraceBuilder, name: str, start: int, dur: int, tid: int = MAIN_TID) -> None:
+def _op(b: TraceBuilder, name: str, start: int, dur: int, tid: int = MAIN_TID, gpu: bool = True) -> None:
     b.cpu_op(name, start, dur, tid=tid)
-    if any(g in name for g in GPU_OPS):
+    if gpu and any(g in name for g in GPU_OPS):
         b.kernel(f"void kernel_for_{name.split(':')[-1].strip().replace(' ', '_')}()", start + 5, max(dur - 10, 1),
                  stream=7, launch_at=start + 1, tid=tid)
 
 
-def training(k: int, warmup: bool = False, varying: bool = False) -> TraceBuilder:
+def training(k: int, warmup: bool = False, varying: bool = False, cpu: bool = False) -> TraceBuilder:
     """k iterations of FORWARD (main thread), BACKWARD (autograd thread), UPDATE (main thread), every P µs from 0.
     `warmup`: iteration 0 also runs `aten::_cudnn_find` (WARMUP_EXTRA µs) after its convolution, so it lasts
     P + WARMUP_EXTRA and the loop's iterations follow from there. `varying`: iteration i also runs counts[i % 8]
     `aten::nonzero` ops (data-dependent work) inside its forward, at fixed offsets, so no two consecutive
-    iterations run the same op sequence, while each still takes P."""
+    iterations run the same op sequence, while each still takes P. `cpu`: a CPU-only run, no kernels, its
+    backward on the main thread (the autograd engine runs on the calling thread without a GPU)."""
     counts = [1, 3, 2, 2, 1, 3, 1, 2]
     b = TraceBuilder(rank=0, world_size=1)
     s = 0
     for i in range(k):
         extra = WARMUP_EXTRA if warmup and i == 0 else 0
         for name, off, dur in FORWARD:
-            _op(b, name, s + off + (extra if off > 20 else 0), dur)
+            _op(b, name, s + off + (extra if off > 20 else 0), dur, gpu=not cpu)
         if extra:
             b.cpu_op("aten::_cudnn_find", s + 125, extra - 10)
         if varying:
             for j in range(counts[i % len(counts)]):
                 b.cpu_op("aten::nonzero", s + 302 + 5 * j, 3)
         for name, off, dur in BACKWARD:
-            _op(b, name, s + off + extra, dur, tid=AUTOGRAD_TID)
+            _op(b, name, s + off + extra, dur, tid=MAIN_TID if cpu else AUTOGRAD_TID, gpu=not cpu)
         for name, off, dur in UPDATE:
-            _op(b, name, s + off + extra, dur)
+            _op(b, name, s + off + extra, dur, gpu=not cpu)
         s += P + extra
     return b
 

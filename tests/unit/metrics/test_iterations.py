@@ -44,6 +44,21 @@ def test_training_loop_k_iterations(tmp_path):
     assert step_source(t) == "repeated_pattern" and _host(t) == want
 
 
+@pytest.mark.parametrize("varying", [False, True])
+def test_cpu_only_backward_on_the_main_thread(tmp_path, varying):
+    """A CPU-only run (its backward on the main thread, no kernels), 4 iterations: the same spans as on a GPU, read
+    from the repeats or, where the iterations differ, from the forward/backward alternation."""
+    t = _trace(tmp_path, g.training(4, varying=varying, cpu=True))
+    if varying:
+        upd = g.UPDATE[0][1]
+        cut = [0] + [(i - 1) * g.P + upd for i in range(1, 4)] + [3 * g.P + g.BACKWARD_END]
+        want, source = [(i, a * US, b * US) for i, (a, b) in enumerate(zip(cut, cut[1:]))], "forward_backward"
+    else:
+        want = [(i, i * g.P * US, (i + 1) * g.P * US) for i in range(3)] + [(3, 3 * g.P * US, (3 * g.P + g.LAST_END) * US)]
+        source = "repeated_pattern"
+    assert step_source(t) == source and _host(t) == want
+
+
 def test_training_loop_per_iteration_numbers(tmp_path):
     """The analysis reads 5 steps from the repeats, its warning says where they came from, and each step's device
     window holds one iteration's kernels: 6, one per GPU op (conv, linear, 4 backward nodes)."""
