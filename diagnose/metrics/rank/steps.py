@@ -85,9 +85,10 @@ def iteration_spans(t: RankTrace) -> tuple[str, list[tuple[int, int, int]]]:
     else:
         source, steps = detect(t)
         out = (source, steps) if steps else ("capture", [])
-    key = id(t)
-    _SPANS[key] = (weakref.ref(t), out)
-    weakref.finalize(t, _SPANS.pop, key, None)
+    if t.kind is not None:  # an unclassified trace's answer is not kept: classify() may follow
+        key = id(t)
+        _SPANS[key] = (weakref.ref(t), out)
+        weakref.finalize(t, _SPANS.pop, key, None)
     return out
 
 
