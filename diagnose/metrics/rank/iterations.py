@@ -38,7 +38,7 @@ MAX_CANDIDATES = 96  # candidate periods verified, at most
 RARE_NAMES = 32  # rarest repeated names whose gaps propose periods
 STRIDES = 8  # occurrences per iteration up to which a name's gaps still propose the period
 ALIGN = 64  # ops compared where a warm-up iteration is aligned with the repeats
-MAX_THREADS = 3  # host threads tried for a repeated pattern, longest top-level time first
+MAX_THREADS = 1  # host threads tried for a repeated pattern, longest top-level time first: the main one
 BACKWARD_THREAD = 0.5  # a thread whose top-level ops are mostly backward ops is an autograd thread
 
 
@@ -202,10 +202,10 @@ def _warmup(pre: np.ndarray, period: np.ndarray) -> bool:
 
 
 def _phase(names: np.ndarray, o: int, p: int) -> int:
-    """Where the repeats begin after a warm-up that is not one (names[:o] breaks the period): the position in
-    the first period that begins as the capture begins, on the most ops (a warm-up iteration starts as every
-    iteration does); ties to a warm-up at least a period long (the first iteration runs more ops), then the
-    nearest to one. -1 where no position of the period holds the capture's first op."""
+    """Where the repeats begin when the ops before them (names[:o]) break the period: the position in the first
+    period whose ops begin as the capture's do, on the most ops (a warm-up iteration starts as every iteration
+    does); ties to a warm-up at least a period long (the first iteration runs more ops), then to the one nearest
+    a period. -1 where no position of the period holds the capture's first op."""
     at = np.flatnonzero(names[o:o + p] == names[0]) + o
     if not len(at):
         return -1
