@@ -259,3 +259,20 @@ REAL: dict[str, dict] = {
                     "match": {"where": "finding", "rules": ["dataloader"]}}],
         "headline": step_headlines("ProfilerStep#N are present (2021 schema, cat Operator)")},
 }
+
+
+# ---- recall1 (issue #34: recall on the recommendation-system class; established from the events) ----
+def _recall1() -> None:
+    sleep = REAL["torchrec/sst_sleep_pl_dense_after_backward_2"]
+    sleep["problems"].append(
+        {"id": "allocator_flush_5", "what": "step 5 releases and refills the cache: 14 cudaFree + 16 cudaMalloc on "
+                                            "every rank, 98-102 ms of device idle inside them (41 ms per step over "
+                                            "3 steps, under 5 % of the 1.1 s steps rank 2's stall makes)",
+         "any": [{"where": "finding", "rules": ["allocator_churn"], "text": r"mid-capture", "step": 5}]})
+    sleep["claims"].insert(0, {"verdict": "wrong", "rules": ["allocator_churn"], "gain_ms": [37.0, 43.0],
+                               "gain_outside": True,
+                               "why": "the flush's 98-102 ms in 3 steps: 33-34 ms per step, 37-41 with steps 4 "
+                                      "and 6's cudaMalloc idle (the mean over the steps, a bound)"})
+
+
+_recall1()

@@ -79,6 +79,7 @@ class Knobs:
     thread_stall_ms: float = 0.0       # ... this long with no child event, while a side-stream kernel every rank
     #                                    runs keeps its device busy (its device idle shows nothing)
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
+    flush_frees: int = 25              # cudaFree calls of the `flush_step` flush (before its 9 cudaMalloc)
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -269,7 +270,7 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                         rk.h += 3005.0
                 if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
                     rk.h = max(rk.h, rk.d)
-                    for _ in range(25):
+                    for _ in range(k.flush_frees):
                         rk.runtime("cudaFree", rk.h, 3000.0)
                         rk.h += 3005.0
                     for _ in range(9):

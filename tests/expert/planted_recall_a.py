@@ -1,0 +1,38 @@
+"""Planted scenarios for issue #34's recall on the recommendation-system (TorchRec) class: problems expert reviewers
+named in the real torchrec/hta traces that no finding stated. Each with a silent twin; knobs: tests/expert/planted.py.
+The exact answers are computed here from what the generator places (by arithmetic, not by llmdiag)."""
+
+from __future__ import annotations
+
+from tests.expert.planted import Knobs
+
+ALLOC = r"cudaFree|cudaMalloc|allocat|flush"
+# The flush: FLUSH_FREES cudaFree of 3 ms, then 9 cudaMalloc of 4 ms, the device drained (planted.simulate), in step #12
+# of 5; every other step allocates nothing inside its window. Its device idle: 8 × 3 + 9 × 4 = 60 ms, 12 ms per step.
+FLUSH_FREES, FLUSH_MS = 8, 8 * 3.0 + 9 * 4.0
+STALL_MS = 250.0  # rank 2's host stall before each all_to_all: steps of ~360 ms, where 12 ms is under 5 %
+
+
+def recall_a_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    out = {}
+    # b. A mid-capture allocator flush in a job whose steps a straggler makes long (torchrec sst_sleep: 101 ms of
+    # idle in cudaFree/cudaMalloc in step 5 of 3, 41 ms per step against 1,096 ms steps): under 5 % of the mean
+    # step, but 60 / 420 ms = 14 % of its own step. 8 frees against 9 mallocs (sst_sleep: 14 against 16): a
+    # release of the cache and its refill, not growth.
+    per_step = FLUSH_MS / 5
+    out["allocator_flush_long_steps"] = (Knobs(flush_step=2, flush_frees=FLUSH_FREES, stall_rank=2,
+                                               stall_ms=STALL_MS), {
+        "problems": [{"id": "mid_flush", "what": "step #12 frees and refills the cache (8 cudaFree, 9 cudaMalloc)",
+                      "any": [{"where": "finding", "rules": ["allocator_churn"], "text": r"mid-capture",
+                               "step": 12, "min_severity": "medium"}]}],
+        "silent": [{"id": "not_warmup", "why": "two normal steps came first: not warm-up",
+                    "match": {"where": "finding", "text": r"warm-up growth|not paid again"}}],
+        "claims": [{"verdict": "wrong", "rules": ["allocator_churn"], "gain_ms": [per_step - 0.05, per_step + 0.05],
+                    "gain_outside": True, "why": "60 ms once in 5 steps: 12 ms per step"},
+                   {"verdict": "right", "rules": ["allocator_churn"], "text": ALLOC, "why": "the mid-capture flush"},
+                   {"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "rank 2's planted stall"}]})
+    out["allocator_long_steps_twin"] = (Knobs(alloc_on=True, stall_rank=2, stall_ms=STALL_MS), {
+        "problems": [], "claims": [{"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "planted stall"}],
+        "silent": [{"id": "no_allocator_finding", "why": "3 cached cudaMalloc per step, no free: nothing to flush",
+                    "match": {"where": "finding", "rules": ["allocator_churn"]}}]})
+    return out
