@@ -84,6 +84,9 @@ class HostStall:
     op: str = ""  # the collective op holding the most
     thread: str = ""  # its thread (the autograd engine's for the backward's collectives)
     op_ms_per_step: float = 0.0  # of ms_per_step, that op's on that thread
+    next_op: str = ""  # the op (or user annotation just before one) holding the next most, on any thread
+    next_thread: str = ""
+    next_ms_per_step: float = 0.0
 
 
 @dataclass

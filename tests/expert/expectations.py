@@ -273,6 +273,14 @@ def _recall1() -> None:
                                "gain_outside": True,
                                "why": "the flush's 98-102 ms in 3 steps: 33-34 ms per step, 37-41 with steps 4 "
                                       "and 6's cudaMalloc idle (the mean over the steps, a bound)"})
+    for name in ("torchrec/sst_long_a2a_optimizer_3", "torchrec/sst_long_a2a_optimizer_5"):
+        REAL[name]["problems"].append(
+            {"id": "forward_stall_r2", "what": "rank 2's main thread sits 20.2 ms per step with no event inside "
+                                               "`# running sparse arch`, right before its forward `_AlltoAllSingle` "
+                                               "(peers 0.04-0.06 ms; its device idle 18.3 ms of it), as well as "
+                                               "20.3 ms in `_AlltoAllSingleBackward` on the autograd thread",
+             "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2,
+                      "text": r"running sparse arch` on `[^`]+`, 20\.2\d ms per step"}]})
 
 
 _recall1()

@@ -80,6 +80,8 @@ class Knobs:
     #                                    runs keeps its device busy (its device idle shows nothing)
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
     flush_frees: int = 25              # cudaFree calls of the `flush_step` flush (before its 9 cudaMalloc)
+    region_stall: bool = False         # every rank's forward all_to_all under a user annotation (`# running sparse
+    #                                    arch`, as TorchRec's) that also holds `stall_rank`'s stall before the op
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -223,7 +225,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     for s in range(k.steps):
         n = 10 + s
         scale = 3.0 if s == k.outlier_step else 1.0
-        starts = {}
+        starts: dict = {}
+        region: dict = {}
         for rk in ranks:
             rk.h = max(rk.h, rk.d) + 50.0
             starts[rk.r] = rk.h
@@ -295,10 +298,13 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
             if k.autograd:
                 rk.cpu("DistributedDataParallel.forward", fwd - 1.0, rk.h - fwd + 1.0)
             rk.sync()  # splits to the host before the all_to_all
+            region[rk.r] = rk.h
             if rk.r == k.stall_rank:
                 rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
         facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
                                                     "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
+        for rk in ranks if k.region_stall else []:
+            rk.cpu("# running sparse arch", region[rk.r], rk.h - region[rk.r], cat="user_annotation")
         for rk in ranks:
             for i in range(0 if k.forward_only else 12):  # backward
                 rk.launch("autograd::engine::evaluate_function: MmBackward0" if k.autograd else "aten::mm",

@@ -35,4 +35,28 @@ def recall_a_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "claims": [{"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "planted stall"}],
         "silent": [{"id": "no_allocator_finding", "why": "3 cached cudaMalloc per step, no free: nothing to flush",
                     "match": {"where": "finding", "rules": ["allocator_churn"]}}]})
+    out.update(forward_stall_scenarios())
+    return out
+
+
+def forward_stall_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    """c. The forward half of a straggler's stall (torchrec sst_long_a2a_optimizer_3/_5: rank 2's main thread sits
+    20.2 ms per step with no event inside `# running sparse arch`, right before its forward `_AlltoAllSingle`; its
+    peers 0.05 ms): planted, rank 2 stalls 30 ms inside the same annotation before its forward all_to_all op, by
+    construction 30.00 ms per step. Twin: the annotation on every rank and no stall."""
+    out = {}
+    out["region_stall_r2"] = (Knobs(stall_rank=2, stall_ms=30.0, region_stall=True), {
+        "problems": [{"id": "forward_stall", "what": "rank 2's thread stalls 30 ms in its region before the a2a op",
+                      "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2,
+                               "text": r"thread `tid 102` stalls.*# running sparse arch`, 30\.00 ms per step",
+                               "min_severity": "medium"}]}],
+        "silent": [{"id": "cause_shown", "why": "the stall is in the events: the region's 30 ms with no event",
+                    "match": {"where": "finding", "text": r"does not show why"}}],
+        "claims": [{"verdict": "wrong", "rules": ["stragglers"], "rank": 2, "gain_ms": [29.9, 30.1],
+                    "gain_outside": True, "why": "rank 2 holds the others 30 ms per step"},
+                   {"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "rank 2 stalls before its a2a"}]})
+    out["region_stall_twin"] = (Knobs(region_stall=True), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_straggler", "why": "the same region on every rank, no stall",
+                    "match": {"where": "finding", "text": r"straggl|stalls"}}]})
     return out
