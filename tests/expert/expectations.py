@@ -281,6 +281,11 @@ def _recall1() -> None:
                                                "20.3 ms in `_AlltoAllSingleBackward` on the autograd thread",
              "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2,
                       "text": r"running sparse arch` on `[^`]+`, 20\.2\d ms per step"}]})
+    REAL["torchrec/sst_long_a2a_optimizer_5_qcomm"]["headline"].append(
+        {"id": "other_run_named", "field": "headline_text",
+         "regex": r"run 2 of 2 in this input \(started 2023-11-02 21:02:20 UTC; not analysed: run 1\b",
+         "why": "the folder holds two runs (pids 54105-54108 from 20:59:27, 55988-55991 from 21:02:20 UTC); the "
+                "headline names the one analysed and the other, not only a warning among the issues"})
 
 
 _recall1()

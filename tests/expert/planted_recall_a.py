@@ -4,6 +4,8 @@ The exact answers are computed here from what the generator places (by arithmeti
 
 from __future__ import annotations
 
+import datetime
+
 from tests.expert.planted import Knobs
 
 ALLOC = r"cudaFree|cudaMalloc|allocat|flush"
@@ -36,6 +38,7 @@ def recall_a_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "silent": [{"id": "no_allocator_finding", "why": "3 cached cudaMalloc per step, no free: nothing to flush",
                     "match": {"where": "finding", "rules": ["allocator_churn"]}}]})
     out.update(forward_stall_scenarios())
+    out.update(run_scenarios())
     return out
 
 
@@ -59,4 +62,24 @@ def forward_stall_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "claims": [],
         "silent": [{"id": "no_straggler", "why": "the same region on every rank, no stall",
                     "match": {"where": "finding", "text": r"straggl|stalls"}}]})
+    return out
+
+
+def run_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    """d. A folder holding the job run twice (torchrec sst_long_a2a_optimizer_5_qcomm: pids 54105-54108 started
+    20:59:27, 55988-55991 at 21:02:20 UTC): the headline, what a user reads first, says which run it describes and
+    that the other was not analysed (before, only an issue among the warnings did). Planted: 2 runs 180 s apart,
+    the newest analysed; twin: one run, no run named."""
+    t0 = Knobs().t0 / 1e6 + 180.0  # the newest run's start, s since the epoch (planted.write: 180 s apart)
+    start = datetime.datetime.fromtimestamp(t0, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    out = {}
+    out["two_runs_headline"] = (Knobs(runs=2), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "run_named", "field": "headline_text",
+                      "regex": rf"run 2 of 2 in this input \(started {start}:\d\d UTC; not analysed: run 1\b",
+                      "why": "two runs in the folder: the headline names the one analysed and the one left out"}]})
+    out["one_run_headline_twin"] = (Knobs(), {
+        "problems": [], "silent": [], "claims": [],
+        "headline": [{"id": "no_run_named", "field": "headline_text", "regex": r"^(?!.*\bin this input\b)",
+                      "why": "one run: nothing to name"}]})
     return out
