@@ -90,6 +90,17 @@ class HostStall:
 
 
 @dataclass
+class CommCodec:
+    """A quantized-communication codec's forward cost (metrics/rank/comm_codec.py): device time of the kernels its
+    encode and decode ranges launch, per step; its backward is not counted (a lower bound)."""
+
+    precision: str = ""  # the wire precision(s) the ranges name ("fp16")
+    encode_ms_per_step: float = 0.0
+    decode_ms_per_step: float = 0.0
+    calls_per_step: float = 0.0  # encoder + decoder ranges per step
+
+
+@dataclass
 class TrainingEvidence:
     """What the trace shows of training (counts per step): autograd backward and optimizer ops, and the data-parallel
     wrapper (DDP or FSDP) that DDP/FSDP advice needs identified."""

@@ -286,6 +286,16 @@ def _recall1() -> None:
          "regex": r"run 2 of 2 in this input \(started 2023-11-02 21:02:20 UTC; not analysed: run 1\b",
          "why": "the folder holds two runs (pids 54105-54108 from 20:59:27, 55988-55991 from 21:02:20 UTC); the "
                 "headline names the one analysed and the other, not only a warning among the issues"})
+    REAL["torchrec/sst_long_a2a_optimizer_5_qcomm"]["problems"].append(
+        {"id": "qcomm_codec_cost", "what": "the fp16 quantized-comm codec: encode 4.68-4.86 ms + decode 2.18-2.44 ms "
+                                           "of kernels per step under its `## encoder/decoder fp16 None ##` ranges "
+                                           "(forward; its backward casts/clamps come on top), next to the all_to_all",
+         "any": [{"where": "finding", "rules": ["comm_codec"],
+                  "text": r"fp16 codec .* 4\.(6[89]|[78]\d) ms of encode and 2\.(1[89]|[234]\d) ms of decode"}]})
+    REAL["torchrec/sst_long_a2a_optimizer_5_qcomm"]["claims"].insert(
+        0, {"verdict": "right", "rules": ["comm_codec"], "text": r"7\.(0\d|1\d) ms over 4 ranks",
+            "why": "run 2: encoder-range kernels 4.68-4.86 ms, decoder-range 2.18-2.44 ms per step (mean 7.12); "
+                   "what it saves is not in this trace (opt_5, another folder, differs in its straggler's waits)"})
 
 
 _recall1()

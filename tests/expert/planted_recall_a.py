@@ -39,6 +39,7 @@ def recall_a_scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "match": {"where": "finding", "rules": ["allocator_churn"]}}]})
     out.update(forward_stall_scenarios())
     out.update(run_scenarios())
+    out.update(codec_scenarios())
     return out
 
 
@@ -82,4 +83,30 @@ def run_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "problems": [], "silent": [], "claims": [],
         "headline": [{"id": "no_run_named", "field": "headline_text", "regex": r"^(?!.*\bin this input\b)",
                       "why": "one run: nothing to name"}]})
+    return out
+
+
+CODEC_MS = 6.0  # the planted encode cast per step; the decode cast is half of it
+
+
+def codec_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    """d. A quantized-comm codec's cost (torchrec sst_long_a2a_optimizer_5_qcomm: fp16 encode 4.68-4.86 ms and
+    decode 2.18-2.44 ms of kernels per step under `## encoder fp16 None ##` / `## decoder fp16 None ##`, 7.1 ms
+    per step, forward only). Planted: one 6 ms encode cast before the forward all_to_all and a 3 ms decode cast
+    after it, in TorchRec's ranges: 9.00 ms per step; compute per step 12 x (3 + 0.4 + 4 + 0.5) + 6 x 0.3 + 9 =
+    105.6 ms, so 8.5 %; the all_to_all kernels 2.5 + 2.0 = 4.5 ms per step. Twin: the same casts, no codec range."""
+    enc, dec = CODEC_MS, CODEC_MS / 2
+    compute = 12 * (3.0 + 0.4 + 4.0 + 0.5) + 6 * 0.3 + enc + dec
+    text = (rf"{enc:.2f} ms of encode and {dec:.2f} ms of decode kernels per step \({100 * (enc + dec) / compute:.1f}% "
+            rf"of its {compute:.2f} ms compute.*all_to_all kernels .* take 4\.50 ms per step")
+    out = {}
+    out["qcomm_codec"] = (Knobs(qcomm_ms=CODEC_MS), {
+        "problems": [{"id": "codec_cost", "what": "the fp16 codec's 6 + 3 ms of casts per step",
+                      "any": [{"where": "finding", "rules": ["comm_codec"], "text": text}]}],
+        "silent": [], "claims": [{"verdict": "right", "rules": ["comm_codec"], "text": text, "why": "by construction"},
+                                 {"verdict": "wrong", "rules": ["comm_codec"], "why": "a number off the planted one"}]})
+    out["qcomm_codec_twin"] = (Knobs(qcomm_ms=CODEC_MS, qcomm_annotated=False), {
+        "problems": [], "claims": [],
+        "silent": [{"id": "no_codec", "why": "the same casts, no codec range: the model's own dtype casts",
+                    "match": {"where": "finding", "rules": ["comm_codec"]}}]})
     return out
