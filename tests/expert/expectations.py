@@ -296,6 +296,34 @@ def _recall1() -> None:
         0, {"verdict": "right", "rules": ["comm_codec"], "text": r"7\.(0\d|1\d) ms over 4 ranks",
             "why": "run 2: encoder-range kernels 4.68-4.86 ms, decoder-range 2.18-2.44 ms per step (mean 7.12); "
                    "what it saves is not in this trace (opt_5, another folder, differs in its straggler's waits)"})
+    for name, per_step in (("torchrec/sst_long_a2a_optimizer_3", "12.8, 11.9"),
+                           ("torchrec/sst_long_a2a_optimizer_5", "14.6, 14.0")):
+        exp = REAL[name]
+        exp["problems"].append(
+            {"id": "exposed_a2a_r2", "what": f"rank 2 (last to arrive: its all_to_all is transfer, not a wait) runs "
+                                             f"{per_step} ms of SendRecv in steps 5, 6 that no compute overlaps, the "
+                                             "next compute kernel, launched before the all_to_all began, starting "
+                                             "≤ 0.1 ms after it ends: its device waits on the exchange",
+             "any": [{"where": "finding", "rules": ["exposed_comm"], "text": r"all_?to_?all"}]})
+        exp["claims"].insert(0, {"verdict": "right", "rules": ["exposed_comm"], "text": r"all_?to_?all",
+                                 "gain_ms": [8.0, 25.0],
+                                 "why": "12-15 ms per step of exposed all_to_all on rank 2 that queued compute "
+                                        "waits on (12-23 ms on its peers, part of it the wait for rank 2)"})
+        exp.setdefault("xfail", {})["exposed_a2a_r2"] = (
+            "ranks[].critical_path puts 0-6 % of the path in communication (rank 2: 0 %; cpu_bound 82-86 %), so the "
+            "exposed-comm gain, capped by it, stays under 1 % of the step and nothing fires; the events show queued "
+            "compute waiting on rank 2's exposed SendRecv (critical_path/path.py's to fix, not a rule's)")
+    REAL["hta/a100_16rank_alltoall_rank0.json.gz"]["silent"].append(
+        {"id": "no_pin_memory_for_704B", "why": "the host blocks 145.6-146.6 ms per step in `aten::to` -> a 704-B "
+                                                "`Memcpy DtoH (Device -> Pageable)` (2 µs on the device) under "
+                                                "`## sparse_data_dist ##`: its stream 27 was made to wait "
+                                                "(cudaStreamWaitEvent 0.9 ms before) on the compute stream, whose "
+                                                "queue (a CUDA graph launched 47.5 ms earlier) drains only then; the "
+                                                "device's 64 ms gap sits before that graph's first recorded node, "
+                                                "with work queued: pinning the 704 B changes nothing, and removing "
+                                                "the sync frees the host, not the device (1.2 ms/step of idle waits "
+                                                "for a launch)",
+         "match": {"where": "finding", "text": r"pin_memory|pinned|pageable"}})
 
 
 _recall1()
