@@ -59,6 +59,16 @@ def forward_stall_scenarios() -> dict[str, tuple[Knobs, dict]]:
         "claims": [{"verdict": "wrong", "rules": ["stragglers"], "rank": 2, "gain_ms": [29.9, 30.1],
                     "gain_outside": True, "why": "rank 2 holds the others 30 ms per step"},
                    {"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "rank 2 stalls before its a2a"}]})
+    # Both halves, as in the real sets: the backward's 80 ms inside its all_to_all op on the autograd thread (tid 202,
+    # planted_causal's thread_stall_r2) and the forward's 30 ms in the region on the main thread (tid 102): 110 ms.
+    out["forward_backward_stall_r2"] = (Knobs(stall_rank=2, stall_ms=30.0, region_stall=True, thread_stall_rank=2,
+                                              thread_stall_ms=80.0), {
+        "problems": [{"id": "both_halves", "what": "rank 2 stalls on two threads: 80 ms backward, 30 ms forward",
+                      "any": [{"where": "finding", "rules": ["stragglers"], "rank": 2,
+                               "text": r"host threads `tid 202` and `tid 102` stall.*110\.00 ms per step more.*"
+                                       r"nccl:all_to_all`, 80\.00 ms per step; then `# running sparse arch` on "
+                                       r"`tid 102`, 30\.00 ms per step"}]}],
+        "silent": [], "claims": [{"verdict": "right", "rules": ["stragglers"], "rank": 2, "why": "by construction"}]})
     out["region_stall_twin"] = (Knobs(region_stall=True), {
         "problems": [], "claims": [],
         "silent": [{"id": "no_straggler", "why": "the same region on every rank, no stall",
