@@ -21,6 +21,7 @@ from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_uni
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from llmdiag.diagnose.model.names import demangle_many
+from llmdiag.diagnose.model.runs import run_count
 from llmdiag.diagnose.model.step_cap import note as step_note
 from llmdiag.diagnose.model.steps import step_span, steps_of
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
@@ -34,7 +35,7 @@ TOP_FINDINGS = 5
 def _headline(a: Analysis) -> str:
     g = a.aggregate
     head = [_wrap(f"llmdiag {a.llmdiag_version} — {printable(a.name)}: {g.ranks} rank{'s' if g.ranks != 1 else ''} "
-                  f"analysed ({a.trace_kind} traces, world size {a.world_size or 'unknown'})")]
+                  f"analysed ({a.trace_kind} traces, world size {a.world_size or 'unknown'}){_run_of(a)}")]
     parts = [f"mean step time {fmt(g.step_time_ms, 'ms')}{_step_basis(a)}"]
     if g.overlap_ratio_mean is not None:
         parts.append(f"overlap mean {_pct(g.overlap_ratio_mean)}, worst {_pct(g.overlap_ratio_min)} "
@@ -52,6 +53,19 @@ def _headline(a: Analysis) -> str:
     elif a.trace_kind == "gpu" and any(r.memory for r in a.ranks):
         parts.append("device memory peak not recorded (only CPU-side [memory] events)")
     return "\n".join(head + [_wrap("; ".join(parts), "  ")])
+
+
+def _run_of(a: Analysis) -> str:
+    """Which of the input's runs this is, where it holds several (the report's header says the same): a folder
+    with the job run twice is two captures, and the one not analysed is named here, not only among the issues."""
+    cur = next((r for r in a.runs if r.analysed), None)
+    if cur is None:
+        return ""
+    n = run_count(a.runs)
+    others = [str(r.number) for r in a.runs if not r.analysed]
+    named = f"run {', '.join(others)}" if n <= 4 else f"the other {n - 1} runs"
+    return (f"; run {cur.number} of {n} in this input (started {printable(cur.start) or 'at an unknown time'}"
+            + (f"; not analysed: {named}, `--run N` or `--run all`" if n > 1 else "") + ")")
 
 
 def _ranks(a: Analysis) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
-from llmdiag.diagnose.model.idle import HostStall, IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
@@ -191,6 +191,7 @@ class RankMetrics:
     # consecutive optimizer steps, no ProfilerStep in the trace), "repeated_pattern" / "forward_backward" (read from
     # the host ops, metrics/rank/iterations.py) or "capture" (one window; metrics/rank/steps.py)
     comm_host_stall: HostStall | None = None  # host-thread stalls in/before collective ops (metrics/rank/comm_host_stall.py)
+    comm_codec: CommCodec | None = None  # quantized-comm codec kernels per step (metrics/rank/comm_codec.py)
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
     critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)

@@ -84,6 +84,20 @@ class HostStall:
     op: str = ""  # the collective op holding the most
     thread: str = ""  # its thread (the autograd engine's for the backward's collectives)
     op_ms_per_step: float = 0.0  # of ms_per_step, that op's on that thread
+    next_op: str = ""  # the op (or user annotation just before one) holding the next most, on any thread
+    next_thread: str = ""
+    next_ms_per_step: float = 0.0
+
+
+@dataclass
+class CommCodec:
+    """A quantized-communication codec's forward cost (metrics/rank/comm_codec.py): device time of the kernels its
+    encode and decode ranges launch, per step; its backward is not counted (a lower bound)."""
+
+    precision: str = ""  # the wire precision(s) the ranges name ("fp16")
+    encode_ms_per_step: float = 0.0
+    decode_ms_per_step: float = 0.0
+    calls_per_step: float = 0.0  # encoder + decoder ranges per step
 
 
 @dataclass

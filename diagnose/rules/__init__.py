@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.rules.base import Ctx
+from llmdiag.diagnose.rules.codecs import comm_codec
 from llmdiag.diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
 from llmdiag.diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
@@ -35,6 +36,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("accum_fsdp_regather", accum_fsdp_regather),
     ("host_op_stall", host_op_stall),
     ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
+    ("comm_codec", comm_codec),
 ]
 
 

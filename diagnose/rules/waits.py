@@ -82,10 +82,18 @@ def straggler_cause(rank, peers, wait_ms: float) -> tuple[str, str]:
     more = f"{fmt(ms, 'ms')} per step more than its peers' median"
     if name == "thread":
         st = rank.comm_host_stall
-        return (f"its host thread `{st.thread}` stalls with no profiled event inside or just before the ops that "
-                f"launch its collectives, {more} (most in `{st.op}`, {fmt(st.op_ms_per_step, 'ms')} per step): it "
-                "launches them late, while its device still runs queued work, so its device idle need not show it",
-                f"find what rank {r}'s thread `{st.thread}` does inside `{st.op}` (`py-spy dump --pid` during the "
+        also = (f"; then `{st.next_op}` on `{st.next_thread}`, {fmt(st.next_ms_per_step, 'ms')} per step"
+                if st.next_op else "")
+        two = bool(st.next_op) and st.next_thread != st.thread  # e.g. the forward's main thread, the backward's
+        who = (f"its host threads `{st.thread}` and `{st.next_thread}` stall" if two else
+               f"its host thread `{st.thread}` stalls")
+        where = (f"thread `{st.thread}` does inside `{st.op}`"
+                 + (f" and thread `{st.next_thread}` in `{st.next_op}`" if two else ""))
+        return (f"{who} with no profiled event inside or just before the ops that "
+                f"launch its collectives, {more} (most in `{st.op}`, {fmt(st.op_ms_per_step, 'ms')} per step"
+                f"{also}): it "
+                "launches them late; its device may run queued work meanwhile, so its device idle need not show it",
+                f"find what rank {r}'s {where} (`py-spy dump --pid` during the "
                 "step: the GIL held by another thread, a lock, a host-side wait, garbage collection); no compute or "
                 "layout change helps")
     if name == "stall":

@@ -79,6 +79,12 @@ class Knobs:
     thread_stall_ms: float = 0.0       # ... this long with no child event, while a side-stream kernel every rank
     #                                    runs keeps its device busy (its device idle shows nothing)
     warmup_growth: bool = False        # allocator on; the first step grows the cache: 25 cudaMalloc, no free
+    flush_frees: int = 25              # cudaFree calls of the `flush_step` flush (before its 9 cudaMalloc)
+    region_stall: bool = False         # every rank's forward all_to_all under a user annotation (`# running sparse
+    #                                    arch`, as TorchRec's) that also holds `stall_rank`'s stall before the op
+    qcomm_ms: float = 0.0              # a cast kernel of this length before the forward all_to_all, one of half
+    #                                    after it (TorchRec's fp16 quantized-comm encode and decode)
+    qcomm_annotated: bool = True       # ... inside `## encoder fp16 None ##` / `## decoder ...` ranges (False: plain casts)
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -191,6 +197,21 @@ def _event_wait(rk: Rank, k: Knobs, facts: dict, step: int):
                                                                        (qs - drain) / 1000)
 
 
+CAST = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+        "::{lambda()#3}, at::detail::Array<char*, 2> >")
+
+
+def _codec(rk: Rank, k: Knobs, what: str):
+    """One quantized-comm codec call: an `aten::to` casting to or from fp16, its kernel `qcomm_ms` long (encode) or
+    half that (decode), inside TorchRec's ranges where `qcomm_annotated`."""
+    h0 = rk.h
+    rk.launch("aten::to", CAST, k.qcomm_ms * (1000.0 if what == "encode" else 500.0), k)
+    if k.qcomm_annotated:
+        rk.cpu(f"## {what[:-1]}er fp16 None ##", h0 - 1.0, rk.h - h0 + 2.0, cat="user_annotation")
+        rk.cpu(f"## codecs {what}", h0 - 2.0, rk.h - h0 + 4.0, cat="user_annotation")
+    rk.h += 5.0
+
+
 def _collective(ranks, kind, dur, k: Knobs, label, stall: dict | None = None):
     """`stall`: rank -> us its host thread stalls inside the collective's op before anything under it."""
     arrive, st = {}, {rk.r: (stall or {}).get(rk.r, 0.0) for rk in ranks}
@@ -222,7 +243,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
     for s in range(k.steps):
         n = 10 + s
         scale = 3.0 if s == k.outlier_step else 1.0
-        starts = {}
+        starts: dict = {}
+        region: dict = {}
         for rk in ranks:
             rk.h = max(rk.h, rk.d) + 50.0
             starts[rk.r] = rk.h
@@ -269,7 +291,7 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                         rk.h += 3005.0
                 if i == 3 and s == k.flush_step:  # an allocation fails: the cache is released and refilled
                     rk.h = max(rk.h, rk.d)
-                    for _ in range(25):
+                    for _ in range(k.flush_frees):
                         rk.runtime("cudaFree", rk.h, 3000.0)
                         rk.h += 3005.0
                     for _ in range(9):
@@ -294,10 +316,17 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
             if k.autograd:
                 rk.cpu("DistributedDataParallel.forward", fwd - 1.0, rk.h - fwd + 1.0)
             rk.sync()  # splits to the host before the all_to_all
+            if k.qcomm_ms:
+                _codec(rk, k, "encode")
+            region[rk.r] = rk.h
             if rk.r == k.stall_rank:
                 rk.h += k.stall_ms * 1000  # nothing profiled: sleep, I/O, a lock
         facts["collective_ends"].append(_collective(ranks, "dispatch" if k.deepep else "a2a", 2500.0, k,
                                                     "deep_ep::Buffer::dispatch" if k.deepep else "nccl:all_to_all"))
+        for rk in ranks if k.region_stall else []:
+            rk.cpu("# running sparse arch", region[rk.r], rk.h - region[rk.r], cat="user_annotation")
+        for rk in ranks if k.qcomm_ms else []:
+            _codec(rk, k, "decode")
         for rk in ranks:
             for i in range(0 if k.forward_only else 12):  # backward
                 rk.launch("autograd::engine::evaluate_function: MmBackward0" if k.autograd else "aten::mm",

@@ -34,6 +34,7 @@ from llmdiag.diagnose.model.kernel_views import RankSequences
 from llmdiag.diagnose.metrics.rank.collectives import Collectives, collectives_from
 from llmdiag.diagnose.metrics.rank.before_capture import adopt as adopt_before_capture
 from llmdiag.diagnose.metrics.rank.steps import step_source, windows
+from llmdiag.diagnose.metrics.rank.comm_codec import comm_codec
 from llmdiag.diagnose.metrics.rank.comm_host_stall import comm_host_stall
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
 from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks, step_tracks
@@ -168,6 +169,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
     metrics.steps_source = step_source(t)
     metrics.comm_host_stall = comm_host_stall(t, wins) if t.is_gpu else None
+    metrics.comm_codec = comm_codec(t, wins) if t.is_gpu else None
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     cp_track: list | None = [] if want_tracks else None
     per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)
