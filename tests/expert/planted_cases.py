@@ -8,6 +8,7 @@ from __future__ import annotations
 from tests.expert.expectations import step_headlines
 from tests.expert.planted import A100, MI300X, V100, Knobs
 from tests.expert.planted_causal import causal_scenarios
+from tests.expert.planted_recall_b import recall_b_scenarios
 
 NO_CACHING = r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING"
 
@@ -96,6 +97,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out.update(more_scenarios())
     out.update(third_scenarios())
     out.update(causal_scenarios())
+    out.update(recall_b_scenarios())
     return out
 
 
