@@ -1,11 +1,15 @@
 """Per-step chores of one rank that cost time without being the model's work, and what the capture itself is
 (metrics/rank/chores.py): gradient zeroing that launches kernels, copies from pageable host memory, DDP's
 per-forward buffer broadcast, the speed of the host's cheapest ops, event sampling, embedding-lookup kernels.
-Every time is a mean per step (ms) over the rank's analysis windows; the rules in rules/chores.py read them."""
+Every time is a mean per step (ms) over the rank's analysis windows; the rules in rules/chores.py and
+rules/capture.py read them. A rank with none of them (and a complete capture) has no record (None)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+META_MIN_CALLS = 100  # metadata-only op calls needed to read the host's floor per op
+META_SLOW_US = 10.0  # their fastest call at or above this: the host is slow on every op (recorded; else not)
 
 
 @dataclass
@@ -23,11 +27,13 @@ class RankChores:
     buffer_elems: str = ""  # their elements and dtypes in one step ("53120 Float + 53 Long")
     buffer_host_ms: float = 0.0  # host time per step of the pack / broadcast / unpack ops around them
     buffer_idle_ms: float = 0.0  # device idle per step inside those ops
+    # metadata-only ops, recorded only where their fastest call is slow (metrics/rank/chores.py META_SLOW_US)
     meta_op: str = ""  # the most called metadata-only op (aten::view, aten::as_strided, ...)
     meta_calls: int = 0  # calls of the metadata-only ops in the windows
     meta_min_us: float | None = None  # the fastest of them (µs)
     meta_median_us: float | None = None
-    sampled_share: float | None = None  # host ops followed by the next External id (1.0: complete capture)
+    sampled_share: float | None = None  # host ops followed by the next External id, recorded only where below
+    # metrics/rank/idle_stretch.py's SAMPLED_SHARE (an event-sampled capture); None: complete or unknown
     lookup_ms: float = 0.0  # embedding-lookup kernels' device time per step (TBE / EmbeddingBag)
     lookup_kernels: float = 0.0  # their count per step
     lookup_top: str = ""  # the longest of them by total time

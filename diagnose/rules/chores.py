@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
+from llmdiag.diagnose.model.chores import RankChores
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 
@@ -15,13 +16,12 @@ CHORE_FLOOR = 0.01  # a chore's device idle below 1 % of the step gets no findin
 MIN_IDLE_MS = 0.2  # ... nor below 0.2 ms per step
 LOOKUP_FLOOR = 0.03  # embedding lookups: the slowest rank's excess over the fastest below 3 % of the step: silent
 LOOKUP_RATIO = 1.2  # ... or the slowest rank's lookups under 1.2x the fastest's
-SAMPLED = 0.9  # External-id contiguity below which a capture is event-sampled (metrics/rank/idle_stretch.py)
 
 
-def _complete(r: RankMetrics) -> bool:
-    """Idle inside a span is measured only on a complete capture: a sampled one drops kernels (idle overstated)."""
-    ch = r.chores
-    return ch is not None and (ch.sampled_share is None or ch.sampled_share >= SAMPLED)
+def chores_of(c: Ctx, complete: bool = False) -> list[tuple[RankMetrics, RankChores]]:
+    """The ranks with chores recorded; `complete`: only complete captures (idle inside a span is measured only
+    there: a sampled capture drops kernels, so its idle is overstated; sampled_share is recorded only then)."""
+    return [(r, r.chores) for r in c.ranks if r.chores is not None and not (complete and r.chores.sampled_share)]
 
 
 def _floor(r: RankMetrics, ms: float) -> bool:
@@ -33,13 +33,11 @@ def zero_grad(c: Ctx) -> list[Finding]:
     precondition read from the trace: launch calls inside the `Optimizer.zero_grad#...` op (with set_to_none=True
     it launches none). The gain is the device idle inside those ops, a bound: set_to_none=True removes the host's
     per-parameter zeroing, the step shortens by it only where the device waits for the host meanwhile."""
-    bad = [r for r in c.ranks if _complete(r) and r.chores.zero_grad_launches >= 1
-           and _floor(r, r.chores.zero_grad_idle_ms)]
+    bad = [(r, ch) for r, ch in chores_of(c, True) if ch.zero_grad_launches >= 1 and _floor(r, ch.zero_grad_idle_ms)]
     if not bad:
         return []
-    gain = statistics.fmean(r.chores.zero_grad_idle_ms for r in bad)
-    w = max(bad, key=lambda r: r.chores.zero_grad_idle_ms)
-    ch = w.chores
+    gain = statistics.fmean(ch.zero_grad_idle_ms for _, ch in bad)
+    w, ch = max(bad, key=lambda x: x[1].zero_grad_idle_ms)
     ev = (f"rank {w.rank}: `{ch.zero_grad_op}` takes {fmt(ch.zero_grad_ms, 'ms')} of host time per step and makes "
           f"{fmt(ch.zero_grad_launches, 'int')} kernel/memset launch calls per step (one fill per gradient: "
           f"`set_to_none=False`); the {c.dev} is idle {fmt(ch.zero_grad_idle_ms, 'ms')} per step inside it "
@@ -50,7 +48,7 @@ def zero_grad(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, f"the {c.dev} idle inside zero_grad, mean over those ranks; it shortens the step only "
                      "where the host bounds it", bound=True)
     return [c.finding("zero_grad", severity_for(gain, c.step_ms), "zero_grad launches a fill per gradient", ev,
-                      [r.rank for r in bad], steps_where([w]), act, eg, gain, "ranks[].chores.zero_grad_idle_ms",
+                      [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.zero_grad_idle_ms",
                       gain_kind="bound", events=[ch.zero_grad_op, "aten::zero_", "cudaLaunchKernel"])]
 
 
@@ -60,13 +58,11 @@ def pageable_copy(c: Ctx) -> list[Finding]:
     linked to their calls, the host held in them 1 % of the step or more. The gain is the device idle in each
     call's length after its copy ends (the host, held, had queued nothing: the lead a non-blocking copy keeps),
     a bound."""
-    bad = [r for r in c.ranks if _complete(r) and r.chores.pageable_copies > 0
-           and _floor(r, r.chores.pageable_call_ms)]
+    bad = [(r, ch) for r, ch in chores_of(c, True) if ch.pageable_copies > 0 and _floor(r, ch.pageable_call_ms)]
     if not bad:
         return []
-    gain = statistics.fmean(r.chores.pageable_idle_ms for r in bad)
-    w = max(bad, key=lambda r: r.chores.pageable_idle_ms)
-    ch = w.chores
+    gain = statistics.fmean(ch.pageable_idle_ms for _, ch in bad)
+    w, ch = max(bad, key=lambda x: x[1].pageable_idle_ms)
     ev = (f"rank {w.rank}: {fmt(ch.pageable_copies, 'avg')} `{ch.pageable_name}` copies per step, "
           f"{fmt(ch.pageable_device_ms, 'ms')} of copy time on the {c.dev}; the host is held "
           f"{fmt(ch.pageable_call_ms, 'ms')} per step in their calls (a pageable copy returns only once staged), and "
@@ -78,7 +74,7 @@ def pageable_copy(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, f"the {c.dev} idle after the copies for as long as the host was held in them, mean "
                      "over those ranks; faster pinned transfers are not counted", bound=True)
     return [c.finding("pageable_copy", severity_for(gain, c.step_ms), "Copies from pageable memory hold the host",
-                      ev, [r.rank for r in bad], steps_where([w]), act, eg, gain, "ranks[].chores.pageable_idle_ms",
+                      ev, [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.pageable_idle_ms",
                       gain_kind="bound", events=[ch.pageable_name, "cudaMemcpyAsync"])]
 
 
@@ -87,13 +83,11 @@ def broadcast_buffers(c: Ctx) -> list[Finding]:
     statistics), packed and unpacked on the host. Precondition: broadcast collectives recorded inside
     `DistributedDataParallel.forward` in every step. The gain is the device idle inside the pack / broadcast /
     unpack ops, a bound; whether the buffers need the sync is the user's to say (the trace cannot)."""
-    bad = [r for r in c.ranks if r.chores is not None and r.chores.buffer_bcasts >= 1
-           and _floor(r, r.chores.buffer_idle_ms)]
+    bad = [(r, ch) for r, ch in chores_of(c) if ch.buffer_bcasts >= 1 and _floor(r, ch.buffer_idle_ms)]
     if not bad:
         return []
-    gain = statistics.fmean(r.chores.buffer_idle_ms for r in bad)
-    w = max(bad, key=lambda r: r.chores.buffer_idle_ms)
-    ch = w.chores
+    gain = statistics.fmean(ch.buffer_idle_ms for _, ch in bad)
+    w, ch = max(bad, key=lambda x: x[1].buffer_idle_ms)
     ev = (f"rank {w.rank}: {fmt(ch.buffer_bcasts, 'avg')} broadcasts per step inside `DistributedDataParallel.forward`"
           f" ({ch.buffer_elems} elements per step: module buffers, e.g. BatchNorm running statistics and counters), "
           f"with their pack/unpack ops (`aten::flatten_dense_tensors`, `aten::unflatten_dense_tensors`) "
@@ -105,7 +99,7 @@ def broadcast_buffers(c: Ctx) -> list[Finding]:
     eg = c.gain_text(gain, f"the {c.dev} idle inside the buffer broadcast's host ops, mean over those ranks",
                      bound=True)
     return [c.finding("broadcast_buffers", severity_for(gain, c.step_ms), "DDP broadcasts buffers every forward",
-                      ev, [r.rank for r in bad], steps_where([w]), act, eg, gain, "ranks[].chores.buffer_idle_ms",
+                      ev, [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.buffer_idle_ms",
                       gain_kind="bound", events=["DistributedDataParallel.forward", "c10d::broadcast_",
                                                  "aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"])]
 
@@ -115,17 +109,15 @@ def embedding_imbalance(c: Ctx) -> list[Finding]:
     time per step holds its peers at the next collective. Precondition: at least two ranks with lookups and
     collectives, the slowest rank's lookups LOOKUP_RATIO x the fastest's. The gain, a bound: the slowest rank's
     lookup time above the ranks' mean (what a sharding balanced by measured cost could move off it)."""
-    rs = [r for r in c.ranks if r.chores is not None and r.chores.lookup_ms > 0 and r.comm_by_kind]
+    rs = [(r, ch) for r, ch in chores_of(c) if ch.lookup_ms > 0 and r.comm_by_kind]
     if len(rs) < 2:
         return []
-    hi = max(rs, key=lambda r: r.chores.lookup_ms)
-    lo = min(rs, key=lambda r: r.chores.lookup_ms)
-    mean = statistics.fmean(r.chores.lookup_ms for r in rs)
-    gain = hi.chores.lookup_ms - mean
-    excess = hi.chores.lookup_ms - lo.chores.lookup_ms
-    if hi.chores.lookup_ms < LOOKUP_RATIO * lo.chores.lookup_ms or excess < LOOKUP_FLOOR * hi.step_time_ms:
+    hi, a = max(rs, key=lambda x: x[1].lookup_ms)
+    lo, b = min(rs, key=lambda x: x[1].lookup_ms)
+    mean = statistics.fmean(ch.lookup_ms for _, ch in rs)
+    gain = a.lookup_ms - mean
+    if a.lookup_ms < LOOKUP_RATIO * b.lookup_ms or a.lookup_ms - b.lookup_ms < LOOKUP_FLOOR * hi.step_time_ms:
         return []
-    a, b = hi.chores, lo.chores
     ev = (f"rank {hi.rank} runs {fmt(a.lookup_ms, 'ms')} of embedding-lookup kernels per step "
           f"({fmt(a.lookup_kernels, 'avg')} kernels), rank {lo.rank} {fmt(b.lookup_ms, 'ms')} "
           f"({fmt(b.lookup_kernels, 'avg')}); the longest on rank {hi.rank}: `{a.lookup_top[:90]}` "

@@ -117,7 +117,7 @@ def _ids(rk, k, facts, step, stride: int = 6):
 
 
 def _right(rule: str, why: str, gain: tuple[float, float] | None = None) -> dict:
-    c = {"verdict": "right", "rules": [rule], "why": why}
+    c: dict = {"verdict": "right", "rules": [rule], "why": why}
     if gain:
         c["gain_ms"] = list(gain)
     return c
@@ -130,7 +130,7 @@ def _wrong_gain(rule: str, gain: tuple[float, float], why: str) -> dict:
 def _pair(out: dict, name: str, rule: str, knobs: Knobs, twin: Knobs, what: str, twin_why: str,
           gain: tuple[float, float] | None, text: str | None = None, also: list | None = None) -> None:
     """The scenario and its twin; `also`: claims on other rules true of both by construction."""
-    hit = {"where": "finding", "rules": [rule]}
+    hit: dict = {"where": "finding", "rules": [rule]}
     if gain:
         hit["gain_ms"] = list(gain)
     if text:

@@ -24,10 +24,10 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, MEMCPY, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
-from llmdiag.diagnose.metrics.rank.idle_stretch import op_ids_contiguous
+from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 from llmdiag.diagnose.metrics.rank.sets import member
 from llmdiag.diagnose.metrics.rank.steps import Window
-from llmdiag.diagnose.model.chores import RankChores
+from llmdiag.diagnose.model.chores import META_MIN_CALLS, META_SLOW_US, RankChores
 from llmdiag.diagnose.model.format import NS_PER_MS
 
 ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
@@ -75,7 +75,8 @@ def rank_chores(t: RankTrace, wins: list[Window]) -> RankChores | None:
     if not wins or not t.is_gpu or t.kind is None:
         return None
     n = len(wins)
-    c = RankChores(sampled_share=op_ids_contiguous(t))
+    share = op_ids_contiguous(t)
+    c = RankChores(sampled_share=share if share is not None and share < SAMPLED_SHARE else None)
     busy = _device(t)
     host = t.stream < 0
     ops = _in_host(t, host & (t.kind == CPU_OP), wins)
@@ -84,7 +85,10 @@ def rank_chores(t: RankTrace, wins: list[Window]) -> RankChores | None:
     _buffers(t, c, busy, wins, n)
     _meta(t, c, ops)
     _lookups(t, c, wins, n)
-    return c
+    return None if c == QUIET else c
+
+
+QUIET = RankChores(sampled_share=None)  # nothing to say: summaries of 16k ranks do not carry an empty record each
 
 
 def _zero_grad(t: RankTrace, c: RankChores, busy: iv.Union, ops: np.ndarray, n: int) -> None:
@@ -169,9 +173,11 @@ def _inside_any(t: RankTrace, outer: np.ndarray, mask: np.ndarray) -> np.ndarray
 
 def _meta(t: RankTrace, c: RankChores, ops: np.ndarray) -> None:
     m = t.name_mask(lambda s: s in META_OPS, ops)
-    if not m.any():
+    if m.sum() < META_MIN_CALLS:  # too few calls to read the host's floor from
         return
     d = t.dur[m] / 1000.0
+    if d.min() < META_SLOW_US:  # a healthy floor: nothing to report (rules/capture.py)
+        return
     c.meta_calls = int(m.sum())
     c.meta_min_us = float(d.min())
     c.meta_median_us = float(np.median(d))
