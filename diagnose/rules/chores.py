@@ -107,9 +107,10 @@ def broadcast_buffers(c: Ctx) -> list[Finding]:
 def embedding_imbalance(c: Ctx) -> list[Finding]:
     """Embedding lookups (TBE / EmbeddingBag kernels) uneven across ranks of one job: the rank with the most lookup
     time per step holds its peers at the next collective. Precondition: at least two ranks with lookups and
-    collectives, the slowest rank's lookups LOOKUP_RATIO x the fastest's. The gain, a bound: the slowest rank's
+    all-to-all collectives (sharded tables exchange their lookups by all_to_all), the slowest rank's lookups
+    LOOKUP_RATIO x the fastest's. The gain, a bound: the slowest rank's
     lookup time above the ranks' mean (what a sharding balanced by measured cost could move off it)."""
-    rs = [(r, ch) for r, ch in chores_of(c) if ch.lookup_ms > 0 and r.comm_by_kind]
+    rs = [(r, ch) for r, ch in chores_of(c) if ch.lookup_ms > 0 and any(x.kind == "alltoall" for x in r.comm_by_kind)]
     if len(rs) < 2:
         return []
     hi, a = max(rs, key=lambda x: x[1].lookup_ms)

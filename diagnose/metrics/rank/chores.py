@@ -35,13 +35,25 @@ LAUNCH = re.compile(r"LaunchKernel|Memset|cuLaunch|hipExtModuleLaunch|ModuleLaun
 DDP_FORWARD = "DistributedDataParallel.forward"
 PACK = ("aten::flatten_dense_tensors", "aten::unflatten_dense_tensors", "c10d::broadcast_")
 META_OPS = ("aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::alias")
-LOOKUP = re.compile(r"split_embedding|embedding_bag|EmbeddingBag|embedding_(forward|backward)|batched_embedding")
+# sharded-embedding lookups: FBGEMM's table-batched embeddings (TorchRec) and EmbeddingBag; not nn.Embedding's
+# gather/scatter (`embedding_backward_feature_kernel`), which a data-parallel model runs alike on every rank
+LOOKUP = re.compile(r"split_embedding|batched_embedding|embedding_bag|EmbeddingBag")
 
 
-def _device(t: RankTrace) -> iv.Union:
-    """The union of device activity (kernels, copies, memsets, collectives; not GPU-side annotations)."""
-    m = (t.stream >= 0) & (t.kind != ANNOTATION)
-    return iv.union(t.ts[m], t.ts[m] + t.dur[m])
+class _Busy:
+    """The union of device activity (kernels, copies, memsets, collectives; not GPU-side annotations), built
+    once and only where a chore needs it."""
+
+    def __init__(self, t: RankTrace):
+        self.t = t
+        self._u: iv.Union | None = None
+
+    @property
+    def u(self) -> iv.Union:
+        if self._u is None:
+            m = (self.t.stream >= 0) & (self.t.kind != ANNOTATION)
+            self._u = iv.union(self.t.ts[m], self.t.ts[m] + self.t.dur[m])
+        return self._u
 
 
 def _in_host(t: RankTrace, mask: np.ndarray, wins: list[Window]) -> np.ndarray:
@@ -54,8 +66,8 @@ def _in_host(t: RankTrace, mask: np.ndarray, wins: list[Window]) -> np.ndarray:
     return mask & (k >= 0) & (t.ts < ends[np.maximum(k, 0)])
 
 
-def _idle_in(spans: iv.Union, busy: iv.Union) -> int:
-    return iv.total(spans) - iv.intersect_total(spans, busy)
+def _idle_in(spans: iv.Union, busy: _Busy) -> int:
+    return iv.total(spans) - iv.intersect_total(spans, busy.u)
 
 
 def _inside(t: RankTrace, outer: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -77,7 +89,7 @@ def rank_chores(t: RankTrace, wins: list[Window]) -> RankChores | None:
     n = len(wins)
     share = op_ids_contiguous(t)
     c = RankChores(sampled_share=share if share is not None and share < SAMPLED_SHARE else None)
-    busy = _device(t)
+    busy = _Busy(t)
     host = t.stream < 0
     ops = _in_host(t, host & (t.kind == CPU_OP), wins)
     _zero_grad(t, c, busy, ops, n)
@@ -91,7 +103,7 @@ def rank_chores(t: RankTrace, wins: list[Window]) -> RankChores | None:
 QUIET = RankChores(sampled_share=None)  # nothing to say: summaries of 16k ranks do not carry an empty record each
 
 
-def _zero_grad(t: RankTrace, c: RankChores, busy: iv.Union, ops: np.ndarray, n: int) -> None:
+def _zero_grad(t: RankTrace, c: RankChores, busy: _Busy, ops: np.ndarray, n: int) -> None:
     zg = np.flatnonzero(t.name_mask(lambda s: bool(ZERO_GRAD.match(s)), ops))
     if not len(zg):
         return
@@ -103,7 +115,7 @@ def _zero_grad(t: RankTrace, c: RankChores, busy: iv.Union, ops: np.ndarray, n: 
     c.zero_grad_idle_ms = _idle_in(spans, busy) / NS_PER_MS / n
 
 
-def _pageable(t: RankTrace, c: RankChores, busy: iv.Union, wins: list[Window], n: int) -> None:
+def _pageable(t: RankTrace, c: RankChores, busy: _Busy, wins: list[Window], n: int) -> None:
     """Host-to-device copies from pageable memory (a device-to-host copy the host reads anyway: host_sync's)."""
     dev = t.name_mask(lambda s: "Pageable -> Device" in s[:200] or ("HtoD" in s[:200] and "Pageable" in s[:200]),
                       (t.kind == MEMCPY) & (t.stream >= 0) & (t.corr >= 0))
@@ -132,7 +144,7 @@ def _pageable(t: RankTrace, c: RankChores, busy: iv.Union, wins: list[Window], n
     c.pageable_idle_ms = float(sum(gaps)) / NS_PER_MS / n
 
 
-def _buffers(t: RankTrace, c: RankChores, busy: iv.Union, wins: list[Window], n: int) -> None:
+def _buffers(t: RankTrace, c: RankChores, busy: _Busy, wins: list[Window], n: int) -> None:
     fwd = np.flatnonzero(_in_host(t, t.name_mask(lambda s: s == DDP_FORWARD, t.stream < 0), wins))
     if not len(fwd):
         return
