@@ -12,7 +12,7 @@ from llmdiag.diagnose.model.chores import META_MIN_CALLS, META_SLOW_US
 
 # Medians of aten::view / as_strided on the real traces llmdiag is tested on, profiler on: 0.2-5 µs (2021
 # Kineto on a busy DataLoader host: up to 19 µs median, its fastest call 2-3 µs); nccl_data: fastest 20.4 µs.
-META_TYPICAL = "0.2-5 µs"
+META_TYPICAL, META_TYPICAL_MAX_US = "0.2-5 µs", 5.0
 
 
 def slow_host_ops(c: Ctx) -> list[Finding]:
@@ -25,8 +25,9 @@ def slow_host_ops(c: Ctx) -> list[Finding]:
     w, ch = max(bad, key=lambda x: x[1].meta_min_us or 0.0)
     ev = (f"rank {w.rank}: {fmt(ch.meta_calls, 'int')} calls of metadata-only ops (`{ch.meta_op}` most), which "
           f"do no data work, take {fmt(ch.meta_median_us, 'us')} median and never under "
-          f"{fmt(ch.meta_min_us, 'us')}, against a typical {META_TYPICAL} with the profiler on: every host op "
-          f"runs several times slower than its usual cost ({plural(len(bad), 'rank')}); the trace cannot say why")
+          f"{fmt(ch.meta_min_us, 'us')}, against a typical {META_TYPICAL} with the profiler on (the median "
+          f"{(ch.meta_median_us or 0.0) / META_TYPICAL_MAX_US:.1f}x its upper end): every host op runs several "
+          f"times slower than its usual cost ({plural(len(bad), 'rank')}); the trace cannot say why")
     act = ("check the host for CPU contention: other processes on the cores, more threads than cores "
            "(`OMP_NUM_THREADS`, DataLoader workers, ranks per host), CPU affinity / NUMA binding (`numactl`, "
            "`taskset`), frequency throttling; host-side gains (host_bound, host_op_stall) assume this host speed")
