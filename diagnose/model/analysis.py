@@ -15,6 +15,7 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, TrainingEvidence
+from llmdiag.diagnose.model.chores import RankChores
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
@@ -195,6 +196,7 @@ class RankMetrics:
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
     critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
+    chores: RankChores | None = None  # per-step chores and what the capture is (metrics/rank/chores.py; GPU traces)
 
     @property
     def nsteps(self) -> int:

@@ -23,6 +23,8 @@ from llmdiag.diagnose.rules.pipeline import pipeline_bubble, pipeline_imbalance
 from llmdiag.diagnose.rules.idle_calls import event_wait, host_op_stall
 from llmdiag.diagnose.rules.overlaps import rank_overlaps
 from llmdiag.diagnose.rules.planted import name_planted
+from llmdiag.diagnose.rules.chores import broadcast_buffers, embedding_imbalance, pageable_copy, zero_grad
+from llmdiag.diagnose.rules.capture import sampled_capture, slow_host_ops
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
     ("pipeline_bubble", pipeline_bubble), ("pipeline_imbalance", pipeline_imbalance), ("dp_overlap", dp_overlap),
@@ -37,6 +39,8 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("host_op_stall", host_op_stall),
     ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
     ("comm_codec", comm_codec),
+    ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
+    ("embedding_imbalance", embedding_imbalance), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
 ]
 
 
@@ -53,4 +57,4 @@ def findings(a: Analysis) -> list[Finding]:
     return [f for f in ranked if f.id in CAVEATS] + [f for f in ranked if f.id not in CAVEATS]
 
 
-CAVEATS = ("contaminated_timings",)
+CAVEATS = ("contaminated_timings", "sampled_capture", "slow_host_ops")

@@ -85,6 +85,9 @@ class Knobs:
     qcomm_ms: float = 0.0              # a cast kernel of this length before the forward all_to_all, one of half
     #                                    after it (TorchRec's fp16 quantized-comm encode and decode)
     qcomm_annotated: bool = True       # ... inside `## encoder fp16 None ##` / `## decoder ...` ranges (False: plain casts)
+    chore: object = None               # fn(rank, knobs, facts, step) placing events at each step's start, the
+    #                                    device drained; called once more with step None after the last step
+    #                                    (tests/expert/planted_recall_b.py)
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -270,6 +273,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
                 rk.launch("aten::add", ELEMENTWISE, 4.0, k)
             if k.cub_in_ep_namespace:
                 rk.launch("aten::cumsum", CUB_LOOKALIKE, 1000.0, k)
+            if k.chore is not None:
+                k.chore(rk, k, facts, n)
             fwd = rk.h
             for i in range(12):  # forward
                 shaped = i < k.first_call_shapes
@@ -361,6 +366,8 @@ def simulate(k: Knobs) -> tuple[list[Rank], dict]:
             if not k.no_profiler_step:
                 rk.cpu(f"ProfilerStep#{n}", starts[rk.r], rk.h - starts[rk.r], cat="user_annotation")
             facts["steps"].setdefault(n, {})[rk.r] = (rk.h - starts[rk.r]) / 1000
+    for rk in ranks if k.chore is not None else []:
+        k.chore(rk, k, facts, None)
     if k.late_rank is not None and k.late_by:
         _cut(ranks[k.late_rank], sorted(facts["collective_ends"])[k.late_by - 1] - 1.0)  # the k-th runs before it
     return ranks, facts

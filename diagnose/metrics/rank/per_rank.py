@@ -46,6 +46,7 @@ from llmdiag.diagnose.metrics.rank.roofline import roofline
 from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
 from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
+from llmdiag.diagnose.metrics.rank.chores import rank_chores
 
 
 @dataclass
@@ -170,6 +171,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.steps_source = step_source(t)
     metrics.comm_host_stall = comm_host_stall(t, wins) if t.is_gpu else None
     metrics.comm_codec = comm_codec(t, wins) if t.is_gpu else None
+    metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     cp_track: list | None = [] if want_tracks else None
     per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)

@@ -1,0 +1,54 @@
+"""Caveats on what a capture's times are (issue #34, recall): host ops far slower than their floor (a contended
+or oversubscribed CPU, measured, its cause assumed) and an event-sampled capture (per-step totals are lower
+bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others."""
+
+from __future__ import annotations
+
+from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import Ctx
+from llmdiag.diagnose.rules.chores import chores_of
+from llmdiag.diagnose.model.chores import META_MIN_CALLS, META_SLOW_US
+
+# Medians of aten::view / as_strided on the real traces llmdiag is tested on, profiler on: 0.2-5 µs (2021
+# Kineto on a busy DataLoader host: up to 19 µs median, its fastest call 2-3 µs); nccl_data: fastest 20.4 µs.
+META_TYPICAL, META_TYPICAL_MAX_US = "0.2-5 µs", 5.0
+
+
+def slow_host_ops(c: Ctx) -> list[Finding]:
+    """Metadata-only ops (`aten::view`, `aten::as_strided`: no data work, only a tensor header) whose fastest call
+    over META_MIN_CALLS takes META_SLOW_US or more: every host op is slow, not some. The measured fact is the
+    floor; the cause (CPU contention, oversubscription, throttling) is an assumption the text says."""
+    bad = [(r, ch) for r, ch in chores_of(c) if ch.meta_calls >= META_MIN_CALLS and (ch.meta_min_us or 0.0) >= META_SLOW_US]
+    if not bad:
+        return []
+    w, ch = max(bad, key=lambda x: x[1].meta_min_us or 0.0)
+    ev = (f"rank {w.rank}: {fmt(ch.meta_calls, 'int')} calls of metadata-only ops (`{ch.meta_op}` most), which "
+          f"do no data work, take {fmt(ch.meta_median_us, 'us')} median and never under "
+          f"{fmt(ch.meta_min_us, 'us')}, against a typical {META_TYPICAL} with the profiler on (the median "
+          f"{(ch.meta_median_us or 0.0) / META_TYPICAL_MAX_US:.1f}x its upper end): every host op runs several "
+          f"times slower than its usual cost ({plural(len(bad), 'rank')}); the trace cannot say why")
+    act = ("check the host for CPU contention: other processes on the cores, more threads than cores "
+           "(`OMP_NUM_THREADS`, DataLoader workers, ranks per host), CPU affinity / NUMA binding (`numactl`, "
+           "`taskset`), frequency throttling; host-side gains (host_bound, host_op_stall) assume this host speed")
+    return [c.finding("slow_host_ops", "low", "Host ops far slower than their usual cost", ev,
+                      [r.rank for r, _ in bad], [], act, "none: a caveat on the host-side numbers", None,
+                      "ranks[].chores.meta_min_us", events=[ch.meta_op])]
+
+
+def sampled_capture(c: Ctx) -> list[Finding]:
+    """An event-sampled capture (Kineto sampled / partial recording): the host ops' External ids leave holes, so
+    kernels, copies and collectives may be missing from every step. Per-step totals are lower bounds, idle an
+    upper bound."""
+    bad = [(r, ch) for r, ch in chores_of(c) if ch.sampled_share is not None]
+    if not bad:
+        return []
+    w, ch = min(bad, key=lambda x: x[1].sampled_share or 0.0)
+    ev = (f"rank {w.rank}: only {fmt(ch.sampled_share, 'pct')} of its host ops are followed by the next "
+          f"op's External id (a complete capture: 98-100 %) ({plural(len(bad), 'rank')}): the capture recorded "
+          "a sample of the events, not all of them")
+    act = ("read every per-step total (kernel, communication, copy time, kernels and ops per step) as a lower bound "
+           "and every idle or gap as an upper bound; capture without sampling for exact numbers")
+    return [c.finding("sampled_capture", "low", "Event-sampled capture: per-step totals are lower bounds", ev,
+                      [r.rank for r, _ in bad], [], act, "none: a caveat on every number", None,
+                      "ranks[].chores.sampled_share", events=["External id"])]
