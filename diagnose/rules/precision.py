@@ -88,9 +88,14 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
           f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
     h = w.hints
     if simulated:
+        sim, own = _simulated(w, speedup) or 0.0, h.fp32_gemm_frac * w.compute_ms * (1 - 1 / speedup)
         ev += (f"; simulated on the rank's dependency graph with those kernels {speedup:g}× faster, every later op "
-               f"as early as its own dependencies allow: rank {w.rank}'s steps shorten by "
-               f"{fmt(_simulated(w, speedup), 'ms')}")
+               f"as early as its own dependencies allow: rank {w.rank}'s steps shorten by {fmt(sim, 'ms')}")
+        if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
+            ev += (f" of the {fmt(own, 'ms')} the kernels themselves lose: " + (
+                f"the host sets the step (the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of it), so finished "
+                f"earlier the {c.dev} waits longer for its next launch" if _host_bound(w) else
+                "the step then waits on other work (another stream's, or the host's)"))
     elif _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that GEMM time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"

@@ -29,17 +29,18 @@ from __future__ import annotations
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
-from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, Graph,
-                                                               build, host_points)
+from llmdiag.diagnose.metrics.rank.critical_path.graph import (CAUSES, DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT,
+                                                               Graph, build, host_points)
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.model.format import NS_PER_MS
 
 MAX_ROUNDS = 256  # host/device hand-overs one change may travel through; beyond: no simulated gain
 MAX_GROUPS = 8  # process groups simulated one by one (the longest by time); all communication is one more
 NEG = np.int64(-(2**62))
+HOST_GAP = CAUSES.index("host_gap")
 QUEUE_CALL_NS = 50_000  # a launch call this long, and QUEUE_CALL_X times the median one, may have blocked
 QUEUE_CALL_X = 10
-UNEXPLAINED_NS = 1_000_000  # a launch delay or stream gap this long is a wait on something the trace lacks
+UNEXPLAINED_NS = 1_000_000  # a launch delay, stream gap or unprofiled host gap this long: a wait the trace lacks
 UNEXPLAINED_SHARE = 0.10  # ... and where the paths spend this share of the steps in them, nothing is simulated
 QUEUE_FULL = 64  # ops launched on the stream and not begun when the call was made: its queue was filling
 
@@ -303,30 +304,38 @@ def _seg_cummax(x: np.ndarray, seg: np.ndarray, seg_id: np.ndarray) -> np.ndarra
 
 
 def unexplained_share(g: Graph, wins) -> float:
-    """The share of the windows' time that their critical paths spend in launch delays and stream gaps of at
-    least UNEXPLAINED_NS: a device op launched, its stream free, that still began a millisecond or more later
-    waited on something the trace does not show (an untraced kernel of a CUDA graph, another device, an event
-    recorded elsewhere). The re-timing would hold such a wait fixed after its predecessor, which it need not be:
-    where the paths hold UNEXPLAINED_SHARE of the time or more, no what-if is simulated. A walk back along the
-    binding edges from each window's last point, bounded by the node count."""
+    """The share of the steps' time that the paths setting their lengths spend in waits the trace does not explain,
+    each of at least UNEXPLAINED_NS: a launch delay or stream gap (a device op launched, its stream free, that still
+    began a millisecond or more later waited on something not in the trace: an untraced kernel of a CUDA graph,
+    another device, an event recorded elsewhere), or an unprofiled host gap (the thread in no op: waiting on
+    something, or working outside the profiled ops). The re-timing would hold such a wait fixed, which it need not
+    be: where the paths hold UNEXPLAINED_SHARE of the time or more, no what-if is simulated. The paths are the
+    gains' own: from each step's start back to the one before (the last step: from its end back to its start),
+    along the binding edges, bounded by the node count."""
     pred_edge, pred = g.binding()
     o = np.argsort(g.time, kind="stable")
     ts = g.time[o]
+    dev_node = np.repeat(g.device, 2)
     time, pe, pr = g.time.tolist(), pred_edge.tolist(), pred.tolist()
-    gap = np.isin(g.etype, (LAUNCH, STREAM)).tolist()
+    gap = (np.isin(g.etype, (LAUNCH, STREAM)) | ((g.etype == THREAD) & (g.cause == HOST_GAP))).tolist()
     held = total = 0
     budget = g.nodes
-    for win in wins:
-        total += win.end - win.start
-        k = int(np.searchsorted(ts, win.end, side="right")) - 1
-        v = int(o[k]) if k >= 0 else -1
-        while v >= 0 and time[v] > win.start and budget > 0:
+    spans = [(a.start, b.start) for a, b in zip(wins, wins[1:])] + [(wins[-1].start, wins[-1].end)]
+    for lo, hi in spans:
+        total += max(hi - lo, 0)
+        k = int(np.searchsorted(ts, hi, side="right")) - 1
+        if k < 0:
+            continue
+        tied = o[int(np.searchsorted(ts, ts[k], side="left")):k + 1]  # a device point first among equal times
+        dev = tied[dev_node[tied]]
+        v = int(dev[0] if len(dev) else tied[-1])
+        while time[v] > lo and budget > 0:
             budget -= 1
             e, u = pe[v], pr[v]
             if e < 0:
                 break
             if gap[e] and time[v] - time[u] >= UNEXPLAINED_NS:
-                held += min(time[v], win.end) - max(time[u], win.start)
+                held += min(time[v], hi) - max(time[u], lo)
             v = u
     return held / total if total > 0 else 0.0
 
