@@ -237,3 +237,24 @@ def test_segmented_scan_beyond_int64_offsets():
     small = np.array([3, 1, 4, 1, 5], np.int64)
     assert (sim_mod._seg_cummax(small, np.array([True, False, True, False, False]), np.array([0, 0, 1, 1, 1]))
             == [3, 3, 4, 4, 5]).all()
+
+
+@pytest.mark.parametrize("make", [_sync_then_cpu, lambda: _queued_steps()])
+def test_unedited_weights_retime_to_the_trace(tmp_path, make):
+    """With no edit every point keeps its time (gain() relies on it and skips that pass)."""
+    _, _, s = _sim(tmp_path, make())
+    assert np.array_equal(s.retime(s.w, s.t0 + 1000), s.t0)  # from any start the rounds settle on the trace's times
+
+
+def _queued_steps() -> TraceBuilder:
+    """Two streams, launches queued ahead, a stream-event-like hand-over and a sync: every edge type."""
+    b = TraceBuilder()
+    b.step(1, 0, 5000)
+    b.cpu_op("aten::mm", 0, 100)
+    b.kernel(SGEMM, 100, 1000, stream=7, launch_at=10)
+    b.kernel("K2", 1100, 500, stream=7, launch_at=20)
+    b.kernel("K3", 1610, 300, stream=8, launch_at=30)  # began 10 µs after K2 ended, ready before: a wait edge
+    _sync(b, 200, 1720)
+    b.cpu_op("aten::relu", 1930, 100)
+    b.kernel("K4", 2040, 100, stream=7, launch_at=1940)
+    return b

@@ -71,7 +71,6 @@ class Simulator:
             td = g.time[g.dst]
             for win in wins:
                 self.in_win |= (td > win.start) & (td <= win.end)
-        self._base: np.ndarray | None = None
 
     def _chains(self, t: RankTrace) -> None:
         """Every node in chain order (host threads in nesting order, streams in time order) and, per position,
@@ -204,11 +203,9 @@ class Simulator:
         edges; NEG removes an edge); None when the re-timing does not settle."""
         if not len(self.wins):
             return None
-        if self._base is None:  # the trace's own times, but where a hostile trace's negative gaps were clamped
-            self._base = self.retime(self.w, self.t0)
-        base = self._base
-        if base is None:
-            return None
+        # the unedited weights re-time to the trace's own times by construction (a point's binding edge weighs its
+        # gap, every other in-edge no more; a point with no in-edge keeps its time): no pass needed for them
+        base = self.t0
         new = self.retime(edited, base)
         if new is None:
             return None
