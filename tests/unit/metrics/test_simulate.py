@@ -214,17 +214,24 @@ def test_blocked_launch_waits_for_its_queue(tmp_path):
 
 
 def test_hostile_times_stay_bounded(tmp_path):
-    """A kernel that begins before its launch (a skewed clock) and a sync that returns before its kernel ends:
-    the re-timing settles or gives up within its rounds, and every gain is a finite ms figure ≥ 0."""
+    """Times that close a loop: aten::mm [0, 1000] holds a sync [300, 400] and then, at 900, the launch of a GEMM
+    that the device clock puts at [100, 350], inside the sync (so the sync waited for it). Sync end -> launch (thread
+    order) -> GEMM begin (launch) -> GEMM end -> sync end: a cycle of weight 0 in the trace, negative once the GEMM
+    is faster. The re-timing settles or gives up within its rounds; every gain is a finite ms figure ≥ 0."""
     b = TraceBuilder()
-    b.step(1, 0, 5000)
+    b.step(1, 0, 2000)
     b.cpu_op("aten::mm", 0, 1000)
-    b.kernel(SGEMM, 100, 3000, launch_at=900)
-    _sync(b, 1000, 500)
-    b.kernel("K2", 2000, 500, launch_at=1600)
-    t, wins, _ = _sim(tmp_path, b)
+    _sync(b, 300, 100)
+    b.kernel(SGEMM, 100, 250, launch_at=900)
+    t, wins, s = _sim(tmp_path, b)
+    g = s.g
+    assert len(g.src) >= 4
     out = simulated_gains(t, wins, 4.0)
     assert all(np.isfinite(v) and v >= 0 for v in out.values())
+    pos = np.full(len(t), -1)
+    pos[g.ev] = np.arange(len(g.ev))
+    r = s.gain(s.scaled(pos[fp32_gemm_kernels(t)], 0.25))
+    assert r is None or (np.isfinite(r[0]) and r[0] >= 0)
 
 
 def test_segmented_scan_beyond_int64_offsets():
