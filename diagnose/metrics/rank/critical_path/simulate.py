@@ -337,12 +337,27 @@ def unexplained_share(g: Graph, wins) -> float:
     return held / total if total > 0 else 0.0
 
 
-def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = None) -> dict[str, float]:
-    """ms per step each cause's edit takes off the rank's steps, simulated on its graph, for the causes the trace
-    shows: "fp32_gemm/<speed-up>" (fp32 GEMM kernels `speedup` times faster), "host_sync" (the host no longer
-    waits in synchronizing calls), "comm" (communication kernels take no time) and "comm:<process group>" (one
-    group's, for the MAX_GROUPS longest; `groups`: per comm event its resolved group, metrics/rank/groups.py)."""
-    if not t.is_gpu or not wins:
+def wanted(m) -> set[str]:
+    """The what-ifs whose rule has evidence in these RankMetrics (the rest are not simulated): fp32 GEMMs
+    evidenced ("fp32"), device idle under blocking runtime calls ("sync"), exposed communication ("comm")."""
+    out = set()
+    if (m.hints.fp32_gemm_frac or 0) > 0:
+        out.add("fp32")
+    if m.idle is not None and m.idle.runtime_ms > 0:
+        out.add("sync")
+    if m.exposed_comm_ms > 0:
+        out.add("comm")
+    return out
+
+
+def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = None,
+                    want: frozenset[str] | set[str] = frozenset({"fp32", "sync", "comm"})) -> dict[str, float]:
+    """ms per step each cause's edit takes off the rank's steps, simulated on its graph, for the causes in `want`
+    (`wanted`) the trace shows: "fp32_gemm/<speed-up>" (fp32 GEMM kernels `speedup` times faster), "host_sync"
+    (the host no longer waits in synchronizing calls), "comm" (communication kernels take no time) and
+    "comm:<process group>" (one group's, for the MAX_GROUPS longest; `groups`: per comm event its resolved group,
+    metrics/rank/groups.py). No graph is built where nothing is wanted."""
+    if not t.is_gpu or not wins or not want:
         return {}
     g = build(t)
     if not len(g.src) or np.abs(g.time).max() >= 2**59:  # no room for sums of times in int64: no simulation
@@ -359,13 +374,14 @@ def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = No
 
     pos = np.full(len(t), -1, np.int64)
     pos[g.ev] = np.arange(len(g.ev))
-    f32 = fp32_gemm_kernels(t)
+    f32 = fp32_gemm_kernels(t) if "fp32" in want else np.zeros(0, np.int64)
     f32 = pos[f32][pos[f32] >= 0] if len(f32) else f32
     if len(f32) and speedup > 1:
         run(f"fp32_gemm/{speedup:g}", sim.scaled(f32, 1.0 / speedup))
-    if ((sim.g.etype == SYNC_EDGE) & sim.in_win & ~sim.queue).any():
+    if "sync" in want and ((sim.g.etype == SYNC_EDGE) & sim.in_win & ~sim.queue).any():
         run("host_sync", sim.without_syncs())
-    comm = np.flatnonzero(g.device & (t.kind[g.ev] == COMM)) if t.kind is not None else np.zeros(0, np.int64)
+    comm = (np.flatnonzero(g.device & (t.kind[g.ev] == COMM)) if t.kind is not None and "comm" in want
+            else np.zeros(0, np.int64))
     if len(comm):
         run("comm", sim.scaled(comm, 0.0))
         if groups:
