@@ -30,7 +30,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import (CAUSES, DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT,
-                                                               Graph, build, host_points)
+                                                               Graph, build)
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.model.format import NS_PER_MS
 
@@ -76,17 +76,17 @@ class Simulator:
         """Every node in chain order (host threads in nesting order, streams in time order) and, per position,
         its chain in-edge from the position before (-1 where a chain, or a run of linked points, begins)."""
         g = self.g
-        hk = np.flatnonzero(~g.device)
         dk = np.flatnonzero(g.device)
-        parts = []
-        if len(hk):
-            begin, end = g.time[0::2], g.time[1::2]
-            parts.append(host_points(t, g.ev, hk, begin, end)[0])
+        parts = [_thread_order(g)]
         if len(dk):
             st = t.stream[g.ev[dk]]
             o = dk[np.lexsort((g.time[2 * dk + 1], g.time[2 * dk], st))]
             parts.append(np.stack([2 * o, 2 * o + 1], axis=1).ravel())
-        order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        seen = np.zeros(g.nodes, bool)
+        seen[parts[0]] = True
+        seen[2 * dk], seen[2 * dk + 1] = True, True
+        parts.append(np.flatnonzero(~seen))  # none in a graph.py graph; alone, they keep their times
+        order = np.concatenate(parts)
         chain_edge = np.full(g.nodes, -1, np.int64)  # per node, its in-edge of THREAD/DEVICE/STREAM
         ce = np.flatnonzero(np.isin(g.etype, (THREAD, DEVICE, STREAM)))
         chain_edge[g.dst[ce]] = ce
@@ -236,6 +236,22 @@ class Simulator:
         on_event = (pe >= 0) & (g.etype[np.maximum(pe, 0)] == WAIT)
         w[(g.etype == SYNC_EDGE) & self.in_win & ~on_event & ~self.queue] = NEG
         return w
+
+
+def _thread_order(g: Graph) -> np.ndarray:
+    """The host points in each thread's nesting order, read back from the THREAD edges (graph.py adds them in that
+    order, consecutive points of one thread): each edge's source, and its end where the next edge does not start
+    there (a thread's last point)."""
+    te = np.flatnonzero(g.etype == THREAD)
+    if not len(te):
+        return np.zeros(0, np.int64)
+    s, d = g.src[te], g.dst[te]
+    tail = np.r_[d[:-1] != s[1:], True]
+    out = np.empty(len(te) + int(tail.sum()), np.int64)
+    at = np.arange(len(te)) + np.r_[0, np.cumsum(tail)[:-1]]
+    out[at] = s
+    out[at[tail] + 1] = d[tail]
+    return out
 
 
 def _with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
