@@ -47,11 +47,15 @@ NEG = np.int64(-(2**62))
 class Simulator:
     """One rank's graph with its weights and chains, ready to re-time under edits (`gain`)."""
 
-    def __init__(self, t: RankTrace, g: Graph, wins):
-        g, self.queue = with_queue_edges(t, g)
+    def __init__(self, t: RankTrace, g: Graph, wins, pred_edge: np.ndarray | None = None):
+        """`pred_edge`: Graph.binding()'s for `g` where the caller has it (used where no queue edge is added)."""
+        g2, self.queue = with_queue_edges(t, g)
+        if g2 is not g or pred_edge is None:
+            pred_edge = g2.binding()[0]
+        g = g2
         self.g, self.wins = g, wins
         self.t0 = g.time
-        pred_edge, _ = g.binding()
+        self.pred_edge = pred_edge
         obs = g.time[g.dst] - g.time[g.src]  # negative only where a skewed clock put a source after its end
         binding = np.zeros(len(g.src), bool)
         binding[pred_edge[pred_edge >= 0]] = True
@@ -232,7 +236,7 @@ class Simulator:
         `event_wait` rule), not the synchronizing call's, and counting it here would count it twice."""
         g = self.g
         w = self.w.copy()
-        pred_edge, _ = g.binding()
+        pred_edge = self.pred_edge
         src_begin = (g.src // 2) * 2
         pe = pred_edge[src_begin]
         on_event = (pe >= 0) & (g.etype[np.maximum(pe, 0)] == WAIT)
@@ -284,9 +288,10 @@ def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = No
     g = build(t)
     if not len(g.src) or np.abs(g.time).max() >= 2**59:  # no room for sums of times in int64: no simulation
         return {}
-    if unexplained_share(g, wins) >= UNEXPLAINED_SHARE:
+    binding = g.binding()
+    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
         return {}
-    sim = Simulator(t, g, wins)
+    sim = Simulator(t, g, wins, binding[0])
     out: dict[str, float] = {}
 
     def run(key: str, w: np.ndarray) -> None:
