@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from statistics import median
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmdiag.diagnose.metrics.rank.collectives import collectives_from
@@ -77,9 +77,19 @@ def captures(draw, max_ranks=5, common: int = 1):
     return out
 
 
+# Found by Hypothesis (1 in a few thousand runs): rank 0 ends at 2, 4 µs, rank 1 (the reference, most rows) at
+# 4, 6, 14, 22 µs; only the 4 µs collective is common. Both of rank 0's rows fall nearest to 4 µs; the matcher
+# kept the 2 µs row there (2 µs off, just inside a quarter of the median spacing 8 µs) and moved the exact 4 µs
+# row to 6 µs: two matches each 2 µs off instead of one exact one (collective_match._untie: the nearer row keeps).
+LATE_PERIODIC = ({0: [("", "allreduce", 0, 2000, 2000), ("", "allreduce", 1, 4000, 4000)],
+                  1: [("", "allreduce", 1, 4000, 4000), ("", "allreduce", 2, 6000, 6000),
+                      ("", "allreduce", 3, 14000, 14000), ("", "allreduce", 4, 22000, 22000)]}, 1, 0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.one_of(st.tuples(captures(), st.just(1), st.just(0)),
                  st.tuples(captures(common=3), st.integers(2, 3), st.integers(-300, 300))))
+@example(LATE_PERIODIC)
 def test_skew_equals_reference(case):
     """Several hosts: clocks within a sixth of the smallest spacing (synchronised hosts, captures starting
     anywhere). From completion times alone a periodic run shifted by whole collectives cannot be told from a
