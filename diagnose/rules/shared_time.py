@@ -14,6 +14,9 @@ idle breakdown it lies in, read from the metric fields that define it:
   unattributed idle, which no other finding claims; counting it as shared can only lower a total.
 - pageable_copy: its idle follows blocking copy calls, whose own idle is host_sync's: `("runtime", "pageable")`
   against host_sync's `("runtime", "*")` (the split inside the call and after it is not in the summary).
+- stragglers: the straggler's host stalls in the ops launching its collectives (`ranks[].comm_host_stall`),
+  `("stall", op)`, which its simulated gain removes; a long-op stretch of that op or under it on a shared rank
+  is the same stalled host time (host_op_stall's device idle there).
 
 Two pieces overlap where their regions are equal and one of them is the whole region ("*"), or both name the
 same sub-region: by min(a, b). Different sub-regions (two chores' different ops) are disjoint. Findings are
@@ -98,6 +101,8 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
         return {("runtime", WHOLE): g}
     if f.id == "pageable_copy":
         return {("runtime", "pageable"): g}
+    if f.id == "stragglers":
+        return _stalls(a, f, g)
     if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad"):
         return {}
     per = _per_rank(a, f)
@@ -109,8 +114,28 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
     return {k: v * g / tot for k, v in mean.items()} if tot > 0 else {}
 
 
+def _stalls(a: Analysis, f: Finding, g: float) -> Pieces:
+    """A straggler's gain replays its launch gaps at its peers' speed: the host stalls in the ops that launch its
+    collectives (`ranks[].comm_host_stall`: the op holding the most, and the next) are part of it, each at most
+    the gain."""
+    ranks = {r.rank: r for r in a.ranks}
+    p: Pieces = defaultdict(float)
+    got = [h for x in f.evidence.ranks if x in ranks and (h := ranks[x].comm_host_stall) is not None]
+    for h in got:
+        for op, ms in ((h.op, h.op_ms_per_step), (h.next_op, h.next_ms_per_step)):
+            if op and ms > 0:
+                p[("stall", op)] += min(ms, g) / len(got)
+    return dict(p)
+
+
 def _overlap(k1: tuple, k2: tuple) -> bool:
-    """Same region, and one of the two is all of it or both the same part of it."""
+    """Same region, and one of the two is all of it or both the same part of it; a straggler's host stall in an
+    op and a long-op stretch of that op, or under it (the same host time: its device idle, its late launch)."""
+    if k1[0] == "stall" or k2[0] == "stall":
+        (st, other) = (k1, k2) if k1[0] == "stall" else (k2, k1)
+        if other[0] == "stall":
+            return st == other
+        return other[0] == "stretch" and (other[1] == st[1] or st[1] in other[2])
     return k1[:-1] == k2[:-1] and (k1[-1] == WHOLE or k2[-1] == WHOLE or k1[-1] == k2[-1])
 
 
@@ -146,9 +171,10 @@ def share_idle(a: Analysis, fs: list[Finding]) -> None:
         parts = [f"{fmt(x, 'ms')} {'is part' if j == 0 else ''} of the {fmt(above[i].gain_ms, 'ms')} above (`{i}`)"
                  .replace("  ", " ") for j, (i, x) in enumerate(sorted(by.items(), key=lambda kv: -kv[1]))]
         words = " and ".join(parts)
+        same = "the same host stall" if "stragglers" in by or f.id == "stragglers" else "the same device idle"
         if shared >= ALL_OF * g:
             f.part_of = max(by, key=lambda i: by[i])
-            f.expected_gain += f"; of it, {words}: the same device idle, not counted again"
+            f.expected_gain += f"; of it, {words}: {same}, not counted again"
         else:
-            f.expected_gain += (f"; of it, {words}: the same device idle, counted once, so it adds "
-                                f"{fmt(g - shared, 'ms')} per step")
+            f.expected_gain += (f"; of it, {words}: {same}, counted once, so it adds {fmt(g - shared, 'ms')} "
+                                "per step")

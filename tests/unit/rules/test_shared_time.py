@@ -103,3 +103,61 @@ def test_nccl_data_counts_the_broadcast_idle_once():
     assert f"of the {bb.gain_ms:.2f} ms above (`broadcast_buffers`)" in hs.expected_gain
     assert counted_gain_ms(a.findings) == pytest.approx(a.ranks[0].idle.host_bound_ms, abs=0.01)
     assert counted_gain_ms(a.findings) < hb.gain_ms + bb.gain_ms + hs.gain_ms - 20
+
+
+def _straggler_case(stall_op: str) -> list:
+    """Rank 1 stalls 20 ms per step in `stall_op` before launching its collectives (`comm_host_stall`), and the
+    device idles 12 ms per step under a long `_AlltoAllSingle` (a stretch); the straggler finding (23 ms,
+    simulated) and host_op_stall (12 ms) on rank 1."""
+    from llmdiag.diagnose.model.analysis import Evidence, Finding
+    from llmdiag.diagnose.rules.shared_time import share_idle
+
+    s = summary(2)
+    r = s["ranks"][1]
+    r["idle"] = {"idle_ms": 20.0, "host_bound_ms": 20.0,
+                 "stretches": [_stretch(i, "_AlltoAllSingle", 12.0, DDP) for i in range(STEPS)]}
+    r["comm_host_stall"] = {"ms_per_step": 30.0, "op": stall_op, "thread": "t", "op_ms_per_step": 20.0,
+                            "next_op": "_AlltoAllSingleBackward", "next_thread": "t", "next_ms_per_step": 10.0}
+    a = typed(s)
+    fs = [Finding("stragglers", "high", "Straggler rank", Evidence("rank 1 arrives last", "skew.stragglers", [1]),
+                  "act", "≈ 23.00 ms per step", 23.0, gain_kind="estimate"),
+          Finding("host_op_stall", "high", "idle", Evidence("rank 1 idle", "ranks[].idle.stretches", [1]),
+                  "act", "up to 12.00 ms per step", 12.0, gain_kind="bound")]
+    share_idle(a, fs)
+    return fs
+
+
+def test_a_stragglers_stall_and_the_long_op_it_stalls_in_count_once():
+    """The stall's op is the stretch's: host_op_stall's 12 ms is part of the straggler's 23 ms."""
+    sg, hs = _straggler_case("_AlltoAllSingle")
+    assert sg.shared_ms == 0 and hs.shared_ms == pytest.approx(12.0) and hs.part_of == "stragglers"
+    assert "of it, 12.00 ms is part of the 23.00 ms above (`stragglers`): the same host stall" in hs.expected_gain
+    assert counted_gain_ms([sg, hs]) == pytest.approx(23.0)
+
+
+def test_a_stragglers_stall_elsewhere_shares_nothing():
+    """Twin: the straggler stalls in another op (`aten::nonzero`): both keep their gains, 23 + 12."""
+    sg, hs = _straggler_case("aten::nonzero")
+    assert sg.shared_ms == 0 == hs.shared_ms and hs.part_of is None and "above" not in hs.expected_gain
+    assert counted_gain_ms([sg, hs]) == pytest.approx(35.0)
+
+
+@pytest.mark.parametrize("idle_frac,host_bound_ms,counted", [(0.6, 50.0, 50.0), (0.14, 13.0, 6.0)])
+def test_zero_grads_idle_lies_in_the_host_bound_idle(idle_frac, host_bound_ms, counted):
+    """zero_grad's 6 ms of idle per step inside `Optimizer.zero_grad#SGD.zero_grad` holds no long-op stretch: it is
+    host-bound idle (the host launching fills), inside host_bound's 50 ms, so part of it. The summary has no
+    interval to tell where in the host-bound idle it lies: read as shared (the conservative way, a lower total).
+    Twin: device idle 14 % of the step, host_bound silent: zero_grad keeps its 6 ms."""
+    s = _job(idle_frac, host_bound_ms, [], 0.0)
+    for r in s["ranks"]:
+        r["chores"] = {"zero_grad_ms": 7.0, "zero_grad_launches": 160.0, "zero_grad_idle_ms": 6.0,
+                       "zero_grad_op": "Optimizer.zero_grad#SGD.zero_grad"}
+    by = {f.id: f for f in run_rules(typed(s))}
+    zg = by["zero_grad"]
+    assert zg.gain_ms == pytest.approx(6.0)
+    if "host_bound" in by:
+        assert zg.part_of == "host_bound" and zg.shared_ms == pytest.approx(6.0)
+        assert "of it, 6.00 ms is part of the 50.00 ms above (`host_bound`)" in zg.expected_gain
+    else:
+        assert zg.part_of is None and zg.shared_ms == 0
+    assert counted_gain_ms(list(by.values())) == pytest.approx(counted)
