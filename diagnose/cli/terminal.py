@@ -236,7 +236,8 @@ def _findings(a: Analysis) -> str:
         return ""
     lines = []
     for f in a.findings[:TOP_FINDINGS]:
-        gain = "" if f.gain_ms is None else f" — {fmt_gain(f)}"
+        gain = "" if f.gain_ms is None else f" — {fmt_gain(f)}" + (
+            f"; {fmt(f.shared_ms, 'ms')} of it counted above" if f.shared_ms else "")
         sev = printable(f.severity)
         title = _wrap(f"{f.title}{gain}", "      ", f"  [{sev}] ")
         lines.append(title.replace(f"[{sev}]", f"[{_sev(sev)}]", 1))

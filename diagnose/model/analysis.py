@@ -275,6 +275,7 @@ class Finding:
     gain_kind: str = "estimate"  # "estimate" (a model of the change) or "bound" (at most the measured part; "up to")
     claims: str = ""  # the piece of time the gain comes from, e.g. "exposed_comm" (diagnose/rules/overlaps.py)
     part_of: str | None = None  # id of the finding that keeps this time's gain: this one's is not counted again
+    shared_ms: float = 0.0  # of gain_ms, the time findings shown above already count (rules/shared_time.py)
 
     def order_key(self) -> tuple:
         """The one order of findings everywhere: severity, then expected gain, then rule id."""

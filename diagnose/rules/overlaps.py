@@ -3,7 +3,9 @@
 Each rule's claim (the time its gain removes) is one entry of CLAIMS, kept here rather than in the rules so the
 table of who claims what reads in one place. Findings with the same claim on shared ranks form a group; the one
 first in KEEPERS (its action removes the time rather than shortens it) keeps the gain, every other says "part of
-the same N ms … as <id>" and sets `part_of`, so `counted_gain_ms` (any total) counts the time once.
+the same N ms … as <id>" and sets `part_of`, so `counted_gain_ms` (any total) counts the time once. Device idle
+that several findings take their gain from (host_bound, host_op_stall, the chores) is split by the regions it lies
+in and counted once in rules/shared_time.py.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import statistics
 
 from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.rules.shared_time import share_idle
 
 EXPOSED = "exposed_comm"
 CLAIMS = {  # rule id → the piece of time its gain is taken from
@@ -38,8 +41,10 @@ def rank_overlaps(a: Analysis, fs: list[Finding]) -> list[Finding]:
             kept.append(f)
             continue
         f.part_of = keeper.id
+        f.shared_ms = f.gain_ms or 0.0
         f.expected_gain += (f"; part of the same {_claimed(a, f.claims, keeper, f)} as `{keeper.id}`: not "
                             "counted again")
+    share_idle(a, fs)  # device idle two findings both take their gain from (rules/shared_time.py)
     return fs
 
 
@@ -54,5 +59,6 @@ def _claimed(a: Analysis, claim: str, k: Finding, f: Finding) -> str:
 
 
 def counted_gain_ms(fs: list[Finding]) -> float:
-    """The total gain of a list of findings, each piece of time once: findings that are part of another's skip."""
-    return sum(f.gain_ms for f in fs if f.gain_ms is not None and f.part_of is None)
+    """The total gain of a list of findings, each piece of time once: findings that are part of another's skip,
+    and each other counts what findings above it do not already count (`shared_ms`)."""
+    return sum(f.gain_ms - f.shared_ms for f in fs if f.gain_ms is not None and f.part_of is None)

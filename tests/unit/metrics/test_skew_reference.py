@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from statistics import median
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from llmdiag.diagnose.metrics.rank.collectives import collectives_from
@@ -23,13 +23,13 @@ from llmdiag.diagnose.metrics.job.skew import skew
 
 def reference(truth: dict[int, list[tuple]], hosts: dict[int, str]):
     """`truth`: rank -> (pg, kind, collective id, start, end) on the rank's own clock."""
-    per_id = defaultdict(dict)
-    ranks_of = defaultdict(set)
+    per_id: defaultdict[tuple, dict] = defaultdict(dict)
+    ranks_of: defaultdict[tuple, set] = defaultdict(set)
     for r, rows in truth.items():
         for pg, kind, i, s, e in rows:
             per_id[(pg, kind, i)][r] = (s, e)
             ranks_of[(pg, kind)].add(r)
-    full = defaultdict(int)
+    full: defaultdict[tuple, int] = defaultdict(int)
     for (pg, kind, i), per in per_id.items():
         full[(pg, kind)] = max(full[(pg, kind)], len(per))
     matched = {k: v for k, v in per_id.items() if len(v) >= 2 and len(v) == full[k[:2]]}
@@ -43,7 +43,8 @@ def reference(truth: dict[int, list[tuple]], hosts: dict[int, str]):
             if a and b:
                 diffs.append(median(a) - median(b))
         shift[h] = round(median(diffs) / 2) if diffs else 0
-    by, last = defaultdict(list), Counter()
+    by: defaultdict[tuple, list] = defaultdict(list)
+    last: Counter[int] = Counter()
     for (pg, kind, _), per in matched.items():
         starts = {r: s + shift[hosts[r]] for r, (s, e) in per.items()}
         hi = max(starts.values())
@@ -61,7 +62,7 @@ def captures(draw, max_ranks=5, common: int = 1):
     part of the run around `common` consecutive collectives all record (a host's clock offset is identified
     only by two or more completions in common: with one, nothing tells an offset from another collective)."""
     n_ranks = draw(st.integers(2, max_ranks))
-    out = {r: [] for r in range(n_ranks)}
+    out: dict[int, list[tuple]] = {r: [] for r in range(n_ranks)}
     for pg, kind in draw(st.lists(st.sampled_from([("", "allreduce"), ("0", "allgather"), ("1", "allreduce")]),
                                   min_size=1, max_size=3, unique=True)):
         n = draw(st.integers(common, 8))
@@ -77,9 +78,19 @@ def captures(draw, max_ranks=5, common: int = 1):
     return out
 
 
+# Found by Hypothesis (1 in a few thousand runs): rank 0 ends at 2, 4 µs, rank 1 (the reference, most rows) at
+# 4, 6, 14, 22 µs; only the 4 µs collective is common. Both of rank 0's rows fall nearest to 4 µs; the matcher
+# kept the 2 µs row there (2 µs off, just inside a quarter of the median spacing 8 µs) and moved the exact 4 µs
+# row to 6 µs: two matches each 2 µs off instead of one exact one (collective_match._untie: the nearer row keeps).
+LATE_PERIODIC = ({0: [("", "allreduce", 0, 2000, 2000), ("", "allreduce", 1, 4000, 4000)],
+                  1: [("", "allreduce", 1, 4000, 4000), ("", "allreduce", 2, 6000, 6000),
+                      ("", "allreduce", 3, 14000, 14000), ("", "allreduce", 4, 22000, 22000)]}, 1, 0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.one_of(st.tuples(captures(), st.just(1), st.just(0)),
                  st.tuples(captures(common=3), st.integers(2, 3), st.integers(-300, 300))))
+@example(LATE_PERIODIC)
 def test_skew_equals_reference(case):
     """Several hosts: clocks within a sixth of the smallest spacing (synchronised hosts, captures starting
     anywhere). From completion times alone a periodic run shifted by whole collectives cannot be told from a
@@ -111,14 +122,17 @@ def late_reference(truth: dict[int, list[tuple]]):
     between consecutive ones is at least half the skew, the ranks after its first occurrence are late, else the
     last alone (none on a tie); Σ lateness per late rank; where one rank alone is last, the wait it imposed
     (its start − the second-latest); Σ (latest − own start) per rank. One host: no clock shift."""
-    per_id = defaultdict(dict)
+    per_id: defaultdict[tuple, dict] = defaultdict(dict)
     for r, rows in truth.items():
         for pg, kind, i, s, e in rows:
             per_id[(pg, kind, i)][r] = s
-    full = defaultdict(int)
+    full: defaultdict[tuple, int] = defaultdict(int)
     for k, per in per_id.items():
         full[k[:2]] = max(full[k[:2]], len(per))
-    late, late_by, imposed_by, wait_by = {}, Counter(), Counter(), Counter()
+    late: dict[tuple, list] = {}
+    late_by: Counter[int] = Counter()
+    imposed_by: Counter[int] = Counter()
+    wait_by: Counter[int] = Counter()
     for k, per in per_id.items():
         if len(per) < 2 or len(per) < full[k[:2]]:
             continue

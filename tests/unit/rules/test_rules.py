@@ -154,7 +154,7 @@ def test_rule_fires_and_is_well_formed(rid):
     for tf, f in zip(typed_fs, fs):
         assert {x.name for x in dataclasses.fields(tf)} == {"id", "severity", "title", "evidence", "action",
                                                             "expected_gain", "gain_ms", "gain_frac", "gain_kind",
-                                                            "claims", "part_of"}
+                                                            "claims", "part_of", "shared_ms"}
         assert isinstance(tf.evidence, Evidence)
         assert tf.gain_kind in ("estimate", "bound") and tf.evidence.source in ("trace", "manifest", "assumed")
         if tf.gain_kind == "bound" and tf.gain_ms is not None:
