@@ -111,14 +111,14 @@ def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, in
         out.update(zip(r[hit].tolist(), cand[hit].tolist()))
         rest.append(r[(j >= 0) & ~hit])
     if rest and (left := np.concatenate(rest)).size:
-        out.update(_explaining_op(t, ops, left, lambda o: 0))
+        out.update(_explaining_op(t, ops, left, None))
     return out
 
 
 def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:
-    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored).
-    One sweep per thread over ops (sorted by start, longer first) and calls (sorted by time) with a stack
-    of open ops: linear after the sort."""
+    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored; the
+    innermost where `score` is None). One sweep per thread over ops (sorted by start, longer first) and calls
+    (sorted by time) with a stack of open ops: linear after the sort."""
     out: dict[int, int] = {}
     ends = t.ts + t.dur
     for th in distinct(t.thread[rt]).tolist():
@@ -144,6 +144,10 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
                 j += 1
             while stack and end[stack[-1]] < ts:
                 stack.pop()
+            if score is None:  # the top has not ended (popped above): the innermost live op, no list built
+                if stack:
+                    out[call] = stack[-1]
+                continue
             live = [s for s in stack if end[s] >= ts]
             if live:
                 out[call] = max(reversed(live), key=score)
