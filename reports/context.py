@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from operator import attrgetter
 
 from markupsafe import Markup
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis, PipelineAction, RankMetrics
 from llmdiag.diagnose.model.fields import FIELDS

@@ -8,9 +8,9 @@ loading: only the few args the metrics need are kept, in small side tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
+
+from llmdiag.diagnose.model.dc import dataclass, field
 
 # Event kinds, assigned by classify.py. Kept as small ints so masks are cheap.
 COMPUTE = 0  # GPU compute kernel, or a top-level CPU op on a training thread of a CPU-only trace

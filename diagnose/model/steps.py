@@ -16,7 +16,8 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+from llmdiag.diagnose.model.dc import dataclass, field
 
 OUTLIER_FACTOR = 1.5  # a step longer than this × the median step is named an outlier
 CONCENTRATION_SHARE = 0.5  # `concentrated`: the step holds at least this share of the total ...

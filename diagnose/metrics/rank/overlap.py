@@ -7,10 +7,9 @@ overlap_ratio = |U(comm) ∩ U(compute)| / |U(comm)| (HTA's definition), per ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import collective_kind
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
