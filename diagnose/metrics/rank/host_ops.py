@@ -111,14 +111,53 @@ def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, in
         out.update(zip(r[hit].tolist(), cand[hit].tolist()))
         rest.append(r[(j >= 0) & ~hit])
     if rest and (left := np.concatenate(rest)).size:
-        out.update(_explaining_op(t, ops, left, None))
+        out.update(_innermost_left(t, ops, left))
+    return out
+
+
+def _innermost_left(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+    """`_explaining_op` with every op scored alike, without its Python sweep over all the thread's ops: that
+    sweep returns the op on top of its stack, which is the last op (in start order, longer first) started at or
+    before the call and not ended before it. Found here by binary lifting over a sparse table of the ops' range
+    maxima of end times: from the last op started by the call, whole blocks of ops all ended before it are
+    skipped, largest first. Same calls kept, same order, same answers."""
+    out: dict[int, int] = {}
+    ends = t.ts + t.dur
+    for th in distinct(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
+        r = rt[t.thread[rt] == th]
+        us, ue = iv.union(t.ts[o], ends[o])  # only calls inside some op count (as in the sweep)
+        if not len(us):
+            continue
+        k = np.searchsorted(us, t.ts[r], side="right") - 1
+        r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
+        r = r[np.argsort(t.ts[r], kind="stable")]
+        if not len(r):
+            continue
+        o_end = ends[o]
+        x = t.ts[r]
+        cur = np.searchsorted(t.ts[o], x, side="right")  # ops [0, cur) started by the call
+        table = [o_end]  # table[l][i] = max(o_end[i : i + 2**l])
+        while (1 << len(table)) <= len(o):
+            prev, h = table[-1], 1 << (len(table) - 1)
+            table.append(np.maximum(prev[:-h], prev[h:]))
+        for lvl in range(len(table) - 1, -1, -1):
+            start = cur - (1 << lvl)
+            ok = start >= 0
+            skip = np.zeros(len(cur), bool)
+            skip[ok] = table[lvl][start[ok]] < x[ok]
+            cur = np.where(skip, start, cur)
+        hit = cur > 0
+        hit[hit] = o_end[cur[hit] - 1] >= x[hit]
+        out.update(zip(r[hit].tolist(), o[cur[hit] - 1].tolist()))
     return out
 
 
 def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:
-    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored; the
-    innermost where `score` is None). One sweep per thread over ops (sorted by start, longer first) and calls
-    (sorted by time) with a stack of open ops: linear after the sort."""
+    """For each runtime call, the best enclosing comm op on its thread (innermost among the best scored).
+    One sweep per thread over ops (sorted by start, longer first) and calls (sorted by time) with a stack
+    of open ops: linear after the sort."""
     out: dict[int, int] = {}
     ends = t.ts + t.dur
     for th in distinct(t.thread[rt]).tolist():
@@ -144,10 +183,6 @@ def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict
                 j += 1
             while stack and end[stack[-1]] < ts:
                 stack.pop()
-            if score is None:  # the top has not ended (popped above): the innermost live op, no list built
-                if stack:
-                    out[call] = stack[-1]
-                continue
             live = [s for s in stack if end[s] >= ts]
             if live:
                 out[call] = max(reversed(live), key=score)
