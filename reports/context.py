@@ -11,12 +11,12 @@ picked as the worst.
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import asdict
 from operator import attrgetter
 
 from markupsafe import Markup
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis, PipelineAction, RankMetrics

@@ -13,10 +13,10 @@ median step; the mean over ranks and steps stays `aggregate.step_time_ms`, uncha
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.dc import dataclass, field
 
 OUTLIER_FACTOR = 1.5  # a step longer than this × the median step is named an outlier

@@ -8,8 +8,7 @@ the same N ms … as <id>" and sets `part_of`, so `counted_gain_ms` (any total) 
 
 from __future__ import annotations
 
-import statistics
-
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.model.format import fmt
 

@@ -8,10 +8,10 @@ inside step N's span. A trace without ProfilerStep is analysed as one window, wi
 from __future__ import annotations
 
 import re
-import statistics
 
 import numpy as np
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
