@@ -77,13 +77,21 @@ def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None
     if not len(rt):
         return {}
     best = _explaining_op(t, ops, rt, score) if score else _innermost_op(t, ops, rt)  # runtime index -> op index
-    corr_op = {int(t.corr[r]): o for r, o in best.items()}
-    out = {}
-    for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
-        o = corr_op.get(c)
-        if o is not None:
-            out[d] = o
-    return out
+    if not best:
+        return {}
+    # correlation id -> op, the last call's op where ids repeat (as a dict built in `best`'s order keeps it), then
+    # each device event's id looked up: sorts and a searchsorted, not a Python pass over every device event
+    key = t.corr[np.fromiter(best.keys(), np.int64, len(best))]
+    val = np.fromiter(best.values(), np.int64, len(best))
+    o = np.argsort(key, kind="stable")
+    key, val = key[o], val[o]
+    last = np.ones(len(key), bool)
+    np.not_equal(key[1:], key[:-1], out=last[:-1])
+    key, val = key[last], val[last]
+    c = t.corr[dev]
+    i = np.minimum(np.searchsorted(key, c), len(key) - 1)
+    hit = key[i] == c
+    return dict(zip(dev[hit].tolist(), val[i[hit]].tolist()))
 
 
 def _score(t: RankTrace, o: int) -> int:
