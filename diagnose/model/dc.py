@@ -14,13 +14,28 @@ class's field names, and behave as the generated ones do:
 
 A class that defines any of them keeps its own. `order=True` or `unsafe_hash=True` take the standard path whole.
 `dataclasses.fields`, `asdict`, `replace`, `is_dataclass` and orjson see ordinary dataclasses.
+
+What `dataclasses` still generates (each `__init__`, ~0.15 ms of compiling a class) is compiled once and kept:
+while a class is processed here, the `exec` that `dataclasses` calls on its generated source finds the code
+compiled from that very text in `__pycache__/dc-init.<tag>.marshal` beside this file (loaded once, ~0.2 ms),
+else compiles it as `exec` would (no future flags inherited, file `<string>`) and the file is rewritten at
+exit. The file is trusted as the `.pyc` files beside it are (whoever can write one can write the other), is
+keyed by the interpreter's cache tag and bytecode magic, and, as `.pyc` files, is not written under
+PYTHONDONTWRITEBYTECODE (`write_init_cache()` writes it on demand: `benchmarks/run.byte_compile`).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import marshal
+import os
 import reprlib
+import sys
+import threading
 from dataclasses import field as field
+from importlib.util import MAGIC_NUMBER
+from types import CodeType
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -77,12 +92,99 @@ def _set(cls: type, name: str, fn) -> None:
     setattr(cls, name, fn)
 
 
+_CACHE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__",
+                           f"dc-init.{sys.implementation.cache_tag}.marshal")
+_CACHE_MAX = 4096  # entries; past it only the ones this process used are kept
+_LOCK = threading.RLock()
+_codes: dict | None = None  # generated source -> its code object
+_used: set = set()
+_dirty = False
+_NONE = object()
+
+
+def _load() -> dict:
+    try:
+        with open(_CACHE_FILE, "rb") as f:
+            raw = f.read()
+        if raw[: len(MAGIC_NUMBER)] == MAGIC_NUMBER:
+            d = marshal.loads(raw[len(MAGIC_NUMBER):])
+            if type(d) is dict and all(type(k) is str and type(v) is CodeType for k, v in d.items()):
+                return d
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    return {}
+
+
+def _exec(source, globals=None, locals=None) -> None:
+    """`exec` as `dataclasses` calls it on a generated function's source, through the code cache."""
+    global _codes, _dirty
+    if type(source) is not str:
+        exec(source, globals, locals)
+        return
+    if _codes is None:
+        _codes = _load()
+    code = _codes.get(source)
+    if code is None:
+        code = _codes[source] = compile(source, "<string>", "exec", dont_inherit=True)  # as exec(str) there
+        if not _dirty:
+            _dirty = True
+            if not sys.dont_write_bytecode:
+                atexit.register(write_init_cache)
+    _used.add(source)
+    exec(code, globals, locals)
+
+
+def write_init_cache() -> None:
+    """The compiled code of every generated function seen so far, written beside the `.pyc` files (a temp
+    file renamed over the old one); a folder that cannot be written is left as it is."""
+    global _dirty
+    if not _dirty or _codes is None:
+        return
+    keep = _codes if len(_codes) <= _CACHE_MAX else {k: v for k, v in _codes.items() if k in _used}
+    tmp = f"{_CACHE_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(_CACHE_FILE), exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC_NUMBER + marshal.dumps(keep))
+        os.replace(tmp, _CACHE_FILE)
+        _dirty = False
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+_depth = 0
+
+
+def _standard(cls: type, **kw) -> type:
+    """dataclasses.dataclass(cls, **kw), its generated source compiled through the cache: for the call, a
+    module global `exec` in `dataclasses` shadows the builtin its _create_fn calls (nested calls share it)."""
+    global _depth
+    with _LOCK:
+        if _depth == 0:
+            before = dataclasses.__dict__.get("exec", _NONE)
+            dataclasses.exec = _exec  # type: ignore[attr-defined]
+        _depth += 1
+        try:
+            return dataclasses.dataclass(cls, **kw)
+        finally:
+            _depth -= 1
+            if _depth == 0:
+                if before is _NONE:
+                    del dataclasses.exec  # type: ignore[attr-defined]
+                else:
+                    dataclasses.exec = before  # type: ignore[attr-defined]
+
+
 def _process(cls: type, repr: bool, eq: bool, frozen: bool, kw: dict) -> type:
     own = cls.__dict__
     class_hash = own.get("__hash__", dataclasses.MISSING)
     explicit_hash = not (class_hash is dataclasses.MISSING or (class_hash is None and "__eq__" in own))
     want_repr, want_eq = repr and "__repr__" not in own, eq and "__eq__" not in own
-    cls = dataclasses.dataclass(cls, repr=False, eq=False, frozen=frozen, **kw)
+    cls = _standard(cls, repr=False, eq=False, frozen=frozen, **kw)
     flds = dataclasses.fields(cls)
     if want_repr:
         _set(cls, "__repr__", _repr(tuple(f.name for f in flds if f.repr)))
@@ -103,8 +205,8 @@ def dataclass(cls=None, /, *, init: bool = True, repr: bool = True, eq: bool = T
 
     def wrap(c):
         if order or unsafe_hash:
-            return dataclasses.dataclass(c, init=init, repr=repr, eq=eq, order=order, unsafe_hash=unsafe_hash,
-                                         frozen=frozen, **kw)
+            return _standard(c, init=init, repr=repr, eq=eq, order=order, unsafe_hash=unsafe_hash, frozen=frozen,
+                             **kw)
         return _process(c, repr, eq, frozen, dict(kw, init=init))
 
     return wrap if cls is None else wrap(cls)

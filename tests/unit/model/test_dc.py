@@ -94,3 +94,38 @@ class _Pickled:
 
 
 _PICKLED = _Pickled(1, (2,))
+
+
+def _init_facts(cls):
+    f = cls.__init__
+    c = f.__code__
+    return (c.co_code, c.co_consts, c.co_names, c.co_varnames, c.co_filename, c.co_flags, f.__annotations__,
+            f.__defaults__, f.__kwdefaults__)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_cached_init_is_the_code_dataclasses_compiles(tmp_path, monkeypatch, frozen):
+    """The __init__ compiled through the cache (fresh, then read back from its file) is the very code the
+    standard decorator compiles: same bytecode, constants, names, flags (no future flag inherited: the
+    annotations stay objects), defaults; a damaged file is ignored."""
+    monkeypatch.setattr(dc, "_CACHE_FILE", str(tmp_path / "__pycache__" / "dc-init.test.marshal"))
+    body = {"__annotations__": {"a": "int", "b": "list", "c": "float"},
+            "b": dataclasses.field(default_factory=list), "c": 1.5,
+            "__post_init__": lambda self: setattr(self, "_seen", True) if not frozen else None}
+    std = dataclasses.dataclass(type("P", (), dict(body)), frozen=frozen, repr=False, eq=False)
+    for state in ("fresh", "file", "damaged"):
+        monkeypatch.setattr(dc, "_codes", None if state != "fresh" else {})
+        monkeypatch.setattr(dc, "_dirty", False)
+        if state == "damaged":
+            (tmp_path / "__pycache__" / "dc-init.test.marshal").write_bytes(b"\0\1garbage")
+        ours = dc.dataclass(type("P", (), dict(body)), frozen=frozen)
+        assert _init_facts(ours) == _init_facts(std), state
+        o = ours(1)
+        assert (o.a, o.b, o.c) == (1, [], 1.5) and ours(1).b is not o.b
+        if state == "fresh":
+            assert dc._dirty
+            dc.write_init_cache()
+            assert (tmp_path / "__pycache__" / "dc-init.test.marshal").stat().st_size > 0
+        elif state == "file":
+            assert not dc._dirty  # every source was found in the file
+    assert "exec" not in vars(dataclasses)  # the shadowing global is gone after each class
