@@ -274,10 +274,13 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built
         summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
         jpath, hpath = output_paths(analysis, json_path, report_path)
-        # The summary is written (and renamed) while the terminal tables and the report page are rendered; both
-        # are shown or written only once it is on disk, in the order they always were: a summary that cannot
-        # be written is still the one error, and no report follows it.
-        pending = Background(write_json, summary, jpath)
+        # With a report to render, the summary is written (and renamed) meanwhile; the terminal tables and the
+        # report are shown or written only once it is on disk, in the order they always were: a summary that
+        # cannot be written is still the one error, and no report follows it. Without one, nothing would
+        # overlap its fsync: written here, no thread started.
+        pending = Background(write_json, summary, jpath) if not no_report else None
+        if pending is None:
+            write_json(summary, jpath)
         try:
             text = html = None
             if not quiet:
@@ -291,7 +294,8 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
 
                 html = render_html(shown)
         finally:
-            pending.result()
+            if pending is not None:
+                pending.result()
         if text is not None:
             click.echo(text, color=colour)
         if cross_check:
