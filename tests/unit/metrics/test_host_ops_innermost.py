@@ -74,3 +74,12 @@ def test_launching_ops_as_the_loop(seed):
         got = host_ops.launching_ops(t, ops, kind, score)
         assert list(got.items()) == list(_launching_ops_loop(t, ops, kind, score).items())
         assert all(type(k) is int and type(v) is int for k, v in got.items())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_innermost_op_is_the_sweeps_answer(seed):
+    """Both phases together (the latest op still running, else _innermost_left) answer what the sweep does for
+    every call (the order differs: the first phase's calls come first)."""
+    rng = np.random.default_rng(500 + seed)
+    t, ops, rt = _trace(rng, int(rng.integers(1, 300)), int(rng.integers(1, 200)))
+    assert host_ops._innermost_op(t, ops, rt) == host_ops._explaining_op(t, ops, rt, lambda o: 0)
