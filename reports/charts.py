@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections import defaultdict
 from operator import attrgetter
 
 from markupsafe import escape
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
 from llmdiag.diagnose.model.format import column_unit, fmt
 from llmdiag.diagnose.model.fields import FIELDS, STEP_PARTS

@@ -112,5 +112,10 @@ def render_html(a: Analysis) -> str:
 def render_report(a: Analysis, path: str) -> str:
     """Write the report to `path` through the one output writer (model/files.py `write_atomic`: regular files
     only, never an input, temp file beside it, fsync, rename) and return the path."""
-    write_atomic(path, render_html(a))
+    return write_report(render_html(a), path)
+
+
+def write_report(html: str, path: str) -> str:
+    """`render_html`'s page written as `render_report` writes it; the path."""
+    write_atomic(path, html)
     return path

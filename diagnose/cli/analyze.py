@@ -10,6 +10,7 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 
 import click
 
@@ -54,6 +55,29 @@ def write_json(summary: bytes, path: str) -> None:
     """Atomically through a mkstemp file in the target folder (diagnose/model/files.py); an output error is one
     line (exit 2) and leaves nothing half-written."""
     write_atomic(path, summary)
+
+
+class Background:
+    """`fn(*args)` on a thread of its own; `result()` waits for it and raises what it raised. The summary's
+    write waits ~8 ms on the disk in its fsync (the GIL released), time the terminal's and the report's
+    rendering use instead of waiting too (docs/benchmarks.md, "Whole command")."""
+
+    def __init__(self, fn, *args) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            fn(*args)
+        except BaseException as e:  # re-raised in the caller's thread by result()
+            self._error = e
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def provenance(ctx: click.Context, analysis: Analysis) -> Provenance:
@@ -250,24 +274,38 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built
         summary, shown = json_safe(analysis)  # paths on disk (outputs, the HTA cross-check) keep the real names
         jpath, hpath = output_paths(analysis, json_path, report_path)
-        write_json(summary, jpath)
-        if not quiet:
-            from llmdiag.diagnose.cli.terminal import render
+        # With a report to render, the summary is written (and renamed) meanwhile; the terminal tables and the
+        # report are shown or written only once it is on disk, in the order they always were: a summary that
+        # cannot be written is still the one error, and no report follows it. Without one, nothing would
+        # overlap its fsync: written here, no thread started.
+        pending = Background(write_json, summary, jpath) if not no_report else None
+        if pending is None:
+            write_json(summary, jpath)
+        try:
+            text = html = None
+            if not quiet:
+                from llmdiag.diagnose.cli.terminal import render
 
-            tty = sys.stdout.isatty()
-            colour = tty and not os.environ.get("NO_COLOR")
-            click.echo(render(analysis, colour=colour),
-                       color=colour)  # the terminal escapes every trace-derived string itself
+                tty = sys.stdout.isatty()
+                colour = tty and not os.environ.get("NO_COLOR")
+                text = render(analysis, colour=colour)  # the terminal escapes every trace-derived string itself
+            if not no_report:
+                from llmdiag.reports.render import render_html, write_report
+
+                html = render_html(shown)
+        finally:
+            if pending is not None:
+                pending.result()
+        if text is not None:
+            click.echo(text, color=colour)
         if cross_check:
             from llmdiag.diagnose.cli.hta_check import cross_check_hta
 
             click.echo(cross_check_hta(analysis, exclude_last_step))
         click.echo(("" if quiet else "\n") + f"summary: {printable(os.path.abspath(jpath))}")  # folder names may hold ESC bytes: never raw to the terminal
-        if not no_report:
-            from llmdiag.reports.render import render_report
-
+        if html is not None:
             try:
-                out = render_report(shown, hpath)
+                out = write_report(html, hpath)
             except LlmdiagError as e:  # the one writer's line, saying which output it was
                 raise LlmdiagError(e.what.replace("cannot write", "cannot write the report", 1), e.path,
                                    e.hint) from None

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 
 import orjson
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.depth import MAX_DEPTH, too_deep
 from llmdiag.diagnose.model.files import MANIFEST_BUDGET, guard_input, read_bounded, special

@@ -12,10 +12,10 @@ from __future__ import annotations
 import glob
 import importlib
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import read_bounded, special
 from llmdiag.diagnose.model.dims import MAX_WORLD

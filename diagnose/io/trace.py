@@ -8,9 +8,9 @@ loading: only the few args the metrics need are kept, in small side tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
+
+from llmdiag.diagnose.model.dc import dataclass, field
 
 # Event kinds, assigned by classify.py. Kept as small ints so masks are cheap.
 COMPUTE = 0  # GPU compute kernel, or a top-level CPU op on a training thread of a CPU-only trace
@@ -107,14 +107,24 @@ class RankTrace:
         ids = self.name_ids(predicate, among)
         if not len(ids):
             return np.zeros(len(self.name), bool)
-        mask = _lookup(len(self.names), ids)[self.name]
+        mask = _matches(self.name, len(self.names), ids)
         return mask if among is None else mask & among
 
     def kind_mask(self, *kinds: int) -> np.ndarray:
-        """Events of any of `kinds` (classified traces): np.isin's answer as one gather from a 9-entry table."""
-        table = np.zeros(len(KIND_NAMES), bool)
-        table[list(kinds)] = True
-        return table[self.kind]
+        """Events of any of `kinds` (classified traces): np.isin's answer, one comparison per kind (the kinds
+        are a few of 9 small ints; a comparison of the int8 column is ~10x faster than a gather)."""
+        kind = self.kind
+        assert kind is not None, "kind_mask before classify"
+        if not kinds:
+            return np.zeros(len(kind), bool)
+        n = len(KIND_NAMES)
+        if any(not -n <= k < n for k in kinds):  # as the 9-entry table's index did
+            raise IndexError(f"kind out of range: {kinds}")
+        kinds = tuple(k % n for k in kinds)
+        mask: np.ndarray = kind == kinds[0]
+        for k in kinds[1:]:
+            mask |= kind == k
+        return mask
 
     def cat_mask(self, *cats: str) -> np.ndarray:
         ids = [i for i, c in enumerate(self.cats) if c in cats]
@@ -122,10 +132,21 @@ class RankTrace:
             return np.zeros(len(self.cat), bool)
         if len(self.cats) > np.iinfo(self.cat.dtype).max:  # ids past the column's dtype (a hostile trace): as isin
             return np.isin(self.cat, ids)
-        return _lookup(len(self.cats), ids)[self.cat]
+        return _matches(self.cat, len(self.cats), ids)
 
     def thread_name(self, thread_id: int) -> str:
         return self.thread_names.get(int(thread_id), "")
+
+
+def _matches(col: np.ndarray, n: int, ids) -> np.ndarray:
+    """Rows of the id column `col` whose id is among `ids` (ids of n interned values): a comparison per id for a
+    few, else a gather from `_lookup`'s table by np.take (the same answer as indexing, ~1.7x faster)."""
+    if len(ids) <= 4:
+        mask: np.ndarray = col == ids[0]
+        for i in ids[1:]:
+            mask |= col == i
+        return mask
+    return _lookup(n, ids).take(col)
 
 
 def _lookup(n: int, ids) -> np.ndarray:

@@ -8,9 +8,9 @@ Schema 2 (this one) nests each finding's evidence (`Evidence`); schema 1 summari
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath

@@ -7,7 +7,7 @@ cause in `causes` sums into one of them (metrics/rank/critical_path/split.py say
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 CATEGORIES = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_launch_overhead",
               "gpu_kernel_kernel_overhead")

@@ -6,8 +6,7 @@ whose path is least on the device come first (the ones a faster kernel would not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import RankCriticalPath
 

@@ -10,7 +10,8 @@ reaches on large messages. Each entry names its source. PCIe parts reach the PCI
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from llmdiag.diagnose.model.dc import dataclass
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ and stay silent where the idle belongs to something no setting changes (capture 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

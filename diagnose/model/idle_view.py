@@ -8,8 +8,7 @@ holding the most of it. The ranks with the most idle come first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.idle import IdleBreakdown
 

@@ -7,7 +7,7 @@ bounded (top rows, the rest summed into one "other" row) so a 16,384-rank summar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

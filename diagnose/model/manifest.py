@@ -8,8 +8,8 @@ know are kept in `extra` so a summary round-trips the manifest it was given.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.model.dims import DIMS, MAX_WORLD, layout_text  # noqa: F401 (re-export)
 
 # run options the analysis reads as numbers (rules, accum, memory): a string there is a hand-edited manifest

@@ -6,7 +6,7 @@ result carries lists of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

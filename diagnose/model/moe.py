@@ -7,7 +7,7 @@ analysed steps). Times are ms per step, mean over steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

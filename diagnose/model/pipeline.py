@@ -3,7 +3,7 @@ at other schedules and microbatch counts (diagnose.metrics.pipeline, diagnose.si
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

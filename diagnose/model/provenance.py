@@ -7,8 +7,9 @@ says so, and `diff` can name an option that differs between its two sides.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
+
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

@@ -6,7 +6,7 @@ which run it describes and how to analyse the others (`llmdiag analyze PATH --ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 RUNS_PREFIX = "the input holds "  # the issue that lists the runs starts so (the CLI repeats it on stderr)
 MAX_RUN_ROWS = 64  # runs one summary lists; above, the two oldest, the analysed one and the newest (issue 35)

@@ -4,8 +4,7 @@ first use: a one-rank trace has nothing to match and does not build these types 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.model.matching import CaptureWindow, LateArrival, P2PMatch
 
 

@@ -13,10 +13,11 @@ median step; the mean over ranks and steps stays `aggregate.step_time_ms`, uncha
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+from llmdiag.diagnose.model import stats as statistics
+from llmdiag.diagnose.model.dc import dataclass, field
 
 OUTLIER_FACTOR = 1.5  # a step longer than this × the median step is named an outlier
 CONCENTRATION_SHARE = 0.5  # `concentrated`: the step holds at least this share of the total ...

@@ -10,11 +10,11 @@ Conventions, stated in every output's table title:
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from operator import attrgetter, truediv
 
+from llmdiag.diagnose.model import stats as statistics
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from llmdiag.diagnose.model.fields import FIELDS

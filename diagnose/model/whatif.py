@@ -9,7 +9,7 @@ every other op ideal. docs/simulation.md defines each number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 @dataclass

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
-
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges

@@ -3,8 +3,7 @@ GPU's compute, each reading and writing its tensor where a fused kernel would do
 
 from __future__ import annotations
 
-import statistics
-
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for

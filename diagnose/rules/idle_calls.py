@@ -6,8 +6,8 @@ advice never for idle one host event holds (that is host_bound's, for many short
 from __future__ import annotations
 
 import re
-import statistics
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.metrics.rank.idle_stretch import COVER, SAMPLED_SHARE
 from llmdiag.diagnose.model.format import fmt, plural

@@ -10,8 +10,7 @@ in and counted once in rules/shared_time.py.
 
 from __future__ import annotations
 
-import statistics
-
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.shared_time import share_idle

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.metrics.rank.pipeline.actions import theory_bubble
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt

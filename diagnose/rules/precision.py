@@ -10,8 +10,8 @@ the trace's (deviceProperties computeMajor/computeMinor), else the device name's
 from __future__ import annotations
 
 import re
-import statistics
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.devices import compute_capability
 from llmdiag.diagnose.model.format import fmt, plural

@@ -5,9 +5,9 @@ after a step's second forward) into one `AccumSummary`, with the manifest's `gra
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING
 
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.roles import pg_role
 
 if TYPE_CHECKING:

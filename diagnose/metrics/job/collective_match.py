@@ -19,12 +19,11 @@ Everything is a few sorts and searchsorted calls over all rows: linear in ranks 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-from statistics import median
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
+from llmdiag.diagnose.model.stats import median
 from llmdiag.diagnose.model.matching import CaptureWindow
 from llmdiag.diagnose.metrics.rank.sets import median as np_median  # np.median without its numpy.ma import
 

@@ -28,9 +28,9 @@ import datetime
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.model.analysis import CollectiveSkew, SkewResult
 from llmdiag.diagnose.metrics.job.straggler_replay import replay_gain_ns
 from llmdiag.diagnose.metrics.job.stragglers import decide, last_and_imposed

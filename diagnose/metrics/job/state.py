@@ -10,11 +10,11 @@ The timeline reads the same shifts from `RankMetrics.clock_shift_ns`, written fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
 

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-import statistics
-
+from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Analysis, Issue
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt

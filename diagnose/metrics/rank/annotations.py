@@ -11,10 +11,9 @@ spans are annotations too and are kept (HTA keeps them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, RankTrace
 
 

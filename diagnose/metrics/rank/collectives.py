@@ -5,9 +5,9 @@ and completion times, sequence number where the trace records one. Only these sm
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
+
+from llmdiag.diagnose.model.dc import dataclass, field
 
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+
+from llmdiag.diagnose.model.dc import dataclass
 
 NAME_CAP = 4096  # characters of a name read for matching: every family's token sits in the head
 

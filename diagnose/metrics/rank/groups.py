@@ -29,11 +29,11 @@ from __future__ import annotations
 import operator
 import re
 import zlib
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.metrics.rank.layout import pg_config
 from llmdiag.diagnose.model.format import ranges

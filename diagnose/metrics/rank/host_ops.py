@@ -76,14 +76,26 @@ def launching_ops(t: RankTrace, ops: np.ndarray, op_kind: np.ndarray, score=None
     rt = rt[member(t.corr[rt], t.corr[dev]) & member(t.thread[rt], t.thread[ops])]
     if not len(rt):
         return {}
-    best = _explaining_op(t, ops, rt, score) if score else _innermost_op(t, ops, rt)  # runtime index -> op index
-    corr_op = {int(t.corr[r]): o for r, o in best.items()}
-    out = {}
-    for d, c in zip(dev.tolist(), t.corr[dev].tolist()):
-        o = corr_op.get(c)
-        if o is not None:
-            out[d] = o
-    return out
+    if score:  # runtime index -> op index
+        best = _explaining_op(t, ops, rt, score)
+        calls = np.fromiter(best.keys(), np.int64, len(best))
+        val = np.fromiter(best.values(), np.int64, len(best))
+    else:
+        calls, val = _innermost_pairs(t, ops, rt)
+    if not len(calls):
+        return {}
+    # correlation id -> op, the last call's op where ids repeat (as a dict built in the calls' order keeps it),
+    # then each device event's id looked up: sorts and a searchsorted, not a Python pass over every device event
+    key = t.corr[calls]
+    o = np.argsort(key, kind="stable")
+    key, val = key[o], val[o]
+    last = np.ones(len(key), bool)
+    np.not_equal(key[1:], key[:-1], out=last[:-1])
+    key, val = key[last], val[last]
+    c = t.corr[dev]
+    i = np.minimum(np.searchsorted(key, c), len(key) - 1)
+    hit = key[i] == c
+    return dict(zip(dev[hit].tolist(), val[i[hit]].tolist()))
 
 
 def _score(t: RankTrace, o: int) -> int:
@@ -95,24 +107,81 @@ def _score(t: RankTrace, o: int) -> int:
 
 
 def _innermost_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
-    """The innermost op of `ops` enclosing each runtime call, vectorised: the op starting last at or before the
-    call (the shortest of equal starts) is the innermost when it still runs; calls whose latest op has ended
-    (inside a parent, after a sibling) go through the sweep."""
-    out: dict[int, int] = {}
-    ends = t.ts + t.dur
-    rest = []
+    """The innermost op of `ops` enclosing each runtime call: runtime index -> op index (`_innermost_pairs`)."""
+    calls, found = _innermost_pairs(t, ops, rt)
+    return dict(zip(calls.tolist(), found.tolist()))
+
+
+def _innermost_pairs(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(runtime calls, the innermost op of `ops` enclosing each), vectorised: the op starting last at or before
+    the call (the shortest of equal starts) is the innermost when it still runs; calls whose latest op has ended
+    (inside a parent, after a sibling) go through `_innermost_left`. Per thread in thread order, then those."""
+    calls, found, rest = [], [], []
     for th in distinct(t.thread[rt]).tolist():
         o = ops[t.thread[ops] == th]
         o = o[np.lexsort((-t.dur[o], t.ts[o]))]
         r = rt[t.thread[rt] == th]
-        j = np.searchsorted(t.ts[o], t.ts[r], side="right") - 1
+        r_ts = t.ts[r]
+        j = np.searchsorted(t.ts[o], r_ts, side="right") - 1
         cand = o[np.maximum(j, 0)]
-        hit = (j >= 0) & (ends[cand] >= t.ts[r])
-        out.update(zip(r[hit].tolist(), cand[hit].tolist()))
+        hit = (j >= 0) & (t.ts[cand] + t.dur[cand] >= r_ts)
+        calls.append(r[hit])
+        found.append(cand[hit])
         rest.append(r[(j >= 0) & ~hit])
     if rest and (left := np.concatenate(rest)).size:
-        out.update(_explaining_op(t, ops, left, lambda o: 0))
-    return out
+        c, f = _innermost_left_pairs(t, ops, left)
+        calls.append(c)
+        found.append(f)
+    if not calls:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(calls).astype(np.int64, copy=False), np.concatenate(found).astype(np.int64, copy=False)
+
+
+def _innermost_left(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> dict[int, int]:
+    """`_innermost_left_pairs` as a dict, call -> op."""
+    calls, found = _innermost_left_pairs(t, ops, rt)
+    return dict(zip(calls.tolist(), found.tolist()))
+
+
+def _innermost_left_pairs(t: RankTrace, ops: np.ndarray, rt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_explaining_op` with every op scored alike, without its Python sweep over all the thread's ops: that
+    sweep returns the op on top of its stack, which is the last op (in start order, longer first) started at or
+    before the call and not ended before it. Found here by binary lifting over a sparse table of the ops' range
+    maxima of end times: from the last op started by the call, whole blocks of ops all ended before it are
+    skipped, largest first. Same calls kept, same order, same answers."""
+    calls, found = [], []
+    for th in distinct(t.thread[rt]).tolist():
+        o = ops[t.thread[ops] == th]
+        o = o[np.lexsort((-t.dur[o], t.ts[o]))]
+        r = rt[t.thread[rt] == th]
+        o_end = t.ts[o] + t.dur[o]
+        us, ue = iv.union(t.ts[o], o_end)  # only calls inside some op count (as in the sweep)
+        if not len(us):
+            continue
+        k = np.searchsorted(us, t.ts[r], side="right") - 1
+        r = r[(k >= 0) & (t.ts[r] <= ue[np.maximum(k, 0)])]
+        r = r[np.argsort(t.ts[r], kind="stable")]
+        if not len(r):
+            continue
+        x = t.ts[r]
+        cur = np.searchsorted(t.ts[o], x, side="right")  # ops [0, cur) started by the call
+        table = [o_end]  # table[l][i] = max(o_end[i : i + 2**l])
+        while (1 << len(table)) <= len(o):
+            prev, h = table[-1], 1 << (len(table) - 1)
+            table.append(np.maximum(prev[:-h], prev[h:]))
+        for lvl in range(len(table) - 1, -1, -1):
+            start = cur - (1 << lvl)
+            ok = start >= 0
+            skip = np.zeros(len(cur), bool)
+            skip[ok] = table[lvl][start[ok]] < x[ok]
+            cur = np.where(skip, start, cur)
+        hit = cur > 0
+        hit[hit] = o_end[cur[hit] - 1] >= x[hit]
+        calls.append(r[hit])
+        found.append(o[cur[hit] - 1])
+    if not calls:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(calls).astype(np.int64, copy=False), np.concatenate(found).astype(np.int64, copy=False)
 
 
 def _explaining_op(t: RankTrace, ops: np.ndarray, rt: np.ndarray, score) -> dict[int, int]:

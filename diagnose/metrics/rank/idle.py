@@ -14,10 +14,10 @@ is their totals, so the numbers and the track cannot disagree.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank.sets import distinct, member
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv

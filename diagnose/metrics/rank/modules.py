@@ -10,10 +10,9 @@ without module spans (`with_modules` off: llmdiag's own workloads record with_st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, RankTrace
 from llmdiag.diagnose.metrics.rank.launches import launch_calls
 

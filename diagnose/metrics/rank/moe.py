@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import collective_kind

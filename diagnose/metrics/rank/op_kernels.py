@@ -31,7 +31,11 @@ def op_kernels(t: RankTrace, wins: list[Window], top: int = TOP_OPS) -> list[OpK
         return []
     ops = np.flatnonzero((t.kind == CPU_OP) & (t.stream < 0))
     by_dev = host_ops.launching_ops(t, ops, t.kind) if len(ops) else {}
-    op_name = np.fromiter((int(t.name[by_dev[d]]) if d in by_dev else -1 for d in dev.tolist()), np.int64, len(dev))
+    op_name = np.full(len(t.name), -1, np.int64)  # per event: its launching op's name id, -1 for none
+    if by_dev:
+        op_name[np.fromiter(by_dev.keys(), np.int64, len(by_dev))] = t.name[np.fromiter(by_dev.values(), np.int64,
+                                                                                           len(by_dev))]
+    op_name = op_name[dev]
     rt = launch_calls(t, dev)
     delay = np.where(rt >= 0, t.ts[dev] - t.ts[np.maximum(rt, 0)], 0)
     dur = t.dur[dev]

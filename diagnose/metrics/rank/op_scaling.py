@@ -19,9 +19,10 @@ in one run shows how efficiency changes below its smallest dimension.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 import numpy as np
+
+from llmdiag.diagnose.model.dc import dataclass
 
 GEMM_2D = frozenset({"aten::mm", "aten::addmm"})
 Shape = tuple[int, int, int]  # (M, K, N)

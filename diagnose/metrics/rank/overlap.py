@@ -7,10 +7,11 @@ overlap_ratio = |U(comm) ∩ U(compute)| / |U(comm)| (HTA's definition), per ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import collective_kind
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
@@ -88,10 +89,27 @@ def in_windows(t: RankTrace, mask: np.ndarray, wins: list[Window]) -> np.ndarray
     """Events of `mask` that start inside one of the windows."""
     if not wins:
         return np.zeros(len(t), bool)
+    return mask & _inside(t, wins)
+
+
+# The last windows' membership of every event: ~130 calls a run ask it of the same windows, each a searchsorted
+# of every event's start. One entry, keyed by the windows' bounds and the start column, which it holds weakly:
+# the entry goes with the trace (its column freed, the callback drops it), no column is kept past its analysis.
+_INSIDE: dict = {}
+
+
+def _inside(t: RankTrace, wins: list[Window]) -> np.ndarray:
+    bounds = tuple((w.start, w.end) for w in wins)
+    got = _INSIDE.get("last")
+    if got is not None and got[0] == bounds and got[1]() is t.ts:
+        return got[2]
     starts = np.array([w.start for w in wins], np.int64)
     ends = np.array([w.end for w in wins], np.int64)
     k = np.searchsorted(starts, t.ts, side="right") - 1
-    return mask & (k >= 0) & (t.ts < ends[np.maximum(k, 0)])
+    inside = (k >= 0) & (t.ts < ends[np.maximum(k, 0)])
+    inside.flags.writeable = False
+    _INSIDE["last"] = (bounds, weakref.ref(t.ts, lambda _: _INSIDE.clear()), inside)
+    return inside
 
 
 def message_bytes(args: dict) -> int | None:

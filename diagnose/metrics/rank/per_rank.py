@@ -6,11 +6,11 @@ needed for cross-rank matching. The RankTrace columns die with the call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.metrics.rank.classify import classify, collective_kind
 from llmdiag.diagnose.model.roles import P2P_KINDS
 from llmdiag.diagnose.errors import TraceError

@@ -16,10 +16,9 @@ this is the full series, for a notebook (diagnose/export/views.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.metrics.rank.launches import launch_calls
 

@@ -10,12 +10,12 @@ inside step N's span. A trace where none of these holds is analysed as one windo
 from __future__ import annotations
 
 import re
-import statistics
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model import stats as statistics
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.iterations import detect
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous

@@ -9,10 +9,9 @@ sum to the rank's `IdleBreakdown`, and together they are window − busy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.idle import idle_intervals

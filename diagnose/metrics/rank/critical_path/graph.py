@@ -21,10 +21,10 @@ Each edge carries a cause (CAUSES): what bounds the time from u to v when the ed
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call

@@ -12,10 +12,10 @@ innermost is the action. dualpipev's `PP:(…)OVERLAP_F_B` pairs are read only t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.io.trace import RankTrace
 

@@ -11,10 +11,10 @@ launching thread after the previous coalesced launch and before its own, that la
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank.classify import collective_kind
 from llmdiag.diagnose.metrics.rank.overlap import pg_label

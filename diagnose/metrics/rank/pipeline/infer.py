@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank.pipeline.p2p import Record, p2p_ops, p2p_records
 from llmdiag.diagnose.metrics.rank.pipeline.actions import Action
