@@ -1,0 +1,75 @@
+"""The job's critical path through collectives (metrics/job/critical_path.py) on small generated two-rank traces,
+against paths worked out by hand from the times each test places (µs), not from llmdiag's code.
+
+A collective ends on every member when its last member arrives: walking back from the step's end, the path
+leaves a rank at a collective for the member that arrived last and continues on that member's own work.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llmdiag.diagnose.analyze import analyze_path
+from tests.gen.builder import TraceBuilder
+
+
+def _rank(rank: int, compute_us: int, tail_us: int) -> TraceBuilder:
+    """One step: a compute kernel 100 → 100 + compute_us (launched at 50), an all-reduce launched at 60 that
+    begins when the compute ends and completes at 30,200 on both ranks, then a kernel of tail_us (launched at
+    70) that begins when the all-reduce ends."""
+    b = TraceBuilder(rank=rank, world_size=2)
+    b.step(1, 0, 40_000)
+    b.kernel("void gemm_kernel<float>()", 100, compute_us, stream=7, launch_at=50)
+    b.nccl("allreduce", 100 + compute_us, 30_200 - (100 + compute_us), stream=20, launch_at=60, nelems=1 << 20,
+           group_size=2, pg_ranks=[0, 1])
+    b.kernel("void adam_kernel<float>()", 30_200, tail_us, stream=7, launch_at=70)
+    return b
+
+
+def _job(tmp_path, *ranks: TraceBuilder):
+    for b in ranks:
+        b.write(str(tmp_path / f"rank{b.rank}.json"))
+    return analyze_path(str(tmp_path), jobs=1, rules=False)
+
+
+def test_rank_waits_on_the_slower_rank(tmp_path):
+    """Rank 0 computes 10 ms (100-10,100) and arrives at the all-reduce at 10,100; rank 1 computes 30 ms and
+    arrives at 30,100; the all-reduce ends at 30,200 on both. Rank 0's tail (5 ms, to 35,200) ends the step
+    after rank 1's (3 ms, to 33,200), so the path starts on rank 0: its tail 30,200-35,200 (compute 5,000), the
+    all-reduce after the last arrival 30,100-30,200 (communication 100), then rank 1 from its arrival back to
+    its window's start at 100: its compute 100-30,100 (30,000). Length 35,100: compute 35,000, communication
+    100. While the path ran on rank 1's compute, rank 0 waited on rank 1 from its arrival at 10,100 to rank 1's
+    at 30,100: 20,000 = 20 ms of the 35.1 ms (57.0 %)."""
+    a = _job(tmp_path, _rank(0, 10_000, 5_000), _rank(1, 30_000, 3_000))
+    cp = a.critical_path
+    assert cp is not None
+    assert cp.steps == 1 and cp.hops == 1
+    assert cp.length_ms == pytest.approx(35.1)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 35_000 / 35_100, abs=0.05)
+    assert cp.gpu_communication_bound == pytest.approx(100 * 100 / 35_100, abs=0.05)
+    assert cp.cpu_bound == 0 and cp.gpu_kernel_launch_overhead == 0 and cp.gpu_kernel_kernel_overhead == 0
+    assert cp.waiting_on_rank == pytest.approx(100 * 20_000 / 35_100, abs=0.05)
+    assert cp.waiting_on == {"1": pytest.approx(20.0)}
+    # the rank's own path (rank 0) holds its whole wait as communication: the job's path says on whom
+    assert a.rank(0).critical_path.gpu_communication_bound > 50
+
+
+def test_equal_ranks_wait_on_no_one(tmp_path):
+    """The twin: both ranks compute 30 ms and arrive at 30,100 together; the path is rank 0's tail (5,000), the
+    all-reduce 30,100-30,200 (100, no one later) and rank 0's own compute (30,000): no wait on any rank."""
+    a = _job(tmp_path, _rank(0, 30_000, 5_000), _rank(1, 30_000, 3_000))
+    cp = a.critical_path
+    assert cp is not None
+    assert cp.length_ms == pytest.approx(35.1)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 35_000 / 35_100, abs=0.05)
+    assert cp.waiting_on_rank == 0 and cp.waiting_on == {} and cp.hops == 0
+
+
+def test_summary_round_trip(tmp_path):
+    """The section is written to the summary and read back as it was."""
+    from llmdiag.diagnose.model.analysis import Analysis
+
+    a = _job(tmp_path, _rank(0, 10_000, 5_000), _rank(1, 30_000, 3_000))
+    d = a.to_dict()
+    assert d["critical_path"]["waiting_on"] == {"1": pytest.approx(20.0)}
+    assert Analysis.from_dict(d).critical_path == a.critical_path
