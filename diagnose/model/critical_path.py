@@ -47,6 +47,8 @@ class JobCriticalPath(CriticalPath):
     waiting_on_rank: float = 0.0  # percent of the length (within the five shares, not added to them)
     waiting_on: dict[str, float] = field(default_factory=dict)  # rank waited on -> ms per step, the most first
     # (at most MAX_WAITED ranks)
+    held_by: dict[str, float] = field(default_factory=dict)  # rank -> ms per step of the path on that rank's own
+    # work and communication, the most first (at most MAX_WAITED ranks)
     steps: int = 0  # steps walked
     hops: float = 0.0  # changes of rank per step (mean)
 

@@ -41,9 +41,10 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
         return None
     totals = np.zeros(WAIT + 1)
     waited: dict[int, float] = {}
+    held: dict[int, float] = {}
     steps = hops = 0
-    for w in t.last_windows():
-        acc, n = t.walk(w, waited)
+    for at, t0 in t.step_ends():
+        acc, n = t.walk(at, t0, waited, held)
         totals += acc
         steps += 1
         hops += n
@@ -51,11 +52,17 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     if total <= 0 or not steps:
         return None
     pct = [round(min(100.0 * float(v) / total, 100.0), 1) for v in totals]
-    top = sorted(waited.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_WAITED]
-    return JobCriticalPath(length_ms=round(total / 1e6 / steps, 3), **dict(zip(CATEGORIES, pct)),
-                           waiting_on_rank=pct[WAIT],
-                           waiting_on={str(r): round(ns / 1e6 / steps, 3) for r, ns in top if ns > 0},
-                           steps=steps, hops=round(hops / steps, 2))
+    return JobCriticalPath(length_ms=round(total / 1e6 / steps, 3), cpu_bound=pct[0], gpu_compute_bound=pct[1],
+                           gpu_communication_bound=pct[2], gpu_kernel_launch_overhead=pct[3],
+                           gpu_kernel_kernel_overhead=pct[4], waiting_on_rank=pct[WAIT],
+                           waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
+                           hops=round(hops / steps, 2))
+
+
+def _top(ns: dict[int, float], steps: int) -> dict[str, float]:
+    """The MAX_WAITED ranks with the most ns, as ms per step, the most first."""
+    top = sorted(ns.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_WAITED]
+    return {str(r): round(v / 1e6 / steps, 3) for r, v in top if v > 0}
 
 
 class _Rows:
@@ -73,14 +80,19 @@ class _Rows:
         idx = np.empty(n, np.int64)
         self.start = np.empty(n, np.int64)
         self.end = np.empty(n, np.int64)
+        self.floor = np.empty(n, np.int64)  # where each row's own walk ends: its prev row's end, or its window's start
         for i, o in enumerate(outs):
-            c, a, b = o.collectives, int(self.base[i]), int(self.base[i + 1])
+            c, h, a, b = o.collectives, o.path_hops, int(self.base[i]), int(self.base[i + 1])
             remap = np.array([ids.setdefault(k, len(ids)) for k in c.keys] or [0], np.int64)
             key[a:b] = remap[c.key]
             m = matched.get(o.rank)
             idx[a:b] = m if m is not None and len(m) == b - a else LONE - np.arange(a, b)
             self.start[a:b] = c.start + shift[o.rank]
             self.end[a:b] = c.end + shift[o.rank]
+            win = (np.searchsorted(h.start, c.start, side="right") - 1).clip(0, None)
+            wstart = h.start[win] if len(h.start) else c.start
+            prev = h.prev[:b - a]
+            self.floor[a:b] = np.where(prev >= 0, self.end[a + prev.clip(0, None)], wstart + shift[o.rank])
         self.last = np.full(n, -1, np.int64)  # per row: the row of its collective's last arrival (-1: not crossed)
         ok = np.flatnonzero(idx > LONE)
         self.crossable = False
@@ -96,64 +108,89 @@ class _Rows:
             self.last[o] = np.repeat(np.where(whole, lastrow, -1), size)
             self.crossable = bool(whole.any())
 
-    def last_windows(self):
-        """Per step number: (rank position, window) of the rank whose window of that step ends last."""
-        rk, st, en, wi = [], [], [], []
+    def step_ends(self) -> list[tuple[tuple[int, int], int]]:
+        """Per step number, in order: ((rank position, window) of the rank whose window of the step ends last,
+        the job step's start). The job's step runs from the later of its ranks' earliest start and the previous
+        step's end (windows of one step do not begin together on every rank) to its last end: the steps tile."""
+        rk, st, be, en = [], [], [], []
         for i, o in enumerate(self.outs):
             h = o.path_hops
             rk.append(np.full(len(h.step), i, np.int64))
             st.append(h.step)
+            be.append(h.start + self.shifts[i])
             en.append(h.end + self.shifts[i])
-            wi.append(np.arange(len(h.step)))
-        rk_a, st_a, en_a, wi_a = (np.concatenate(x) for x in (rk, st, en, wi))
+        rk_a, st_a, be_a, en_a = (np.concatenate(x) for x in (rk, st, be, en))
         if not len(rk_a):
             return []
+        wi = np.concatenate([np.arange(len(o.path_hops.step)) for o in self.outs])
         o = np.lexsort((rk_a, en_a, st_a))
-        last = np.r_[st_a[o][1:] != st_a[o][:-1], True]
-        return list(zip(rk_a[o][last].tolist(), wi_a[o][last].tolist()))
+        first = np.r_[True, st_a[o][1:] != st_a[o][:-1]]
+        last = np.r_[first[1:], True]
+        lo = np.minimum.reduceat(be_a[o], np.flatnonzero(first))
+        out, prev_end = [], None
+        for (r, w, e), b in zip(zip(rk_a[o][last].tolist(), wi[o][last].tolist(), en_a[o][last].tolist()),
+                                lo.tolist()):
+            t0 = b if prev_end is None or prev_end >= e else max(b, prev_end)
+            out.append(((r, w), t0))
+            prev_end = e
+        return out
 
-    def walk(self, at: tuple[int, int], waited: dict[int, float]) -> tuple[np.ndarray, int]:
-        """One step's path back from the end of window `at`: ns per category, then the ns during which the rank
-        the path came from waited on the rank it runs on (within the five: an overlay), and the number of times
-        it changed rank; `waited` gets those ns per rank waited on."""
+    def walk(self, at: tuple[int, int], t0: int, waited: dict[int, float], held: dict[int, float]
+             ) -> tuple[np.ndarray, int]:
+        """One step's path back from the end of window `at` to the step's start `t0`: ns per category, then the
+        ns during which the rank the path came from waited on the rank it runs on (an overlay of the five), and
+        the number of times it changed rank. `waited` gets those ns per rank waited on, `held` the path's ns per
+        rank it ran on. The one stretch of a rank's own path that crosses `t0` counts in proportion."""
         i, k = at
         h = self.outs[i].path_hops
         acc = np.zeros(WAIT + 1)
-        acc[:WAIT] += h.cats[h.rows + k]
-        j, cur = int(h.prev[h.rows + k]), -1
-        pending: tuple[int, int, int] | None = None  # (rank waited on, from, to): its segment's start not yet known
+        j = int(h.prev[h.rows + k])
+        floor = int(self.end[self.base[i] + j]) if j >= 0 else int(h.start[k]) + self.shifts[i]
+        if self._piece(i, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, t0, acc, held):
+            return acc, 0
         budget, hops = len(self.start) + 1, 0  # a loop (rows pointing at each other) is never walked forever
         while j >= 0 and budget > 0:
             budget -= 1
             g = int(self.base[i]) + j
-            self._close(pending, int(self.end[g]), acc, waited)
-            pending = None
             last = int(self.last[g])
+            pending = None
             if last >= 0 and self.start[last] > self.start[g]:  # it waited for a later member
-                ri = int(self.rank[last])
-                acc[COMM] += max(int(self.end[g] - self.start[last]), 0)
-                pending = (self.outs[ri].rank, int(self.start[g]), int(self.start[last]))
-                i, j = ri, int(last - self.base[ri])
-                hops += 1
+                lo = int(self.start[last])
+                pending = (int(self.rank[last]), int(self.start[g]), lo)
             else:  # it arrived last (or the collective was not crossed): its own communication
-                acc[COMM] += int(self.end[g] - self.start[g])
+                lo = int(self.start[g])
+            comm = int(self.end[g]) - max(lo, t0)
+            if comm > 0:
+                acc[COMM] += comm
+                held[self.outs[i].rank] = held.get(self.outs[i].rank, 0.0) + comm
+            if lo <= t0:
+                break
+            if pending is not None:
+                i, j = pending[0], int(last - self.base[pending[0]])
+                hops += 1
+            g = int(self.base[i]) + j
             h = self.outs[i].path_hops
-            acc[:WAIT] += h.cats[j]
-            cur, j = j, int(h.prev[j])
-        if pending is not None and cur >= 0:  # the last rank's segment runs back to its window's start
-            c = self.outs[i].collectives
-            w = max(int(np.searchsorted(h.start, c.start[cur], side="right")) - 1, 0)
-            self._close(pending, int(h.start[w]) + self.shifts[i] if len(h.start) else pending[1], acc, waited)
+            done = self._piece(i, h.cats[j], int(self.start[g]), int(self.floor[g]), t0, acc, held)
+            if pending is not None:  # R's own work from its arrival back to where the path leaves R
+                wait = pending[2] - max(pending[1], int(self.floor[g]), t0)
+                if wait > 0:
+                    acc[WAIT] += wait
+                    r = self.outs[pending[0]].rank
+                    waited[r] = waited.get(r, 0.0) + wait
+            if done:
+                break
+            j = int(h.prev[j])
         return acc, hops
 
-    @staticmethod
-    def _close(pending, seg_start: int, acc: np.ndarray, waited: dict[int, float]) -> None:
-        """A wait on rank R counts only while the path runs on R's own work: from R's arrival back to where
-        the path leaves R (`seg_start`), so waits never overlap and never exceed the path."""
-        if pending is None:
-            return
-        r, a, b = pending
-        wait = b - max(a, seg_start)
-        if wait > 0:
-            acc[WAIT] += wait
-            waited[r] = waited.get(r, 0.0) + wait
+    def _piece(self, i: int, cats: np.ndarray, top: int, floor: int, t0: int, acc: np.ndarray,
+               held: dict[int, float]) -> bool:
+        """Adds rank i's own path over [floor, top] (ns per category `cats`), the part after t0 only; True
+        where it reached t0."""
+        frac = 1.0
+        if floor < t0:
+            frac = min(max((top - t0) / (top - floor), 0.0), 1.0) if top > floor else 0.0
+        part = cats.astype(np.float64) * frac
+        acc[:WAIT] += part
+        r = self.outs[i].rank
+        held[r] = held.get(r, 0.0) + float(part.sum())
+        return floor <= t0

@@ -50,6 +50,7 @@ def test_rank_waits_on_the_slower_rank(tmp_path):
     assert cp.cpu_bound == 0 and cp.gpu_kernel_launch_overhead == 0 and cp.gpu_kernel_kernel_overhead == 0
     assert cp.waiting_on_rank == pytest.approx(100 * 20_000 / 35_100, abs=0.05)
     assert cp.waiting_on == {"1": pytest.approx(20.0)}
+    assert cp.held_by == {"1": pytest.approx(30.0), "0": pytest.approx(5.1)}
     # the rank's own path (rank 0) holds its whole wait as communication: the job's path says on whom
     assert a.rank(0).critical_path.gpu_communication_bound > 50
 
@@ -73,3 +74,53 @@ def test_summary_round_trip(tmp_path):
     d = a.to_dict()
     assert d["critical_path"]["waiting_on"] == {"1": pytest.approx(20.0)}
     assert Analysis.from_dict(d).critical_path == a.critical_path
+
+
+def _imposed_waits(folder) -> dict[int, float]:
+    """Per rank, µs its peers waited for it at collectives where it arrived last, read with plain gzip/json: the
+    NCCL kernels of each rank (one host, one clock), each of the rank with the fewest matched to every other
+    rank's kernel ending nearest it (within 0.5 ms: one collective ends together everywhere); the last to begin
+    is the one the others waited for, by the difference of the starts."""
+    import gzip
+    import json
+
+    kernels = {}
+    for f in sorted(folder.glob("*.json.gz")):
+        t = json.load(gzip.open(f))
+        kernels[t["distributedInfo"]["rank"]] = [(e["ts"], e["ts"] + e["dur"]) for e in t["traceEvents"]
+                                                 if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    waits = dict.fromkeys(kernels, 0.0)
+    ref = min(kernels, key=lambda r: len(kernels[r]))
+    for _, end in kernels[ref]:
+        near = {r: min(ks, key=lambda k: abs(k[1] - end)) for r, ks in kernels.items()}
+        if all(abs(k[1] - end) <= 500 for k in near.values()):
+            last = max(near, key=lambda r: near[r][0])
+            waits[last] += sum(near[last][0] - k[0] for k in near.values())
+    return waits
+
+
+TORCHREC = ("torchrec/sst_long_a2a_optimizer_3", "torchrec/sst_long_a2a_optimizer_5",
+            "torchrec/sst_sleep_pl_dense_after_backward_2")
+
+
+@pytest.mark.real(*TORCHREC)
+@pytest.mark.parametrize("name", TORCHREC)
+def test_real_torchrec_path_runs_on_the_rank_its_peers_wait_for(name):
+    """TorchRec's 4-rank DLRM captures (fixtures README): one rank arrives last at most collectives. The rank
+    whose peers waited longest for it (plain JSON, above) must be the rank the job's path runs on most, for at
+    least half of its length: a straggler's step ends last, and the job's step with it. (In the
+    sst_long_a2a_optimizer sets the peers' own paths run on their hosts, 80-86 % cpu-bound with no recorded wait
+    on their devices, so the path does not cross ranks there: it stays on the straggler.)"""
+    from tests.conftest import REAL
+    from pathlib import Path
+
+    folder = Path(REAL) / name
+    waits = _imposed_waits(folder)
+    expected = max(waits, key=lambda r: waits[r])
+    assert waits[expected] > 2 * sorted(waits.values())[-2]  # one clear straggler, or the test says nothing
+    cp = analyze_path(str(folder), jobs=1, rules=False).critical_path
+    assert cp is not None
+    top = max(cp.held_by, key=lambda r: cp.held_by[r])
+    assert top == str(expected)
+    assert cp.held_by[top] >= 0.5 * cp.length_ms
+    assert sum(cp.held_by.values()) == pytest.approx(cp.length_ms, rel=0.01)
