@@ -124,3 +124,30 @@ def test_real_torchrec_path_runs_on_the_rank_its_peers_wait_for(name):
     assert top == str(expected)
     assert cp.held_by[top] >= 0.5 * cp.length_ms
     assert sum(cp.held_by.values()) == pytest.approx(cp.length_ms, rel=0.01)
+
+
+def test_terminal_and_report_print_it(tmp_path):
+    """The terminal and the report say where the path runs and on whom it waited; the report's numbers carry
+    their summary paths and equal the summary's values (tests/unit/reports/test_report.check_numbers)."""
+    import re
+
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.reports.render import render_html
+    from tests.unit.reports.test_report import check_numbers
+
+    a = _job(tmp_path, _rank(0, 10_000, 5_000), _rank(1, 30_000, 3_000))
+    text = " ".join(render(a, width=200).split())
+    assert "Job critical path (1 step): 35.10 ms per step" in text
+    assert "runs on rank 1 for 30.00 ms, rank 0 for 5.10 ms" in text and "rank 1 20.00 ms" in text
+    html = render_html(a)
+    for key in ("critical_path.length_ms", "critical_path.held_by.1", "critical_path.waiting_on.1"):
+        assert f'data-k="{key}"' in html
+    check_numbers(a, html)
+    para = re.sub(r"<[^>]+>", "", html.split('id="job-critical-path"')[1].split("</p>")[0])
+    assert "waited on per step: rank 1 20.00 ms" in para
+
+
+def test_no_job_path_for_one_rank(tmp_path):
+    """One rank: nothing to cross, no section (the rank's own path says it all)."""
+    a = _job(tmp_path, _rank(0, 10_000, 5_000))
+    assert a.critical_path is None
