@@ -151,3 +151,56 @@ def test_no_job_path_for_one_rank(tmp_path):
     """One rank: nothing to cross, no section (the rank's own path says it all)."""
     a = _job(tmp_path, _rank(0, 10_000, 5_000))
     assert a.critical_path is None
+
+
+def _ar(b: TraceBuilder, start: int, end: int, launch_at: int, pg: str, members: list[int]) -> None:
+    b.nccl("allreduce", start, end - start, stream=20, launch_at=launch_at, nelems=1 << 20, group_size=len(members),
+           pg_name=pg, pg_desc=f"group{pg}", pg_ranks=members)
+
+
+def _three_ranks() -> list[TraceBuilder]:
+    """Rank 0 computes 2 ms (100-2,100), then all-reduces with rank 1 (group 2: 2,100-28,300), then 5 ms (to
+    33,300). Rank 1 computes 10 ms (100-10,100), all-reduces with rank 2 (group 1: 10,100-20,200), computes 8 ms
+    (20,200-28,200), joins rank 0's all-reduce (28,200-28,300), then 1 ms. Rank 2 computes 20 ms (100-20,100),
+    joins group 1 (20,100-20,200), then 1 ms."""
+    cfg = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 3, "ranks": [0, 1, 2]},
+           {"pg_name": "1", "pg_desc": "group1", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [1, 2]},
+           {"pg_name": "2", "pg_desc": "group2", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}]
+    out = []
+    for r in range(3):
+        b = TraceBuilder(rank=r, world_size=3, pg_config=cfg)
+        b.step(1, 0, 40_000)
+        out.append(b)
+    k = "void gemm_kernel<float>()"
+    b0, b1, b2 = out
+    b0.kernel(k, 100, 2_000, stream=7, launch_at=50)
+    _ar(b0, 2_100, 28_300, 60, "2", [0, 1])
+    b0.kernel(k, 28_300, 5_000, stream=7, launch_at=70)
+    b1.kernel(k, 100, 10_000, stream=7, launch_at=50)
+    _ar(b1, 10_100, 20_200, 60, "1", [1, 2])
+    b1.kernel(k, 20_200, 8_000, stream=7, launch_at=65)
+    _ar(b1, 28_200, 28_300, 62, "2", [0, 1])
+    b1.kernel(k, 28_300, 1_000, stream=7, launch_at=70)
+    b2.kernel(k, 100, 20_000, stream=7, launch_at=50)
+    _ar(b2, 20_100, 20_200, 60, "1", [1, 2])
+    b2.kernel(k, 20_200, 1_000, stream=7, launch_at=70)
+    return out
+
+
+def test_path_crosses_two_collectives_and_waits_do_not_overlap(tmp_path):
+    """Rank 0's step ends last (33,300). Back from it: its 5 ms (compute 5,000); its all-reduce with rank 1 after
+    rank 1 arrived at 28,200 (communication 100); rank 1's 8 ms back to its all-reduce with rank 2, which ended
+    at 20,200 (compute 8,000); that all-reduce after rank 2 arrived at 20,100 (communication 100); rank 2's 20 ms
+    back to the window's start at 100 (compute 20,000). Length 33,200: compute 33,000, communication 200.
+    Rank 0 waited from 2,100 to 28,200, but the path runs on rank 1's own work only from 20,200: rank 0 waited on
+    rank 1 8,000 there; rank 1 waited on rank 2 from 10,100 to 20,100 (10,000), while the path ran on rank 2.
+    Waiting 18,000 of 33,200 (54.2 %), never counted twice (rank 0's wait before 20,200 is rank 1's on rank 2)."""
+    a = _job(tmp_path, *_three_ranks())
+    cp = a.critical_path
+    assert cp is not None
+    assert cp.hops == 2 and cp.length_ms == pytest.approx(33.2)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 33_000 / 33_200, abs=0.05)
+    assert cp.gpu_communication_bound == pytest.approx(100 * 200 / 33_200, abs=0.05)
+    assert cp.waiting_on == {"2": pytest.approx(10.0), "1": pytest.approx(8.0)}
+    assert cp.waiting_on_rank == pytest.approx(100 * 18_000 / 33_200, abs=0.05)
+    assert cp.held_by == {"2": pytest.approx(20.0), "1": pytest.approx(8.1), "0": pytest.approx(5.1)}
