@@ -204,3 +204,46 @@ def test_path_crosses_two_collectives_and_waits_do_not_overlap(tmp_path):
     assert cp.waiting_on == {"2": pytest.approx(10.0), "1": pytest.approx(8.0)}
     assert cp.waiting_on_rank == pytest.approx(100 * 18_000 / 33_200, abs=0.05)
     assert cp.held_by == {"2": pytest.approx(20.0), "1": pytest.approx(8.1), "0": pytest.approx(5.1)}
+
+
+def _offset_steps() -> list[TraceBuilder]:
+    """Two steps. Step 1: both ranks compute 5 ms (100-5,100) and all-reduce together (5,100-5,200); rank 0 then
+    runs 10 ms (to 15,200), rank 1 1 ms (to 6,200). Step 2 begins on rank 1 at 6,300 with 20 ms of compute
+    (arriving at 26,300) and on rank 0 at 15,300 with 2 ms (arriving at 17,300); the all-reduce ends at 26,400;
+    tails: rank 0 3 ms (to 29,400), rank 1 1 ms."""
+    k = "void gemm_kernel<float>()"
+    b0, b1 = TraceBuilder(rank=0, world_size=2), TraceBuilder(rank=1, world_size=2)
+    b0.step(1, 0, 15_250)
+    b0.step(2, 15_250, 40_000)
+    b1.step(1, 0, 6_250)
+    b1.step(2, 6_250, 40_000)
+    for b in (b0, b1):
+        b.kernel(k, 100, 5_000, stream=7, launch_at=50)
+        _ar(b, 5_100, 5_200, 60, "0", [0, 1])
+    b0.kernel(k, 5_200, 10_000, stream=7, launch_at=70)
+    b1.kernel(k, 5_200, 1_000, stream=7, launch_at=70)
+    b0.kernel(k, 15_300, 2_000, stream=7, launch_at=15_260)
+    _ar(b0, 17_300, 26_400, 15_270, "0", [0, 1])
+    b0.kernel(k, 26_400, 3_000, stream=7, launch_at=15_280)
+    b1.kernel(k, 6_300, 20_000, stream=7, launch_at=6_260)
+    _ar(b1, 26_300, 26_400, 6_270, "0", [0, 1])
+    b1.kernel(k, 26_400, 1_000, stream=7, launch_at=6_280)
+    return [b0, b1]
+
+
+def test_steps_tile_the_job_when_windows_begin_apart(tmp_path):
+    """Step 1 (job: 100-15,200): rank 0's 10 ms (compute 10,000), the all-reduce both reached together at 5,100
+    (communication 100, no wait), rank 0's 5 ms: 15,100. Step 2 begins for the job when step 1 ended on rank 0,
+    15,200 (rank 1 began it at 6,300) and ends at 29,400: rank 0's 3 ms (3,000), the all-reduce after rank 1
+    arrived at 26,300 (100), rank 1's compute from 26,300 back to 15,200 only (11,100 of its 20,000): 14,200.
+    Rank 0 waited from 17,300 to 26,300 on rank 1 (9,000). Per step: (15,100 + 14,200) / 2 = 14.65 ms; compute
+    29,100, communication 200; waiting 9,000 / 29,300; rank 0 holds 18,200, rank 1 11,100."""
+    a = _job(tmp_path, *_offset_steps())
+    cp = a.critical_path
+    assert cp is not None
+    assert cp.steps == 2 and cp.hops == 0.5
+    assert cp.length_ms == pytest.approx(14.65)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 29_100 / 29_300, abs=0.05)
+    assert cp.waiting_on == {"1": pytest.approx(4.5)}
+    assert cp.waiting_on_rank == pytest.approx(100 * 9_000 / 29_300, abs=0.05)
+    assert cp.held_by == {"0": pytest.approx(9.1), "1": pytest.approx(5.55)}
