@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import RankCriticalPath
+from llmdiag.diagnose.model.format import fmt
 
 TERMINAL_ROWS = 8  # the terminal's share of its rank rows (the report shows more): the least device-bound ranks
 # (column, field): HTA's categories in its order
@@ -99,3 +100,17 @@ def job_path_words(v: JobPathView, ms, pct) -> str:
     else:
         text += " No rank on it waited for another at a collective."
     return text
+
+
+def path_held_words(a: Analysis, ranks) -> str:
+    """For the straggler finding: how much of the job's critical path the given ranks hold (metrics/job/
+    critical_path.py), "" where there is no job path or none of them holds 1 % of it."""
+    p = a.critical_path
+    if p is None or not p.length_ms:
+        return ""
+    held = [(r, ms) for r, ms in _ranks(p.held_by) if r in set(ranks) and ms >= 0.01 * p.length_ms]
+    if not held:
+        return ""
+    return ("the job's critical path runs on " + ", ".join(
+        f"rank {r} for {fmt(ms, 'ms')} per step ({100 * ms / p.length_ms:.0f} % of it)" for r, ms in held)
+        + " (critical_path.held_by)")

@@ -247,3 +247,41 @@ def test_steps_tile_the_job_when_windows_begin_apart(tmp_path):
     assert cp.waiting_on == {"1": pytest.approx(4.5)}
     assert cp.waiting_on_rank == pytest.approx(100 * 9_000 / 29_300, abs=0.05)
     assert cp.held_by == {"0": pytest.approx(9.1), "1": pytest.approx(5.55)}
+
+
+def _planted(rank: int, late: bool) -> TraceBuilder:
+    """Four steps of 20 ms. Each: a kernel from 100 of 5 ms (10 ms on rank 3 when `late`), an all-reduce of the
+    4 ranks that ends at 10,200 (100 after the last arrival), then 1 ms (2 ms on rank 0 when `late`)."""
+    b = TraceBuilder(rank=rank, world_size=4)
+    for k in range(4):
+        k0 = k * 20_000
+        b.step(k + 1, k0, k0 + 20_000)
+        c = 10_000 if late and rank == 3 else 5_000
+        b.kernel("void gemm_kernel<float>()", k0 + 100, c, stream=7, launch_at=k0 + 50)
+        end = k0 + (10_200 if late else 5_200)
+        _ar(b, k0 + 100 + c, end, k0 + 60, "0", [0, 1, 2, 3])
+        b.kernel("void adam_kernel<float>()", end, 2_000 if late and rank == 0 else 1_000, stream=7, launch_at=k0 + 70)
+    return b
+
+
+def test_straggler_finding_cites_the_job_path(tmp_path):
+    """Rank 3 arrives last at every all-reduce (4 of 4; chance 1/4 each), 5 ms after the others: the straggler
+    finding fires. Per step the job's path runs from rank 0's end: its 2 ms, the all-reduce's last 100 µs, then
+    rank 3's 10 ms: 12,100 µs, rank 3 holding 10,000 (83 %). The finding says so; the twin without the late rank
+    has no straggler finding to cite it, and its path waits on no rank."""
+    from llmdiag.diagnose.rules import findings
+
+    d = tmp_path / "late"
+    for r in range(4):
+        _planted(r, True).write(str(d / f"rank{r}.json"))
+    a = analyze_path(str(d), jobs=1, rules=False)
+    assert a.critical_path.held_by["3"] == pytest.approx(10.0)
+    assert a.critical_path.waiting_on == {"3": pytest.approx(5.0)}
+    f = [x for x in findings(a) if x.id == "stragglers"]
+    assert f and "the job's critical path runs on rank 3 for 10.00 ms per step (83 % of it)" in f[0].evidence.text
+    d = tmp_path / "even"
+    for r in range(4):
+        _planted(r, False).write(str(d / f"rank{r}.json"))
+    a = analyze_path(str(d), jobs=1, rules=False)
+    assert not [x for x in findings(a) if x.id == "stragglers"]
+    assert a.critical_path.waiting_on == {} and a.critical_path.waiting_on_rank == 0
