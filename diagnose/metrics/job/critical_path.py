@@ -65,34 +65,52 @@ def _top(ns: dict[int, float], steps: int) -> dict[str, float]:
     return {str(r): round(v / 1e6 / steps, 3) for r, v in top if v > 0}
 
 
+def _cat(parts: list, dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
 class _Rows:
     """Every rank's collective rows on the common clock, each pointing at its collective's last arrival."""
 
     def __init__(self, outs, shift: dict[int, int], matched: dict[int, np.ndarray]):
         self.outs = outs
         self.shifts = [int(shift[o.rank]) for o in outs]
-        sizes = [len(o.collectives) for o in outs]
+        hops = [o.path_hops for o in outs]
+        sizes = np.array([len(o.collectives) for o in outs], np.int64)
+        nwin = np.array([len(h.step) for h in hops], np.int64)
         self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        wbase = np.concatenate(([0], np.cumsum(nwin))).astype(np.int64)
         n = int(self.base[-1])
         self.rank = np.repeat(np.arange(len(outs), dtype=np.int32), sizes)  # position in outs
+        shift_row = np.repeat(np.array(self.shifts, np.int64), sizes)
         ids: dict[tuple[str, str], int] = {}
-        key = np.empty(n, np.int64)
-        idx = np.empty(n, np.int64)
-        self.start = np.empty(n, np.int64)
-        self.end = np.empty(n, np.int64)
-        self.floor = np.empty(n, np.int64)  # where each row's own walk ends: its prev row's end, or its window's start
-        for i, o in enumerate(outs):
-            c, h, a, b = o.collectives, o.path_hops, int(self.base[i]), int(self.base[i + 1])
-            remap = np.array([ids.setdefault(k, len(ids)) for k in c.keys] or [0], np.int64)
-            key[a:b] = remap[c.key]
-            m = matched.get(o.rank)
-            idx[a:b] = m if m is not None and len(m) == b - a else LONE - np.arange(a, b)
-            self.start[a:b] = c.start + shift[o.rank]
-            self.end[a:b] = c.end + shift[o.rank]
-            win = (np.searchsorted(h.start, c.start, side="right") - 1).clip(0, None)
-            wstart = h.start[win] if len(h.start) else c.start
-            prev = h.prev[:b - a]
-            self.floor[a:b] = np.where(prev >= 0, self.end[a + prev.clip(0, None)], wstart + shift[o.rank])
+        remaps, kbase, kb = [], [], 0  # each rank's (group, kind) ids onto the job's: one list per rank, few keys
+        for o in outs:
+            remaps.append([ids.setdefault(k, len(ids)) for k in o.collectives.keys])
+            kbase.append(kb)
+            kb += len(o.collectives.keys)
+        remap = np.array([x for r in remaps for x in r] or [0], np.int64)
+        key = remap[np.repeat(np.array(kbase, np.int64), sizes) + _cat([o.collectives.key for o in outs], np.int64)]
+        own = [m if (m := matched.get(o.rank)) is not None and len(m) == len(o.collectives) else None for o in outs]
+        idx = _cat([m if m is not None else np.full(len(o.collectives), LONE, np.int64) for o, m in zip(outs, own)],
+                   np.int64)
+        unmatched = np.repeat(np.array([m is None for m in own]), sizes)
+        idx[unmatched] = LONE - np.flatnonzero(unmatched)  # a number of its own: matched with nothing
+        self.start = _cat([o.collectives.start for o in outs], np.int64) + shift_row
+        self.end = _cat([o.collectives.end for o in outs], np.int64) + shift_row
+        prev = _cat([h.prev[:len(o.collectives)] for o, h in zip(outs, hops)], np.int64)
+        win = _cat([h.win for h in hops], np.int64)
+        wstart = _cat([h.start for h in hops], np.int64) + np.repeat(np.array(self.shifts, np.int64), nwin)
+        row_base = np.repeat(self.base[:-1], sizes)
+        at_win = np.repeat(wbase[:-1], sizes) + win.clip(0, None)
+        # where each row's own walk ends: its prev row's end, or its window's start
+        self.floor = np.where(prev >= 0, self.end[(row_base + prev).clip(0, max(n - 1, 0))] if n else prev,
+                              np.where(win >= 0, wstart[at_win.clip(0, max(len(wstart) - 1, 0))] if len(wstart)
+                                       else self.start, self.start))
+        self.wstart, self.wend = wstart, _cat([h.end for h in hops], np.int64) + np.repeat(
+            np.array(self.shifts, np.int64), nwin)
+        self.wrank, self.wbase = np.repeat(np.arange(len(outs), dtype=np.int64), nwin), wbase
+        self.wstep = _cat([h.step for h in hops], np.int64)
         self.last = np.full(n, -1, np.int64)  # per row: the row of its collective's last arrival (-1: not crossed)
         ok = np.flatnonzero(idx > LONE)
         self.crossable = False
@@ -112,24 +130,16 @@ class _Rows:
         """Per step number, in order: ((rank position, window) of the rank whose window of the step ends last,
         the job step's start). The job's step runs from the later of its ranks' earliest start and the previous
         step's end (windows of one step do not begin together on every rank) to its last end: the steps tile."""
-        rk, st, be, en = [], [], [], []
-        for i, o in enumerate(self.outs):
-            h = o.path_hops
-            rk.append(np.full(len(h.step), i, np.int64))
-            st.append(h.step)
-            be.append(h.start + self.shifts[i])
-            en.append(h.end + self.shifts[i])
-        rk_a, st_a, be_a, en_a = (np.concatenate(x) for x in (rk, st, be, en))
-        if not len(rk_a):
+        if not len(self.wstep):
             return []
-        wi = np.concatenate([np.arange(len(o.path_hops.step)) for o in self.outs])
-        o = np.lexsort((rk_a, en_a, st_a))
-        first = np.r_[True, st_a[o][1:] != st_a[o][:-1]]
+        rk, st, be, en = self.wrank, self.wstep, self.wstart, self.wend
+        wi = np.arange(len(st)) - self.wbase[rk]
+        o = np.lexsort((rk, en, st))
+        first = np.r_[True, st[o][1:] != st[o][:-1]]
         last = np.r_[first[1:], True]
-        lo = np.minimum.reduceat(be_a[o], np.flatnonzero(first))
+        lo = np.minimum.reduceat(be[o], np.flatnonzero(first))
         out, prev_end = [], None
-        for (r, w, e), b in zip(zip(rk_a[o][last].tolist(), wi[o][last].tolist(), en_a[o][last].tolist()),
-                                lo.tolist()):
+        for (r, w, e), b in zip(zip(rk[o][last].tolist(), wi[o][last].tolist(), en[o][last].tolist()), lo.tolist()):
             t0 = b if prev_end is None or prev_end >= e else max(b, prev_end)
             out.append(((r, w), t0))
             prev_end = e

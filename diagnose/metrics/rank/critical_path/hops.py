@@ -36,6 +36,7 @@ class PathHops:
 
     cats: np.ndarray = field(default_factory=lambda: np.zeros((0, NCAT), np.float32))  # rows + windows
     prev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # row reached, -1: window start
+    win: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # per row: its window, -1 none
     step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per window: its step number
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per window, ns
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -59,16 +60,18 @@ def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins) -> Pat
     cats = np.zeros((n + len(wins), NCAT), np.float32)
     prev = np.full(n + len(wins), -1, np.int32)
     by_win: dict[int, list[int]] = {}
+    row_win = np.full(n, -1, np.int32)
     for i, k in enumerate(win_of.tolist()):
         if k >= 0 and row_start[i] <= ends[k]:
             by_win.setdefault(k, []).append(i)
+            row_win[i] = k
     for k, win in enumerate(wins):
         walk = _Walks(w, stop, win.start)
         for i in by_win.get(k, []):  # earliest first: later walks reuse their tails
             sink = 2 * int(pos[i]) if found[i] else w.sink(int(row_start[i]))
             prev[i] = walk.run(sink, int(row_start[i]), cats[i])
         prev[n + k] = walk.run(w.sink(win.end), win.end, cats[n + k])
-    return PathHops(cats, prev, np.array([x.step for x in wins], np.int64), starts, ends)
+    return PathHops(cats, prev, row_win, np.array([x.step for x in wins], np.int64), starts, ends)
 
 
 class _Walks:
