@@ -90,7 +90,7 @@ class _Walks:
         wid = len(self.total)
         reached = -1
         if end > start and v >= 0:
-            time, pred, cause = self.w._time, self.w._pred, self.w._cause
+            time, pred, cause, cat = self.w._time, self.w._pred, self.w._cause, CAT_OF
             c = min(time[v], end)
             acc[GAP] += end - c
             budget = len(time)  # a loop of binding edges (a hostile trace's times) is never walked forever
@@ -112,8 +112,10 @@ class _Walks:
                 if u < 0 or budget < 0:
                     acc[GAP] += c - start
                     break
-                tu = min(time[u], c)
-                acc[CAT_OF[cause[v]]] += c - (tu if tu > start else start)
+                tu = time[u]
+                if tu > c:  # min() per node was a third of the walk's time
+                    tu = c
+                acc[cat[cause[v]]] += c - (tu if tu > start else start)
                 c, v = tu, u
         elif end > start:
             acc[GAP] += end - start
