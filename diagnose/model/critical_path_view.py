@@ -81,7 +81,7 @@ def job_path_view(a: Analysis) -> JobPathView | None:
 
 def _ranks(d: dict[str, float]) -> list[tuple[int, float]]:
     """(rank, ms) of a rank-keyed map, the most first; keys that are not rank numbers (a hand-made summary) left out."""
-    out = [(int(k), v) for k, v in d.items() if k.isdigit() and len(k) < 10]
+    out = [(int(k), v) for k, v in d.items() if k.isascii() and k.isdigit() and len(k) < 10]
     return sorted(out, key=lambda x: (-x[1], x[0]))
 
 

@@ -285,3 +285,18 @@ def test_straggler_finding_cites_the_job_path(tmp_path):
     a = analyze_path(str(d), jobs=1, rules=False)
     assert not [x for x in findings(a) if x.id == "stragglers"]
     assert a.critical_path.waiting_on == {} and a.critical_path.waiting_on_rank == 0
+
+
+def test_a_hand_made_summary_names_only_ranks(tmp_path):
+    """A summary from elsewhere may key the maps with any text: only rank numbers are printed, never markup."""
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.diagnose.model.analysis import Analysis
+    from llmdiag.reports.render import render_html
+
+    d = _job(tmp_path, _rank(0, 10_000, 5_000), _rank(1, 30_000, 3_000)).to_dict()
+    d["critical_path"]["held_by"] = {"<b>x</b>": 9.0, "²": 8.0, "1": 30.0}
+    d["critical_path"]["waiting_on"] = {"<script>alert(1)</script>": 1.0}
+    a = Analysis.from_dict(d)
+    text, html = render(a, width=200), render_html(a)
+    assert "<b>x" not in html and "<script>alert(1)" not in html and "²" not in text
+    assert "runs on rank 1 for 30.00 ms" in " ".join(text.split())
