@@ -54,7 +54,7 @@ JOB_NOTE = ("The job's critical path (metrics/job/critical_path.py): per step, b
             "last along that rank's own path; at each collective it reaches, from the member that arrived last, "
             "back along that member's own work, and so on. The waiting is the part of the path during which the rank "
             "it came from waited at the collective for the rank it runs on (within the five shares, not added to "
-            "them). Point-to-point transfers are the ranks' own communication (not crossed).")
+            "them). A send and its receive are crossed like a collective of two.")
 
 
 @dataclass

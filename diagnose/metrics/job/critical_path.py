@@ -13,7 +13,8 @@ back from the row's arrival to the previous collective it reached, in HTA's five
 matched by the skew's matching (metrics/job/collective_match.py: only collectives every member of the group
 recorded are crossed; one some member lacks is taken as the rank's own communication), and each step's walk
 visits only the collectives on its path: linear in ranks × collectives, and the rank graphs never leave the
-workers. Point-to-point transfers are the ranks' own communication here (not crossed).
+workers. A send and its receive (paired in order per ordered pair of ranks, as metrics/job/pipeline/p2p.py
+pairs them) are crossed the same way: a transfer completes once both sides have posted.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     its collective's number within its (group, kind); LONE and below: unmatched). None with fewer than two
     ranks that have hops, or no collective matched across ranks."""
     outs = [o for o in outputs if o.path_hops is not None and o.path_hops.rows == len(o.collectives)
-            and o.rank in shift]
+            + len(o.path_hops.extra) and o.rank in shift]
     if len(outs) < 2:
         return None
     t = _Rows(outs, shift, matched)
@@ -76,7 +77,8 @@ class _Rows:
         self.outs = outs
         self.shifts = [int(shift[o.rank]) for o in outs]
         hops = [o.path_hops for o in outs]
-        sizes = np.array([len(o.collectives) for o in outs], np.int64)
+        ncoll = np.array([len(o.collectives) for o in outs], np.int64)
+        sizes = np.array([h.rows for h in hops], np.int64)  # collective rows, then send/recv rows
         nwin = np.array([len(h.step) for h in hops], np.int64)
         self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         wbase = np.concatenate(([0], np.cumsum(nwin))).astype(np.int64)
@@ -90,15 +92,17 @@ class _Rows:
             kbase.append(kb)
             kb += len(o.collectives.keys)
         remap = np.array([x for r in remaps for x in r] or [0], np.int64)
-        key = remap[np.repeat(np.array(kbase, np.int64), sizes) + _cat([o.collectives.key for o in outs], np.int64)]
+        raw = _cat([np.r_[o.collectives.key, np.full(len(h.extra), -1)] for o, h in zip(outs, hops)], np.int64)
+        key = np.where(raw >= 0, remap[(np.repeat(np.array(kbase, np.int64), sizes) + raw).clip(0, len(remap) - 1)],
+                       -1)
         own = [m if (m := matched.get(o.rank)) is not None and len(m) == len(o.collectives) else None for o in outs]
-        idx = _cat([m if m is not None else np.full(len(o.collectives), LONE, np.int64) for o, m in zip(outs, own)],
-                   np.int64)
-        unmatched = np.repeat(np.array([m is None for m in own]), sizes)
+        idx = _cat([np.r_[m if m is not None else np.full(len(o.collectives), LONE), np.full(len(h.extra), LONE)]
+                    for o, m, h in zip(outs, own, hops)], np.int64)
+        unmatched = idx <= LONE
         idx[unmatched] = LONE - np.flatnonzero(unmatched)  # a number of its own: matched with nothing
-        self.start = _cat([o.collectives.start for o in outs], np.int64) + shift_row
-        self.end = _cat([o.collectives.end for o in outs], np.int64) + shift_row
-        prev = _cat([h.prev[:len(o.collectives)] for o, h in zip(outs, hops)], np.int64)
+        self.start = _cat([np.r_[o.collectives.start, h.extra[:, 0]] for o, h in zip(outs, hops)], np.int64) + shift_row
+        self.end = _cat([np.r_[o.collectives.end, h.extra[:, 1]] for o, h in zip(outs, hops)], np.int64) + shift_row
+        prev = _cat([h.prev[:h.rows] for h in hops], np.int64)
         win = _cat([h.win for h in hops], np.int64)
         wstart = _cat([h.start for h in hops], np.int64) + np.repeat(np.array(self.shifts, np.int64), nwin)
         row_base = np.repeat(self.base[:-1], sizes)
@@ -125,6 +129,37 @@ class _Rows:
             lastrow = o[first + size - 1]  # the latest start of each collective
             self.last[o] = np.repeat(np.where(whole, lastrow, -1), size)
             self.crossable = bool(whole.any())
+        if ncoll.sum() < n:
+            self._pair_p2p(ncoll)
+
+    def _pair_p2p(self, ncoll: np.ndarray) -> None:
+        """Send/recv rows: a transfer completes once both sides have posted, so each row's last arrival is the
+        later of its partners' (a batched kernel carries several), paired as the skew pairs them (the n-th send
+        a->b is the n-th receive on b from a: metrics/job/pipeline/p2p.py)."""
+        from llmdiag.diagnose.metrics.job.pipeline.p2p import ordered_pairs
+
+        ops = []
+        for i, o in enumerate(self.outs):
+            h = o.path_hops
+            if not len(h.extra) or not o.p2p:
+                continue
+            first = int(self.base[i] + ncoll[i])
+            at = {(a, b): first + k for k, (a, b) in enumerate(h.extra.tolist())}
+            ops += [(pg, kind, o.rank, peer, g) for pg, kind, peer, a, b in o.p2p if (g := at.get((a, b))) is not None]
+        sends, recvs = [], []
+        for a, b in ordered_pairs(ops).values():
+            n = min(len(a), len(b))
+            sends += a[:n]
+            recvs += b[:n]
+        if not sends:
+            return
+        row, partner = np.array(sends + recvs, np.int64), np.array(recvs + sends, np.int64)
+        o = np.lexsort((self.start[partner], row))
+        latest = np.r_[row[o][1:] != row[o][:-1], True]
+        r, p = row[o][latest], partner[o][latest]
+        later = self.start[p] > self.start[r]
+        self.last[r[later]] = p[later]
+        self.crossable = self.crossable or bool(later.any())
 
     def step_ends(self) -> list[tuple[tuple[int, int], int]]:
         """Per step number, in order: ((rank position, window) of the rank whose window of the step ends last,

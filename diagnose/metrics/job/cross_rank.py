@@ -123,7 +123,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         o.metrics.clock_shift_ns = shift[o.rank]
     recover_peers(good, shift)
     job_path = None
-    if rows_matched:
+    if len(good) > 1:
         from llmdiag.diagnose.metrics.job.critical_path import job_critical_path
 
         job_path = job_critical_path(good, shift, rows_matched)

@@ -45,7 +45,7 @@ from llmdiag.diagnose.metrics.rank.roofline import roofline
 from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
 from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
-from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, path_hops
+from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
 
 
 @dataclass
@@ -188,7 +188,8 @@ def _run(job: RankJob) -> RankOutput:
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
-        path_hops=path_hops(walker[0], np.array(row_ev, np.int64), collectives.start, wins) if walker else None,
+        path_hops=path_hops(walker[0], np.array(row_ev, np.int64), collectives.start, wins, p2p_rows(t, p2p), t)
+        if walker else None,
     )
 
 

@@ -300,3 +300,36 @@ def test_a_hand_made_summary_names_only_ranks(tmp_path):
     text, html = render(a, width=200), render_html(a)
     assert "<b>x" not in html and "<script>alert(1)" not in html and "²" not in text
     assert "runs on rank 1 for 30.00 ms" in " ".join(text.split())
+
+
+def _p2p(b: TraceBuilder, kind: str, peer: int, start: int, end: int, launch_at: int, stream: int) -> None:
+    args = {"Collective name": kind, ("Dst Rank" if kind == "send" else "Src Rank"): peer, "dtype": "Float",
+            "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "Group size": 2, "Process Group Name": "0",
+            "Process Group Description": "default_pg", "Process Group Ranks": [0, 1]}
+    b.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", start, end - start, stream=stream,
+             launch_at=launch_at, args=args)
+
+
+def test_path_crosses_a_send_recv(tmp_path):
+    """Rank 0 computes 10 ms (100-10,100) then sends to rank 1 (10,100-10,200). Rank 1 computes 1 ms (100-1,100),
+    posts the receive at 1,100, which completes at 10,200 (100 after the send was posted), then computes 5 ms
+    (to 15,200). Back from rank 1's end: its 5 ms (compute 5,000), the transfer after the send's post (100),
+    then rank 0 from the send's post: its 10 ms (10,000). Length 15,100; rank 1 waited on rank 0 from its post
+    at 1,100 to the send's at 10,100 (9,000), the path meanwhile on rank 0's compute."""
+    k = "void gemm_kernel<float>()"
+    b0, b1 = TraceBuilder(rank=0, world_size=2), TraceBuilder(rank=1, world_size=2)
+    for b in (b0, b1):
+        b.step(1, 0, 20_000)
+    b0.kernel(k, 100, 10_000, stream=7, launch_at=50)
+    _p2p(b0, "send", 1, 10_100, 10_200, 60, 40)
+    b1.kernel(k, 100, 1_000, stream=7, launch_at=50)
+    _p2p(b1, "recv", 0, 1_100, 10_200, 60, 40)
+    b1.kernel(k, 10_200, 5_000, stream=7, launch_at=70)
+    a = _job(tmp_path, b0, b1)
+    cp = a.critical_path
+    assert cp is not None
+    assert cp.hops == 1 and cp.length_ms == pytest.approx(15.1)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 15_000 / 15_100, abs=0.05)
+    assert cp.gpu_communication_bound == pytest.approx(100 * 100 / 15_100, abs=0.05)
+    assert cp.waiting_on == {"0": pytest.approx(9.0)}
+    assert cp.held_by == {"0": pytest.approx(10.0), "1": pytest.approx(5.1)}

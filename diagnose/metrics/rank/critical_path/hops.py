@@ -40,15 +40,38 @@ class PathHops:
     step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per window: its step number
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per window, ns
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    extra: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # (start, end) ns of the rows
+    # after the collective rows: the rank's send/recv kernels (p2p_rows), found by their times in its p2p records
 
     @property
     def rows(self) -> int:
         return len(self.prev) - len(self.step)
 
 
-def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins) -> PathHops:
+def p2p_rows(t, records) -> np.ndarray:
+    """The device events of the rank's send/recv records ((pg, kind, peer, start, end), rank/pipeline/p2p.py),
+    one per kernel (a batched kernel carries several records), in time order: the rows the job path may cross
+    at a send/recv as at a collective."""
+    from llmdiag.diagnose.io.trace import COMM
+
+    if not records:
+        return np.zeros(0, np.int64)
+    want = {(int(r[3]), int(r[4])) for r in records}
+    comm = np.flatnonzero((t.kind == COMM) & (t.stream >= 0))
+    found = {}
+    for i, a, b in zip(comm.tolist(), t.ts[comm].tolist(), (t.ts[comm] + t.dur[comm]).tolist()):
+        if (a, b) in want and (a, b) not in found:
+            found[(a, b)] = i
+    return np.array(sorted(found.values()), np.int64)
+
+
+def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins, extra: np.ndarray | None = None,
+              t=None) -> PathHops:
     """The hops of a rank whose collective rows are the events `row_ev` (beginning at `row_start`), in the
-    windows `wins` (metrics/rank/steps.py)."""
+    windows `wins` (metrics/rank/steps.py); `extra` (events of trace `t`): send/recv kernels, rows after them."""
+    if extra is not None and len(extra):
+        row_ev = np.concatenate([row_ev, extra])
+        row_start = np.concatenate([row_start, t.ts[extra]])
     g = w.g
     n = len(row_ev)
     pos = np.searchsorted(g.ev, row_ev).clip(0, max(len(g.ev) - 1, 0))
@@ -71,7 +94,9 @@ def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins) -> Pat
             sink = 2 * int(pos[i]) if found[i] else w.sink(int(row_start[i]))
             prev[i] = walk.run(sink, int(row_start[i]), cats[i])
         prev[n + k] = walk.run(w.sink(win.end), win.end, cats[n + k])
-    return PathHops(cats, prev, row_win, np.array([x.step for x in wins], np.int64), starts, ends)
+    ex = (np.stack([t.ts[extra], t.ts[extra] + t.dur[extra]], axis=1).astype(np.int64) if extra is not None
+          and len(extra) else np.zeros((0, 2), np.int64))
+    return PathHops(cats, prev, row_win, np.array([x.step for x in wins], np.int64), starts, ends, ex)
 
 
 class _Walks:
