@@ -1,12 +1,14 @@
-"""The job's critical path: what bounds each step of the whole job, through its collectives.
+"""The job's critical path: what bounds each step of the whole job, through its collectives and send/recv.
 
 A collective ends on every member only once its last member has arrived (its kernel began). So, walking back
 from the end of a step (on the rank whose step ends last, on the common clock), the path follows the rank's own
 path (metrics/rank/critical_path) back to the collective it reached last; there, the time from the last
-member's arrival to the collective's end is communication, and the time the rank spent between its own arrival
-and the last one is "waiting on rank R", R being the member that arrived last. The path then continues on R,
-from R's arrival, along R's own work, to R's previous collective on its path, and so on to the step's start.
-HTA computes the first part (one rank's path) and leaves the multi-rank path as future work.
+member's arrival to the collective's end is communication, and the path continues on R, the member that
+arrived last, from R's arrival along R's own work to R's previous collective on its path, and so on to the
+step's start: the path tiles the job's step. The rank it left waited from its own arrival to R's; the part of
+that wait during which the path runs on R's own work is "waiting on rank R" (an overlay of the five
+categories, never counted twice), and the path's time on each rank is what that rank holds of it. HTA
+computes one rank's path and leaves the multi-rank path as future work.
 
 Each rank's worker exports its hops (metrics/rank/critical_path/hops.py): per collective row, its own path
 back from the row's arrival to the previous collective it reached, in HTA's five categories. Here the rows are
@@ -32,7 +34,7 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     """The job's path over its steps, from the ranks' outputs (RankOutput with `path_hops`), each rank's clock
     shift onto the common clock (metrics/job/clock.py), and the skew's matching (per rank, per collective row,
     its collective's number within its (group, kind); LONE and below: unmatched). None with fewer than two
-    ranks that have hops, or no collective matched across ranks."""
+    ranks that have hops, or where nothing can be crossed (no collective or send/recv matched across ranks)."""
     outs = [o for o in outputs if o.path_hops is not None and o.path_hops.rows == len(o.collectives)
             + len(o.path_hops.extra) and o.rank in shift]
     if len(outs) < 2:
