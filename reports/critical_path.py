@@ -3,8 +3,11 @@ too); the path's length carries its summary path."""
 
 from __future__ import annotations
 
+from markupsafe import Markup
+
 from llmdiag.diagnose.model.analysis import Analysis
-from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, critical_path_rows
+from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, JOB_NOTE, critical_path_rows,
+                                                      job_path_view, job_path_words)
 
 MAX_RANKS = 32
 
@@ -22,4 +25,14 @@ def critical_path_view(a: Analysis, num) -> dict | None:
                     "parts": [num(getattr(x.path, f) / 100, None, "pct") for _, f in CP_COLUMNS],
                     "cause": x.top_cause, "share": num(x.top_share / 100 if x.top_share is not None else None, None,
                                                        "pct", True)})
-    return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows)}
+    return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows), "job": _job(a, num)}
+
+
+def _job(a: Analysis, num) -> dict | None:
+    """The job's path as one paragraph whose numbers carry their summary paths (shares: derived, untagged)."""
+    v = job_path_view(a)
+    if v is None:
+        return None
+    text = job_path_words(v, lambda x, k: num(x, k, "ms").__html__(),
+                          lambda x: num(x / 100, None, "pct", True).__html__())
+    return {"text": Markup(text), "note": JOB_NOTE}  # our words, ranks as numbers and tagged numbers: no trace text

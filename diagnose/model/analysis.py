@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
-from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.chores import RankChores
+from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
 from llmdiag.diagnose.model.steps import StepSummary
@@ -322,6 +322,7 @@ class Analysis:
     steps: StepSummary | None = None  # every step over ranks, the median step, outlier steps (diagnose.metrics.step_stats)
     runs: list[RunInfo] = field(default_factory=list)  # the runs the input holds where more than one (diagnose.metrics.runs)
     kernel_views: KernelViews | None = None  # op → kernel and roofline over the ranks (diagnose.metrics.kernel_world)
+    critical_path: JobCriticalPath | None = None  # the job's path through its collectives (metrics/job/critical_path)
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

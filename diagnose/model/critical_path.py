@@ -35,3 +35,26 @@ class RankCriticalPath(CriticalPath):
     16,384-rank summary)."""
 
     causes: dict[str, float] = field(default_factory=dict)  # finer causes, percent of the length
+
+
+@dataclass
+class JobCriticalPath(CriticalPath):
+    """The job's critical path through its collectives (metrics/job/critical_path.py): per step, back from the
+    rank whose step ends last, leaving a rank at each matched collective for the member that arrived last. The
+    five shares sum to 100 (the path tiles the step); `waiting_on_rank` overlays them: the part of the path run
+    on a rank's own work while the rank the path came from waited for it at their collective."""
+
+    waiting_on_rank: float = 0.0  # percent of the length (within the five shares, not added to them)
+    waiting_on: dict[str, float] = field(default_factory=dict)  # rank waited on -> ms per step, the most first
+    # (at most MAX_WAITED ranks)
+    held_by: dict[str, float] = field(default_factory=dict)  # rank -> ms per step of the path on that rank's own
+    # work and communication, the most first (at most MAX_WAITED ranks)
+    steps: int = 0  # steps walked
+    hops: float = 0.0  # changes of rank per step (mean)
+
+    def shares(self) -> dict[str, float]:
+        """HTA's five categories and the wait on other ranks (an overlay of the five), in percent."""
+        return {**super().shares(), "waiting_on_rank": self.waiting_on_rank}
+
+
+MAX_WAITED = 5  # ranks named in JobCriticalPath.waiting_on

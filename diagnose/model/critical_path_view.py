@@ -9,6 +9,7 @@ from __future__ import annotations
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import RankCriticalPath
+from llmdiag.diagnose.model.format import fmt
 
 TERMINAL_ROWS = 8  # the terminal's share of its rank rows (the report shows more): the least device-bound ranks
 # (column, field): HTA's categories in its order
@@ -46,3 +47,69 @@ def critical_path_rows(a: Analysis, limit: int | None = None) -> tuple[list[Crit
                                     top[1] if top and top[1] > 0 else None))
     rows.sort(key=lambda x: (x.path.gpu_compute_bound + x.path.gpu_communication_bound, x.rank))
     return rows[:limit] if limit is not None else rows, len(rows)
+
+
+JOB_NOTE = ("The job's critical path (metrics/job/critical_path.py): per step, back from the rank whose step ends "
+            "last along that rank's own path; at each collective it reaches, from the member that arrived last, "
+            "back along that member's own work, and so on. The waiting is the part of the path during which the rank "
+            "it came from waited at the collective for the rank it runs on (within the five shares, not added to "
+            "them). A send and its receive are crossed like a collective of two.")
+
+
+@dataclass
+class JobPathView:
+    """The job's path in the words the terminal and the report print (ranks as numbers: never a trace string)."""
+
+    length_ms: float
+    steps: int
+    parts: list[tuple[str, str, float]]  # (column word, field, percent) of HTA's five, largest first, nonzero
+    held: list[tuple[int, float]]  # (rank, ms per step of the path on it), the most first
+    waiting_pct: float
+    waited: list[tuple[int, float]]  # (rank waited on, ms per step), the most first
+    hops: float
+
+
+def job_path_view(a: Analysis) -> JobPathView | None:
+    """The job's critical path, None where the analysis has none (one rank, CPU traces, nothing matched)."""
+    p = a.critical_path
+    if p is None:
+        return None
+    parts = sorted(((c, f, getattr(p, f)) for c, f in CP_COLUMNS if getattr(p, f) > 0), key=lambda x: -x[2])
+    return JobPathView(p.length_ms, p.steps, parts, _ranks(p.held_by), p.waiting_on_rank, _ranks(p.waiting_on), p.hops)
+
+
+def _ranks(d: dict[str, float]) -> list[tuple[int, float]]:
+    """(rank, ms) of a rank-keyed map, the most first; keys that are not rank numbers (a hand-made summary) left out."""
+    out = [(int(k), v) for k, v in d.items() if k.isascii() and k.isdigit() and len(k) < 10]
+    return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
+def job_path_words(v: JobPathView, ms, pct) -> str:
+    """One paragraph: `ms(value, summary path)` and `pct(percent)` format the numbers (the terminal's or the
+    report's, which tags each value with its path in the summary)."""
+    held = ", ".join(f"rank {r} for {ms(x, f'critical_path.held_by.{r}')} ms" for r, x in v.held)
+    text = (f"Job critical path ({v.steps} step{'s' if v.steps != 1 else ''}): "
+            f"{ms(v.length_ms, 'critical_path.length_ms')} ms per step ("
+            + ", ".join(f"{c} {pct(x)}" for c, _, x in v.parts) + f"). Per step it runs on {held}, changing rank "
+            f"{v.hops:g} times.")
+    if v.waited:
+        text += (f" For {pct(v.waiting_pct)} of it, the rank it came from was waiting at a collective for the rank "
+                 "it runs on; waited on per step: "
+                 + ", ".join(f"rank {r} {ms(x, f'critical_path.waiting_on.{r}')} ms" for r, x in v.waited) + ".")
+    else:
+        text += " No rank on it waited for another at a collective."
+    return text
+
+
+def path_held_words(a: Analysis, ranks) -> str:
+    """For the straggler finding: how much of the job's critical path the given ranks hold (metrics/job/
+    critical_path.py), "" where there is no job path or none of them holds 1 % of it."""
+    p = a.critical_path
+    if p is None or not p.length_ms:
+        return ""
+    held = [(r, ms) for r, ms in _ranks(p.held_by) if r in set(ranks) and ms >= 0.01 * p.length_ms]
+    if not held:
+        return ""
+    return ("the job's critical path runs on " + ", ".join(
+        f"rank {r} for {fmt(ms, 'ms')} per step ({100 * ms / p.length_ms:.0f} % of it)" for r, ms in held)
+        + " (critical_path.held_by)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.critical_path_view import path_held_words
 from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
@@ -308,7 +309,7 @@ def stragglers(c: Ctx) -> list[Finding]:
         ev += f"; and {len(found) - 5} more"
     arrivals = [r for r in found if str(r) in sk.last_arrivals]
     ev += "".join(f"; {x}" for x in (where_peers_wait(sk, nsteps, step, arrivals) if arrivals else "",
-                                     late_ranks(sk) if arrivals else "") if x)
+                                     late_ranks(sk) if arrivals else "", path_held_words(c.a, found)) if x)
     ev += f"; mean step {fmt(step, 'ms')} (the share's basis)"
     acts = []
     hosts = sorted({known[r] for r in found if r in known})

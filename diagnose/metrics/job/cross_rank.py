@@ -96,11 +96,12 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         records = {}
     steps_n = [o.metrics.nsteps for o in good if o.metrics.nsteps]
     step_ms = float(median([o.metrics.step_time_ms for o in good])) if good else None
-    matched: dict = {} if any(o.actions for o in good) else None  # kept for the what-if where there is a pipeline
+    rows_matched: dict = {}  # the skew's matching per rank and row: the job's critical path crosses it
     if len(good) > 1:
         from llmdiag.diagnose.metrics.job.skew import skew
     sk = skew(records, hosts, *_skew_peers(good, man, layout), nsteps=float(median(steps_n)) if steps_n else 0.0,
-              step_ms=step_ms, matched=matched) if len(good) > 1 else None
+              step_ms=step_ms, matched=rows_matched) if len(good) > 1 else None
+    matched: dict | None = rows_matched if any(o.actions for o in good) else None  # kept for the what-if (pipeline)
     if sk:
         longest = max((st.time_ms for o in good for st in o.metrics.steps), default=None)
         # the capture's own start: its first event against the other ranks' earliest. The two earliest are
@@ -121,6 +122,13 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     for o in good:
         o.metrics.clock_shift_ns = shift[o.rank]
     recover_peers(good, shift)
+    job_path = None
+    if len(good) > 1:
+        from llmdiag.diagnose.metrics.job.critical_path import job_critical_path
+
+        job_path = job_critical_path(good, shift, rows_matched)
+    for o in good:  # read: not kept with the Job
+        o.path_hops = None
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
         from llmdiag.diagnose.model.skew import SkewResult  # send/recv matched: a skew to hold them
@@ -148,6 +156,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in good)),
         llmdiag_version=version,
         ranks_duplicate=sorted(duplicates),
+        critical_path=job_path,
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),

@@ -49,6 +49,7 @@ from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
 from llmdiag.diagnose.metrics.rank.chores import rank_chores
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
+from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
 
 
 @dataclass
@@ -91,6 +92,7 @@ class RankOutput:
     roofline: list = field(default_factory=list)  # RooflineRow rows (diagnose.metrics.roofline): summed over ranks
     stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
     kernel_sequences: RankSequences | None = None  # frequent kernel sequences (diagnose.metrics.kernel_sequences)
+    path_hops: PathHops | None = None  # the rank's part of the job's critical path (critical_path/hops.py)
 
 
 def failed_output(job: RankJob, line: str) -> RankOutput:
@@ -176,20 +178,25 @@ def _run(job: RankJob) -> RankOutput:
     metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     cp_track: list | None = [] if want_tracks else None
-    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)
+    walker: list = []
+    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track, walker)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
     metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics))  # what-ifs
+    row_ev: list[int] = []
+    collectives = collective_records(t, wins, groups, row_ev)
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=collective_records(t, wins, groups), bytes_read=t.bytes_read, moe=rank_moe(t, wins),
+        collectives=collectives, bytes_read=t.bytes_read, moe=rank_moe(t, wins),
         base_time_ns=_base_time(t.meta),
         forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
         action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
+        path_hops=path_hops(walker[0], np.array(row_ev, np.int64), collectives.start, wins, p2p_rows(t, p2p), t)
+        if walker else None,
     )
 
 
@@ -203,9 +210,10 @@ def _tracks(t, wins, critical: list | None) -> RankTracks:
 # and a receiver waiting on its sender is the pipeline's dependency (its bubble), not a straggler.
 
 
-def collective_records(t, wins, groups: dict | None = None) -> Collectives:
+def collective_records(t, wins, groups: dict | None = None, events: list | None = None) -> Collectives:
     """The rank's collectives in the windows (point-to-point left out), as the skew analysis matches them,
-    each keyed on its process group's name and members (metrics/rank/groups.py)."""
+    each keyed on its process group's name and members (metrics/rank/groups.py). `events`, when given, gets
+    each row's event index (the job path's hops)."""
     idx = np.flatnonzero(in_windows(t, t.kind == COMM, wins))
     relabel = gloo_collective_labels(t, idx)
     groups = groups if groups is not None else resolve_groups(t, idx)
@@ -222,6 +230,8 @@ def collective_records(t, wins, groups: dict | None = None) -> Collectives:
         args = t.comm_args.get(i, {})
         out.append((pg, kind, int(t.ts[i]), int(t.ts[i] + t.dur[i]), _nelems(args, "In"), _nelems(args, "Out"),
                     _seq(args)))
+        if events is not None:
+            events.append(i)
     return collectives_from(out)
 
 

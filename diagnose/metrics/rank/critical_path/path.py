@@ -79,12 +79,13 @@ class Walker:
         return np.array(acc, np.int64)
 
 
-def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None
+def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None, walker: list | None = None
                ) -> tuple[list[CriticalPath | None], RankCriticalPath | None]:
     """The critical path of each window (metrics/rank/steps.py) and of the rank's windows together (its length
     the mean over them). GPU traces only: a CPU trace's host threads are its whole timeline. `hta`: HTA's graph
     and longest path over each step's host span (hta.py, `--hta-compat`). `track`, when given, gets the path's
-    segments for the timeline: (start, end, step, cause, ""), runs of one cause merged (our path only)."""
+    segments for the timeline: (start, end, step, cause, ""), runs of one cause merged (our path only).
+    `walker`, when given, gets the Walker (our path only), for the job path's hops (hops.py)."""
     if not t.is_gpu or not wins:
         return [None] * len(wins), None
     if hta:
@@ -93,6 +94,8 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None
         rank = split_hta(np.sum(per, axis=0), len(per))
         return [split_hta(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
     w = Walker(build(t))
+    if walker is not None:
+        walker.append(w)
     per = []
     for win in wins:
         segs: list | None = [] if track is not None else None

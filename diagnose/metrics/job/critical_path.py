@@ -1,0 +1,243 @@
+"""The job's critical path: what bounds each step of the whole job, through its collectives and send/recv.
+
+A collective ends on every member only once its last member has arrived (its kernel began). So, walking back
+from the end of a step (on the rank whose step ends last, on the common clock), the path follows the rank's own
+path (metrics/rank/critical_path) back to the collective it reached last; there, the time from the last
+member's arrival to the collective's end is communication, and the path continues on R, the member that
+arrived last, from R's arrival along R's own work to R's previous collective on its path, and so on to the
+step's start: the path tiles the job's step. The rank it left waited from its own arrival to R's; the part of
+that wait during which the path runs on R's own work is "waiting on rank R" (an overlay of the five
+categories, never counted twice), and the path's time on each rank is what that rank holds of it. HTA
+computes one rank's path and leaves the multi-rank path as future work.
+
+Each rank's worker exports its hops (metrics/rank/critical_path/hops.py): per collective row, its own path
+back from the row's arrival to the previous collective it reached, in HTA's five categories. Here the rows are
+matched by the skew's matching (metrics/job/collective_match.py: only collectives every member of the group
+recorded are crossed; one some member lacks is taken as the rank's own communication), and each step's walk
+visits only the collectives on its path: linear in ranks × collectives, and the rank graphs never leave the
+workers. A send and its receive (paired in order per ordered pair of ranks, as metrics/job/pipeline/p2p.py
+pairs them) are crossed the same way: a transfer completes once both sides have posted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmdiag.diagnose.metrics.job.collective_match import LONE
+from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath
+
+COMM = CATEGORIES.index("gpu_communication_bound")
+WAIT = len(CATEGORIES)  # the index of "waiting on a rank" after the five categories
+
+
+def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndarray]) -> JobCriticalPath | None:
+    """The job's path over its steps, from the ranks' outputs (RankOutput with `path_hops`), each rank's clock
+    shift onto the common clock (metrics/job/clock.py), and the skew's matching (per rank, per collective row,
+    its collective's number within its (group, kind); LONE and below: unmatched). None with fewer than two
+    ranks that have hops, or where nothing can be crossed (no collective or send/recv matched across ranks)."""
+    outs = [o for o in outputs if o.path_hops is not None and o.path_hops.rows == len(o.collectives)
+            + len(o.path_hops.extra) and o.rank in shift]
+    if len(outs) < 2:
+        return None
+    t = _Rows(outs, shift, matched)
+    if not t.crossable:
+        return None
+    totals = np.zeros(WAIT + 1)
+    waited: dict[int, float] = {}
+    held: dict[int, float] = {}
+    steps = hops = 0
+    for at, t0 in t.step_ends():
+        acc, n = t.walk(at, t0, waited, held)
+        totals += acc
+        steps += 1
+        hops += n
+    total = float(totals[:WAIT].sum())  # the path tiles the step: the waits lie within it
+    if total <= 0 or not steps:
+        return None
+    pct = [round(min(100.0 * float(v) / total, 100.0), 1) for v in totals]
+    return JobCriticalPath(length_ms=round(total / 1e6 / steps, 3), cpu_bound=pct[0], gpu_compute_bound=pct[1],
+                           gpu_communication_bound=pct[2], gpu_kernel_launch_overhead=pct[3],
+                           gpu_kernel_kernel_overhead=pct[4], waiting_on_rank=pct[WAIT],
+                           waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
+                           hops=round(hops / steps, 2))
+
+
+def _top(ns: dict[int, float], steps: int) -> dict[str, float]:
+    """The MAX_WAITED ranks with the most ns, as ms per step, the most first."""
+    top = sorted(ns.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_WAITED]
+    return {str(r): round(v / 1e6 / steps, 3) for r, v in top if v > 0}
+
+
+def _cat(parts: list, dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+class _Rows:
+    """Every rank's collective rows on the common clock, each pointing at its collective's last arrival."""
+
+    def __init__(self, outs, shift: dict[int, int], matched: dict[int, np.ndarray]):
+        self.outs = outs
+        self.shifts = [int(shift[o.rank]) for o in outs]
+        hops = [o.path_hops for o in outs]
+        ncoll = np.array([len(o.collectives) for o in outs], np.int64)
+        sizes = np.array([h.rows for h in hops], np.int64)  # collective rows, then send/recv rows
+        nwin = np.array([len(h.step) for h in hops], np.int64)
+        self.base = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        wbase = np.concatenate(([0], np.cumsum(nwin))).astype(np.int64)
+        n = int(self.base[-1])
+        self.rank = np.repeat(np.arange(len(outs), dtype=np.int32), sizes)  # position in outs
+        shift_row = np.repeat(np.array(self.shifts, np.int64), sizes)
+        ids: dict[tuple[str, str], int] = {}
+        remaps, kbase, kb = [], [], 0  # each rank's (group, kind) ids onto the job's: one list per rank, few keys
+        for o in outs:
+            remaps.append([ids.setdefault(k, len(ids)) for k in o.collectives.keys])
+            kbase.append(kb)
+            kb += len(o.collectives.keys)
+        remap = np.array([x for r in remaps for x in r] or [0], np.int64)
+        raw = _cat([np.r_[o.collectives.key, np.full(len(h.extra), -1)] for o, h in zip(outs, hops)], np.int64)
+        key = np.where(raw >= 0, remap[(np.repeat(np.array(kbase, np.int64), sizes) + raw).clip(0, len(remap) - 1)],
+                       -1)
+        own = [m if (m := matched.get(o.rank)) is not None and len(m) == len(o.collectives) else None for o in outs]
+        idx = _cat([np.r_[m if m is not None else np.full(len(o.collectives), LONE), np.full(len(h.extra), LONE)]
+                    for o, m, h in zip(outs, own, hops)], np.int64)
+        unmatched = idx <= LONE
+        idx[unmatched] = LONE - np.flatnonzero(unmatched)  # a number of its own: matched with nothing
+        self.start = _cat([np.r_[o.collectives.start, h.extra[:, 0]] for o, h in zip(outs, hops)], np.int64) + shift_row
+        self.end = _cat([np.r_[o.collectives.end, h.extra[:, 1]] for o, h in zip(outs, hops)], np.int64) + shift_row
+        prev = _cat([h.prev[:h.rows] for h in hops], np.int64)
+        win = _cat([h.win for h in hops], np.int64)
+        wstart = _cat([h.start for h in hops], np.int64) + np.repeat(np.array(self.shifts, np.int64), nwin)
+        row_base = np.repeat(self.base[:-1], sizes)
+        at_win = np.repeat(wbase[:-1], sizes) + win.clip(0, None)
+        # where each row's own walk ends: its prev row's end, or its window's start
+        self.floor = np.where(prev >= 0, self.end[(row_base + prev).clip(0, max(n - 1, 0))] if n else prev,
+                              np.where(win >= 0, wstart[at_win.clip(0, max(len(wstart) - 1, 0))] if len(wstart)
+                                       else self.start, self.start))
+        self.wstart, self.wend = wstart, _cat([h.end for h in hops], np.int64) + np.repeat(
+            np.array(self.shifts, np.int64), nwin)
+        self.wrank, self.wbase = np.repeat(np.arange(len(outs), dtype=np.int64), nwin), wbase
+        self.wstep = _cat([h.step for h in hops], np.int64)
+        self.last = np.full(n, -1, np.int64)  # per row: the row of its collective's last arrival (-1: not crossed)
+        ok = np.flatnonzero(idx > LONE)
+        self.crossable = False
+        if len(ok):
+            o = ok[np.lexsort((self.start[ok], idx[ok], key[ok]))]
+            new = np.r_[True, (key[o][1:] != key[o][:-1]) | (idx[o][1:] != idx[o][:-1])]
+            first = np.flatnonzero(new)
+            size = np.diff(np.append(first, len(o)))
+            full = np.zeros(len(ids) or 1, np.int64)
+            np.maximum.at(full, key[o][first], size)
+            whole = (size >= 2) & (size == full[key[o][first]])  # every member recorded it (skew.py's rule)
+            lastrow = o[first + size - 1]  # the latest start of each collective
+            self.last[o] = np.repeat(np.where(whole, lastrow, -1), size)
+            self.crossable = bool(whole.any())
+        if ncoll.sum() < n:
+            self._pair_p2p(ncoll)
+
+    def _pair_p2p(self, ncoll: np.ndarray) -> None:
+        """Send/recv rows: a transfer completes once both sides have posted, so each row's last arrival is the
+        later of its partners' (a batched kernel carries several), paired as the skew pairs them (the n-th send
+        a->b is the n-th receive on b from a: metrics/job/pipeline/p2p.py)."""
+        from llmdiag.diagnose.metrics.job.pipeline.p2p import ordered_pairs
+
+        ops = []
+        for i, o in enumerate(self.outs):
+            h = o.path_hops
+            if not len(h.extra) or not o.p2p:
+                continue
+            first = int(self.base[i] + ncoll[i])
+            at = {(a, b): first + k for k, (a, b) in enumerate(h.extra.tolist())}
+            ops += [(pg, kind, o.rank, peer, g) for pg, kind, peer, a, b in o.p2p if (g := at.get((a, b))) is not None]
+        sends, recvs = [], []
+        for a, b in ordered_pairs(ops).values():
+            n = min(len(a), len(b))
+            sends += a[:n]
+            recvs += b[:n]
+        if not sends:
+            return
+        row, partner = np.array(sends + recvs, np.int64), np.array(recvs + sends, np.int64)
+        o = np.lexsort((self.start[partner], row))
+        latest = np.r_[row[o][1:] != row[o][:-1], True]
+        r, p = row[o][latest], partner[o][latest]
+        later = self.start[p] > self.start[r]
+        self.last[r[later]] = p[later]
+        self.crossable = self.crossable or bool(later.any())
+
+    def step_ends(self) -> list[tuple[tuple[int, int], int]]:
+        """Per step number, in order: ((rank position, window) of the rank whose window of the step ends last,
+        the job step's start). The job's step runs from the later of its ranks' earliest start and the previous
+        step's end (windows of one step do not begin together on every rank) to its last end: the steps tile."""
+        if not len(self.wstep):
+            return []
+        rk, st, be, en = self.wrank, self.wstep, self.wstart, self.wend
+        wi = np.arange(len(st)) - self.wbase[rk]
+        o = np.lexsort((rk, en, st))
+        first = np.r_[True, st[o][1:] != st[o][:-1]]
+        last = np.r_[first[1:], True]
+        lo = np.minimum.reduceat(be[o], np.flatnonzero(first))
+        out, prev_end = [], None
+        for (r, w, e), b in zip(zip(rk[o][last].tolist(), wi[o][last].tolist(), en[o][last].tolist()), lo.tolist()):
+            t0 = b if prev_end is None or prev_end >= e else max(b, prev_end)
+            out.append(((r, w), t0))
+            prev_end = e
+        return out
+
+    def walk(self, at: tuple[int, int], t0: int, waited: dict[int, float], held: dict[int, float]
+             ) -> tuple[np.ndarray, int]:
+        """One step's path back from the end of window `at` to the step's start `t0`: ns per category, then the
+        ns during which the rank the path came from waited on the rank it runs on (an overlay of the five), and
+        the number of times it changed rank. `waited` gets those ns per rank waited on, `held` the path's ns per
+        rank it ran on. The one stretch of a rank's own path that crosses `t0` counts in proportion."""
+        i, k = at
+        h = self.outs[i].path_hops
+        acc = np.zeros(WAIT + 1)
+        j = int(h.prev[h.rows + k])
+        floor = int(self.end[self.base[i] + j]) if j >= 0 else int(h.start[k]) + self.shifts[i]
+        if self._piece(i, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, t0, acc, held):
+            return acc, 0
+        budget, hops = len(self.start) + 1, 0  # a loop (rows pointing at each other) is never walked forever
+        while j >= 0 and budget > 0:
+            budget -= 1
+            g = int(self.base[i]) + j
+            last = int(self.last[g])
+            pending = None
+            if last >= 0 and self.start[last] > self.start[g]:  # it waited for a later member
+                lo = int(self.start[last])
+                pending = (int(self.rank[last]), int(self.start[g]), lo)
+            else:  # it arrived last (or the collective was not crossed): its own communication
+                lo = int(self.start[g])
+            comm = int(self.end[g]) - max(lo, t0)
+            if comm > 0:
+                acc[COMM] += comm
+                held[self.outs[i].rank] = held.get(self.outs[i].rank, 0.0) + comm
+            if lo <= t0:
+                break
+            if pending is not None:
+                i, j = pending[0], int(last - self.base[pending[0]])
+                hops += 1
+            g = int(self.base[i]) + j
+            h = self.outs[i].path_hops
+            done = self._piece(i, h.cats[j], int(self.start[g]), int(self.floor[g]), t0, acc, held)
+            if pending is not None:  # R's own work from its arrival back to where the path leaves R
+                wait = pending[2] - max(pending[1], int(self.floor[g]), t0)
+                if wait > 0:
+                    acc[WAIT] += wait
+                    r = self.outs[pending[0]].rank
+                    waited[r] = waited.get(r, 0.0) + wait
+            if done:
+                break
+            j = int(h.prev[j])
+        return acc, hops
+
+    def _piece(self, i: int, cats: np.ndarray, top: int, floor: int, t0: int, acc: np.ndarray,
+               held: dict[int, float]) -> bool:
+        """Adds rank i's own path over [floor, top] (ns per category `cats`), the part after t0 only; True
+        where it reached t0."""
+        frac = 1.0
+        if floor < t0:
+            frac = min(max((top - t0) / (top - floor), 0.0), 1.0) if top > floor else 0.0
+        part = cats.astype(np.float64) * frac
+        acc[:WAIT] += part
+        r = self.outs[i].rank
+        held[r] = held.get(r, 0.0) + float(part.sum())
+        return floor <= t0
