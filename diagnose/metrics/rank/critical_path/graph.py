@@ -144,7 +144,7 @@ def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray,
 def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
     """THREAD edges with their cause: the innermost host event open between the two points (none: a gap
     between top-level ops, where nothing was profiled). Returns the gaps and each thread's last point:
-    (gap src nodes, gap dst nodes, last nodes, thread per node), None without host events."""
+    (gap src nodes, gap dst nodes, first nodes, last nodes, thread per node), None without host events."""
     if not len(hk):
         return None
     nodes, th, step = host_points(t, ev, hk, begin, end)
@@ -173,21 +173,23 @@ def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
     add(nodes[j], nodes[j + 1], THREAD, cause)
     thread_of = np.full(2 * len(ev), -1, np.int64)
     thread_of[nodes] = th
-    return nodes[j[gap]], nodes[j[gap] + 1], nodes[np.r_[~same, True]], thread_of
+    return nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of
 
 
 def _resume_edges(time, dk, idle, add) -> None:
     """RESUME edges into the points that end a long idle gap of a host thread (resume.py)."""
     if idle is None:
         return
-    gs, gd, last, thread_of = idle
+    gs, gd, first, last, thread_of = idle
     long_ = resume.idle_resumes(time, gs, gd)
     gs, gd = gs[long_], gd[long_]
-    s, d = resume.device_resume(time, 2 * dk + 1, gs, gd)
+    woke = np.concatenate([gd, first])  # a thread's first point: idle since the capture began
+    since = np.concatenate([time[gs], np.full(len(first), np.iinfo(np.int64).min)])
+    s, d = resume.device_resume(time, 2 * dk + 1, since, woke)
     add(s, d, SYNC_EDGE, C["synchronize"])
     quiet_from = np.concatenate([gs, last])
     quiet_to = np.concatenate([gd, np.full(len(last), -1, np.int64)])
-    s, d = resume.handoff(time, thread_of, quiet_from, quiet_to, gd)
+    s, d = resume.handoff(time, thread_of, quiet_from, quiet_to, woke)
     add(s, d, THREAD, C["host_gap"])
 
 

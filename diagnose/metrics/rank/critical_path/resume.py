@@ -11,7 +11,9 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
   end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
 
-Both need the gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops.
+Both need the gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A
+thread's first recorded point counts as the end of one (idle since the capture began: an autograd thread's first
+backward op, woken by loss.backward()).
 Measured in the real traces (tests/unit/metrics/test_critical_path_resume.py names them): torchrec
 sst_long_a2a_optimizer_3's main thread resumes 50 µs after the embedding-update kernel it waited on ends (its
 cudaStreamSynchronize calls return 20-60 µs after their last kernel); its main thread resumes 181 µs after the
@@ -35,10 +37,10 @@ def idle_resumes(time: np.ndarray, gap_src: np.ndarray, gap_dst: np.ndarray) -> 
     return (time[gap_dst] - time[gap_src]) >= IDLE_MIN_NS
 
 
-def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, src: np.ndarray, dst: np.ndarray
+def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, since: np.ndarray, dst: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(device end node, resume node) for each idle gap src -> dst that ended within RESUME_TOL_NS after a device
-    op ended inside the gap: the latest such end."""
+    """(device end node, resume node) for each idle gap (the thread idle from `since`, ns, to the point `dst`)
+    that ended within RESUME_TOL_NS after a device op ended inside the gap: the latest such end."""
     if not len(dev_end_nodes) or not len(dst):
         z = np.zeros(0, np.int64)
         return z, z
@@ -47,7 +49,7 @@ def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, src: np.ndarray, 
     r = time[dst]
     j = np.searchsorted(ends, r, side="right") - 1
     jj = np.maximum(j, 0)
-    ok = (j >= 0) & (ends[jj] >= r - RESUME_TOL_NS) & (ends[jj] > time[src])
+    ok = (j >= 0) & (ends[jj] >= r - RESUME_TOL_NS) & (ends[jj] > since)
     return en[jj[ok]], dst[ok]
 
 
