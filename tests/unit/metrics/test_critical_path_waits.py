@@ -141,11 +141,17 @@ def test_thread_woken_by_another_that_went_idle(tmp_path, earlier_op):
     assert cp.gpu_compute_bound == pytest.approx(100 * 140 / 1880, abs=0.05)
 
 
-def test_thread_waking_while_the_other_stays_busy_is_no_hand_over(tmp_path):
+@pytest.mark.parametrize("poller", [False, True])
+def test_thread_waking_while_the_other_stays_busy_is_no_hand_over(tmp_path, poller):
     """The twin: the main thread is in aten::B 1550-2500 when thread 200 wakes (it went idle nowhere near 1700),
     so nothing hands over: thread 200's own idle time, from the window's start 20 to 1700, is a host gap (1680),
-    evaluate_function 1700-1750 host op 50, launch 10, K2 compute 140. 1880 µs."""
-    m = _metrics(tmp_path, _hand_over(True))
+    evaluate_function 1700-1750 host op 50, launch 10, K2 compute 140. 1880 µs. With `poller`, a thread that never
+    launches device work (a pin-memory poller's) records cudaPointerGetAttributes 1600-1650 and nothing after,
+    50 µs before the wake-up: it drives nothing, so it hands nothing over either."""
+    b = _hand_over(True)
+    if poller:
+        b.cpu_op("cudaPointerGetAttributes", 1600, 50, tid=300, cat="cuda_runtime")
+    m = _metrics(tmp_path, b)
     cp, causes = m.steps[0].critical_path, m.critical_path.causes
     assert cp.length_ms == pytest.approx(1.88)
     assert causes["host_gap"] == pytest.approx(100 * 1680 / 1880, abs=0.05)

@@ -123,7 +123,7 @@ def build(t: RankTrace) -> Graph:
     stream_pred = _stream_edges(t, ev, dk, begin, end, add)
     _wait_edges(t, ev, dk, begin, end, launch_of, stream_pred, add)
     _sync_edges(t, ev, hk, dk, begin, end, add)
-    _resume_edges(time, dk, idle, add)
+    _resume_edges(time, dk, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
     if not srcs:
         z = np.zeros(0, np.int64)
         return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8))
@@ -181,13 +181,23 @@ def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
     return nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of
 
 
-def _resume_edges(time, dk, idle, add) -> None:
-    """RESUME edges into the points that end a long idle gap of a host thread (resume.py)."""
+def _resume_edges(time, dk, idle, launching: np.ndarray, add) -> None:
+    """RESUME edges into the points that end a long idle gap of a host thread (resume.py). Only threads that
+    launched device work (`launching`: their thread ids) take part: a thread that never drives the device (a
+    data loader's, a pin-memory poller's) wakes on its own clock, and a wake-up near an unrelated kernel's end or
+    another thread's pause would be chance."""
     if idle is None:
         return
     gs, gd, first, last, thread_of = idle
-    long_ = resume.idle_resumes(time, gs, gd)
+    drives = np.zeros(int(max(thread_of.max(initial=0), launching.max(initial=0))) + 1, bool)
+    drives[launching] = True
+
+    def drv(nodes: np.ndarray) -> np.ndarray:  # host nodes only: their thread is set
+        return drives[thread_of[nodes]]
+
+    long_ = resume.idle_resumes(time, gs, gd) & drv(gd)
     gs, gd = gs[long_], gd[long_]
+    first, last = first[drv(first)], last[drv(last)]
     woke = np.concatenate([gd, first])  # a thread's first point: idle since the capture began
     since = np.concatenate([time[gs], np.full(len(first), np.iinfo(np.int64).min)])
     s, d = resume.device_resume(time, 2 * dk + 1, since, woke)

@@ -11,6 +11,7 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
   end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
 
+Only threads that launch device work take part (graph.py), as the thread that wakes and the one that hands over.
 Both need the gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A
 thread's first recorded point counts as the end of one (idle since the capture began: an autograd thread's first
 backward op, woken by loss.backward()).
