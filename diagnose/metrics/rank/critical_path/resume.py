@@ -11,17 +11,20 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
   end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
 
-Only threads that launch device work take part (graph.py), as the thread that wakes and the one that hands over.
-Both need the gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A
-thread's first recorded point counts as the end of one (idle since the capture began: an autograd thread's first
-backward op, woken by loss.backward()).
-Measured in the real traces (tests/unit/metrics/test_critical_path_resume.py names them): torchrec
-sst_long_a2a_optimizer_3's main thread resumes 50 µs after the embedding-update kernel it waited on ends (the
+A wake-up with a hand-over gets no device edge: on a busy device some op always ends just before it. Only threads
+that launch device work take part (graph.py), as the thread that wakes and the one that hands over. Both need the
+gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A thread's first
+recorded point counts as the end of one (idle since the capture began: an autograd thread's first backward op,
+woken by loss.backward()).
+
+Measured in the real traces (tests/unit/metrics/test_critical_path_waits.py names them): torchrec
+sst_long_a2a_optimizer_3 rank 2's main thread resumes 50 µs after the embedding-update kernel it waited on (the
 recorded synchronize calls that blocked return 1-52 µs after the device op they waited on, p90 10-49 µs, in
-a100_16rank, trace_diff control / test, opt_3 / opt_5 rank 2, mi300_ddp8, nccl_data); its main thread resumes 181 µs after the
-autograd thread's last launch, the autograd thread 190 µs after the main thread's `ones_like`; hta trace_diff's
-autograd thread starts 462 µs after the main thread's. The edge arrives last, so it binds; without one the point
-keeps its THREAD edge. One sort and a few searchsorted passes over the gaps.
+a100_16rank, trace_diff control / test, opt_3 / opt_5 rank 2, mi300_ddp8, nccl_data); its main thread resumes
+181 µs after the autograd thread's last launch, the autograd thread 190 µs after the main thread's `ones_like`;
+trace_diff's autograd threads start 185-462 µs after the main thread's `ones_like`; kineto resnet50's main thread
+79-133 µs after the autograd thread's last AccumulateGrad. The edge arrives last, so it binds; without one the
+point keeps its THREAD edge. One sort and a few searchsorted passes over the gaps.
 """
 
 from __future__ import annotations
