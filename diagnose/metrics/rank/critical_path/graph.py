@@ -13,7 +13,10 @@ Edges say "v could not happen before u":
   hipStreamWaitEvent). The trace does not say which event a wait is on, so the edge is read from the times;
 - SYNC: the device op that ended last inside a blocking call (device / stream / event synchronize, a
   synchronous memcpy) -> that call's end; for a cudaMemcpyAsync / hipMemcpyAsync, only its own copy ending
-  inside it (a copy that held the host).
+  inside it (a copy that held the host);
+- RESUME (resume.py): into the point that ends a long idle gap of a host thread, from what it waited on: a device
+  op that ended just before (an unrecorded synchronize; typed SYNC) or another thread that went idle just before
+  (a hand-over, e.g. loss.backward() and the autograd thread; typed THREAD).
 
 Each edge carries a cause (CAUSES): what bounds the time from u to v when the edge is on the critical path.
 """
@@ -27,6 +30,7 @@ import numpy as np
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
+from llmdiag.diagnose.metrics.rank.critical_path import resume
 from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 
@@ -39,7 +43,12 @@ PRIORITY = np.array([1, 2, 0, 3, 4, 5], np.int8)
 CAUSES = ("host_op", "host_gap", "runtime", "allocator", "synchronize",
           "compute", "memcpy", "memset", "communication", "launch_delay", "kernel_gap", "event_wait")
 C = {c: i for i, c in enumerate(CAUSES)}
-WAIT_TOL_NS = 50_000  # a device op beginning this soon after another stream's op ended, when it was ready before
+# A device op beginning this soon after another stream's op ended, when it was ready before: a stream-event wait.
+# Measured on the real traces (device ops ready >= 200 µs before they began, the other stream's last end before):
+# 1-21 µs mostly, 54-97 µs for memsets / elementwise kernels behind a copy or a SendRecv (a100_16rank rank 0,
+# trace_diff test.json: 66 µs after a SendRecv); beyond 100 µs only NCCL kernels' own start (90-200 µs) and
+# waits on the host.
+WAIT_TOL_NS = 100_000
 
 ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
 is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
@@ -104,7 +113,7 @@ def build(t: RankTrace) -> Graph:
         causes.append(np.broadcast_to(np.asarray(ca, np.int8), (len(srcs[-1]),)).astype(np.int8))
 
     hk = np.flatnonzero(~is_dev)  # selected-event positions of host events
-    _thread_edges(t, ev, hk, begin, end, add)
+    idle = _thread_edges(t, ev, hk, begin, end, add)
     dk = np.flatnonzero(is_dev)
     dkind = kind[ev[dk]]
     span_cause = np.select([dkind == COMM, dkind == MEMCPY, dkind == MEMSET], [C["communication"], C["memcpy"],
@@ -114,6 +123,7 @@ def build(t: RankTrace) -> Graph:
     stream_pred = _stream_edges(t, ev, dk, begin, end, add)
     _wait_edges(t, ev, dk, begin, end, launch_of, stream_pred, add)
     _sync_edges(t, ev, hk, dk, begin, end, add)
+    _resume_edges(time, dk, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
     if not srcs:
         z = np.zeros(0, np.int64)
         return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8))
@@ -136,11 +146,12 @@ def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray,
     return nodes[o], th[o], np.where(isb[o] == 1, 1, -1)
 
 
-def _thread_edges(t: RankTrace, ev, hk, begin, end, add) -> None:
+def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
     """THREAD edges with their cause: the innermost host event open between the two points (none: a gap
-    between top-level ops, where nothing was profiled)."""
+    between top-level ops, where nothing was profiled). Returns the gaps and each thread's last point:
+    (gap src nodes, gap dst nodes, first nodes, last nodes, thread per node), None without host events."""
     if not len(hk):
-        return
+        return None
     nodes, th, step = host_points(t, ev, hk, begin, end)
     same = th[1:] == th[:-1]
     # depth after each point, per thread
@@ -165,6 +176,39 @@ def _thread_edges(t: RankTrace, ev, hk, begin, end, add) -> None:
     cause = _host_cause(t, ev[k_open])
     cause[gap] = C["host_gap"]
     add(nodes[j], nodes[j + 1], THREAD, cause)
+    thread_of = np.full(2 * len(ev), -1, np.int64)
+    thread_of[nodes] = th
+    return nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of
+
+
+def _resume_edges(time, dk, idle, launching: np.ndarray, add) -> None:
+    """RESUME edges into the points that end a long idle gap of a host thread (resume.py). Only threads that
+    launched device work (`launching`: their thread ids) take part: a thread that never drives the device (a
+    data loader's, a pin-memory poller's) wakes on its own clock, and a wake-up near an unrelated kernel's end or
+    another thread's pause would be chance."""
+    if idle is None:
+        return
+    gs, gd, first, last, thread_of = idle
+    drives = np.zeros(int(max(thread_of.max(initial=0), launching.max(initial=0))) + 1, bool)
+    drives[launching] = True
+
+    def drv(nodes: np.ndarray) -> np.ndarray:  # host nodes only: their thread is set
+        return drives[thread_of[nodes]]
+
+    long_ = resume.idle_resumes(time, gs, gd) & drv(gd)
+    gs, gd = gs[long_], gd[long_]
+    first, last = first[drv(first)], last[drv(last)]
+    woke = np.concatenate([gd, first])  # a thread's first point: idle since the capture began
+    since = np.concatenate([time[gs], np.full(len(first), np.iinfo(np.int64).min)])
+    quiet_from = np.concatenate([gs, last])
+    quiet_to = np.concatenate([gd, np.full(len(last), -1, np.int64)])
+    hs, hd = resume.handoff(time, thread_of, quiet_from, quiet_to, woke)
+    add(hs, hd, THREAD, C["host_gap"])
+    # A wake-up another thread explains is not read as a device wait: on a busy device some op always ends
+    # within the tolerance before it.
+    left = ~np.isin(woke, hd)
+    s, d = resume.device_resume(time, 2 * dk + 1, since[left], woke[left])
+    add(s, d, SYNC_EDGE, C["synchronize"])
 
 
 def _host_cause(t: RankTrace, evs: np.ndarray) -> np.ndarray:

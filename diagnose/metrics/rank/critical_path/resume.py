@@ -1,0 +1,83 @@
+"""What a host thread waited on through an idle gap: RESUME edges into the point that ends it.
+
+A thread with nothing recorded for a long time (no op of the graph open: a Python wait, a loss.backward() handing
+the work to the autograd thread, a blocking call the profiler did not record) was waiting on something, not busy;
+a THREAD edge across that gap says only "this point came after the last one", and on the critical path it becomes
+an unprofiled host gap that hides what the thread really waited on. Two waits are read from the times:
+
+- the device: the thread resumed within RESUME_TOL_NS after a device op ended (an unrecorded synchronize, e.g.
+  an event polled or waited on from Python): an edge from that op's end, cause `synchronize`;
+- another thread: the thread resumed within HANDOFF_TOL_NS after another thread's last point before that thread
+  itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
+  end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
+
+A wake-up with a hand-over gets no device edge: on a busy device some op always ends just before it. Only threads
+that launch device work take part (graph.py), as the thread that wakes and the one that hands over. Both need the
+gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A thread's first
+recorded point counts as the end of one (idle since the capture began: an autograd thread's first backward op,
+woken by loss.backward()).
+
+Measured in the real traces (tests/unit/metrics/test_critical_path_waits.py names them): torchrec
+sst_long_a2a_optimizer_3 rank 2's main thread resumes 50 µs after the embedding-update kernel it waited on (the
+recorded synchronize calls that blocked return 1-52 µs after the device op they waited on, p90 10-49 µs, in
+a100_16rank, trace_diff control / test, opt_3 / opt_5 rank 2, mi300_ddp8, nccl_data); its main thread resumes
+181 µs after the autograd thread's last launch, the autograd thread 190 µs after the main thread's `ones_like`;
+trace_diff's autograd threads start 185-462 µs after the main thread's `ones_like`; kineto resnet50's main thread
+79-133 µs after the autograd thread's last AccumulateGrad. The edge arrives last, so it binds; without one the
+point keeps its THREAD edge. One sort and a few searchsorted passes over the gaps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IDLE_MIN_NS = 1_000_000  # a thread idle this long was waiting, not running untraced code between two ops
+RESUME_TOL_NS = 60_000  # a blocking call's return after the device op it waited on: 1-52 µs in 7 real traces
+HANDOFF_TOL_NS = 1_000_000  # another thread's wake-up after the one that handed over went idle: 0.2-0.5 ms measured
+HANDOFF_LOOKBACK = 4  # candidates checked per resume (other threads going idle just before it)
+
+
+def idle_resumes(time: np.ndarray, gap_src: np.ndarray, gap_dst: np.ndarray) -> np.ndarray:
+    """Mask of the idle gaps (THREAD edges gap_src -> gap_dst with no op open) long enough to be a wait."""
+    return (time[gap_dst] - time[gap_src]) >= IDLE_MIN_NS
+
+
+def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, since: np.ndarray, dst: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(device end node, resume node) for each idle gap (the thread idle from `since`, ns, to the point `dst`)
+    that ended within RESUME_TOL_NS after a device op ended inside the gap: the latest such end."""
+    if not len(dev_end_nodes) or not len(dst):
+        z = np.zeros(0, np.int64)
+        return z, z
+    o = np.argsort(time[dev_end_nodes], kind="stable")
+    ends, en = time[dev_end_nodes][o], dev_end_nodes[o]
+    r = time[dst]
+    j = np.searchsorted(ends, r, side="right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (ends[jj] >= r - RESUME_TOL_NS) & (ends[jj] > since)
+    return en[jj[ok]], dst[ok]
+
+
+def handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, quiet_to: np.ndarray,
+            dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(point, resume node) for each resume `dst` within HANDOFF_TOL_NS after another thread's point at which it
+    went idle (`quiet_from`, its next point `quiet_to`, -1 for none) and stayed idle past the resume: the latest
+    such point among the HANDOFF_LOOKBACK going idle last before the resume. `thread_of` is per node."""
+    if not len(quiet_from) or not len(dst):
+        z = np.zeros(0, np.int64)
+        return z, z
+    o = np.argsort(time[quiet_from], kind="stable")
+    qf, qt = quiet_from[o], quiet_to[o]
+    qtime = time[qf]
+    qnext = np.where(qt >= 0, time[np.maximum(qt, 0)], np.iinfo(np.int64).max)
+    r = time[dst]
+    last = np.searchsorted(qtime, r, side="right") - 1
+    best = np.full(len(dst), -1, np.int64)
+    for k in range(HANDOFF_LOOKBACK):  # latest first: keep the first that fits
+        j = last - k
+        jj = np.maximum(j, 0)
+        ok = (best < 0) & (j >= 0) & (qtime[jj] >= r - HANDOFF_TOL_NS) & (thread_of[qf[jj]] != thread_of[dst]) \
+            & (qnext[jj] > r)
+        best[ok] = jj[ok]
+    ok = best >= 0
+    return qf[best[ok]], dst[ok]
