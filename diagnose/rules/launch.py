@@ -92,7 +92,8 @@ def host_bound(c: Ctx) -> list[Finding]:
     slow = _slow(r)
     launches = lw is None or lw.in_launch_ms >= CALLS_MOST * g
     per_launch = lw is None or slow < 0.5 * g  # most of it in short gaps: per-launch cost
-    if lw is not None:
+    if lw is not None and r.idle is not None:
+        ib = r.idle
         rest = max(0.0, lw.wait_ms - lw.in_launch_ms)
         ev = (f"rank {r.rank}: the {c.dev} waits for the host's next launch {fmt(lw.wait_ms, 'ms')} per step in gaps "
               "under 1 ms that end with work launched after the gap began (nothing was "
@@ -110,10 +111,10 @@ def host_bound(c: Ctx) -> list[Finding]:
         if lw.long_ms > slow:
             ev += (f"; {fmt(lw.long_ms - slow, 'ms')} per step in gaps of 1 ms or more that one host op holds or "
                    "no op is recorded in (host_op_stall, stalls), not counted")
-        ev += (f"; the rest of the {fmt(r.idle.idle_ms, 'ms')} idle: {fmt(r.idle.queued_ms, 'ms')} waits on "
-               f"queued work, {fmt(r.idle.runtime_ms, 'ms')} in blocking runtime calls, "
-               f"{fmt(r.idle.dataloader_ms, 'ms')} on the DataLoader")
-        if h.shapes_recorded and not r.idle.python_events:
+        ev += (f"; the rest of the {fmt(ib.idle_ms, 'ms')} idle: {fmt(ib.queued_ms, 'ms')} waits on "
+               f"queued work, {fmt(ib.runtime_ms, 'ms')} in blocking runtime calls, "
+               f"{fmt(ib.dataloader_ms, 'ms')} on the DataLoader")
+        if h.shapes_recorded and not ib.python_events:
             ev += ("; the trace records Input Dims (`record_shapes=True`): the profiler's per-op recording adds to "
                    "the host's time between launches, so unprofiled this idle is smaller")
     else:
