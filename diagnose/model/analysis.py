@@ -197,6 +197,9 @@ class RankMetrics:
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
     critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
     chores: RankChores | None = None  # per-step chores and what the capture is (metrics/rank/chores.py; GPU traces)
+    simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
+    # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",
+    # "host_sync", "comm", "comm:<process group>"; only the causes the trace shows, none on CPU traces
 
     @property
     def nsteps(self) -> int:

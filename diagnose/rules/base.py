@@ -12,7 +12,7 @@ from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.model.roles import pg_role
 from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host
 
-FP32_TO_BF16_SPEEDUP = 4.0  # conservative: tensor-core bf16 vs fp32 FMA peak is 8-16x on sm80+
+from llmdiag.diagnose.model.gemm_speedup import FP32_TO_BF16_SPEEDUP  # noqa: F401  (one definition, re-exported)
 
 
 RISKS = ("memory_near_capacity", "contaminated_timings")  # no speed-up: their severity is the risk's, not a gain's

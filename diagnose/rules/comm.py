@@ -9,6 +9,7 @@ from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.rules.comm_gain import gain_text as _gain_text, kind as _kind, simulated as _simulated
 from llmdiag.diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
@@ -35,7 +36,10 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     step = statistics.fmean(x[0].step_time_ms for x in rows)
     if exp_mean < 0.05 * step or (ratio is not None and ratio >= 0.70):
         return None
-    gain = statistics.fmean(min(x[2], x[0].compute_only_ms, _on_path(x[0], x[2])) for x in rows)
+    sims = [_simulated(x[0], x[3], waits.get(x[0].rank, 0.0)) for x in rows]
+    simulated = all(g is not None for g in sims)
+    gain = statistics.fmean([g for g in sims if g is not None] if simulated else
+                            [min(x[2], x[0].compute_only_ms, _on_path(x[0], x[2])) for x in rows])
     if gain < 0.01 * step:  # nothing to hide it under (e.g. a trace of communication only), or none on the path
         return None
     bad = [x for x in rows if x[2] >= 0.05 * x[0].step_time_ms]
@@ -53,7 +57,7 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
                "(the rest of the exposed time runs while the step waits on something else: hiding it gains nothing)")
     ranks = [x[0].rank for x in bad] or [worst[0].rank]
     steps = steps_where([x[0] for x in bad] or [worst[0]], lambda st: st.exposed_comm_ms >= 0.05 * st.time_ms)
-    return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows
+    return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows, simulated
 
 
 def _on_path(r, exposed: float) -> float:
@@ -99,7 +103,7 @@ def dp_overlap(c: Ctx) -> list[Finding]:
     res = _exposed_comm_rule(c, ("dp",))
     if not res or c.training is False:
         return []
-    ev, ranks, steps, gain, step, kinds, rows = res
+    ev, ranks, steps, gain, step, kinds, rows, simulated = res
     wrapper = dp_wrapper(c, kinds)
     events = ["collective kernels (kind, process group, sizes)", "compute kernels"]
     source = "trace"
@@ -130,11 +134,9 @@ def dp_overlap(c: Ctx) -> list[Finding]:
                "`gradient_as_bucket_view=True`")
     else:
         return []  # the wrapper is not identified: exposed_comm reports the time without DP advice
-    eg = c.gain_text(gain, "the exposed DP communication, capped by the compute-only time it can hide under and by the "
-                     "communication on the critical path",
-                     bound=True)
+    eg = _gain_text(c, gain, "DP communication", simulated)
     return [c.finding("dp_overlap", severity_for(gain, step), "Data-parallel communication is exposed", ev, ranks,
-                      steps, act, eg, gain, "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
+                      steps, act, eg, gain, "ranks[].comm_by_kind[].overlap_ratio", gain_kind=_kind(simulated),
                       source=source, events=events)]
 
 
@@ -147,13 +149,11 @@ def exposed_comm(c: Ctx) -> list[Finding]:
     res = _exposed_comm_rule(c, roles)
     if not res:
         return []
-    ev, ranks, steps, gain, step, kinds, rows = res
+    ev, ranks, steps, gain, step, kinds, rows, simulated = res
     act = _exposed_action(c, rows)
-    eg = c.gain_text(gain, "the exposed communication time, capped by the compute-only time it could hide under and by "
-                     "the communication on the critical path",
-                     bound=True)
+    eg = _gain_text(c, gain, "communication", simulated)
     return [c.finding("exposed_comm", severity_for(gain, step), "Communication is exposed", ev, ranks, steps, act,
-                      eg, gain, "ranks[].exposed_comm_ms", gain_kind="bound",
+                      eg, gain, "ranks[].exposed_comm_ms", gain_kind=_kind(simulated),
                       events=["collective kernels (kind, process group)", "compute kernels"])]
 
 
@@ -224,7 +224,7 @@ def tp_exposed(c: Ctx) -> list[Finding]:
     res = _exposed_comm_rule(c, ("tp",))
     if not res:
         return []
-    ev, ranks, steps, gain, step, kinds, rows = res
+    ev, ranks, steps, gain, step, kinds, rows, simulated = res
     tp = int(c.layout.get("tp") or max((cc.group_size or 0) for x in rows for cc in x[3]) or 0)
     acts = []
     per_host = c.gpus_per_host()
@@ -234,11 +234,10 @@ def tp_exposed(c: Ctx) -> list[Finding]:
         acts.append("sequence parallel (`--sp`: all-reduce → reduce-scatter + all-gather, smaller activations)")
     if tp >= 2:
         acts.append(f"smaller TP: tp={max(1, tp // 2)} with twice the DP/FSDP degree")
-    eg = c.gain_text(gain, "the exposed TP communication, capped by compute-only time and by the communication on the "
-                     "critical path", bound=True)
+    eg = _gain_text(c, gain, "TP communication", simulated)
     return [c.finding("tp_exposed", severity_for(gain, step), "Tensor-parallel communication is exposed", ev, ranks,
                       steps, "; or ".join(acts) or "smaller TP degree", eg, gain,
-                      "ranks[].comm_by_kind[].overlap_ratio", gain_kind="bound",
+                      "ranks[].comm_by_kind[].overlap_ratio", gain_kind=_kind(simulated),
                       source="manifest" if c.layout.get("tp") else "trace",
                       events=["collective kernels (kind, process group, group size)", "compute kernels"])]
 

@@ -237,12 +237,22 @@ def host_sync(c: Ctx) -> list[Finding]:
     bad = _blocking(c, alloc=False, less=event_wait_ms)
     if not bad:
         return out
-    gain = statistics.fmean(_typical(x[0], x[1]) for x in bad)
     r, tot, ops = max(bad, key=lambda x: x[1])
     ev = (f"rank {r.rank}: {fmt(tot, 'ms')} of the {fmt(r.step_time_ms, 'ms')} step the {c.dev} is idle while the "
           f"host blocks in {_ops_text(r, ops)} per step ({plural(len(bad), 'rank')})")
     held = [s for s in r.idle.stretches if s.cause == "runtime" and not ALLOC_RE.search(s.op) and s.event_wait is None]
     once = _typical(r, tot) < tot
+    # Simulated where every such rank has the what-if (the host no longer waits in its synchronizing calls, re-timed
+    # on its dependency graph) and no one-off step holds most of the idle (the simulation's mean would charge every
+    # step with it). It can exceed the idle bound: a sync serialises host and device, so the idle it causes also
+    # lies after it, under the host work that follows, which without the wait runs while the device computes.
+    sims = [x[0].simulated_gain_ms.get("host_sync") for x in bad]
+    simulated = not once and all(g is not None for g in sims)
+    gain = statistics.fmean([g for g in sims if g is not None] if simulated else [_typical(x[0], x[1]) for x in bad])
+    if simulated:
+        ev += (f"; simulated on the rank's dependency graph with the host not waiting in those calls (its work "
+               f"after them runs while the {c.dev} computes): rank {r.rank}'s steps shorten by "
+               f"{fmt(r.simulated_gain_ms['host_sync'], 'ms')}")
     if once:
         where = ", ".join(f"step {s.step}: {fmt(s.idle_ms, 'ms')}" for s in held[:2])
         ev += (f"; most of it is one-off ({where}; {plural(len({s.step for s in held}), 'step')} of {r.nsteps}), "
@@ -266,12 +276,17 @@ def host_sync(c: Ctx) -> list[Finding]:
     if not acts or any(re.search(r"item|scalar|nonzero|Synchronize", n) for n in names):
         acts.append("avoid `.item()` / `.cpu()` / `print(tensor)` and other host reads in the step (accumulate on "
                     "the device, log every N steps); find them with `torch.cuda.set_sync_debug_mode(\"warn\")`")
-    eg = c.gain_text(gain, "the device idle while the host blocks on those calls" + (
-        "; where one step holds most of it (a first copy, a one-off sync), the typical step's" if once else ""), True)
+    if simulated:
+        eg = c.gain_text(gain, "simulated on the rank's dependency graph: the host no longer waits for its device in "
+                         "those calls (waits on a stream event left to `event_wait`), mean over the ranks")
+    else:
+        eg = c.gain_text(gain, "upper bound: the device idle while the host blocks on those calls" + (
+            "; where one step holds most of it (a first copy, a one-off sync), the typical step's" if once else ""),
+            True)
     sev = severity_for(gain, c.step_ms) if gain >= IDLE_FLOOR * c.step_ms else "low"
     return out + [c.finding("host_sync", sev, f"{c.Dev} idle behind host synchronisation", ev,
                             [x[0].rank for x in bad], [s.step for s in held[:1]], "; ".join(acts), eg, gain,
-                            "ranks[].idle.runtime_ops", gain_kind="bound",
+                            "ranks[].idle.runtime_ops", gain_kind="simulated" if simulated else "bound",
                             events=[short(k) for k in sorted(ops)] + [short(s.op) for s in held[:1]])]
 
 

@@ -15,30 +15,15 @@ import statistics
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.devices import compute_capability
 from llmdiag.diagnose.model.format import fmt, plural
-from llmdiag.diagnose.rules.base import FP32_TO_BF16_SPEEDUP, Ctx, severity_for
+from llmdiag.diagnose.model.gemm_speedup import AMD_RE, AMD_SPEEDUP, CONSUMER_SPEEDUP, gemm_speedup  # noqa: F401
+from llmdiag.diagnose.rules.base import Ctx, severity_for
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
-AMD_RE = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 _AMD_MATRIX = re.compile(r"\bMI(2\d\d|3\d\d)", re.I)  # CDNA2/3: bf16 matrix cores 4-8x their fp32 matrix rate
-_CONSUMER = re.compile(r"GEFORCE|\bRTX \d{4}\b|TITAN RTX", re.I)  # fp32-accumulate tensor rate halved
-# Assumed GEMM speed-ups (estimate): at most half the tensor-core peak ratio over the fp32 path, because
-# training GEMMs reach a smaller share of the tensor-core peak than of the fp32 one.
-CONSUMER_SPEEDUP = 1.5  # GeForce RTX 20xx-40xx: fp16/bf16 with fp32 accumulate is 2x the fp32 peak
-AMD_SPEEDUP = 2.0  # MI250X: bf16 matrix 383 vs fp32 matrix 95.7 TFLOPS (4x); MI300X 8x
 
 
 def _cc(c: Ctx, r: RankMetrics) -> float | None:
     return r.hints.compute_capability or compute_capability(r.device or c.device)
-
-
-def _speedup(device: str) -> tuple[float, str]:
-    """(assumed fp32 → 16-bit GEMM speed-up, why) for a device."""
-    if AMD_RE.search(device):
-        return AMD_SPEEDUP, "half the bf16/fp32 matrix-core peak ratio of an MI250X (4×; 8× on MI300X)"
-    if _CONSUMER.search(device) and not re.search(r"QUADRO|RTX A\d|ADA GENERATION", device, re.I):
-        return CONSUMER_SPEEDUP, ("three quarters of a GeForce part's 2× tensor-core (fp32 accumulate) over "
-                                  "fp32 peak ratio")
-    return FP32_TO_BF16_SPEEDUP, "half or less of the 8-16× tensor-core over fp32 peak ratio (V100, T4, A100, H100)"
 
 
 def _eligible(c: Ctx, r: RankMetrics) -> bool:
@@ -68,14 +53,25 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     return min(g, r.hints.host_wait_ms) if _host_bound(r) else g
 
 
+def _simulated(r: RankMetrics, speedup: float) -> float | None:
+    """ms per step the rank's steps shorten with its fp32 GEMM kernels `speedup` times faster, re-timed on its
+    dependency graph (RankMetrics.simulated_gain_ms); None where the summary has no such simulation.
+
+    It can exceed `_saving`'s bound: the on-path share reads a kernel whose next op on its stream was launched
+    after it ended as off the path, but where the host waited for that kernel in a synchronize (or a synchronous
+    copy) it held the host, and the simulation follows that sync edge: the host returns, and launches, earlier."""
+    return r.simulated_gain_ms.get(f"fp32_gemm/{speedup:g}")
+
+
 def _host_bound(r: RankMetrics) -> bool:
     h = r.hints
     return h.host_wait_ms is not None and (h.device_idle_frac or 0) >= HOST_BOUND_IDLE
 
 
 def fp32_gemm(c: Ctx) -> list[Finding]:
-    """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is an estimate: the fp32 GEMM
-    time × (1 − 1/speed-up), the speed-up assumed from the device's peak ratio (`_speedup`)."""
+    """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is simulated where every such
+    rank's summary holds the what-if (`_simulated`: its fp32 GEMM kernels faster by the speed-up assumed from the
+    device's peak ratio, `gemm_speedup`, re-timed on its dependency graph); else an estimate (`_saving`)."""
     bad = [r for r in c.ranks if _eligible(c, r)]
     if not bad:
         return []
@@ -83,17 +79,29 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     dev = w.device or c.device
     amd = bool(AMD_RE.search(dev))
     cc = None if amd else _cc(c, w)
-    speedup, why = _speedup(dev)
-    gain = statistics.fmean(_saving(r, speedup) for r in bad)
+    speedup, why = gemm_speedup(dev)
+    sims = [_simulated(r, speedup) for r in bad]
+    simulated = all(x is not None for x in sims)
+    gain = statistics.fmean([x for x in sims if x is not None] if simulated else [_saving(r, speedup) for r in bad])
     where = f"{dev or 'the GPU'}" + (f", compute capability {fmt(cc, 'avg')}" if cc else "")
     ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
           f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
-    if _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
+    h = w.hints
+    if simulated:
+        sim, own = _simulated(w, speedup) or 0.0, h.fp32_gemm_frac * w.compute_ms * (1 - 1 / speedup)
+        ev += (f"; simulated on the rank's dependency graph with those kernels {speedup:g}× faster, every later op "
+               f"as early as its own dependencies allow: rank {w.rank}'s steps shorten by {fmt(sim, 'ms')}")
+        if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
+            ev += (f" of the {fmt(own, 'ms')} the kernels themselves lose: " + (
+                f"the host sets the step (the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of it), so finished "
+                f"earlier the {c.dev} waits longer for its next launch" if _host_bound(w) else
+                "the step then waits on other work (another stream's, or the host's)"))
+    elif _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that GEMM time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster GEMMs there only add idle")
-    h = w.hints
-    if _host_bound(w) and _saving(w, speedup) < h.fp32_gemm_frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
+    if not simulated and _host_bound(w) and _saving(w, speedup) < h.fp32_gemm_frac * w.compute_ms * _on_path(w) * (
+            1 - 1 / speedup):
         waits = f"{fmt(h.host_wait_ms, 'ms')} per step (synchronize and synchronous copies)"
         if h.host_wait_ms < 0.05 * w.step_time_ms:
             ev += (f"; but the host waits for the {c.dev} only {waits} while the {c.dev} idles "
@@ -118,9 +126,15 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
             act += ("; or at least TF32 for the fp32 matmuls, with no dtype change: "
                     "`torch.backends.cuda.matmul.allow_tf32 = True` / `torch.set_float32_matmul_precision(\"high\")`")
         title = "fp32 matmuls on a tensor-core GPU"
-    eg = c.gain_text(gain, f"fp32 GEMM time on the path × (1 − 1/{speedup:g}), an assumed {speedup:g}× GEMM "
-                     f"speed-up: {why}; at most the host's waits for the {c.dev} where it idles")
+    if simulated:
+        eg = c.gain_text(gain, f"simulated on the rank's dependency graph with the fp32 GEMM kernels at 1/{speedup:g} "
+                         f"of their time, an assumed {speedup:g}× GEMM speed-up: {why}; mean over the ranks")
+    else:
+        eg = c.gain_text(gain, f"estimate, not simulated: fp32 GEMM time on the path × (1 − 1/{speedup:g}), an "
+                         f"assumed {speedup:g}× GEMM speed-up: {why}; at most the host's waits for the {c.dev} where "
+                         "it idles")
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
+                      gain_kind="simulated" if simulated else "estimate",
                       events=["fp32 GEMM kernels (sgemm, simt; GEMM ops' Input type float)",
                               "deviceProperties.computeMajor / device name"])]

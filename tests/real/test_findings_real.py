@@ -122,13 +122,17 @@ def test_vllm_inference_gets_no_training_advice():
 
 def test_mi300_ddp_small_gradients_no_bucket_advice():
     """ResNet18 DDP: the gradients fit the default bucket, so no bucket_cap_mb; the exposed time is still
-    reported, bounded by the compute it could hide under."""
+    reported, simulated on the rank's graph (the graph explains its steps) and capped by the compute it could hide
+    under."""
     rel = "tracelens/mi300_ddp8_actckpt_rank0.json.gz"
     a = _a(rel)
     assert "dp_overlap" not in _ids(rel)
     assert not any("bucket_cap_mb" in f.action for f in a.findings)
     f = _f(rel, "exposed_comm")
-    assert f.gain_kind == "bound" and f.gain_ms <= a.ranks[0].exposed_comm_ms
+    r = a.ranks[0]
+    assert f.gain_kind == "simulated" and "simulated on the rank's dependency graph" in f.expected_gain
+    assert f.gain_ms == pytest.approx(min(r.simulated_gain_ms["comm"], r.compute_only_ms), abs=1e-6)
+    assert f.gain_ms <= r.exposed_comm_ms
 
 
 def test_hipfree_idle_is_the_top_finding():

@@ -47,6 +47,8 @@ from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
 from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
 from llmdiag.diagnose.metrics.rank.chores import rank_chores
+from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
+from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 
 
 @dataclass
@@ -177,6 +179,7 @@ def _run(job: RankJob) -> RankOutput:
     per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
+    metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics))  # what-ifs
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,

@@ -196,6 +196,13 @@ def fp32_on_path_frac(t: RankTrace, compute: np.ndarray) -> float | None:
     return float(t.dur[f32[on]].sum()) / tot if tot else None
 
 
+def fp32_gemm_kernels(t: RankTrace) -> np.ndarray:
+    """Indices of the device's GEMM kernels evidenced to run in fp32 (what fp32_gemm_frac counts), in index order:
+    the edges the fp32 what-if shortens (critical_path/simulate.py)."""
+    idx, code, labels = _gemm_codes(t, (t.kind == COMPUTE) & (t.stream >= 0))
+    return idx[code == labels.index("fp32")]
+
+
 def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(GEMM kernel indices in `compute`, their precision codes, the code labels)."""
     labels = list(PRECISIONS) + ["unknown"]

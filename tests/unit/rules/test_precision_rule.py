@@ -8,6 +8,7 @@ import pytest
 
 from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.model.devices import compute_capability
+from llmdiag.diagnose.rules import findings
 from llmdiag.diagnose.rules.base import FP32_TO_BF16_SPEEDUP
 from llmdiag.diagnose.rules.precision import FP32_FLOOR
 from tests.gen.builder import TraceBuilder
@@ -19,16 +20,20 @@ P100 = {"name": "Tesla P100-PCIE-16GB", "computeMajor": 6, "computeMinor": 0, "t
 
 def _trace(tmp_path, props, gemm: str, gemm_us: int, other_us: int, steps: int = 3):
     """Per step: one GEMM kernel of gemm_us and one elementwise kernel of other_us, back to back, under a
-    backward and an optimizer op (a training step)."""
+    backward and an optimizer op (a training step); the host synchronizes at the step's end (returning 10 µs after
+    the device is done) and begins the next step 90 µs later, so a faster GEMM brings every later step forward by
+    the time it saves: the simulated gain per step is gemm_us × (1 − 1/speed-up)."""
     b = TraceBuilder(rank=0, world_size=1, device_properties=[props])
+    period = gemm_us + other_us + 200
     for k in range(steps):
-        k0 = k * 10_000
-        b.step(k + 1, k0, k0 + 10_000)
+        k0 = k * period
+        b.step(k + 1, k0, k0 + period)
         b.cpu_op("autograd::engine::evaluate_function: MmBackward0", k0 + 5, 50)
         b.kernel(gemm, k0 + 100, gemm_us, launch_at=k0 + 10)
         b.kernel("void at::native::vectorized_elementwise_kernel<4>()", k0 + 100 + gemm_us, other_us,
                  launch_at=k0 + 20)
         b.cpu_op("Optimizer.step#AdamW.step", k0 + 60, 20)
+        b.cpu_op("cudaDeviceSynchronize", k0 + 90, gemm_us + other_us + 20, cat="cuda_runtime")
     b.write(tmp_path / "run" / "rank0.json")
     return analyze_path(str(tmp_path / "run"), jobs=1)
 
@@ -45,7 +50,40 @@ def test_v100_sgemm_advises_fp16_with_grad_scaler(tmp_path):
     share, compute = 3000 / 4000, 4.0  # ms per step
     assert a.ranks[0].hints.fp32_gemm_frac == pytest.approx(share)
     assert f.gain_ms == pytest.approx(share * compute * (1 - 1 / FP32_TO_BF16_SPEEDUP), rel=1e-6)
-    assert f.gain_kind == "estimate" and f.expected_gain.startswith("≈")
+    assert f.gain_kind == "simulated" and f.expected_gain.startswith("≈")
+    assert "simulated on the rank's dependency graph" in f.expected_gain
+
+
+def test_gain_is_an_estimate_without_a_simulation(tmp_path):
+    """A summary without the what-if (an older summary, or one the graph could not simulate) keeps the estimate:
+    the fp32 GEMM time on the path × (1 − 1/4) = 3 ms × 0.75 (the host waits for the device each step)."""
+    a = _trace(tmp_path, V100, "volta_sgemm_128x64_tn", 3000, 1000)
+    a.ranks[0].simulated_gain_ms = {}
+    (f,) = [f for f in findings(a) if f.id == "fp32_gemm"]
+    assert f.gain_kind == "estimate" and "not simulated" in f.expected_gain
+    assert f.gain_ms == pytest.approx(3.0 * (1 - 1 / FP32_TO_BF16_SPEEDUP), rel=1e-6)
+
+
+def test_host_paced_steps_gain_nothing(tmp_path):
+    """The host launches each step's GEMM (3 ms) and elementwise kernel (1 ms) at k0+10 and k0+20, then works 9.9
+    ms and never waits for them; its steps begin every 10 ms whatever the device does, so a faster GEMM only lengthens the device's
+    idle: simulated gain 0 (low). The estimate, which reads the GEMM as on the path (the elementwise kernel was
+    queued behind it) and sees no host wait to cap it by, credits 3 ms × (1 − 1/4) = 2.25 ms, high."""
+    b = TraceBuilder(rank=0, world_size=1, device_properties=[V100])
+    for k in range(3):
+        k0 = k * 10_000
+        b.step(k + 1, k0, k0 + 10_000)
+        b.cpu_op("autograd::engine::evaluate_function: MmBackward0", k0 + 5, 50)
+        b.kernel("volta_sgemm_128x64_tn", k0 + 100, 3000, launch_at=k0 + 10)
+        b.kernel("void at::native::vectorized_elementwise_kernel<4>()", k0 + 3100, 1000, launch_at=k0 + 20)
+        b.cpu_op("aten::host_work", k0 + 60, 9900)  # the host busy until its next step
+    b.write(tmp_path / "run" / "rank0.json")
+    a = analyze_path(str(tmp_path / "run"), jobs=1)
+    (f,) = _fp32(a)
+    assert f.gain_ms == 0.0 and f.gain_kind == "simulated" and f.severity == "low"
+    a.ranks[0].simulated_gain_ms = {}
+    (f,) = [f for f in findings(a) if f.id == "fp32_gemm"]
+    assert f.gain_ms == pytest.approx(2.25) and f.gain_kind == "estimate"
 
 
 def test_a100_sgemm_advises_bf16_and_tf32(tmp_path):
