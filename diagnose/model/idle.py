@@ -53,6 +53,19 @@ class AllocStep:
 
 
 @dataclass
+class LaunchWait:
+    """Device idle per step in short gaps (< 1 ms) that end with work launched after the gap began, while host ops
+    run or no host event does (metrics/rank/launch_wait.py): the device waiting on the host to issue its next
+    work, the idle launch overhead and eager per-op host cost can claim."""
+
+    wait_ms: float  # that idle, mean ms per step
+    in_launch_ms: float  # of it, the part inside the launch calls themselves (cudaLaunchKernel, ...)
+    gaps: float  # such gaps per step
+    long_ms: float = 0.0  # the same kind of idle in gaps of 1 ms or more (one host event's: not counted above)
+    long_ops_ms: float = 0.0  # of long_ms, the part while host ops run (idle.py's host_bound cause)
+
+
+@dataclass
 class IdleBreakdown:
     """Device idle of one rank, mean ms per step, split in this order of precedence (the parts sum to idle_ms):
     capture edge, queued work, blocking runtime API, DataLoader, waiting on communication/peer, host-bound,
@@ -73,6 +86,7 @@ class IdleBreakdown:
     python_events: int = 0  # python_function events (with_stack=True): the profiler's stack recording inflates host time
     op_ids_contiguous: float | None = None  # recorded host ops whose next one (External id) is recorded too: far
     # below 1 in an event-sampled trace (hta/sampled_pair: 0.62; complete captures 0.98-1.0)
+    launch_wait: LaunchWait | None = None  # the idle the device spends waiting for the host's next launch
 
 
 @dataclass

@@ -24,6 +24,7 @@ from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.idle_stretch import alloc_steps, long_stretches, op_ids_contiguous
 from llmdiag.diagnose.metrics.rank.kernels import is_dataloader
+from llmdiag.diagnose.metrics.rank.launch_wait import launch_wait
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -108,6 +109,7 @@ def idle_breakdown(t: RankTrace, wins: list[Window]) -> IdleBreakdown | None:
         runtime_calls={k: calls.get(k, 0) / len(wins) for k in sorted(set(top) | set(calls))[:2 * RUNTIME_OPS_KEPT]},
         stretches=long_stretches(t, steps, named), alloc_steps=alloc_steps(t, wins, steps, alloc, is_alloc_call),
         python_events=int(t.cat_mask("python_function").sum()), op_ids_contiguous=op_ids_contiguous(t),
+        launch_wait=launch_wait(t, steps),
     )
 
 
