@@ -182,7 +182,8 @@ def _run(job: RankJob) -> RankOutput:
     per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track, walker)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
-    metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics))  # what-ifs
+    metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics),
+                                                walker[0].g if walker else None)  # what-ifs on the path's graph
     row_ev: list[int] = []
     collectives = collective_records(t, wins, groups, row_ev)
     return RankOutput(

@@ -277,15 +277,17 @@ def wanted(m) -> set[str]:
 
 
 def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = None,
-                    want: frozenset[str] | set[str] = frozenset({"fp32", "sync", "comm"})) -> dict[str, float]:
+                    want: frozenset[str] | set[str] = frozenset({"fp32", "sync", "comm"}), graph=None
+                    ) -> dict[str, float]:
     """ms per step each cause's edit takes off the rank's steps, simulated on its graph, for the causes in `want`
     (`wanted`) the trace shows: "fp32_gemm/<speed-up>" (fp32 GEMM kernels `speedup` times faster), "host_sync"
     (the host no longer waits in synchronizing calls), "comm" (communication kernels take no time) and
     "comm:<process group>" (one group's, for the MAX_GROUPS longest; `groups`: per comm event its resolved group,
-    metrics/rank/groups.py). No graph is built where nothing is wanted."""
+    metrics/rank/groups.py). No graph is built where nothing is wanted; `graph`: the rank's graph when the path
+    already built it (graph.build(t): the same graph, built once)."""
     if not t.is_gpu or not wins or not want:
         return {}
-    g = build(t)
+    g = graph if graph is not None else build(t)
     if not len(g.src) or np.abs(g.time).max() >= 2**59:  # no room for sums of times in int64: no simulation
         return {}
     binding = g.binding()
