@@ -9,7 +9,7 @@ from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
-from llmdiag.diagnose.rules.comm_gain import gain_text as _gain_text, kind as _kind, simulated as _simulated
+from llmdiag.diagnose.rules.comm_gain import gain_text as _gain_text, kind as _kind, on_path as _on_path, path_holder, simulated as _simulated
 from llmdiag.diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
@@ -22,13 +22,18 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     (skew.wait_ms_by_rank) is taken out first: that time is the straggler's, credited there, and no overlap
     would hide it. Without a straggler finding the waits stay in (two ranks, or waits within chance)."""
     waits = _peer_waits(c)
-    rows = []
+    rows: list = []
     for r in c.ranks:
         tot, exp, cs = c.comm_of(r, roles)
         if cs and r.step_time_ms:
             rows.append((r, tot, max(0.0, exp - min(exp, waits.get(r.rank, 0.0))), cs))
     if not rows:
         return None
+    held = None
+    if statistics.fmean(x[2] for x in rows) < 0.05 * statistics.fmean(x[0].step_time_ms for x in rows):
+        held = path_holder(c, rows)  # the mean dilutes the straggler's own exposure, which the job pays
+        held = held if held is not None and held[2] >= 0.05 * held[0].step_time_ms else None
+        rows = [held] if held is not None else rows
     tot = sum(x[1] for x in rows)
     ov = sum(sum(cc.overlapped_ms for cc in x[3]) / x[0].nsteps for x in rows)
     ratio = ov / tot if tot else None
@@ -55,16 +60,13 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     if (w := worst[0]).critical_path is not None and _on_path(w, worst[2]) < worst[2]:
         ev += (f"; rank {w.rank}'s critical path holds {fmt(_on_path(w, worst[2]), 'ms')} of communication per step "
                "(the rest of the exposed time runs while the step waits on something else: hiding it gains nothing)")
+    if held is not None and c.a.critical_path is not None:
+        ev += (f"; rank {worst[0].rank} holds {fmt(c.a.critical_path.held_by[str(worst[0].rank)], 'ms')} of the job's "
+               f"{fmt(c.a.critical_path.length_ms, 'ms')} critical path per step: its exposure is the job's (its peers' "
+               "exposed time is their wait for it)")
     ranks = [x[0].rank for x in bad] or [worst[0].rank]
     steps = steps_where([x[0] for x in bad] or [worst[0]], lambda st: st.exposed_comm_ms >= 0.05 * st.time_ms)
     return ev, ranks, steps, gain, step, {k for k, _ in kinds}, rows, simulated
-
-
-def _on_path(r, exposed: float) -> float:
-    """ms per step of communication on the rank's critical path (its share × length, metrics/rank/critical_path):
-    what hiding or speeding up its collectives can take off the step; `exposed` where the rank has no path."""
-    cp = r.critical_path
-    return exposed if cp is None else cp.gpu_communication_bound / 100 * cp.length_ms
 
 
 def _peer_waits(c: Ctx) -> dict[int, float]:
@@ -165,6 +167,7 @@ def _exposed_action(c: Ctx, rows) -> str:
     a wait op or a blocking collective spans the device idle); a collective already launched asynchronously
     gains nothing from it. Where a straggler finding fires, the remaining wait is named as its."""
     late = sorted({x.rank for x in (c.a.skew.stragglers if c.a.skew else []) if x.kind}) if stragglers(c) else []
+    late = [] if {x[0].rank for x in rows} <= set(late) else late  # the straggler's own exposure: not a wait
     tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
     if late:
         return (f"the ranks wait here for straggler rank(s) {ranges(late)} (see the `stragglers` finding): fix the "

@@ -41,3 +41,25 @@ def gain_text(c: Ctx, gain: float, what: str, simulated: bool) -> str:
                            "mean over the ranks")
     return c.gain_text(gain, f"upper bound: the exposed {what}, capped by the compute-only time it can hide under "
                        "and by the communication on the critical path", bound=True)
+
+
+def path_holder(c: Ctx, rows: list) -> tuple | None:
+    """The row (rank, total, exposed, collectives) of the rank that holds at least half of the job's critical path
+    (JobCriticalPath.held_by, metrics/job/critical_path.py), where the exposed rules judge ranks by their mean: a
+    straggler's own exposed collectives are what every peer waits behind, but its peers' exposed time is their wait
+    for it (taken out), so the mean over ranks dilutes the one rank whose exposure the job pays. None where no
+    rank holds half the path or it has no row."""
+    cp = c.a.critical_path
+    if cp is None or not cp.held_by or not cp.length_ms or len(rows) < 2:
+        return None
+    rank, ms = max(cp.held_by.items(), key=lambda kv: kv[1])
+    if ms < 0.5 * cp.length_ms:
+        return None
+    return next((x for x in rows if str(x[0].rank) == rank), None)
+
+
+def on_path(r, exposed: float) -> float:
+    """ms per step of communication on the rank's critical path (its share × length, metrics/rank/critical_path):
+    what hiding or speeding up its collectives can take off the step; `exposed` where the rank has no path."""
+    cp = r.critical_path
+    return exposed if cp is None else cp.gpu_communication_bound / 100 * cp.length_ms

@@ -141,7 +141,7 @@ REAL: dict[str, dict] = {
                            "and 97-133 ms with no event under them (a foreach's per-tensor ops dropped, with their "
                            "launches and kernels): neither the op's host time nor the idle under it is established"}],
         "silent": [], "headline": step_headlines("steps 551/552 608-631 ms")},
-    "hta/trace_diff": {
+    "hta/trace_diff": {  # test.json (control.json is its own set below)
         "problems": [{"id": "fp32_gemm_v100", "what": "test.json: fp32 GEMMs 91 % of GEMM, 36 % of compute, V100",
                       "any": [{"where": "finding", "text": FP32, "min_severity": "medium"}]},
                      {"id": "other_job_named", "what": "control and test are different jobs (A100 vs V100)",
@@ -316,10 +316,6 @@ def _recall1() -> None:
                                  "gain_ms": [8.0, 25.0],
                                  "why": "12-15 ms per step of exposed all_to_all on rank 2 that queued compute "
                                         "waits on (12-23 ms on its peers, part of it the wait for rank 2)"})
-        exp.setdefault("xfail", {})["exposed_a2a_r2"] = (
-            "ranks[].critical_path puts 0-6 % of the path in communication (rank 2: 0 %; cpu_bound 82-86 %), so the "
-            "exposed-comm gain, capped by it, stays under 1 % of the step and nothing fires; the events show queued "
-            "compute waiting on rank 2's exposed SendRecv (critical_path/path.py's to fix, not a rule's)")
     REAL["hta/a100_16rank_alltoall_rank0.json.gz"]["silent"].append(
         {"id": "no_pin_memory_for_704B", "why": "the host blocks 145.6-146.6 ms per step in `aten::to` -> a 704-B "
                                                 "`Memcpy DtoH (Device -> Pageable)` (2 µs on the device) under "
