@@ -139,7 +139,9 @@ def host_bound(c: Ctx) -> list[Finding]:
     else:
         act = ("the host's op work between launches is the cost, not the launch calls: profile the Python side of "
                "the step (`py-spy record`), move per-step host work (logging, metric math, data munging) off the "
-               "training thread; `torch.compile(model)` removes per-op Python and dispatch overhead")
+               "training thread; `torch.compile(model)` removes per-op Python and dispatch overhead"
+               + (_inference_graphs() if not a2a and not any(x[0].training and x[0].training.training for x in bad)
+                  else ""))
     eg = c.gain_text(gain, "the device idle waiting for the host's next launch in short gaps, mean over those ranks "
                      "(each gap on the critical path); what fusion or graphs actually recover depends on the ops",
                      bound=True)
@@ -153,3 +155,12 @@ def host_bound(c: Ctx) -> list[Finding]:
 def _profiler_cost(c: Ctx, rank: int) -> float | None:
     """Profiled minus unprofiled step time of `rank`, from the manifest of an own run (None for foreign traces)."""
     return c.a.manifest.profiler_cost_ms(rank) if c.a.manifest else None
+
+
+def _inference_graphs() -> str:
+    """Inference (no backward, no optimizer: RankMetrics.training): a replayed CUDA graph runs the captured
+    forward without its Python and dispatch, the host op work included, where its shapes are static (serving
+    engines capture one graph per batch size)."""
+    return ("; in inference, CUDA graphs replay the captured forward without its host work (vLLM: leave "
+            "`enforce_eager` off; else `torch.compile(mode=\"reduce-overhead\")`), for static shapes")
+

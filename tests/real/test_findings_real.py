@@ -122,16 +122,21 @@ def test_vllm_inference_gets_no_training_advice():
 
 def test_mi300_ddp_small_gradients_no_bucket_advice():
     """ResNet18 DDP: the gradients fit the default bucket, so no bucket_cap_mb; the exposed time is still
-    reported, simulated on the rank's graph (the graph explains its steps) and capped by the compute it could hide
-    under."""
+    reported, capped by the compute it could hide under: simulated on the rank's graph where its guard lets it run
+    (the idle-thread resume edges now leave more than 10 % of the steps' paths in unexplained waits there, so
+    today it is the bound; both give the compute-only cap, 2.44 ms)."""
     rel = "tracelens/mi300_ddp8_actckpt_rank0.json.gz"
     a = _a(rel)
     assert "dp_overlap" not in _ids(rel)
     assert not any("bucket_cap_mb" in f.action for f in a.findings)
     f = _f(rel, "exposed_comm")
     r = a.ranks[0]
-    assert f.gain_kind == "simulated" and "simulated on the rank's dependency graph" in f.expected_gain
-    assert f.gain_ms == pytest.approx(min(r.simulated_gain_ms["comm"], r.compute_only_ms), abs=1e-6)
+    if f.gain_kind == "simulated":
+        assert "simulated on the rank's dependency graph" in f.expected_gain
+        assert f.gain_ms == pytest.approx(min(r.simulated_gain_ms["comm"], r.compute_only_ms), abs=1e-6)
+    else:
+        assert f.gain_kind == "bound" and "comm" not in r.simulated_gain_ms
+        assert f.gain_ms == pytest.approx(r.compute_only_ms, abs=1e-6)
     assert f.gain_ms <= r.exposed_comm_ms
 
 
@@ -151,7 +156,9 @@ def test_dataloader_case_and_its_fix():
 def test_kineto_samples_two_captures_2021_steps_dataloader_not_launch_bound():
     """Each folder: two captures of one process (`worker0.<ms>`, no distributedInfo, minutes apart) in the 2021
     schema (`ProfilerStep#N` under `Operator`). They are two runs of one rank; the newest is analysed, its steps
-    found, its step time the host steps'; the idle waiting for the host is the DataLoader's (no host_bound)."""
+    found, its step time the host steps'; most idle waiting for the host is the DataLoader's, and what host_bound
+    reads besides (short gaps of op work between launches, zero_grad's fills left out) is not launch-bound: the
+    launch calls hold 2.4 of the 16.1 ms/step of short waited gaps (tests/expert/expectations.py, _launch)."""
     import gzip
     import json
     import statistics
@@ -168,7 +175,8 @@ def test_kineto_samples_two_captures_2021_steps_dataloader_not_launch_bound():
     assert r.step_time_ms == pytest.approx(statistics.fmean(host.values()), rel=0.1)
     assert r.idle.dataloader_ms > 0.6 * (r.idle.idle_ms - r.idle.queued_ms)
     ids = _ids(rel)
-    assert ids[0] == "dataloader" and "host_bound" not in ids
+    assert ids[0] == "dataloader"
+    assert all("kernel launches" not in f.title for f in a.findings if f.id == "host_bound")
 
 
 def test_mi300_low_busbw_judged_against_a_nic_when_topology_unknown():
