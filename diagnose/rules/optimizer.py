@@ -1,0 +1,72 @@
+"""A host-heavy optimizer step (issue #34, recall: hta/sampled_pair's distributed Shampoo, ~200 ms of host time
+per step with the device idle through much of it). Reads `RankMetrics.optimizer` (metrics/rank/optimizer_step.py);
+docs/recommendations.md describes when it fires."""
+
+from __future__ import annotations
+
+import statistics
+
+from llmdiag.diagnose.model.analysis import Finding, RankMetrics
+from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.model.optimizer import OptimizerStep
+from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+
+# The optimizer's device idle below 8 % of the rank's step gets no finding: it is then one part of a host that is
+# slow throughout, which host_bound / host_op_stall / slow_host_ops name (hta/nccl_data: SGD's step holds 14.1 of
+# its 216 ms, 6.5 %, beside 159 ms/step of host-bound idle); the real optimizer-bound job read 11.8-15.8 %
+# (hta/sampled_pair's Shampoo) and the other real sets at most 2.9 % (amd_mi250_minitoy).
+IDLE_FLOOR = 0.08
+MIN_IDLE_MS = 1.0  # ... nor below 1 ms per step
+SMALL_US = 20.0  # launched kernels' median below this, and many of them: a per-parameter loop of small kernels
+MANY = 50  # ... that many per step
+
+
+def _bad(c: Ctx) -> list[tuple[RankMetrics, OptimizerStep]]:
+    return [(r, r.optimizer) for r in c.ranks if r.optimizer is not None and r.step_time_ms
+            and r.optimizer.idle_ms >= MIN_IDLE_MS and r.optimizer.idle_ms >= IDLE_FLOOR * r.step_time_ms]
+
+
+def _action(o: OptimizerStep) -> str:
+    if "shampoo" in o.name.lower():
+        comm = (" and overlap its parameter all-gather (`DDPShampooConfig(communicate_params=...)`, a lower "
+                "`communication_dtype`)" if o.comm_ms > 0 else "")
+        return ("precondition less often (Shampoo's `precondition_frequency`: its root-inverse work runs every that "
+                "many steps) and start later (`start_preconditioning_step`)" + comm +
+                "; assumes convergence holds with staler preconditioners (check the loss curve)")
+    if not o.multi_tensor and o.kernels >= MANY and o.kernel_median_us < SMALL_US:
+        return (f"use the multi-tensor implementation: `torch.optim.{o.name}(..., foreach=True)`, or `fused=True` "
+                "where the optimizer has one (Adam, AdamW, SGD, Adagrad): one kernel over many parameters instead of "
+                "one per parameter per update; assumes the parameters are on the device (foreach/fused need that)")
+    return ("the step's host time is the optimizer's own Python work (it already launches multi-tensor kernels or "
+            "few of them): a fused or compiled step (`fused=True` where offered, `torch.compile` of the step), or "
+            "fewer parameter groups; assumes the update's math stays the same")
+
+
+def optimizer_step(c: Ctx) -> list[Finding]:
+    """The optimizer step's host span (`Optimizer.step#<Name>.step`) leaving the device idle a material share of
+    the step. Precondition read from the trace: the span and the device idle inside it (no kernel, copy or
+    collective of any stream running), at least IDLE_FLOOR of the rank's step. The gain is that idle, a bound: a
+    cheaper step shortens the step by it only where nothing else then waits for the host."""
+    bad = _bad(c)
+    if not bad:
+        return []
+    gain = statistics.fmean(o.idle_ms for _, o in bad)
+    w, o = max(bad, key=lambda x: x[1].idle_ms)
+    sample = " (from an event-sampled capture: kernels are dropped with their launches, so the idle is an upper " \
+             "bound and the launches a lower one; the span's length is exact)" if o.sampled else ""
+    comm = (f", {fmt(o.comm_ms, 'ms')} of it collectives (`{o.comm_name}`)" if o.comm_ms > 0 else "")
+    others = f"; the other optimizers' steps take {fmt(o.others_ms, 'ms')} more per step" if o.others_ms else ""
+    ev = (f"rank {w.rank}: `{o.op}` takes {fmt(o.host_ms, 'ms')} of host time per step "
+          f"({fmt(o.host_ms / w.step_time_ms, 'pct')} of the step); the {c.dev} is idle {fmt(o.idle_ms, 'ms')} per step "
+          f"inside it; it launches {fmt(o.kernels, 'avg')} device ops per step ({fmt(o.kernel_ms, 'ms')} of device "
+          f"time, median {o.kernel_median_us:.1f} µs{comm})"
+          f"{'; it runs multi-tensor (foreach/fused) ops' if o.multi_tensor else ''}"
+          f"{others}"
+          f" ({plural(len(bad), 'rank')}){sample}")
+    how = f"the {c.dev} idle inside `{o.op}`, mean over those ranks; it shortens the step only where the host bounds it"
+    if any(x.sampled for _, x in bad):
+        how += "; read from a sample (an upper bound: dropped kernels may fill some of it)"
+    eg = c.gain_text(gain, how, bound=True)
+    return [c.finding("optimizer_step", severity_for(gain, c.step_ms), f"The {o.name} optimizer step holds the "
+                      f"{c.dev} idle", ev, [r.rank for r, _ in bad], steps_where([w]), _action(o), eg, gain,
+                      "ranks[].optimizer.idle_ms", gain_kind="bound", events=[o.op, "cudaLaunchKernel"])]
