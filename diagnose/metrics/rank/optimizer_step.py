@@ -60,14 +60,17 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     dev = (t.stream >= 0) & (t.kind != ANNOTATION)
     busy = iv.union(t.ts[dev], t.ts[dev] + t.dur[dev])
     n = len(wins)
-    per = {}
-    for op, ix in by.items():
-        u = iv.union(t.ts[ix], t.ts[ix] + t.dur[ix])
-        per[op] = (iv.total(u), iv.total(u) - iv.intersect_total(u, busy), np.array(ix, np.int64))
+    per: dict[str, tuple[int, int, np.ndarray]] = {}
+    for name, got in by.items():
+        arr = np.array(got, np.int64)
+        u = iv.union(t.ts[arr], t.ts[arr] + t.dur[arr])
+        per[name] = (iv.total(u), iv.total(u) - iv.intersect_total(u, busy), arr)
     op = max(per, key=lambda k: (per[k][1], per[k][0]))
     host_ns, idle_ns, ix = per[op]
     m = STEP.match(op)
-    o = OptimizerStep(op=op[:120], name=m.group(1) if m else op[:80], steps=len({_win(wins, int(t.ts[i])) for i in ix}),
+    starts = np.array([w.host_start for w in wins], np.int64)
+    held = np.unique(np.searchsorted(starts, t.ts[ix], side="right") - 1)  # windows holding a span (_in_windows)
+    o = OptimizerStep(op=op[:120], name=m.group(1) if m else op[:80], steps=len(held),
                       host_ms=host_ns / NS_PER_MS / n, idle_ms=idle_ns / NS_PER_MS / n,
                       others_ms=sum(v[0] for k, v in per.items() if k != op) / NS_PER_MS / n)
     calls = _inside(t, ix, np.flatnonzero((t.stream < 0) & (t.kind == RUNTIME) & (t.corr >= 0)))
@@ -85,7 +88,3 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     share = op_ids_contiguous(t)
     o.sampled = share is not None and share < SAMPLED_SHARE
     return o
-
-
-def _win(wins: list[Window], ts: int) -> int:
-    return next((j for j, w in enumerate(wins) if w.host_start <= ts < w.host_end), -1)
