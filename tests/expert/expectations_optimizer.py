@@ -12,8 +12,9 @@ all-gather) launched inside. The independent expert: ~200-230 ms of host per ste
 overlaps, then ~60 ms of the GPU waiting on the optimizer's tail. Dropped kernels can fill part of the idle, so
 the events bound it from above (72-96 ms) and the expert's tail from below (~60 ms).
 
-The other real sets' optimizer spans hold at most 6.5 % of the step as device idle (hta/nccl_data's SGD: 14.1 of
-216 ms, beside 159 ms/step of host-bound idle that host_bound names), the kineto ResNet-50 SGD steps (foreach=False,
+Shampoo's idle is 28.7 / 22.4 % of the ranks' device idle (334.0 / 322.0 ms per step, llmdiag's idle totals). The
+other real sets' optimizer spans hold at most 6.5 % of the step as device idle (hta/nccl_data's SGD: 14.1 of 216 ms,
+8.6 % of its 163.5 ms of idle, the host slow throughout, which host_bound names), the kineto ResNet-50 SGD steps (foreach=False,
 483 launches, 21 ms of host per step) 0.2 ms: the device runs queued work through them."""
 
 from __future__ import annotations

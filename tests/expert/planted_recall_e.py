@@ -19,7 +19,7 @@ N, OP_US, K_US = 200, 150.0, 5.0
 # is 200 x 150 + 10 = 30,010 us, the device busy 200 x 5 = 1,000 us inside it: 29.01 ms of idle per step
 IDLE_MS = (N * OP_US + 10.0 - N * K_US) / 1000
 HOST_MS = (N * OP_US + 10.0) / 1000
-SHORT_N = 10  # the short twin: 10 ops, a 1.51 ms span, 1.46 ms of idle per step (under 8 % of any planted step)
+SHORT_N = 10  # the short twin: 10 ops, a 1.51 ms span, 1.46 ms of idle per step (under 5 % of any planted step)
 FUSED_KERNELS = 4  # the fused twin: 4 multi-tensor kernels back to back over the whole span (idle 10 us per step)
 
 
