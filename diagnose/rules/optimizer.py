@@ -32,8 +32,9 @@ def _bad(c: Ctx) -> list[tuple[RankMetrics, OptimizerStep]]:
 
 def _action(o: OptimizerStep) -> str:
     if "shampoo" in o.name.lower():
-        comm = (" and overlap its parameter all-gather (`DDPShampooConfig(communicate_params=...)`, a lower "
-                "`communication_dtype`)" if o.comm_ms > 0 else "")
+        comm = ("; for the collective it launches (distributed Shampoo's all-gather of the updates), a smaller "
+                "`DDPShampooConfig(communication_dtype=...)` and `num_trainers_per_group` (how many ranks split the "
+                "preconditioner work, so how wide the all-gather is)" if o.comm_ms > 0 else "")
         return ("precondition less often (Shampoo's `precondition_frequency`: its root-inverse work runs every that "
                 "many steps) and start later (`start_preconditioning_step`)" + comm +
                 "; assumes convergence holds with staler preconditioners (check the loss curve)")
