@@ -15,6 +15,7 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.chores import RankChores
+from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
@@ -197,6 +198,7 @@ class RankMetrics:
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
     critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
     chores: RankChores | None = None  # per-step chores and what the capture is (metrics/rank/chores.py; GPU traces)
+    optimizer: OptimizerStep | None = None  # the optimizer step's span and device idle (metrics/rank/optimizer_step.py)
     simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
     # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",
     # "host_sync", "comm", "comm:<process group>"; only the causes the trace shows, none on CPU traces

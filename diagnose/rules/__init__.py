@@ -24,6 +24,7 @@ from llmdiag.diagnose.rules.idle_calls import event_wait, host_op_stall
 from llmdiag.diagnose.rules.overlaps import rank_overlaps
 from llmdiag.diagnose.rules.planted import name_planted
 from llmdiag.diagnose.rules.chores import broadcast_buffers, embedding_imbalance, pageable_copy, zero_grad
+from llmdiag.diagnose.rules.optimizer import optimizer_step
 from llmdiag.diagnose.rules.capture import sampled_capture, slow_host_ops
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
@@ -40,7 +41,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
     ("comm_codec", comm_codec),
     ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
-    ("embedding_imbalance", embedding_imbalance), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
+    ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
 ]
 
 

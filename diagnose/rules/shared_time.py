@@ -8,7 +8,8 @@ idle breakdown it lies in, read from the metric fields that define it:
 
 - `("host_rest", "*")`: host_bound's whole gain (host-bound idle outside every long-op stretch);
 - `("stretch", op | stack, "*")`: a long host op's stretch (host_op_stall's, one per op and enclosing ops);
-- a chore's idle: the stretches whose op or enclosing ops are the chore's own ops (`_chore_stretches`, from the
+- a chore's idle (and optimizer_step's, inside `Optimizer.step#...` spans): the stretches whose op or enclosing
+  ops are the chore's own ops (`_chore_stretches`, from the
   stretch's names and the chore's op names), then the rest of it, assumed host-bound idle outside the
   stretches: `("host_rest", chore)`. That assumption is the conservative one: the rest may also be queued or
   unattributed idle, which no other finding claims; counting it as shared can only lower a total.
@@ -39,6 +40,7 @@ ALL_OF = 0.995  # shared at least this share of the gain: the finding is part of
 PACK_OPS = ("aten::flatten_dense_tensors", "aten::unflatten_dense_tensors", "c10d::broadcast_")
 DDP_FORWARD = "DistributedDataParallel.forward"
 ZERO_GRAD = "Optimizer.zero_grad#"
+OPT_STEP = "Optimizer.step#"
 Pieces = dict[tuple, float]
 
 
@@ -61,7 +63,18 @@ def _chore_stretches(r: RankMetrics, chore: str) -> list:
             out.append(s)
         elif chore == "zero_grad" and any(n.startswith(ZERO_GRAD) for n in names):
             out.append(s)
+        elif chore == "optimizer_step" and any(n.startswith(OPT_STEP) for n in names):
+            out.append(s)
     return out
+
+
+def _span_idle(r: RankMetrics, fid: str) -> float | None:
+    """The device idle per step inside a chore's or the optimizer step's host ops; None: not such a finding."""
+    if fid == "optimizer_step":
+        return r.optimizer.idle_ms if r.optimizer is not None else None
+    if fid in ("broadcast_buffers", "zero_grad") and r.chores is not None:
+        return r.chores.buffer_idle_ms if fid == "broadcast_buffers" else r.chores.zero_grad_idle_ms
+    return None
 
 
 def _per_rank(a: Analysis, f: Finding) -> list[Pieces]:
@@ -76,8 +89,7 @@ def _per_rank(a: Analysis, f: Finding) -> list[Pieces]:
         if f.id == "host_op_stall":
             for s in _stretches(r, recurring=True):
                 p[_key(s) + (WHOLE,)] += s.idle_ms / n
-        elif f.id in ("broadcast_buffers", "zero_grad") and r.chores is not None:
-            idle = r.chores.buffer_idle_ms if f.id == "broadcast_buffers" else r.chores.zero_grad_idle_ms
+        elif (idle := _span_idle(r, f.id)) is not None:
             left = idle
             for s in _chore_stretches(r, f.id):
                 got = min(left, s.idle_ms / n)
@@ -103,7 +115,7 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
         return {("runtime", "pageable"): g}
     if f.id == "stragglers":
         return _stalls(a, f, g)
-    if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad"):
+    if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad", "optimizer_step"):
         return {}
     per = _per_rank(a, f)
     if not per:

@@ -440,3 +440,6 @@ def _launch() -> None:
 
 
 _launch()
+
+# ---- issue #34 recall: the host-heavy optimizer step (rules/optimizer.py) ----
+import tests.expert.expectations_optimizer  # noqa: E402,F401  (adds to REAL)
