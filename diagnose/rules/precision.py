@@ -50,8 +50,8 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     """ms per step faster GEMMs take off the step: the fp32 GEMM time on the path × (1 − 1/speed-up), at most the
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
-    g = r.hints.fp32_gemm_frac * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms) if _host_bound(r) else g
+    g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
+    return min(g, r.hints.host_wait_ms or 0.0) if _host_bound(r) else g
 
 
 def _convs(r: RankMetrics) -> float:
@@ -103,7 +103,7 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     bad = [r for r in c.ranks if _eligible(c, r)]
     if not bad:
         return []
-    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac)
+    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac or 0.0)
     dev = w.device or c.device
     amd = bool(AMD_RE.search(dev))
     cc = None if amd else _cc(c, w)
@@ -120,8 +120,9 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
                "engines on `float`; those cuDNN runs as `sgemm` kernels are among the GEMMs), counted with the GEMMs "
                "at the same assumed speed-up")
     h = w.hints
+    frac, host_wait = h.fp32_gemm_frac or 0.0, h.host_wait_ms or 0.0
     if simulated:
-        sim, own = _simulated(w, speedup) or 0.0, h.fp32_gemm_frac * w.compute_ms * (1 - 1 / speedup)
+        sim, own = _simulated(w, speedup) or 0.0, frac * w.compute_ms * (1 - 1 / speedup)
         ev += (f"; simulated on the rank's dependency graph with those kernels {speedup:g}× faster, every later op "
                f"as early as its own dependencies allow: rank {w.rank}'s steps shorten by {fmt(sim, 'ms')}")
         if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
@@ -133,10 +134,9 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster kernels there only add idle")
-    if not simulated and _host_bound(w) and _saving(w, speedup) < h.fp32_gemm_frac * w.compute_ms * _on_path(w) * (
-            1 - 1 / speedup):
+    if not simulated and _host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
         waits = f"{fmt(h.host_wait_ms, 'ms')} per step (synchronize and synchronous copies)"
-        if h.host_wait_ms < 0.05 * w.step_time_ms:
+        if host_wait < 0.05 * w.step_time_ms:
             ev += (f"; but the host waits for the {c.dev} only {waits} while the {c.dev} idles "
                    f"{fmt(h.device_idle_frac, 'pct')} of the step: the host sets the step, so faster kernels take at "
                    "most that off it now (worth it once the host is faster)")

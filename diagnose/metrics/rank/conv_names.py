@@ -27,7 +27,7 @@ _TYPES = {"bf16": "bf16", "fp16": "fp16", "f16": "fp16", "tf32": "tf32", "int8x4
           "i8": "int8"}
 _TEMPLATE = {"float": "fp32", "double": "fp64", "__half": "fp16", "half": "fp16", "c10::half": "fp16",
              "__nv_bfloat16": "bf16", "c10::bfloat16": "bf16"}
-_LAYOUT = re.compile(r"nchwtonhwc|nhwctonchw|nchw2nhwc|nhwc2nchw")
+_LAYOUT = re.compile(r"nchwtonhwc|nhwctonchw")  # the kernels, not a conv kernel's `_nhwc2nchw_` output tag
 
 
 @per_name

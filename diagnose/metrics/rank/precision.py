@@ -293,6 +293,6 @@ def _host_evidence(t: RankTrace, kernels: np.ndarray) -> tuple[np.ndarray, np.nd
             out_c.append(c)
     if not out_i:
         return empty
-    i, c = np.array(out_i, np.int64), np.array(out_c, np.int8)
-    o = np.argsort(i)
-    return i[o], c[o]
+    ii, cc = np.array(out_i, np.int64), np.array(out_c, np.int8)
+    order = np.argsort(ii)
+    return ii[order], cc[order]
