@@ -444,3 +444,4 @@ def _launch() -> None:
 
 
 _launch()
+import tests.expert.expectations_fp32conv  # noqa: E402,F401  (issue #34, fp32 convolutions: adds to REAL)
