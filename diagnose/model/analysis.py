@@ -120,10 +120,10 @@ class Hints:
     short_kernel_frac: float | None  # share of kernels under 10 µs
     device_idle_frac: float | None  # GPU idle share of step time (GPU traces)
     dataloader_frac: float | None  # host time in DataLoader __next__ per step time
-    fp32_gemm_frac: float | None  # share of compute kernel time in GEMMs evidenced to run in fp32 (non tensor-core);
+    fp32_gemm_frac: float | None  # share of compute kernel time in GEMMs and convolutions evidenced to run in fp32;
     # None when no GEMM's precision is evidenced (host op Input type or a name that states it: metrics/rank/precision.py)
     compute_capability: float | None  # e.g. 8.0, for tensor-core questions
-    gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM ms per step by input precision
+    gemm_ms_by_precision: dict[str, float] = field(default_factory=dict)  # GEMM (and convolution) ms per step by input precision
     # (fp32, tf32, bf16, fp16, fp8, mxfp4, ..., "unknown")
     # Profiler options the trace shows (metrics/rank/profiler_options.py): None where not measured
     python_events_per_step: float | None = None  # `python_function` events (with_stack=True)
@@ -140,6 +140,9 @@ class Hints:
     # successor launched before it ended): a faster kernel shortens the step only there (metrics/rank/precision.py)
     host_wait_ms: float | None = None  # per step, host time in device-wait calls (synchronize, synchronous copies):
     # where the device idles, the most a faster device can take off the step (metrics/rank/host_wait.py)
+    conv_ms_by_precision: dict[str, float] = field(default_factory=dict)  # the convolutions' part of
+    # gemm_ms_by_precision, ms per step (cuDNN scudnn/dgrad/wgrad kernels: metrics/rank/conv_names.py)
+    layout_transform_ms: float | None = None  # per step, cuDNN NCHW <-> NHWC transform kernels (nchwToNhwcKernel)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Precision rule: fp32 GEMMs on a GPU whose tensor (matrix) cores would run them several times faster.
+"""Precision rule: fp32 GEMMs and convolutions on a GPU whose tensor (matrix) cores would run them several times
+faster (the convolutions: cuDNN's fp32 kernels, metrics/rank/conv_names.py; same speed-up model and preconditions).
 
 Which lower precision to advise depends on the architecture: compute capability 7.x (V100, T4, RTX 20xx) has
 fp16 tensor cores and no bf16 ones, so the change is fp16 autocast with a GradScaler (fp16's range needs loss
@@ -49,8 +50,35 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     """ms per step faster GEMMs take off the step: the fp32 GEMM time on the path × (1 − 1/speed-up), at most the
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
-    g = r.hints.fp32_gemm_frac * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms) if _host_bound(r) else g
+    g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
+    return min(g, r.hints.host_wait_ms or 0.0) if _host_bound(r) else g
+
+
+def _convs(r: RankMetrics) -> float:
+    """fp32 convolution ms per step among the counted kernels (Hints.conv_ms_by_precision)."""
+    return (r.hints.conv_ms_by_precision or {}).get("fp32", 0.0)
+
+
+def _what(r: RankMetrics) -> tuple[str, str]:
+    """(the kernels' words, the title's words): GEMMs, convolutions, or both, as the rank's fp32 time holds."""
+    conv = _convs(r)
+    gemm = (r.hints.fp32_gemm_frac or 0) * r.compute_ms - conv
+    if conv > 0 and gemm > 0.01 * conv:
+        return "GEMMs and convolutions", "matmuls and convolutions"
+    return ("convolutions", "convolutions") if conv > 0 else ("GEMMs", "matmuls")
+
+
+def _channels_last(r: RankMetrics) -> str:
+    """The channels_last clause for fp32 convolutions: from the NCHW <-> NHWC transform kernels the trace shows,
+    else said as an assumption."""
+    lay = r.hints.layout_transform_ms
+    mf = "`model.to(memory_format=torch.channels_last)` (and the inputs)"
+    if lay:
+        return (f"; for the convolutions also {mf}: the trace already spends {fmt(lay, 'ms')} per step in cuDNN's "
+                "NCHW↔NHWC transform kernels (`nchwToNhwcKernel`/`nhwcToNchwKernel`), and its tensor-core "
+                "convolutions read NHWC")
+    return (f"; for the convolutions probably also {mf}, an assumption: cuDNN's tensor-core convolutions read NHWC, "
+            "and this trace shows no NCHW↔NHWC transform kernel to confirm the model's layout")
 
 
 def _simulated(r: RankMetrics, speedup: float) -> float | None:
@@ -69,13 +97,13 @@ def _host_bound(r: RankMetrics) -> bool:
 
 
 def fp32_gemm(c: Ctx) -> list[Finding]:
-    """fp32 GEMMs above FP32_FLOOR of compute on a GPU with tensor cores. The gain is simulated where every such
+    """fp32 GEMMs and convolutions above FP32_FLOOR of compute on a GPU with tensor cores. The gain is simulated where every such
     rank's summary holds the what-if (`_simulated`: its fp32 GEMM kernels faster by the speed-up assumed from the
     device's peak ratio, `gemm_speedup`, re-timed on its dependency graph); else an estimate (`_saving`)."""
     bad = [r for r in c.ranks if _eligible(c, r)]
     if not bad:
         return []
-    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac)
+    w = max(bad, key=lambda r: r.hints.fp32_gemm_frac or 0.0)
     dev = w.device or c.device
     amd = bool(AMD_RE.search(dev))
     cc = None if amd else _cc(c, w)
@@ -84,11 +112,17 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     simulated = all(x is not None for x in sims)
     gain = statistics.fmean([x for x in sims if x is not None] if simulated else [_saving(r, speedup) for r in bad])
     where = f"{dev or 'the GPU'}" + (f", compute capability {fmt(cc, 'avg')}" if cc else "")
+    kinds, in_title = _what(w)
     ev = (f"rank {w.rank}: {fmt(w.hints.fp32_gemm_frac, 'pct')} of {fmt(w.compute_ms, 'ms')} compute per step in "
-          f"fp32 GEMMs on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
+          f"fp32 {kinds} on {where} ({plural(len(bad), 'rank')} above {fmt(FP32_FLOOR, 'pct')})")
+    if _convs(w) > 0:
+        ev += (f"; {fmt(_convs(w), 'ms')} per step of it in fp32 convolution kernels (cuDNN `scudnn`, `dgrad`/`wgrad` "
+               "engines on `float`; those cuDNN runs as `sgemm` kernels are among the GEMMs), counted with the GEMMs "
+               "at the same assumed speed-up")
     h = w.hints
+    frac, host_wait = h.fp32_gemm_frac or 0.0, h.host_wait_ms or 0.0
     if simulated:
-        sim, own = _simulated(w, speedup) or 0.0, h.fp32_gemm_frac * w.compute_ms * (1 - 1 / speedup)
+        sim, own = _simulated(w, speedup) or 0.0, frac * w.compute_ms * (1 - 1 / speedup)
         ev += (f"; simulated on the rank's dependency graph with those kernels {speedup:g}× faster, every later op "
                f"as early as its own dependencies allow: rank {w.rank}'s steps shorten by {fmt(sim, 'ms')}")
         if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
@@ -97,18 +131,17 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
                 f"earlier the {c.dev} waits longer for its next launch" if _host_bound(w) else
                 "the step then waits on other work (another stream's, or the host's)"))
     elif _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
-        ev += (f"; only {fmt(_on_path(w), 'pct')} of that GEMM time is on the step's path (the {c.dev}'s next "
+        ev += (f"; only {fmt(_on_path(w), 'pct')} of that time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
-               f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster GEMMs there only add idle")
-    if not simulated and _host_bound(w) and _saving(w, speedup) < h.fp32_gemm_frac * w.compute_ms * _on_path(w) * (
-            1 - 1 / speedup):
+               f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster kernels there only add idle")
+    if not simulated and _host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
         waits = f"{fmt(h.host_wait_ms, 'ms')} per step (synchronize and synchronous copies)"
-        if h.host_wait_ms < 0.05 * w.step_time_ms:
+        if host_wait < 0.05 * w.step_time_ms:
             ev += (f"; but the host waits for the {c.dev} only {waits} while the {c.dev} idles "
-                   f"{fmt(h.device_idle_frac, 'pct')} of the step: the host sets the step, so faster GEMMs take at "
+                   f"{fmt(h.device_idle_frac, 'pct')} of the step: the host sets the step, so faster kernels take at "
                    "most that off it now (worth it once the host is faster)")
         else:
-            ev += (f"; as the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of the step, faster GEMMs take at most "
+            ev += (f"; as the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of the step, faster kernels take at most "
                    f"the host's waits for it off the step: {waits}")
     # GradScaler scales a loss for backward: advised only where the capture shows a backward op (or an own run)
     training = c.man is not None or any(r.training is not None and r.training.backward_ops > 0 for r in c.ranks)
@@ -118,23 +151,30 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
                   if training else "")
                + f": compute capability {fmt(cc, 'avg')} has fp16 tensor cores but no bf16 ones, so bf16 and "
                "TF32 do not apply")
-        title = "fp32 matmuls on a GPU with fp16 tensor cores"
+        title = f"fp32 {in_title} on a GPU with fp16 tensor cores"
     else:
         act = "`torch.autocast(\"cuda\", dtype=torch.bfloat16)` around forward and loss (no GradScaler needed)"
-        tf32 = (w.hints.gemm_ms_by_precision or {}).get("tf32", 0) > 0
-        if not amd and not tf32:  # no GEMM runs in TF32: the flag is off, and turning it on is one line
+        # TF32 convolutions are PyTorch's default (cudnn.allow_tf32): only a GEMM in TF32 says the matmul flag is on
+        tf32 = (w.hints.gemm_ms_by_precision or {}).get("tf32", 0) - (w.hints.conv_ms_by_precision or {}).get(
+            "tf32", 0) > 1e-9
+        if not amd and not tf32 and kinds != "convolutions":  # no GEMM in TF32: the flag is off; one line to set
             act += ("; or at least TF32 for the fp32 matmuls, with no dtype change: "
                     "`torch.backends.cuda.matmul.allow_tf32 = True` / `torch.set_float32_matmul_precision(\"high\")`")
-        title = "fp32 matmuls on a tensor-core GPU"
+        title = f"fp32 {in_title} on a tensor-core GPU"
+    if _convs(w) > 0:
+        act += _channels_last(w)
+    label = {"GEMMs": "GEMM", "convolutions": "convolution", "GEMMs and convolutions": "GEMM and convolution"}[kinds]
     if simulated:
-        eg = c.gain_text(gain, f"simulated on the rank's dependency graph with the fp32 GEMM kernels at 1/{speedup:g} "
-                         f"of their time, an assumed {speedup:g}× GEMM speed-up: {why}; mean over the ranks")
+        eg = c.gain_text(gain, f"simulated on the rank's dependency graph with the fp32 {label} kernels at "
+                         f"1/{speedup:g} of their time, an assumed {speedup:g}× speed-up: {why}; mean over the ranks")
     else:
-        eg = c.gain_text(gain, f"estimate, not simulated: fp32 GEMM time on the path × (1 − 1/{speedup:g}), an "
-                         f"assumed {speedup:g}× GEMM speed-up: {why}; at most the host's waits for the {c.dev} where "
+        eg = c.gain_text(gain, f"estimate, not simulated: fp32 {label} time on the path × (1 − 1/{speedup:g}), an "
+                         f"assumed {speedup:g}× speed-up: {why}; at most the host's waits for the {c.dev} where "
                          "it idles")
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
                       gain_kind="simulated" if simulated else "estimate",
                       events=["fp32 GEMM kernels (sgemm, simt; GEMM ops' Input type float)",
+                              "fp32 convolution kernels (cuDNN scudnn, dgrad/wgrad engines on float)",
+                              "NCHW<->NHWC transform kernels (nchwToNhwcKernel)",
                               "deviceProperties.computeMajor / device name"])]

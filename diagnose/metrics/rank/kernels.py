@@ -7,7 +7,8 @@ import numpy as np
 
 from llmdiag.diagnose.metrics.rank.host_wait import host_wait_ms
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
-from llmdiag.diagnose.metrics.rank.precision import fp32_on_path_frac, gemm_time_by_precision
+from llmdiag.diagnose.metrics.rank.precision import (conv_time_by_precision, fp32_on_path_frac, gemm_time_by_precision,
+                                                     layout_transform_ns)
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.analysis import Hints, KernelStat
 from llmdiag.diagnose.metrics.rank.steps import DATALOADER_RE, Window, is_dataloader  # noqa: F401 (DATALOADER_RE re-exported)
@@ -82,6 +83,9 @@ def hints(t: RankTrace, wins: list[Window], idle_ms: float, step_ms: float) -> H
         compute_capability=cc,
         gemm_ms_by_precision={k: v / NS_PER_MS / n_steps for k, v in sorted(by_prec.items())},
         fp32_on_path_frac=fp32_on_path_frac(t, comp) if by_prec.get("fp32") else None,
+        conv_ms_by_precision={k: v / NS_PER_MS / n_steps for k, v in sorted(conv_time_by_precision(t, comp).items())}
+        if by_prec else {},
+        layout_transform_ms=layout_transform_ns(t, comp) / NS_PER_MS / n_steps if t.is_gpu and comp.any() else None,
         host_wait_ms=host_wait_ms(t, wins) if t.is_gpu else None,
     )
 

@@ -11,6 +11,10 @@ CUTLASS 2.x/3.x (`cutlass_80_tensorop_bf16_s16816gemm_...`, `cutlass3x_sm90_tens
 token), TRT-LLM/FlashInfer `bmm_<A>_<B>_<out>` (MXFP4 `E2m1`, MXFP6, FP8 `E4m3`/`E5m2`). nvjet and Triton
 names carry no input type: their precision comes from the host op or stays unknown. Unknown stays
 unknown: never guessed.
+
+Convolutions whose multiply-accumulate tensor cores could do are counted with the GEMMs (conv_names.py): cuDNN's
+`volta_scudnn_*` (fp32), `dgrad_engine<float>`, `wgrad_alg0_engine<float>`, ...; they are what an fp32 conv net
+spends its device time in. "GEMM kernels" below means both; conv_time_by_precision gives the convolutions' part.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 from llmdiag.diagnose.io.columns import GEMM_OPS
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
+from llmdiag.diagnose.metrics.rank.conv_names import conv_precision, is_layout_transform
 from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
 from llmdiag.diagnose.metrics.rank.sets import distinct
@@ -160,12 +165,43 @@ def name_precision(name: str) -> str | None:
 
 
 def gemm_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
-    """GEMM kernel time (ns) in the mask `compute`, by precision ("unknown" where no evidence says)."""
+    """GEMM and convolution kernel time (ns) in the mask `compute`, by precision ("unknown" where no evidence
+    says)."""
     idx, code, labels = _gemm_codes(t, compute)
     if not len(idx):
         return {}
     tot = np.bincount(code, weights=t.dur[idx], minlength=len(labels))
     return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+
+
+def conv_time_by_precision(t: RankTrace, compute: np.ndarray) -> dict[str, int]:
+    """The convolutions' part of gemm_time_by_precision (ns by precision): kernels counted by their convolution
+    name (conv_names.py), not by a GEMM name."""
+    idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
+    if not len(idx):
+        return {}
+    conv_ids = t.name_ids(_conv_only, compute)
+    if not len(conv_ids):
+        return {}
+    labels = list(PRECISIONS) + ["unknown"]
+    code_of_name = np.zeros(len(t.names), np.int8)
+    for i in conv_ids.tolist():
+        code_of_name[i] = labels.index(conv_precision(t.names[i]) or "unknown")
+    idx = idx[np.isin(t.name[idx], conv_ids)]
+    tot = np.bincount(code_of_name[t.name[idx]], weights=t.dur[idx], minlength=len(labels))
+    return {labels[k]: int(v) for k, v in enumerate(tot.tolist()) if v > 0}
+
+
+def layout_transform_ns(t: RankTrace, compute: np.ndarray) -> int:
+    """Time (ns) in the mask `compute` in cuDNN's NCHW <-> NHWC transform kernels (conv_names.is_layout_transform)."""
+    idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
+    ids = t.name_ids(is_layout_transform, compute) if len(idx) else np.zeros(0, np.int32)
+    return int(t.dur[idx[np.isin(t.name[idx], ids)]].sum()) if len(ids) else 0
+
+
+def _conv_only(name: str) -> bool:
+    """A counted convolution kernel that no GEMM name already counts."""
+    return not is_gemm_name(name) and conv_precision(name) is not None
 
 
 def fp32_on_path_frac(t: RankTrace, compute: np.ndarray) -> float | None:
@@ -197,18 +233,20 @@ def fp32_on_path_frac(t: RankTrace, compute: np.ndarray) -> float | None:
 
 
 def fp32_gemm_kernels(t: RankTrace) -> np.ndarray:
-    """Indices of the device's GEMM kernels evidenced to run in fp32 (what fp32_gemm_frac counts), in index order:
-    the edges the fp32 what-if shortens (critical_path/simulate.py)."""
+    """Indices of the device's GEMM and convolution kernels evidenced to run in fp32 (what fp32_gemm_frac counts),
+    in index order: the edges the fp32 what-if shortens (critical_path/simulate.py)."""
     idx, code, labels = _gemm_codes(t, (t.kind == COMPUTE) & (t.stream >= 0))
     return idx[code == labels.index("fp32")]
 
 
 def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(GEMM kernel indices in `compute`, their precision codes, the code labels)."""
+    """(GEMM and counted convolution kernel indices in `compute`, their precision codes, the code labels)."""
     labels = list(PRECISIONS) + ["unknown"]
     idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
     gemm_ids = t.name_ids(is_gemm_name, compute) if len(idx) else np.zeros(0, np.int32)
-    idx = idx[np.isin(t.name[idx], gemm_ids)] if len(gemm_ids) else idx[:0]
+    conv_ids = t.name_ids(_conv_only, compute) if len(idx) else np.zeros(0, np.int32)
+    ids = np.concatenate([gemm_ids, conv_ids])
+    idx = idx[np.isin(t.name[idx], ids)] if len(ids) else idx[:0]
     if not len(idx):
         return idx, np.zeros(0, np.int8), labels
     code_of_name = np.full(len(t.names), labels.index("unknown"), np.int8)
@@ -216,6 +254,8 @@ def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarr
         p = name_precision(t.names[i])
         if p is not None:
             code_of_name[i] = labels.index(p)
+    for i in conv_ids.tolist():
+        code_of_name[i] = labels.index(conv_precision(t.names[i]) or "unknown")
     code = code_of_name[t.name[idx]]
     host_idx, host_code = _host_evidence(t, idx)
     if len(host_idx):  # host evidence wins, but a float input run as tf32 (the name says so) is tf32
@@ -253,6 +293,6 @@ def _host_evidence(t: RankTrace, kernels: np.ndarray) -> tuple[np.ndarray, np.nd
             out_c.append(c)
     if not out_i:
         return empty
-    i, c = np.array(out_i, np.int64), np.array(out_c, np.int8)
-    o = np.argsort(i)
-    return i[o], c[o]
+    ii, cc = np.array(out_i, np.int64), np.array(out_c, np.int8)
+    order = np.argsort(ii)
+    return ii[order], cc[order]
