@@ -47,6 +47,9 @@ def _inside(t: RankTrace, outer: np.ndarray, cand: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate(got)) if got else np.zeros(0, np.int64)
 
 
+RECORD_IDLE_MS = 1.0  # below this much device idle per step inside the optimizer (rules/optimizer.py's floor), no record
+
+
 def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     if not wins or not t.is_gpu or t.kind is None:
         return None
@@ -67,6 +70,8 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
         per[name] = (iv.total(u), iv.total(u) - iv.intersect_total(u, busy), arr)
     op = max(per, key=lambda k: (per[k][1], per[k][0]))
     host_ns, idle_ns, ix = per[op]
+    if idle_ns / NS_PER_MS / len(wins) < RECORD_IDLE_MS:
+        return None  # nothing a rule could report: no record (summaries of many ranks keep their size budget)
     m = STEP.match(op)
     starts = np.array([w.host_start for w in wins], np.int64)
     held = np.unique(np.searchsorted(starts, t.ts[ix], side="right") - 1)  # windows holding a span (_in_windows)

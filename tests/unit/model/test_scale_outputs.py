@@ -78,7 +78,9 @@ def test_heatmap_below_the_threshold_is_one_rank_per_column(big):
 def test_packed_summary_round_trips_and_stays_small(big, tmp_path):
     d = big.to_dict()
     raw = summary_bytes(d)
-    assert len(raw) <= 2800 * N  # per rank: 16,384 ranks in ≤ 46 MB (the ladder measures generated ones)
+    # per rank: 16,384 ranks in ≤ 47.5 MB, under the ladder's 64 MB target (benchmarks/ladder.py); 2,800 until the
+    # simulated gains, the launch waits and the fp32-convolution hints joined every rank (2,851 measured)
+    assert len(raw) <= 2900 * N
     packed = orjson.loads(raw)
     assert packed["schema_version"] == 3 and packed["encoding"] == "columnar"
     back = unpack(packed)
