@@ -35,7 +35,11 @@ def _action(o: OptimizerStep) -> str:
         comm = ("; for the collective it launches (distributed Shampoo's all-gather of the updates), a smaller "
                 "`DDPShampooConfig(communication_dtype=...)` and `num_trainers_per_group` (how many ranks split the "
                 "preconditioner work, so how wide the all-gather is)" if o.comm_ms > 0 else "")
-        return ("precondition less often (Shampoo's `precondition_frequency`: its root-inverse work runs every that "
+        per_tensor = ("its update launches one kernel per tensor, no multi-tensor kernel (a `_foreach_*` op on its slow "
+                      "path: keep each list's tensors on one device, dtype and layout so it takes the multi-tensor "
+                      "path; a larger `max_preconditioner_dim` groups fewer, larger blocks); "
+                      if not o.multi_tensor and o.kernels else "")
+        return (per_tensor + "precondition less often (Shampoo's `precondition_frequency`: its root-inverse work runs every that "
                 "many steps) and start later (`start_preconditioning_step`)" + comm +
                 "; assumes convergence holds with staler preconditioners (check the loss curve)")
     if not o.multi_tensor and o.kernels >= MANY and o.kernel_median_us < SMALL_US:

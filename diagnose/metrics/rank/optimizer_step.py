@@ -79,7 +79,6 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
                       host_ms=host_ns / NS_PER_MS / n, idle_ms=idle_ns / NS_PER_MS / n,
                       others_ms=sum(v[0] for k, v in per.items() if k != op) / NS_PER_MS / n)
     calls = _inside(t, ix, np.flatnonzero((t.stream < 0) & (t.kind == RUNTIME) & (t.corr >= 0)))
-    ops = _inside(t, ix, np.flatnonzero((t.stream < 0) & (t.kind == CPU_OP)))
     k = np.flatnonzero(dev & (t.corr >= 0))
     k = k[member(t.corr[k], t.corr[calls])] if len(calls) else k[:0]
     o.kernels = len(k) / n
@@ -88,7 +87,9 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     comm = k[t.kind[k] == COMM]
     o.comm_ms = float(t.dur[comm].sum()) / NS_PER_MS / n
     o.comm_name = t.names[int(t.name[comm[np.argmax(t.dur[comm])]])][:120] if len(comm) else ""
-    names = {t.names[int(j)] for j in np.unique(t.name[np.concatenate([ops, k])])}
+    # read from the kernels, not the ops: a `_foreach_*` op on its slow path (tensors of mixed dtype, device or
+    # layout) launches one kernel per tensor, which the op's name does not say
+    names = {t.names[int(j)] for j in np.unique(t.name[k])}
     o.multi_tensor = any(MULTI.search(s[:200]) for s in names)
     share = op_ids_contiguous(t)
     o.sampled = share is not None and share < SAMPLED_SHARE
