@@ -75,7 +75,7 @@ def comm_host_stall(t: RankTrace, wins) -> HostStall | None:
             q = int(tpos[k])
             if ("before", th, q) not in seen:  # the stretch just before the outermost op, inside a user region
                 seen.add(("before", th, q))
-                g, a = _before(es, ee, reach, apos, q)
+                g, a = _before(es, ee, reach, apos, q, ann)
                 if g > best:
                     best, at = g, a
             if best >= MIN_NS:
@@ -112,14 +112,39 @@ def _inside(es: np.ndarray, ee: np.ndarray, q: int, pc: int, until: int) -> int:
 BACK = 16  # annotations looked back over for the one around an op (nested regions are few)
 
 
-def _before(es: np.ndarray, ee: np.ndarray, reach: np.ndarray, apos: np.ndarray, q: int) -> tuple[int, int]:
-    """(the stretch just before op q with no op or call in it, the innermost user annotation enclosing both):
-    from the later of that annotation's start and the end of the thread's last op/call before q, to q's start;
-    (0, -1) where no user annotation encloses q."""
+def _before(es: np.ndarray, ee: np.ndarray, reach: np.ndarray, apos: np.ndarray, q: int, ann: np.ndarray
+            ) -> tuple[int, int]:
+    """(the stretch just before op q and its short prologue with no op or call in it, the innermost user annotation
+    enclosing both): from the later of that annotation's start and the end of the thread's last op/call before
+    them, to the prologue's start; (0, -1) where no user annotation encloses q. The prologue (_prologue) is the
+    exchange's own preparation right before its op: TorchRec's quantized-comm encode (`## encoder fp16 ##`, its
+    casts) sits between the stall and the `_AlltoAllSingle`."""
+    s, i = _prologue(es, reach, ann, q)
     j = int(np.searchsorted(apos, q)) - 1
-    for i in range(j, max(j - BACK, -1), -1):
-        p = int(apos[i])
-        if ee[p] >= ee[q]:
-            prev = int(reach[q - 1]) if q > 0 else int(es[p])
-            return max(0, int(es[q]) - max(prev, int(es[p]))), p
+    for k in range(j, max(j - BACK, -1), -1):
+        p = int(apos[k])
+        if ee[p] >= ee[q] and es[p] <= s:
+            prev = int(reach[i]) if i >= 0 else int(es[p])
+            return max(0, s - max(prev, int(es[p]))), p
     return 0, -1
+
+
+TOUCH_NS = 200_000  # host work this close to the next is one burst (Python between the codec's calls: up to ~70 us)
+PROLOGUE_NS = 1_000_000  # a burst longer than this before the op is work of its own, not the exchange's preparation
+PROLOGUE_EVENTS = 256  # events looked back over
+
+
+def _prologue(es: np.ndarray, reach: np.ndarray, ann: np.ndarray, q: int) -> tuple[int, int]:
+    """(the start of the burst of host ops and calls that runs right up to op q, each within TOUCH_NS of the next,
+    the index of the last event before it): q's own start and q - 1 where there is none, or where the burst is
+    longer than PROLOGUE_NS (an op that began long before and reaches q is no prologue)."""
+    s, i = int(es[q]), q - 1
+    while i >= 0 and q - i <= PROLOGUE_EVENTS:
+        if not ann[i]:
+            if int(reach[i]) < s - TOUCH_NS:
+                break
+            s = min(s, int(es[i]))
+            if int(es[q]) - s > PROLOGUE_NS:
+                return int(es[q]), q - 1
+        i -= 1
+    return (s, i) if q - i <= PROLOGUE_EVENTS else (int(es[q]), q - 1)
