@@ -20,7 +20,7 @@ class OptimizerStep:
     kernel_median_us: float = 0.0  # the median one's time (µs)
     comm_ms: float = 0.0  # of kernel_ms, collectives' (a ZeRO / distributed-Shampoo parameter all-gather)
     comm_name: str = ""  # the longest of those collectives
-    multi_tensor: bool = False  # the span runs `aten::_foreach_*` / `aten::_fused_*` ops or multi-tensor kernels
+    multi_tensor: bool = False  # a multi-tensor kernel among those launched inside (read from the kernels)
     others_ms: float = 0.0  # host time per step of the other optimizers' step spans (an EMA after the main one)
     sampled: bool = False  # an event-sampled capture (metrics/rank/idle_stretch.py): kernels are dropped too, so
     # idle_ms is an upper bound and kernels / kernel_ms lower bounds; host_ms stays exact for a kept span

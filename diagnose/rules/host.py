@@ -7,7 +7,8 @@ from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import cpu_only_words
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
-from llmdiag.diagnose.rules.idle_calls import allocator_churn, host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
+from llmdiag.diagnose.rules.allocator import allocator_churn  # noqa: F401 (re-export)
+from llmdiag.diagnose.rules.idle_calls import host_sync, single_op_ms, stack_caveat  # noqa: F401 (re-export)
 from llmdiag.diagnose.rules.launch import host_bound  # noqa: F401 (re-export)
 
 

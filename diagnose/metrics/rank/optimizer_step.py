@@ -20,7 +20,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, CPU_OP, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
-from llmdiag.diagnose.metrics.rank.sets import member
+from llmdiag.diagnose.metrics.rank.sets import distinct, median, member
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.optimizer import OptimizerStep
@@ -44,7 +44,7 @@ def _inside(t: RankTrace, outer: np.ndarray, cand: np.ndarray) -> np.ndarray:
         a, b = np.searchsorted(cts, [t.ts[o], t.ts[o] + t.dur[o]])
         sel = cand[a:b]
         got.append(sel[t.thread[sel] == t.thread[o]])
-    return np.unique(np.concatenate(got)) if got else np.zeros(0, np.int64)
+    return distinct(np.concatenate(got)) if got else np.zeros(0, np.int64)
 
 
 RECORD_IDLE_MS = 1.0  # below this much device idle per step inside the optimizer (rules/optimizer.py's floor), no record
@@ -74,7 +74,7 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
         return None  # nothing a rule could report: no record (summaries of many ranks keep their size budget)
     m = STEP.match(op)
     starts = np.array([w.host_start for w in wins], np.int64)
-    held = np.unique(np.searchsorted(starts, t.ts[ix], side="right") - 1)  # windows holding a span (_in_windows)
+    held = distinct(np.searchsorted(starts, t.ts[ix], side="right") - 1)  # windows holding a span (_in_windows)
     o = OptimizerStep(op=op[:120], name=m.group(1) if m else op[:80], steps=len(held),
                       host_ms=host_ns / NS_PER_MS / n, idle_ms=idle_ns / NS_PER_MS / n,
                       others_ms=sum(v[0] for k, v in per.items() if k != op) / NS_PER_MS / n)
@@ -83,13 +83,13 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     k = k[member(t.corr[k], t.corr[calls])] if len(calls) else k[:0]
     o.kernels = len(k) / n
     o.kernel_ms = float(t.dur[k].sum()) / NS_PER_MS / n
-    o.kernel_median_us = float(np.median(t.dur[k])) / 1000 if len(k) else 0.0
+    o.kernel_median_us = median(t.dur[k]) / 1000 if len(k) else 0.0
     comm = k[t.kind[k] == COMM]
     o.comm_ms = float(t.dur[comm].sum()) / NS_PER_MS / n
     o.comm_name = t.names[int(t.name[comm[np.argmax(t.dur[comm])]])][:120] if len(comm) else ""
     # read from the kernels, not the ops: a `_foreach_*` op on its slow path (tensors of mixed dtype, device or
     # layout) launches one kernel per tensor, which the op's name does not say
-    names = {t.names[int(j)] for j in np.unique(t.name[k])}
+    names = {t.names[int(j)] for j in distinct(t.name[k])}
     o.multi_tensor = any(MULTI.search(s[:200]) for s in names)
     share = op_ids_contiguous(t)
     o.sampled = share is not None and share < SAMPLED_SHARE
