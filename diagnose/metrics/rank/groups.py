@@ -175,7 +175,7 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
     idle = ([groups[0]] if _is_default(cfg, groups[0]) else []) + ([pp[0]] if p2p else [])
     cands = [[g for g in groups if g not in drop] for drop in ([], *([x] for x in idle), idle)]
     for n in sorted({len(c) for c in cands if c}):  # the fewest groups first (idle ones left out)
-        clusters = _cut(tids, n)
+        clusters = _cut(tids, n, slack=min(max((t.world_size or 2) - 1, 1), HOST_RANKS - 1))
         if clusters:  # where two sets of groups of this size read alike, only the runs they agree on
             maps = [dict(enumerate(c)) for c in cands if len(c) == n]
             of_tid = {tid: maps[0][k] for k, c in enumerate(clusters) for tid in c
@@ -189,16 +189,24 @@ def _gloo_groups(t: RankTrace, idx: np.ndarray, cfg: list[dict]) -> dict[int, Gr
 _P2P = {"gloo:send", "gloo:recv", "gloo:recv_anysource"}
 
 
-def _cut(tids: list[int], n: int, k: int = 2) -> list[list[int]] | None:
+HOST_RANKS = 8  # ranks of one host that create a group's workers at the same moment (one per device)
+
+
+def _cut(tids: list[int], n: int, k: int = 2, slack: int = 0) -> list[list[int]] | None:
     """Worker thread ids (sorted) -> n runs of k, one per group in creation order; None unless every group
     shows all its k workers (gloo starts 2 per device; one device) and no run spans a wider gap than one
-    between runs. The ids are the host's: other ranks' threads fall between one group's workers as often as
-    between two groups' (gaps of 1 to 3 either way, seen on 8 ranks), so the gaps alone do not cut."""
+    between runs, or than `slack` + 1. The ids are the host's: other ranks' threads fall between one group's
+    workers as often as between two groups' (gaps of 1 to 3 either way, seen on 8 ranks), so the gaps alone do
+    not cut. The host's other ranks create the same group at the same moment, each putting up to one id
+    between a rank's two workers (`slack`: the other ranks of a host, up to HOST_RANKS - 1): fsdp2tp2 under
+    load left rank 0's workers at 26012, 26014 between rank 2's 26011, 26013, and a next group one id on
+    would read as no groups at all. Ids rise in creation order, so with every worker present the runs are
+    the groups; the gap check only turns away a wrap of the pid counter or a thread that is no worker."""
     if len(tids) != n * k:
         return None
     runs = [tids[j:j + k] for j in range(0, len(tids), k)]
     inside = max((r[-1] - r[0] for r in runs), default=0)
     between = min((b[0] - a[-1] for a, b in zip(runs, runs[1:])), default=inside + 1)
-    return runs if inside <= between else None
+    return runs if inside <= max(between, slack + 1) else None
 
 

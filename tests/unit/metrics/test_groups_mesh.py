@@ -256,9 +256,11 @@ def _by_dims(tmp_path, b: TraceBuilder) -> dict:
 
 @pytest.mark.parametrize("dp_tids,tp_tids", [((782, 784), (796, 797)), ((779, 780), (794, 795)),
                                              ((824, 827), (834, 835)), ((11826, 11828), (11831, 11832)),
-                                             ((11704, 11705), (11708, 11711))])
+                                             ((11704, 11705), (11708, 11711)),
+                                             ((26012, 26014), (26015, 26017))])
 def test_gloo_worker_ids_interleaved_by_other_ranks_still_read_as_their_groups(tmp_path, dp_tids, tp_tids):
-    """Thread ids as one host's 4 or 8 ranks left them (gaps of 1 to 3 inside a group, 3 to 18 between),
+    """Thread ids as one host's 4 or 8 ranks left them (gaps of 1 to 3 inside a group, 1 to 18 between: the
+    last, fsdp2tp2 under load, interleaved with another rank's workers and the next group one id on),
     with a pipeline's send/recv on the caller's thread: each span gets its own group, none is shifted onto
     the next (the pipeline group, whose workers stay idle, must not take the data-parallel spans)."""
     got = _by_dims(tmp_path, _pipeline_rank(dp_tids, tp_tids))
@@ -275,3 +277,14 @@ def test_gloo_workers_that_two_sets_of_groups_explain_alike_stay_unknown(tmp_pat
     dp, tp, pp = _key("dp", group_of(0, "dp", PP3)), _key("tp", group_of(0, "tp", PP3)), _key("pp", group_of(0, "pp", PP3))
     assert got == {(tp, "gloo:all_reduce", 3): 8, (dp, "gloo:all_reduce", 1): 8, ("", "gloo:all_reduce", 1): 8,
                    (pp, "gloo:send", 3): 2, (pp, "gloo:recv", 0): 2}
+
+
+def test_gloo_worker_runs_wider_than_the_hosts_other_ranks_explain_stay_unread():
+    """The twin of the interleaved ids: two workers of one group 2 ids apart with the next group 1 on read as
+    groups where 3 other ranks could have created threads between them, not where none could; 9 ids apart
+    (more than 7 other ranks of a host) never, whatever the gaps between groups."""
+    from llmdiag.diagnose.metrics.rank.groups import _cut
+
+    assert _cut([26012, 26014, 26015, 26017], 2, slack=3) == [[26012, 26014], [26015, 26017]]
+    assert _cut([26012, 26014, 26015, 26017], 2, slack=0) is None
+    assert _cut([100, 109, 110, 111], 2, slack=7) is None
