@@ -39,7 +39,7 @@ from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_S
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.model.format import NS_PER_MS
 
-MAX_ROUNDS = 32  # host/device hand-overs one change may travel through; beyond: no simulated gain (a trace that
+MAX_ROUNDS = 16  # host/device hand-overs one change may travel through; beyond: no simulated gain (a trace that
 # does not settle by then, trace_diff control with its resume edges, did not by 256 either: 0.8 s per what-if spent)
 MAX_GROUPS = 8  # process groups simulated one by one (the longest by time); all communication is one more
 NEG = np.int64(-(2**62))
