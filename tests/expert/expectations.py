@@ -8,8 +8,6 @@ Per set:
   silent    findings that must NOT fire (silent twins inside the set)
   headline  numbers of the analysis against the truth scripts (`truth` names a value computed by
             score.truth_values) or a fixed value
-  xfail     ids (problem, silent or headline) that llmdiag at the corpus' writing (main @ c99b71c) fails,
-            each with what is wrong: pinned strict in tests/expert/test_expert_corpus.py
 Nothing here was fitted to llmdiag's output: the numbers come from the events.
 """
 
@@ -219,12 +217,13 @@ REAL: dict[str, dict] = {
                     "why": "exposed comm 10.7 ms/step (gain capped by compute-only time)"},
                    {"verdict": "unverified", "rules": ["low_busbw"],
                     "why": "one rank of eight: kernel time includes waiting for peers"}],
-        "silent": [], "headline": step_headlines("steps 15.9-16.8 ms"),
-        "xfail": {"step_median": "median step 18.98 ms, truth 15.95: every step's window is 18.6-19.0 ms while the "
-                                 "host's ProfilerSteps start every 16.0-16.8 ms. Disputed (stepedge): the device is busy "
-                                 "but one 2.2 ms gap of the capture, its windows are back to back (starts 18.9, 19.1 ms "
-                                 "apart) and it begins each step 30.1, 32.2, 35.3 ms after the host: device-bound, the "
-                                 "host enqueueing ahead; the job cannot step faster than its device, 19 ms"}},
+        "silent": [], "headline": [
+            {"id": "step_median", "field": "median_step_ms", "truth": "device_step_ms", "tol": 0.1,
+             "why": "device-bound: the host's ProfilerSteps last 15.9-16.8 ms but it enqueues ahead (each step's device "
+                    "work begins 30-35 ms after its host step), and the device's step period, read from the events "
+                    "(truth/steps.device_period_ms: first launched device event of consecutive steps), is 18.98 ms; "
+                    "the fresh review (2026-12-07) found the GPU iteration ~18.8 ms, settling issue #27's dispute"},
+            *step_headlines("steps 15.9-16.8 ms")[1:]]},
     "tracelens/mi300_resnet18_no_caching_allocator.json.gz": {
         "problems": [{"id": "allocator_off", "what": "hipFree 1360 calls 3346 ms, hipMalloc 1460: caching off",
                       "any": [{"where": "finding", "text": r"hipFree|hipMalloc|allocat", "min_severity": "medium"}]}],

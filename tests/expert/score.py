@@ -39,7 +39,9 @@ def truth_values(path: str) -> dict:
         per = [v["comm_ms"] for t in g for v in truth_idle.per_step(t).values()]
         if per:
             comm.append(sum(per) / len(per))
+    dev = [truth_steps.device_period_ms(t) for g in groups for t in g]
     return {"median_step_ms": [m for m in meds if m is not None], "comm_ms_per_step": comm,
+            "device_step_ms": [d for d in dev if d is not None],
             "outlier_steps": outl, "step_numbers": [x["steps"] for x in sums if x["steps"]]}
 
 

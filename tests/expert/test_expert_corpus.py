@@ -1,9 +1,8 @@
 """The expert corpus, one case per expectation (tests/expert/expectations.py, tests/expert/planted.py).
 
 Each problem must be found, each silent twin must stay silent, each headline must sit within tolerance of the
-truth scripts, and per set every high/medium finding must be right or unverified ("precision"). What llmdiag
-fails today is marked xfail(strict=True) with the issue #27 reason from the expectation's `xfail`: a fix
-turns the case XPASS (red), and the mark is then removed. Real sets skip where ../shared/fixtures/real is
+truth scripts, and per set every high/medium finding must be right or unverified ("precision"). No case is
+pinned as an expected failure: a miss is a failing test. Real sets skip where ../shared/fixtures/real is
 absent. Each set is analysed once per session.
 """
 
@@ -43,14 +42,11 @@ def _planted_dir(tmp_path_factory):
 def _cases(kind_sets: dict, real: bool) -> list:
     out = []
     for name, exp in kind_sets.items():
-        xf = exp.get("xfail", {})
         ids = ([("problem", p["id"]) for p in exp.get("problems", [])] +
                [("silent", s["id"]) for s in exp.get("silent", [])] +
                [("headline", h["id"]) for h in exp.get("headline", [])] + [("precision", "precision")])
         for kind, cid in ids:
-            marks = [pytest.mark.xfail(strict=True, reason=f"issue #27: {xf[cid]}")] if cid in xf else []
-            if real:
-                marks.append(pytest.mark.real(REAL / name))
+            marks = [pytest.mark.real(REAL / name)] if real else []
             out.append(pytest.param(name, kind, cid, marks=marks, id=f"{name}:{kind}:{cid}"))
     return out
 

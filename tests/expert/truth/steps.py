@@ -42,3 +42,24 @@ def summary(traces) -> dict:
         rest = [v for s, v in job.items() if s not in out["outliers"]]
         out["mean_without_outliers_ms"] = float(np.mean(rest)) if rest else None
     return out
+
+
+def device_period_ms(t) -> float | None:
+    """The device's step period: each host ProfilerStep's device work is the device events launched (by
+    correlation id) from runtime calls inside it; the median over steps of the gap between the first such events
+    of consecutive steps. Where the host enqueues ahead of a busy device, the job cannot step faster than this,
+    whatever the host's step spans say."""
+    calls = sorted((e["ts"], e["args"]["correlation"]) for e in t.events
+                   if e.get("cat") in ("cuda_runtime", "hip_runtime", "cuda_driver") and "correlation" in e.get("args", {}))
+    dev = {}
+    for e in t.events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
+            c = e["args"]["correlation"]
+            dev[c] = min(dev.get(c, e["ts"]), e["ts"])
+    firsts = []
+    for _, t0, d in host_steps(t):
+        starts = [dev[c] for ts, c in calls if t0 <= ts <= t0 + d and c in dev]
+        if starts:
+            firsts.append(min(starts))
+    gaps = np.diff(firsts)
+    return float(np.median(gaps)) / 1000 if len(gaps) else None
