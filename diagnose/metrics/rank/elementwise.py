@@ -116,8 +116,13 @@ def elementwise_facts(t: RankTrace, wins: list[Window], h: Hints) -> None:
         pk = _pattern(t.names[k], "") if k >= 0 else _pattern(None, t.names[-1 - k])
         by[pk] = by.get(pk, 0.0) + v
     groups = _groups(by)
-    h.elementwise_ms_by_pattern = {k: v / NS_PER_MS / n for k, (v, _) in sorted(groups.items(), key=lambda kv: -kv[1][0])}
+    h.elementwise_ms_by_pattern = ms_by_pattern(groups, n)
     h.elementwise_fusable_ms = sum(v * (1 - 1 / k) for name, (v, k) in groups.items() if name != OTHER) / NS_PER_MS / n
+
+
+def ms_by_pattern(groups: dict[str, tuple[float, int]], n: int) -> dict[str, float]:
+    """ms per step by pattern, largest first; ties by name, so the order does not depend on the hash seed."""
+    return {k: v / NS_PER_MS / n for k, (v, _) in sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))}
 
 
 def _groups(by: dict[tuple[str, str], float]) -> dict[str, tuple[float, int]]:
@@ -129,14 +134,15 @@ def _groups(by: dict[tuple[str, str], float]) -> dict[str, tuple[float, int]]:
         old = out.get(name, (0.0, k))
         out[name] = (old[0] + v, max(old[1], k))
 
-    for g in {g for g, _ in by}:
+    for g in sorted({g for g, _ in by}):
         ops = {short: v for (gg, short), v in by.items() if gg == g}
         if g == OTHER:
             put(OTHER, sum(ops.values()), 1)
             continue
         top = max(ops.values())
-        chain = {o for o, v in ops.items() if v >= 0.1 * top}
-        put(label(g, chain), sum(ops[o] for o in chain), len(chain))
-        for o in set(ops) - chain:
-            put(label(g, {o}), ops[o], 1)
+        chain = [o for o, v in ops.items() if v >= 0.1 * top]  # in `by`'s order: sums do not depend on hash seed
+        put(label(g, set(chain)), sum(ops[o] for o in chain), len(chain))
+        for o in ops:
+            if o not in chain:
+                put(label(g, {o}), ops[o], 1)
     return out
