@@ -231,3 +231,21 @@ def busy(n: int = 8, **kw) -> dict:
     s["ranks"][-1]["memory"][0]["peak_reserved"] = int(0.96 * 80 * GIB)
     s["skew"]["stragglers"] = [{"rank": 5, "reason": "arrives last at collectives", "value": 0.875}]
     return s
+
+
+def stretch(step: int, op: str, idle_ms: float, stack: list[str]) -> dict:
+    """One long host op's stretch of device idle, as `ranks[].idle.stretches[]` lists it (cause: host)."""
+    return {"step": step, "idle_ms": idle_ms, "op": op, "op_ms": idle_ms, "cause": "host", "stack": stack}
+
+
+def host_idle(n: int, idle_frac: float, host_bound_ms: float, stretches: list[dict] | None = None) -> dict:
+    """`n` ranks of ~100 ms steps and 2000 kernels per step, each with `idle_frac` of its step idle, `host_bound_ms` of
+    it waiting on the host, the rest queued, and the long-op `stretches` given."""
+    s = summary(n)
+    for r in s["ranks"]:
+        r["hints"].update(device_idle_frac=idle_frac, short_kernel_frac=0.1, median_kernel_us=30.0,
+                          kernels_per_step=2000)
+        idle = idle_frac * r["step_time_ms"]
+        r["idle"] = {"idle_ms": idle, "host_bound_ms": host_bound_ms, "queued_ms": idle - host_bound_ms,
+                     "stretches": list(stretches or [])}
+    return s

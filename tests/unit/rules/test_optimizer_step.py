@@ -8,27 +8,19 @@ import pytest
 
 from llmdiag.diagnose.rules import findings as run_rules
 from llmdiag.diagnose.rules.overlaps import counted_gain_ms
-from tests.gen.summaries import summary, typed
+from tests.gen.summaries import host_idle, typed
+from tests.gen.summaries import stretch as _stretch
 
 STEPS = 3
 OPT = ["Optimizer.step#SGD.step", "## optimizer ##"]
-
-
-def _stretch(step: int, op: str, idle_ms: float, stack: list[str]) -> dict:
-    return {"step": step, "idle_ms": idle_ms, "op": op, "op_ms": idle_ms, "cause": "host", "stack": stack}
 
 
 def _job(opt_idle_ms: float, name: str = "SGD", kernels: float = 400.0, median_us: float = 3.0,
          multi: bool = False, stretches: list | None = None, host_bound_ms: float = 50.0, idle_frac: float = 0.6,
          sampled: bool = False) -> dict:
     """2 ranks of ~100 ms steps, each with `opt_idle_ms` of device idle per step inside its optimizer step."""
-    s = summary(2)
+    s = host_idle(2, idle_frac, host_bound_ms, stretches)
     for r in s["ranks"]:
-        r["hints"].update(device_idle_frac=idle_frac, short_kernel_frac=0.1, median_kernel_us=30.0,
-                          kernels_per_step=2000)
-        idle = idle_frac * r["step_time_ms"]
-        r["idle"] = {"idle_ms": idle, "host_bound_ms": host_bound_ms, "queued_ms": idle - host_bound_ms,
-                     "stretches": list(stretches or [])}
         r["optimizer"] = {"op": f"Optimizer.step#{name}.step", "name": name, "steps": STEPS,
                           "host_ms": opt_idle_ms + 1.0, "idle_ms": opt_idle_ms, "kernels": kernels,
                           "kernel_ms": kernels * median_us / 1000, "kernel_median_us": median_us,

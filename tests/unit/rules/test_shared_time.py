@@ -10,7 +10,8 @@ import pytest
 
 from llmdiag.diagnose.rules import findings as run_rules
 from llmdiag.diagnose.rules.overlaps import counted_gain_ms
-from tests.gen.summaries import summary, typed
+from tests.gen.summaries import host_idle, summary, typed
+from tests.gen.summaries import stretch as _stretch
 
 STEPS = 3
 DDP = ["DistributedDataParallel.forward", "## forward ##"]
@@ -19,20 +20,11 @@ REAL = (Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "re
 NCCL = REAL / "hta" / "nccl_data.json.gz"
 
 
-def _stretch(step: int, op: str, idle_ms: float, stack: list[str]) -> dict:
-    return {"step": step, "idle_ms": idle_ms, "op": op, "op_ms": idle_ms, "cause": "host", "stack": stack}
-
-
 def _job(idle_frac: float, host_bound_ms: float, stretches: list[dict], buffer_idle_ms: float) -> dict:
     """2 ranks, 3 steps of ~100 ms, 2000 kernels per step; each rank's idle split and long-op stretches as given,
     and DDP's buffer broadcast with `buffer_idle_ms` of device idle per step inside its pack/unpack ops."""
-    s = summary(2)
+    s = host_idle(2, idle_frac, host_bound_ms, stretches)
     for r in s["ranks"]:
-        r["hints"].update(device_idle_frac=idle_frac, short_kernel_frac=0.1, median_kernel_us=30.0,
-                          kernels_per_step=2000)
-        idle = idle_frac * r["step_time_ms"]
-        r["idle"] = {"idle_ms": idle, "host_bound_ms": host_bound_ms, "queued_ms": idle - host_bound_ms,
-                     "stretches": stretches}
         r["chores"] = {"buffer_bcasts": 2.0, "buffer_elems": "53120 Float", "buffer_host_ms": buffer_idle_ms + 0.5,
                        "buffer_idle_ms": buffer_idle_ms}
     return s
