@@ -443,3 +443,4 @@ _launch()
 # ---- issue #34 recall: the host-heavy optimizer step (rules/optimizer.py) ----
 import tests.expert.expectations_optimizer  # noqa: E402  (adds to REAL)
 import tests.expert.expectations_fp32conv  # noqa: E402,F401  (issue #34, fp32 convolutions: adds to REAL)
+from tests.expert import expectations_recall_a  # noqa: E402,F401  (issue #34 recall, communication: adds to REAL)
