@@ -59,3 +59,21 @@ SP["silent"] = SP["silent"] + [
 SP["headline"] = SP["headline"] + [
     {"id": "comm_all_streams", "field": "comm_ms", "truth": "comm_ms_per_step", "tol": 0.1,
      "why": "communication counted on every stream (84 and 203 besides the compute stream's none)"}]
+
+# hta/cpu_only_rank-34 (rank 34 of 300, gloo, CPU only): 10 `gloo:all_reduce` spans on two threads in the 1.29 s
+# window, in 5 pairs starting 6-11 ms apart: 321,271 floats (1.29 MB) on thread 3553, 2,082,411 (8.33 MB) on 3554,
+# 173.2/170.5, 180.3/175.4, 380.2/380.6, 162.8/156.7, 178.3/177.5 ms: the 6.5x larger message takes the same time
+# in every pair, so the time is not the bytes. ProfilerStep#551 (210.1 ms) holds the first pair. Over 300 ranks a
+# ring all-reduce is 598 sequential exchanges of S/300 (4.3 and 27.8 KB): ~0.29 ms each. One rank of 300 traced:
+# whether the exchanges are slow or a peer is late is not in the trace (the 380 ms pair suggests some waiting).
+CPU = REAL["hta/cpu_only_rank-34.pt.trace.json.gz"]
+CPU["problems"] = CPU["problems"] + [
+    {"id": "gloo_latency_bound", "what": "gloo all-reduces over 300 ranks whose time does not follow their size "
+                                         "(1.29 and 8.33 MB both ~170 ms): per-exchange latency, fewer/larger "
+                                         "all-reduces or a hierarchical reduction the lever",
+     "any": [{"where": "finding", "rules": ["comm_latency_bound"], "text": r"allreduce over 300 ranks.*598 sequential"}]}]
+CPU["claims"] = [{"verdict": "right", "rules": ["comm_latency_bound"], "text": r"a late peer",
+                  "why": "sizes 6.5x apart in the same ~170 ms: not bandwidth; the late-peer caveat is due (1 of "
+                         "300 ranks traced)"},
+                 {"verdict": "misleading", "rules": ["comm_latency_bound"],
+                  "why": "one rank of 300: the late-peer reading must be named"}] + CPU["claims"]

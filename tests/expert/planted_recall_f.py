@@ -68,7 +68,7 @@ def recall_f_scenarios() -> dict[str, tuple[Knobs, dict]]:
             "silent": [{"id": "no_exposed_comm", "why": "the same 2.00 ms exposed per step, but the all_to_all is 75 % "
                                                         "hidden and the all-reduce 100 %: every kind mostly hidden",
                         "match": {"where": "finding", "rules": ["exposed_comm", "dp_overlap", "tp_exposed"]}}]}),
-        **_waits(),
+        **_waits(), **recall_f_latency(),
     }
 
 
@@ -99,4 +99,51 @@ def _waits() -> dict[str, tuple[Knobs, dict]]:
             "problems": [], "claims": [],
             "silent": [{"id": "no_wait_named", "why": "no rank stalls: nobody waits, no wait is taken out",
                         "match": {"where": "finding", "rules": ["exposed_comm"], "text": r"of which .* waiting"}}]}),
+    }
+
+
+# One traced rank of a 300-rank gloo job, CPU only (hta/cpu_only_rank-34's shape): per 200 ms ProfilerStep two
+# all-reduces on two gloo threads, 170 ms each, starting 5 ms apart: 321,271 and 2,082,411 floats (mean message
+# (321271 + 2082411) x 4 / 2 = 4,807,364 B = 4.58 MiB). A ring all-reduce over 300 ranks is 2 x 299 = 598 exchanges
+# of 4,807,364 / 300 = 16,024 B (15.65 KiB) each, 170 / 598 = 0.28 ms per exchange; busbw = 4,807,364 B / 170 ms x
+# 598 / 300 = 56.4 MB/s, under a tenth of a 10 Gb/s NIC's 1.25 GB/s; exposed: the union [10, 185] ms, 175 ms per
+# step (87.5 %). The twin: the same ranks and times, 16 Mi and 10 Mi floats (mean 52 MiB): busbw 639 MB/s, 186 KB
+# per exchange: a slow link's bytes, not the exchanges' count.
+GLOO_N, GLOO_STEP, GLOO_MS = 300, 200_000, 170.0
+
+
+def _gloo_job(folder: str, prefix: str, sizes: tuple[int, int]) -> list[str]:
+    cfg = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo", "pg_size": GLOO_N,
+            "ranks": list(range(GLOO_N))}]
+    b = TraceBuilder(rank=34, world_size=GLOO_N, backend="gloo", pg_config=cfg, device_properties=[])
+    for tid in (201, 202):
+        b.thread_name(tid, "pt_gloo_runloop")
+    for k in range(1, 4):
+        k0 = (k - 1) * GLOO_STEP
+        b.step(k, k0, k0 + GLOO_STEP)
+        for j, (tid, n) in enumerate(zip((201, 202), sizes)):
+            b.cpu_op("gloo:all_reduce", k0 + 10_000 + 5_000 * j, GLOO_MS * 1000, tid=tid, cat="user_annotation",
+                     args={"Input Dims": [[n]], "Input type": ["float"]})
+        b.cpu_op("aten::empty", k0 + GLOO_STEP - 100, 5)
+    os.makedirs(folder, exist_ok=True)
+    return [b.write(os.path.join(folder, f"{prefix}_rank34.pt.trace.json.gz"))]
+
+
+def recall_f_latency() -> dict[str, tuple[Knobs, dict]]:
+    what = ("two gloo all-reduces per step over 300 ranks, 4.58 MiB mean, 170 ms each: 598 ring exchanges of "
+            "15.65 KiB, 0.28 ms each; busbw 56.4 MB/s")
+    text = (r"allreduce over 300 ranks \(gloo\).*mean message 4\.58 MiB, 170\.00 ms each; busbw 56\.\d MB/s.*598 "
+            r"sequential exchanges of 15\.65 KiB each: 0\.28 ms per exchange.*exposed 175\.00 ms per step")
+    return {
+        "gloo_latency_bound": (Knobs(writer=partial(_gloo_job, sizes=(321_271, 2_082_411))), {
+            "problems": [{"id": "latency_bound", "what": what,
+                          "any": [{"where": "finding", "rules": ["comm_latency_bound"], "text": text}]}],
+            "silent": [],
+            "claims": [{"verdict": "right", "rules": ["comm_latency_bound"], "why": what},
+                       {"verdict": "right", "rules": ["contaminated_timings"], "why": "CPU only by construction"}]}),
+        "gloo_bandwidth_twin": (Knobs(writer=partial(_gloo_job, sizes=(16 * 2**20, 10 * 2**20))), {
+            "problems": [], "claims": [{"verdict": "right", "rules": ["contaminated_timings"], "why": "CPU only"}],
+            "silent": [{"id": "no_latency_bound", "why": "the same 170 ms all-reduces carry 52 MiB: busbw 639 MB/s, "
+                                                         "186 KB per exchange",
+                        "match": {"where": "finding", "rules": ["comm_latency_bound"]}}]}),
     }
