@@ -11,6 +11,7 @@ from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.rules.base import Ctx
 from llmdiag.diagnose.rules.codecs import comm_codec
 from llmdiag.diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
+from llmdiag.diagnose.rules.comm_latency import comm_latency_bound
 from llmdiag.diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
 from llmdiag.diagnose.rules.precision import fp32_gemm
@@ -32,7 +33,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("tp_exposed", tp_exposed), ("memory_near_capacity", memory_near_capacity), ("memory_unused", memory_unused),
     ("host_bound", host_bound), ("stragglers", stragglers), ("low_busbw", low_busbw), ("dataloader", dataloader),
     ("fp32_gemm", fp32_gemm), ("contaminated_timings", contaminated_timings),
-    ("exposed_comm", exposed_comm), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
+    ("exposed_comm", exposed_comm), ("comm_latency_bound", comm_latency_bound), ("allocator_churn", allocator_churn), ("host_sync", host_sync),
     ("event_wait", event_wait),
     ("exposed_memcpy", exposed_memcpy),
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),

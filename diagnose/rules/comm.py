@@ -10,6 +10,7 @@ from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 from llmdiag.diagnose.rules.comm_gain import gain_text as _gain_text, kind as _kind, on_path as _on_path, path_holder, simulated as _simulated
+from llmdiag.diagnose.rules.comm_kinds import OVERLAP_GATE, open_kinds, open_words, wait_words
 from llmdiag.diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
 TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's own default
@@ -39,8 +40,9 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     ratio = ov / tot if tot else None
     exp_mean = statistics.fmean(x[2] for x in rows)
     step = statistics.fmean(x[0].step_time_ms for x in rows)
-    if exp_mean < 0.05 * step or (ratio is not None and ratio >= 0.70):
-        return None
+    opened = open_kinds(rows, step) if ratio is not None and ratio >= OVERLAP_GATE else []
+    if exp_mean < 0.05 * step or (ratio is not None and ratio >= OVERLAP_GATE and not opened):
+        return None  # well overlapped, unless one kind on its own is not (rules/comm_kinds.py)
     sims = [_simulated(x[0], x[3], waits.get(x[0].rank, 0.0)) for x in rows]
     simulated = all(g is not None for g in sims)
     gain = statistics.fmean([g for g in sims if g is not None] if simulated else
@@ -56,7 +58,8 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     what = ", ".join(f"{k} on pg '{pg}'" if pg else k for (k, pg) in sorted(kinds, key=lambda kp: -kinds[kp])[:3])
     ev = (f"{what}: overlap ratio {fmt(ratio, 'pct')}, exposed {fmt(exp_mean, 'ms')} per step = "
           f"{fmt(exp_mean / step, 'pct')} of the {fmt(step, 'ms')} step (mean over {plural(len(rows), 'rank')}; worst rank "
-          f"{worst[0].rank}: {fmt(worst[2], 'ms')})")
+          f"{worst[0].rank}: {fmt(worst[2], 'ms')})") + (open_words(opened, rows, ratio) if opened and ratio is not None else "")
+    ev += wait_words(worst[0].rank, c.comm_of(worst[0], roles)[1], waits.get(worst[0].rank, 0.0), _late(c))
     if (w := worst[0]).critical_path is not None and _on_path(w, worst[2]) < worst[2]:
         ev += (f"; rank {w.rank}'s critical path holds {fmt(_on_path(w, worst[2]), 'ms')} of communication per step "
                "(the rest of the exposed time runs while the step waits on something else: hiding it gains nothing)")
@@ -77,6 +80,11 @@ def _peer_waits(c: Ctx) -> dict[int, float]:
         c.peer_waits = {} if not sk or not sk.wait_ms_by_rank or not stragglers(c) else {
             r.rank: sk.wait_ms_by_rank.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
     return c.peer_waits
+
+
+def _late(c: Ctx) -> list[int]:
+    """The late-arriving ranks a straggler finding names (none where none fires)."""
+    return sorted({x.rank for x in (c.a.skew.stragglers if c.a.skew else []) if x.kind}) if stragglers(c) else []
 
 
 def dp_wrapper(c: Ctx, kinds: set | None = None) -> str | None:
@@ -166,7 +174,7 @@ def _exposed_action(c: Ctx, rows) -> str:
     """`async_op=True` only where the host thread is seen waiting in communication (IdleBreakdown.comm_wait_ms:
     a wait op or a blocking collective spans the device idle); a collective already launched asynchronously
     gains nothing from it. Where a straggler finding fires, the remaining wait is named as its."""
-    late = sorted({x.rank for x in (c.a.skew.stragglers if c.a.skew else []) if x.kind}) if stragglers(c) else []
+    late = _late(c)
     late = [] if {x[0].rank for x in rows} <= set(late) else late  # the straggler's own exposure: not a wait
     tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
     if late:

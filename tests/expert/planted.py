@@ -88,6 +88,7 @@ class Knobs:
     chore: object = None               # fn(rank, knobs, facts, step) placing events at each step's start, the
     #                                    device drained; called once more with step None after the last step
     #                                    (tests/expert/planted_recall_b.py)
+    writer: object = None              # fn(folder, prefix) -> paths: writes the whole job instead (planted_recall_f)
 
 
 SIDE = "void at::native::(anonymous namespace)::indexSelectLargeIndex<float, long, unsigned int, 2, 2, -2, true>"
@@ -386,6 +387,8 @@ def _cut(rk: Rank, cut: float):
 
 
 def write(k: Knobs, folder: str, prefix: str = "planted") -> list[str]:
+    if k.writer is not None:
+        return k.writer(folder, prefix)
     if k.runs > 1:
         return [p for i in range(k.runs) for p in
                 write(replace(k, runs=1, t0=k.t0 + 180e6 * i), folder, f"{prefix}_run{i}")]
