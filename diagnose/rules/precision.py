@@ -135,7 +135,8 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster kernels there only add idle")
     if not simulated and _host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
-        waits = f"{fmt(h.host_wait_ms, 'ms')} per step (synchronize and synchronous copies)"
+        waits = (f"{fmt(h.host_wait_ms, 'ms')} per step (in synchronize calls and synchronous copies, and in copies "
+                 "that held the host while queued kernels ran before them, e.g. from pageable memory)")
         if host_wait < 0.05 * w.step_time_ms:
             ev += (f"; but the host waits for the {c.dev} only {waits} while the {c.dev} idles "
                    f"{fmt(h.device_idle_frac, 'pct')} of the step: the host sets the step, so faster kernels take at "

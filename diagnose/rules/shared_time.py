@@ -41,6 +41,7 @@ PACK_OPS = ("aten::flatten_dense_tensors", "aten::unflatten_dense_tensors", "c10
 DDP_FORWARD = "DistributedDataParallel.forward"
 ZERO_GRAD = "Optimizer.zero_grad#"
 OPT_STEP = "Optimizer.step#"
+DDP_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 Pieces = dict[tuple, float]
 
 
@@ -65,6 +66,8 @@ def _chore_stretches(r: RankMetrics, chore: str) -> list:
             out.append(s)
         elif chore == "optimizer_step" and any(n.startswith(OPT_STEP) for n in names):
             out.append(s)
+        elif chore == "ddp_grad_copy" and any(n == DDP_BACK for n in names):
+            out.append(s)
     return out
 
 
@@ -72,6 +75,8 @@ def _span_idle(r: RankMetrics, fid: str) -> float | None:
     """The device idle per step inside a chore's or the optimizer step's host ops; None: not such a finding."""
     if fid == "optimizer_step":
         return r.optimizer.idle_ms if r.optimizer is not None else None
+    if fid == "ddp_grad_copy":  # its gain adds the copies' device time: only the idle part is shared
+        return r.ddp_copies.back_idle_ms if r.ddp_copies is not None else None
     if fid in ("broadcast_buffers", "zero_grad") and r.chores is not None:
         return r.chores.buffer_idle_ms if fid == "broadcast_buffers" else r.chores.zero_grad_idle_ms
     return None
@@ -115,7 +120,7 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
         return {("runtime", "pageable"): g}
     if f.id == "stragglers":
         return _stalls(a, f, g)
-    if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad", "optimizer_step"):
+    if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad", "optimizer_step", "ddp_grad_copy"):
         return {}
     per = _per_rank(a, f)
     if not per:
@@ -123,6 +128,8 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
     keys = {k for p in per for k in p}
     mean = {k: statistics.fmean(p.get(k, 0.0) for p in per) for k in keys}
     tot = sum(mean.values())
+    if f.id == "ddp_grad_copy":  # the idle part as measured (the rest of its gain is device time, not idle)
+        return {k: v * min(1.0, g / tot) for k, v in mean.items()} if tot > 0 else {}
     return {k: v * g / tot for k, v in mean.items()} if tot > 0 else {}
 
 

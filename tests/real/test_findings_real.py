@@ -79,7 +79,8 @@ def test_alltoall_16rank_queued_idle_is_not_host_bound():
     """Launch queue up to 946: most idle waits on queued work, not on the host; exposed comm is on top."""
     rel = "hta/a100_16rank_alltoall_rank0.json.gz"
     a = _a(rel)
-    assert _ids(rel)[0] == "exposed_comm"
+    # the idle inside CUDA-graph replays (106 ms per step, cause not in the trace: graph_replay_idle) ranks first
+    assert _ids(rel)[:2] == ["graph_replay_idle", "exposed_comm"]
     assert a.ranks[0].idle.queued_ms > 0.8 * a.ranks[0].idle_ms
     hb = [f for f in a.findings if f.id == "host_bound"]
     assert not hb or hb[0].gain_frac < 0.10

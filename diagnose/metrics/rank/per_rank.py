@@ -48,6 +48,8 @@ from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
 from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
 from llmdiag.diagnose.metrics.rank.chores import rank_chores
 from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
+from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
+from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
@@ -178,6 +180,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.comm_codec = comm_codec(t, wins) if t.is_gpu else None
     metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
+    metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     cp_track: list | None = [] if want_tracks else None
     walker: list = []

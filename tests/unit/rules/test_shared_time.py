@@ -94,7 +94,8 @@ def test_nccl_data_counts_the_broadcast_idle_once():
     assert hs.shared_ms == pytest.approx(unflatten, abs=1e-3)
     assert bb.shared_ms == pytest.approx(bb.gain_ms - unflatten, abs=1e-3)
     assert f"of the {bb.gain_ms:.2f} ms above (`broadcast_buffers`)" in hs.expected_gain
-    assert counted_gain_ms(a.findings) == pytest.approx(hb.gain_ms + hs.gain_ms, abs=0.05)
+    dc = by["ddp_grad_copy"]  # its idle is host_bound's; its copies' own device time (0.51 ms) adds
+    assert counted_gain_ms(a.findings) == pytest.approx(hb.gain_ms + hs.gain_ms + dc.gain_ms - dc.shared_ms, abs=0.05)
     assert counted_gain_ms(a.findings) < hb.gain_ms + bb.gain_ms + hs.gain_ms - 20
 
 
