@@ -16,7 +16,10 @@ matched by the skew's matching (metrics/job/collective_match.py: only collective
 recorded are crossed; one some member lacks is taken as the rank's own communication), and each step's walk
 visits only the collectives on its path: linear in ranks × collectives, and the rank graphs never leave the
 workers. A send and its receive (paired in order per ordered pair of ranks, as metrics/job/pipeline/p2p.py
-pairs them) are crossed the same way: a transfer completes once both sides have posted.
+pairs them) are crossed the same way: a transfer completes once both sides have posted. Where a rank's host
+waited through one of its collectives with nothing recorded, its worker's cuts (critical_path/cuts.py) say where
+its own path ends, and the walk crosses that collective too. The walk gives each step's numbers (per_step) and,
+for the timeline, the path's stretches (Segment): bounded by the path's changes, not by the ranks.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from llmdiag.diagnose.metrics.job.collective_match import LONE
 from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath
 
 COMM = CATEGORIES.index("gpu_communication_bound")
+CPU = CATEGORIES.index("cpu_bound")
 WAIT = len(CATEGORIES)  # the index of "waiting on a rank" after the five categories
 
 
@@ -160,6 +164,15 @@ class _Rows:
         self.last = np.full(n, -1, np.int64)  # per row: the row of its collective's last arrival (-1: not crossed)
         ok = np.flatnonzero(idx > LONE)
         self.crossable = False
+        # per (rank position, hop): (row of the collective its own path waited through, the resume on the common
+        # clock, ns per category above it): critical_path/cuts.py
+        self.cuts: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}
+        for p, (o, sh) in enumerate(zip(outs, self.shifts)):
+            c = getattr(o, "path_cuts", None)
+            if c is not None:
+                for hop, row, at, cats in zip(c.hop.tolist(), c.row.tolist(), c.at.tolist(), c.cats):
+                    if 0 <= row < sizes[p]:
+                        self.cuts[(p, hop)] = (row, at + sh, cats)
         self.segs: list[Segment] | None = None  # the walk's stretches (walk() sets them per step)
         self.step = 0
         if len(ok):
@@ -238,7 +251,9 @@ class _Rows:
         acc = np.zeros(WAIT + 1)
         j = int(h.prev[h.rows + k])
         floor = int(self.end[self.base[i] + j]) if j >= 0 else int(h.start[k]) + self.shifts[i]
-        if self._piece(i, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, t0, acc, held):
+        done, j, left = self._own(i, h.rows + k, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, j, t0,
+                                  acc, held)
+        if done:
             return acc, 0
         budget, hops = len(self.start) + 1, 0  # a loop (rows pointing at each other) is never walked forever
         while j >= 0 and budget > 0:
@@ -258,23 +273,47 @@ class _Rows:
                 self._segment(i, max(lo, t0), int(self.end[g]), CATEGORIES[COMM],
                               self.outs[pending[0]].rank if pending is not None else -1)
             if lo <= t0:
+                done = True
                 break
             if pending is not None:
                 i, j = pending[0], int(last - self.base[pending[0]])
                 hops += 1
             g = int(self.base[i]) + j
             h = self.outs[i].path_hops
-            done = self._piece(i, h.cats[j], int(self.start[g]), int(self.floor[g]), t0, acc, held)
+            done, j, left = self._own(i, j, h.cats[j], int(self.start[g]), int(self.floor[g]), int(h.prev[j]), t0, acc,
+                                      held)
             if pending is not None:  # R's own work from its arrival back to where the path leaves R
-                wait = pending[2] - max(pending[1], int(self.floor[g]), t0)
+                wait = pending[2] - max(pending[1], left, t0)
                 if wait > 0:
                     acc[WAIT] += wait
                     r = self.outs[pending[0]].rank
                     waited[r] = waited.get(r, 0.0) + wait
             if done:
                 break
-            j = int(h.prev[j])
+        if not done and left > t0:  # the path's rank began its window after the step's start: the rest of the
+            # step it spent between its windows, on its host (outside any step: nothing there is profiled as work)
+            lag = np.zeros(len(CATEGORIES), np.float32)
+            lag[CPU] = left - t0
+            self._piece(i, lag, left, t0, t0, acc, held)
         return acc, hops
+
+    def _own(self, i: int, hop: int, cats: np.ndarray, top: int, floor: int, prev: int, t0: int, acc: np.ndarray,
+             held: dict[int, float]) -> tuple[bool, int, int]:
+        """Rank i's own path back from `top` along its hop `hop` (a row, or rows + window): (whether it reached
+        t0, the row where the path reaches a collective next (-1 none), the time the path leaves the rank's own
+        work). Where the hop passed through a resume after a collective (metrics/rank/critical_path/cuts.py),
+        the rank's own path ends there: its part above the resume, the resume's lag after the collective's end
+        (host time), then that collective, crossed as any other."""
+        cut = self.cuts.get((i, hop))
+        if cut is None:
+            return self._piece(i, cats, top, floor, t0, acc, held), prev, floor
+        g, at, above = cut
+        if self._piece(i, above, top, at, t0, acc, held):
+            return True, g, at
+        end = int(self.end[self.base[i] + g])
+        lag = np.zeros(len(CATEGORIES), np.float32)
+        lag[CPU] = at - end
+        return self._piece(i, lag, at, end, t0, acc, held), g, end
 
     def _piece(self, i: int, cats: np.ndarray, top: int, floor: int, t0: int, acc: np.ndarray,
                held: dict[int, float]) -> bool:

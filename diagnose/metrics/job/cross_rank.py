@@ -129,7 +129,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
 
         job_path = job_critical_path(good, shift, rows_matched, segs)
     for o in good:  # read: not kept with the Job
-        o.path_hops = None
+        o.path_hops = o.path_cuts = None
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
         from llmdiag.diagnose.model.skew import SkewResult  # send/recv matched: a skew to hold them

@@ -12,7 +12,7 @@ from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.export.timeline import build_timeline
 from llmdiag.diagnose.export.tracks import JOB_PATH_PID
 from llmdiag.diagnose.export.passthrough import PID_STRIDE
-from tests.unit.metrics.test_job_critical_path import GEMM, _job, _offset_steps, _rank, _three_ranks
+from tests.unit.metrics.test_job_critical_path import GEMM, _ar, _gemm, _job, _offset_steps, _rank, _ranks, _three_ranks
 
 
 def test_each_step_has_its_own_path(tmp_path):
@@ -148,3 +148,124 @@ def test_terminal_fits_80_columns_and_says_the_summarys_numbers(tmp_path):
     assert waited == {r: round(v, 2) for r, v in cp.waiting_on.items()}
     assert f"{cp.length_ms:.2f} ms per step" in para
     assert f"compute {cp.gpu_compute_bound:.1f} %" in para and f"{cp.waiting_on_rank:.1f} % of it" in para
+
+
+def _flush(resume_at: int) -> list:
+    """Two ranks, one step. Rank 0 computes 2 ms (100-2,100) and reaches the all-reduce at 2,100; its host then
+    sits in `aten::cat` (from 2,200 to resume_at + 150) with nothing recorded after a `cudaMalloc` (2,210-2,300)
+    until a `cudaFree` at `resume_at` (120 µs), then launches 5 ms of compute at resume_at + 140 that begins 10 µs
+    later (for resume_at 30,250: 30,400-35,400). Rank 1
+    computes 30 ms and reaches the all-reduce at 30,100; it ends at 30,200 on both. An allocator flush: the
+    failed malloc's unrecorded synchronize waits for the device, here for the all-reduce, so the host resumes
+    just after it ends."""
+    b0, b1 = _ranks(2)
+    _gemm(b0, 100, 2_000, 50)
+    _ar(b0, 2_100, 30_200, 60, "0", [0, 1])
+    b0.cpu_op("aten::cat", 2_200, resume_at + 150 - 2_200)
+    b0.cpu_op("cudaMalloc", 2_210, 90, cat="cuda_runtime")
+    b0.cpu_op("cudaFree", resume_at, 120, cat="cuda_runtime")
+    _gemm(b0, resume_at + 150, 5_000, resume_at + 140)
+    _gemm(b1, 100, 30_000, 50)
+    _ar(b1, 30_100, 30_200, 60, "0", [0, 1])
+    _gemm(b1, 30_200, 1_000, 70)
+    return [b0, b1]
+
+
+def test_a_host_waiting_unrecorded_through_a_collective_leaves_the_path_to_the_late_rank(tmp_path):
+    """_flush with the cudaFree 50 µs after the all-reduce ends. Back from rank 0's end (35,400): its 5 ms of
+    compute, its host from the cudaFree to the launch and the resume's 50 µs lag (30,200-30,400: 200), the
+    all-reduce after rank 1's arrival (30,100-30,200: 100), then rank 1's compute back to 100 (30,000). Length
+    35,300: compute 35,000, communication 100, host and launch 200. Rank 0 waited on rank 1 from 2,100 to
+    30,100 (28,000). Rank 0's own path holds its 28 ms in aten::cat as host time: the job's path must not."""
+    cp = _job(tmp_path, *_flush(30_250)).critical_path
+    assert cp is not None
+    assert cp.length_ms == pytest.approx(35.3) and cp.hops == 1
+    assert cp.held_by == {"1": pytest.approx(30.0), "0": pytest.approx(5.3)}
+    assert cp.waiting_on == {"1": pytest.approx(28.0)}
+    assert cp.gpu_compute_bound == pytest.approx(100 * 35_000 / 35_300, abs=0.05)
+    assert cp.gpu_communication_bound == pytest.approx(100 * 100 / 35_300, abs=0.05)
+    assert cp.cpu_bound + cp.gpu_kernel_launch_overhead == pytest.approx(100 * 200 / 35_300, abs=0.1)
+
+
+def test_a_host_busy_past_the_collective_keeps_the_path(tmp_path):
+    """The twin: the cudaFree 1.3 ms after the all-reduce ended (31,500): no wait on it ends there, the host's
+    stretch is its own, and the path stays on rank 0 (nothing crossed, no wait on rank 1)."""
+    cp = _job(tmp_path / "busy", *_flush(31_500)).critical_path
+    assert cp is not None
+    assert cp.hops == 0 and cp.waiting_on == {} and list(cp.held_by) == ["0"]
+
+
+@pytest.mark.real("torchrec/sst_sleep_pl_dense_after_backward_2")
+def test_real_rank_that_waited_through_an_all_to_all_does_not_hold_the_path():
+    """TorchRec's sst_sleep_pl_dense_after_backward_2, ProfilerStep#5, read with plain gzip/json: rank 3's longest
+    NCCL kernel of the step (its all_to_all) ends with the other ranks' (within 0.5 ms) and began before theirs
+    only on rank 2 last (rank 2 arrived last), and rank 3's host thread recorded nothing for over a millisecond
+    up to a point within 100 µs after that kernel's end (the allocator flush: a `cudaFree`). Rank 3 waited; the
+    job's path in that step must run on rank 2 from the step's start to its arrival, with rank 3 waiting on rank
+    2 from its own arrival to rank 2's, and hold rank 3 for no more than its step after rank 2's arrival.
+    (Before the cut, critical_path/cuts.py, rank 3 held the whole step, 1,160 ms.)"""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from tests.conftest import REAL
+
+    folder = Path(REAL) / "torchrec" / "sst_sleep_pl_dense_after_backward_2"
+    ev = {}
+    for f in sorted(folder.glob("*.json.gz")):
+        t = json.load(gzip.open(f))
+        ev[t["distributedInfo"]["rank"]] = t["traceEvents"]
+    step = {r: next((e["ts"], e["ts"] + e["dur"]) for e in xs if e.get("name") == "ProfilerStep#5") for r, xs in ev.items()}
+    nccl = {r: [(e["ts"], e["ts"] + e["dur"]) for e in xs if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+            for r, xs in ev.items()}
+    a3, e3 = max((k for k in nccl[3] if step[3][0] <= k[0] < step[3][1]), key=lambda k: k[1] - k[0])
+    peers = {r: min(ks, key=lambda k: abs(k[1] - e3)) for r, ks in nccl.items()}
+    assert all(abs(k[1] - e3) <= 500 for k in peers.values())
+    late = max(peers, key=lambda r: peers[r][0])
+    assert late == 2 and peers[2][0] - a3 > 1e5  # rank 3 waited ~1 s for rank 2
+    main_tid = next(e["tid"] for e in ev[3] if e.get("name") == "ProfilerStep#5")
+    pts = sorted(p for e in ev[3] if e.get("ph") == "X" and e.get("tid") == main_tid and e.get("cat") in (
+        "cpu_op", "cuda_runtime", "user_annotation") for p in (e["ts"], e["ts"] + e["dur"]))
+    resumes = [b for a, b in zip(pts, pts[1:]) if b - a >= 1000 and e3 <= b <= e3 + 100 and a < e3]
+    assert resumes  # rank 3's host came back just after the all_to_all ended
+
+    a = analyze_path(str(folder), jobs=1, rules=False)
+    s5 = next(s for s in a.critical_path.per_step if s.step == 5)
+    assert s5.waiting_on["2"] == pytest.approx((peers[2][0] - a3) / 1000, rel=1e-3)
+    # the job's step 5 begins where its step 4 ended last (rank 2's ProfilerStep#4; its device window within 1 ms)
+    begin = max(e["ts"] + e["dur"] for xs in ev.values() for e in xs if e.get("name") == "ProfilerStep#4")
+    assert s5.held_by["2"] >= (peers[2][0] - begin) / 1000 - 1.0
+    # rank 3: the all_to_all's transfer after rank 2's arrival and its own work after it, nothing before
+    assert s5.held_by.get("3", 0.0) <= (step[3][1] - peers[2][0]) / 1000 + 1.0
+
+
+TORCHREC = ("torchrec/sst_long_a2a_optimizer_3", "torchrec/sst_long_a2a_optimizer_5",
+            "torchrec/sst_sleep_pl_dense_after_backward_2")
+
+
+@pytest.mark.real(*TORCHREC)
+@pytest.mark.parametrize("name", TORCHREC)
+def test_real_steps_tile_the_job(name):
+    """Each step's path is as long as the job's step: from the previous step's end (the first: the ranks'
+    earliest window start) to its ranks' latest window end, the windows (RankMetrics.steps) on the common clock.
+    In these captures one rank begins its windows ~12 ms after the others (a late capture): where the path
+    reaches it, the time before its window is still the step's, on that rank's host (without it the path fell
+    12-14 ms short of the step). Within 0.1 ms: the ranks' own walks (hops.py) lose up to ~50 µs a step where a
+    device clock runs behind the host's (kernels beginning before their launch in these V100 captures)."""
+    from pathlib import Path
+
+    from tests.conftest import REAL
+
+    a = analyze_path(str(Path(REAL) / name), jobs=1, rules=False)
+    span: dict[int, list[float]] = {}
+    for r in a.ranks:
+        for s in r.steps:
+            b = s.start_ms + r.clock_shift_ns / 1e6
+            lo, hi = span.get(s.step, [b, b + s.time_ms])
+            span[s.step] = [min(lo, b), max(hi, b + s.time_ms)]
+    prev = None
+    for s in a.critical_path.per_step:
+        lo, hi = span[s.step]
+        t0 = lo if prev is None or prev >= hi else max(lo, prev)
+        assert s.length_ms == pytest.approx(hi - t0, abs=0.1)
+        prev = hi
