@@ -4,8 +4,9 @@ traces whole, with llmdiag's tracks beside them.
 Every source event passes through (export/passthrough.py: args, flows, instants, metadata kept; pids per
 rank, flow ids unique per rank, clocks aligned), and each rank gets a "rank R: llmdiag" process whose named
 threads hold the intervals the analysis measured: exposed communication, idle (split by cause on GPU
-ranks), the pipeline bubble of its stage, straggler waits (export/tracks.py). The intervals, the pipeline,
-the straggler matching and each rank's clock shift all come from the analysis' own pass (`tracks` from
+ranks), the pipeline bubble of its stage, straggler waits, its critical path, and the job's critical path where
+it runs on the rank; one more process holds the job's path across the ranks shown (export/tracks.py). The
+intervals, the pipeline, the straggler matching and each rank's clock shift all come from the analysis' own pass (`tracks` from
 `analyze_path(..., tracks={})`, `RankMetrics.clock_shift_ns`): nothing is measured a second time here;
 only the source files are re-read, to copy their events. Times are µs from the earliest rank's origin.
 
@@ -70,13 +71,14 @@ def _write(out, a: Analysis, tracks: dict | None, ranks: list[int] | None, max_e
             emit(chunk)
         emit(dumps(src.closing())[1:-1])
         xs, n = tk.track_events(src.llmdiag_pid, (tracks or {}).get(r.rank) or tk.RankTracks(), r.clock_shift_ns,
-                                track_cap)
+                                track_cap, r.rank)
         note = ", ".join(x for x in (f"{src.cut} complete events cut (the shortest)" if src.cut else "",
                                      f"{n} track intervals cut (the shortest)" if n else "") if x)
         emit(dumps(tk.rank_header(src.llmdiag_pid, r.rank, r.host, note) + xs)[1:-1])
         dropped += src.cut
         track_dropped += n
         meta["ranks"][str(r.rank)] = {**src.summary(), "track_intervals_cut": n}
+    emit(dumps(tk.job_path_events(chosen, tracks))[1:-1])
     emit(dumps(tk.finding_events(a.findings, chosen))[1:-1])
     meta.update(events_dropped=dropped, track_intervals_dropped=track_dropped)
     out.write(b'],"displayTimeUnit":"ms","llmdiag":' + dumps([meta])[1:-1] + b"}")

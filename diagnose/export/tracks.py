@@ -1,6 +1,7 @@
 """llmdiag's own tracks in the merged timeline: one process per rank ("rank R: llmdiag"), one named thread
 per track (exposed comm, idle, pipeline bubble, straggler wait, critical path: its segments named by the cause
-that bounds them), and the findings as global instants.
+that bounds them, the job's critical path where it runs on the rank), one "llmdiag: job critical path" process
+whose one thread holds the job's path as it moves across ranks, and the findings as global instants.
 
 The intervals come from the analysis (metrics/rank/track_intervals.py, on each rank's own clock); here they are
 only shifted by the rank's `clock_shift_ns` and written. Where the user capped the timeline's size, a track
@@ -13,8 +14,12 @@ from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks
 
 TRACKS = {"exposed": ("llmdiag: exposed comm", 1), "idle": ("llmdiag: idle", 2),
           "bubble": ("llmdiag: pipeline bubble", 3), "waits": ("llmdiag: straggler wait", 4),
-          "critical": ("llmdiag: critical path", 5)}
+          "critical": ("llmdiag: critical path", 5), "job_path": ("llmdiag: job critical path", 6)}
 FINDINGS_PID = -1
+JOB_PATH_PID = -2
+# The job path's categories (HTA's) in the words of the terminal's table (model/critical_path_view.CP_COLUMNS).
+JOB_WORDS = {"cpu_bound": "cpu", "gpu_compute_bound": "compute", "gpu_communication_bound": "comm",
+             "gpu_kernel_launch_overhead": "launch", "gpu_kernel_kernel_overhead": "kernel-kernel"}
 MIN_TRACK_CAP = 1000
 
 
@@ -27,7 +32,33 @@ def rank_header(pid: int, rank: int, host: str, note: str = "") -> list[dict]:
     return out
 
 
-def track_events(pid: int, tr: RankTracks, sh: int, cap: int | None) -> tuple[list[dict], int]:
+def job_slice(s: int, e: int, step: int, cat: str, left_for: int, rank: int, sh: int, pid: int, tid: int) -> dict:
+    """One stretch of the job's path (metrics/job/critical_path.Segment) as a slice named with its category and
+    rank; at a collective where the path leaves the rank, the rank it goes to."""
+    word = JOB_WORDS.get(cat, "other")  # our own words: a summary's stray category is never written as it came
+    name = f"job critical path: {word} (rank {rank}" + (f", waited for rank {left_for})" if left_for >= 0 else ")")
+    args = {"step": step, "rank": rank, "category": word, **({"waited_for_rank": left_for} if left_for >= 0 else {})}
+    return {"ph": "X", "name": name, "cat": "llmdiag", "pid": pid, "tid": tid, "ts": round((s + sh) / 1000.0, 3),
+            "dur": round((e - s) / 1000.0, 3), "args": args}
+
+
+def job_path_events(chosen, tracks: dict | None) -> list[dict]:
+    """The job's critical path as one track across ranks: the stretches the ranks shown hold (all ranks unless
+    the user chose some), in time order; each names its rank, so the track shows where the path jumps. Its
+    length is the path's changes (metrics/job/critical_path.py merges adjacent stretches), not the ranks."""
+    xs = [(s + r.clock_shift_ns, e - s, step, cat, left, r.rank, r.clock_shift_ns) for r in chosen
+          for s, e, step, cat, left in getattr((tracks or {}).get(r.rank), "job_path", None) or ()]
+    if not xs:
+        return []
+    out = [{"ph": "M", "name": "process_name", "pid": JOB_PATH_PID, "tid": 0, "args": {"name": "llmdiag: job critical path"}},
+           {"ph": "M", "name": "process_sort_index", "pid": JOB_PATH_PID, "tid": 0, "args": {"sort_index": JOB_PATH_PID}},
+           {"ph": "M", "name": "thread_name", "pid": JOB_PATH_PID, "tid": 1, "args": {"name": "job critical path"}}]
+    for at, dur, step, cat, left, rank, sh in sorted(xs):
+        out.append(job_slice(at - sh, at - sh + dur, step, cat, left, rank, sh, JOB_PATH_PID, 1))
+    return out
+
+
+def track_events(pid: int, tr: RankTracks, sh: int, cap: int | None, rank: int = -1) -> tuple[list[dict], int]:
     """The rank's tracks as events on the aligned clock (µs), and how many intervals the cap dropped."""
     out, dropped = [], 0
     for key, (label, tid) in TRACKS.items():
@@ -40,6 +71,9 @@ def track_events(pid: int, tr: RankTracks, sh: int, cap: int | None) -> tuple[li
         out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
         name0 = label.removeprefix("llmdiag: ")
+        if key == "job_path":
+            out += [job_slice(s, e, step, cat, left, rank, sh, pid, tid) for s, e, step, cat, left in xs]
+            continue
         for s, e, tag, *why in xs:
             name = name0
             args = {"step": tag} if key != "waits" else {"collective": tag}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llmdiag.diagnose.model.dc import dataclass, field
 
+MAX_WAITED = 5  # ranks named in JobCriticalPath.waiting_on and held_by, and in each step's (JobStepPath)
 CATEGORIES = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_launch_overhead",
               "gpu_kernel_kernel_overhead")
 
@@ -38,6 +39,19 @@ class RankCriticalPath(CriticalPath):
 
 
 @dataclass
+class JobStepPath(CriticalPath):
+    """One step of the job's path (JobCriticalPath walks each step once; these are its parts, not a second walk).
+    The five shares sum to 100; `waiting_on_rank` overlays them. At most MAX_WAITED ranks in each map, whatever
+    the job's size: the summary gains steps × 2 × MAX_WAITED numbers, never a rank × step table."""
+
+    step: int = 0  # the step number (ProfilerStep#N)
+    waiting_on_rank: float = 0.0
+    waiting_on: dict[str, float] = field(default_factory=dict)  # rank waited on -> ms in this step, the most first
+    held_by: dict[str, float] = field(default_factory=dict)  # rank -> ms of this step's path on it, the most first
+    hops: int = 0  # changes of rank in this step
+
+
+@dataclass
 class JobCriticalPath(CriticalPath):
     """The job's critical path through its collectives (metrics/job/critical_path.py): per step, back from the
     rank whose step ends last, leaving a rank at each matched collective for the member that arrived last. The
@@ -51,10 +65,10 @@ class JobCriticalPath(CriticalPath):
     # work and communication, the most first (at most MAX_WAITED ranks)
     steps: int = 0  # steps walked
     hops: float = 0.0  # changes of rank per step (mean)
+    per_step: list[JobStepPath] = field(default_factory=list)  # each step walked, in step order
 
     def shares(self) -> dict[str, float]:
         """HTA's five categories and the wait on other ranks (an overlay of the five), in percent."""
         return {**super().shares(), "waiting_on_rank": self.waiting_on_rank}
 
 
-MAX_WAITED = 5  # ranks named in JobCriticalPath.waiting_on

@@ -56,6 +56,14 @@ JOB_NOTE = ("The job's critical path (metrics/job/critical_path.py): per step, b
             "them). A send and its receive are crossed like a collective of two.")
 
 
+# A wait is printed where it is above the noise of its own measure or matters to the path: 0.1 ms or 1 % of
+# it. A collective's arrival is its kernel's begin, and NCCL kernels begin 90-200 µs after they are ready
+# (metrics/rank/critical_path/graph.py, measured on the real traces), with host-device clock skew up to ~50 µs:
+# an arrival 0.07 ms after a peer's is not a rank waiting on another. The summary keeps every wait.
+WAIT_FLOOR_MS = 0.1
+WAIT_FLOOR_SHARE = 0.01
+
+
 @dataclass
 class JobPathView:
     """The job's path in the words the terminal and the report print (ranks as numbers: never a trace string)."""
@@ -65,8 +73,9 @@ class JobPathView:
     parts: list[tuple[str, str, float]]  # (column word, field, percent) of HTA's five, largest first, nonzero
     held: list[tuple[int, float]]  # (rank, ms per step of the path on it), the most first
     waiting_pct: float
-    waited: list[tuple[int, float]]  # (rank waited on, ms per step), the most first
+    waited: list[tuple[int, float]]  # (rank waited on, ms per step), the most first, above the floor (WAIT_FLOOR_*)
     hops: float
+    floored: bool = False  # some waits were below the floor: left out of the text
 
 
 def job_path_view(a: Analysis) -> JobPathView | None:
@@ -75,7 +84,10 @@ def job_path_view(a: Analysis) -> JobPathView | None:
     if p is None:
         return None
     parts = sorted(((c, f, getattr(p, f)) for c, f in CP_COLUMNS if getattr(p, f) > 0), key=lambda x: -x[2])
-    return JobPathView(p.length_ms, p.steps, parts, _ranks(p.held_by), p.waiting_on_rank, _ranks(p.waiting_on), p.hops)
+    every = _ranks(p.waiting_on)
+    waited = [(r, x) for r, x in every if x >= WAIT_FLOOR_MS or x >= WAIT_FLOOR_SHARE * p.length_ms]
+    return JobPathView(p.length_ms, p.steps, parts, _ranks(p.held_by), p.waiting_on_rank, waited, p.hops,
+                       len(waited) < len(every))
 
 
 def _ranks(d: dict[str, float]) -> list[tuple[int, float]]:
@@ -96,6 +108,9 @@ def job_path_words(v: JobPathView, ms, pct) -> str:
         text += (f" For {pct(v.waiting_pct)} of it, the rank it came from was waiting at a collective for the rank "
                  "it runs on; waited on per step: "
                  + ", ".join(f"rank {r} {ms(x, f'critical_path.waiting_on.{r}')} ms" for r, x in v.waited) + ".")
+    elif v.floored:
+        text += (" No rank on it waited for another at a collective for 0.1 ms or a hundredth of the path (shorter "
+                 "waits are within the kernels' own start and the clocks' skew; the summary keeps them).")
     else:
         text += " No rank on it waited for another at a collective."
     return text

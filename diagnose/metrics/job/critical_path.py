@@ -16,25 +16,47 @@ matched by the skew's matching (metrics/job/collective_match.py: only collective
 recorded are crossed; one some member lacks is taken as the rank's own communication), and each step's walk
 visits only the collectives on its path: linear in ranks × collectives, and the rank graphs never leave the
 workers. A send and its receive (paired in order per ordered pair of ranks, as metrics/job/pipeline/p2p.py
-pairs them) are crossed the same way: a transfer completes once both sides have posted.
+pairs them) are crossed the same way: a transfer completes once both sides have posted. Where a rank's host
+waited through one of its collectives with nothing recorded, its worker's cuts (critical_path/cuts.py) say where
+its own path ends, and the walk crosses that collective too. The walk gives each step's numbers (per_step) and,
+for the timeline, the path's stretches (Segment): bounded by the path's changes, not by the ranks.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from llmdiag.diagnose.metrics.job.collective_match import LONE
-from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath
+
+from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath
 
 COMM = CATEGORIES.index("gpu_communication_bound")
+CPU = CATEGORIES.index("cpu_bound")
 WAIT = len(CATEGORIES)  # the index of "waiting on a rank" after the five categories
 
 
-def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndarray]) -> JobCriticalPath | None:
+class Segment(NamedTuple):
+    """A stretch of the job's path on one rank, on the common clock (ns): for the timeline's track
+    (export/tracks.py), never in the summary. `label`: the HTA category holding most of it; `waited_for`: at a
+    collective the path leaves this rank for, the rank that arrived last (-1: none)."""
+
+    rank: int
+    start: int
+    end: int
+    step: int
+    label: str
+    waited_for: int = -1
+
+
+def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndarray],
+                      segments: list[Segment] | None = None) -> JobCriticalPath | None:
     """The job's path over its steps, from the ranks' outputs (RankOutput with `path_hops`), each rank's clock
     shift onto the common clock (metrics/job/clock.py), and the skew's matching (per rank, per collective row,
     its collective's number within its (group, kind); LONE and below: unmatched). None with fewer than two
-    ranks that have hops, or where nothing can be crossed (no collective or send/recv matched across ranks)."""
+    ranks that have hops, or where nothing can be crossed (no collective or send/recv matched across ranks).
+    `segments`, when given, gets the path's stretches per rank (adjacent ones of one rank and label merged)."""
     outs = [o for o in outputs if o.path_hops is not None and o.path_hops.rows == len(o.collectives)
             + len(o.path_hops.extra) and o.rank in shift]
     if len(outs) < 2:
@@ -45,21 +67,43 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     totals = np.zeros(WAIT + 1)
     waited: dict[int, float] = {}
     held: dict[int, float] = {}
-    steps = hops = 0
-    for at, t0 in t.step_ends():
-        acc, n = t.walk(at, t0, waited, held)
+    per_step: list[JobStepPath] = []
+    hops = 0
+    for at, t0, step in t.step_ends():
+        w: dict[int, float] = {}
+        h: dict[int, float] = {}
+        acc, n = t.walk(at, t0, w, h, step, segments)
         totals += acc
-        steps += 1
         hops += n
-    total = float(totals[:WAIT].sum())  # the path tiles the step: the waits lie within it
-    if total <= 0 or not steps:
+        for src, dst in ((w, waited), (h, held)):
+            for r, v in src.items():
+                dst[r] = dst.get(r, 0.0) + v
+        if (x := _shares(acc, 1)) is not None:
+            per_step.append(JobStepPath(**x, step=step, waiting_on=_top(w, 1), held_by=_top(h, 1), hops=n))
+    steps = len(per_step)
+    out = _shares(totals, steps)
+    if out is None or not steps:
         return None
-    pct = [round(min(100.0 * float(v) / total, 100.0), 1) for v in totals]
-    return JobCriticalPath(length_ms=round(total / 1e6 / steps, 3), cpu_bound=pct[0], gpu_compute_bound=pct[1],
-                           gpu_communication_bound=pct[2], gpu_kernel_launch_overhead=pct[3],
-                           gpu_kernel_kernel_overhead=pct[4], waiting_on_rank=pct[WAIT],
-                           waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
-                           hops=round(hops / steps, 2))
+    return JobCriticalPath(**out, waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
+                           hops=round(hops / steps, 2), per_step=per_step)
+
+
+def segment_tracks(segs: list[Segment], tracks: dict, shift: dict[int, int]) -> None:
+    """The path's stretches into the timeline tracks of the ranks they run on (those asked for), on each rank's own
+    clock as every track is (the exporter adds the shift back)."""
+    for x in segs:
+        if (tr := tracks.get(x.rank)) is not None:
+            sh = shift.get(x.rank, 0)
+            tr.job_path.append((x.start - sh, x.end - sh, x.step, x.label, x.waited_for))
+
+
+def _shares(acc: np.ndarray, steps: int) -> dict | None:
+    """length_ms (per step) and the shares in percent of ns per category `acc` (the wait last); None when empty."""
+    total = float(acc[:WAIT].sum())  # the path tiles the step: the waits lie within it
+    if total <= 0:
+        return None
+    pct = [round(min(100.0 * float(v) / total, 100.0), 1) for v in acc]
+    return dict(length_ms=round(total / 1e6 / steps, 3), **dict(zip(CATEGORIES, pct[:WAIT])), waiting_on_rank=pct[WAIT])
 
 
 def _top(ns: dict[int, float], steps: int) -> dict[str, float]:
@@ -120,6 +164,17 @@ class _Rows:
         self.last = np.full(n, -1, np.int64)  # per row: the row of its collective's last arrival (-1: not crossed)
         ok = np.flatnonzero(idx > LONE)
         self.crossable = False
+        # per (rank position, hop): (row of the collective its own path waited through, the resume on the common
+        # clock, ns per category above it): critical_path/cuts.py
+        self.cuts: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}
+        for p, (o, sh) in enumerate(zip(outs, self.shifts)):
+            c = getattr(o, "path_cuts", None)
+            if c is not None:
+                for hop, row, at, cats in zip(c.hop.tolist(), c.row.tolist(), c.at.tolist(), c.cats):
+                    if 0 <= row < sizes[p]:
+                        self.cuts[(p, hop)] = (row, at + sh, cats)
+        self.segs: list[Segment] | None = None  # the walk's stretches (walk() sets them per step)
+        self.step = 0
         if len(ok):
             o = ok[np.lexsort((self.start[ok], idx[ok], key[ok]))]
             new = np.r_[True, (key[o][1:] != key[o][:-1]) | (idx[o][1:] != idx[o][:-1])]
@@ -163,9 +218,9 @@ class _Rows:
         self.last[r[later]] = p[later]
         self.crossable = self.crossable or bool(later.any())
 
-    def step_ends(self) -> list[tuple[tuple[int, int], int]]:
+    def step_ends(self) -> list[tuple[tuple[int, int], int, int]]:
         """Per step number, in order: ((rank position, window) of the rank whose window of the step ends last,
-        the job step's start). The job's step runs from the later of its ranks' earliest start and the previous
+        the job step's start, the step number). The job's step runs from the later of its ranks' earliest start and the previous
         step's end (windows of one step do not begin together on every rank) to its last end: the steps tile."""
         if not len(self.wstep):
             return []
@@ -176,24 +231,29 @@ class _Rows:
         last = np.r_[first[1:], True]
         lo = np.minimum.reduceat(be[o], np.flatnonzero(first))
         out, prev_end = [], None
-        for (r, w, e), b in zip(zip(rk[o][last].tolist(), wi[o][last].tolist(), en[o][last].tolist()), lo.tolist()):
+        for (r, w, e, n), b in zip(zip(rk[o][last].tolist(), wi[o][last].tolist(), en[o][last].tolist(),
+                                       st[o][last].tolist()), lo.tolist()):
             t0 = b if prev_end is None or prev_end >= e else max(b, prev_end)
-            out.append(((r, w), t0))
+            out.append(((r, w), t0, n))
             prev_end = e
         return out
 
-    def walk(self, at: tuple[int, int], t0: int, waited: dict[int, float], held: dict[int, float]
-             ) -> tuple[np.ndarray, int]:
+    def walk(self, at: tuple[int, int], t0: int, waited: dict[int, float], held: dict[int, float], step: int = 0,
+             segs: list[Segment] | None = None) -> tuple[np.ndarray, int]:
         """One step's path back from the end of window `at` to the step's start `t0`: ns per category, then the
         ns during which the rank the path came from waited on the rank it runs on (an overlay of the five), and
         the number of times it changed rank. `waited` gets those ns per rank waited on, `held` the path's ns per
-        rank it ran on. The one stretch of a rank's own path that crosses `t0` counts in proportion."""
+        rank it ran on, `segs` (when given) its stretches. The one stretch of a rank's own path that crosses
+        `t0` counts in proportion."""
+        self.segs, self.step = segs, step
         i, k = at
         h = self.outs[i].path_hops
         acc = np.zeros(WAIT + 1)
         j = int(h.prev[h.rows + k])
         floor = int(self.end[self.base[i] + j]) if j >= 0 else int(h.start[k]) + self.shifts[i]
-        if self._piece(i, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, t0, acc, held):
+        done, j, left = self._own(i, h.rows + k, h.cats[h.rows + k], int(h.end[k]) + self.shifts[i], floor, j, t0,
+                                  acc, held)
+        if done:
             return acc, 0
         budget, hops = len(self.start) + 1, 0  # a loop (rows pointing at each other) is never walked forever
         while j >= 0 and budget > 0:
@@ -210,24 +270,50 @@ class _Rows:
             if comm > 0:
                 acc[COMM] += comm
                 held[self.outs[i].rank] = held.get(self.outs[i].rank, 0.0) + comm
+                self._segment(i, max(lo, t0), int(self.end[g]), CATEGORIES[COMM],
+                              self.outs[pending[0]].rank if pending is not None else -1)
             if lo <= t0:
+                done = True
                 break
             if pending is not None:
                 i, j = pending[0], int(last - self.base[pending[0]])
                 hops += 1
             g = int(self.base[i]) + j
             h = self.outs[i].path_hops
-            done = self._piece(i, h.cats[j], int(self.start[g]), int(self.floor[g]), t0, acc, held)
+            done, j, left = self._own(i, j, h.cats[j], int(self.start[g]), int(self.floor[g]), int(h.prev[j]), t0, acc,
+                                      held)
             if pending is not None:  # R's own work from its arrival back to where the path leaves R
-                wait = pending[2] - max(pending[1], int(self.floor[g]), t0)
+                wait = pending[2] - max(pending[1], left, t0)
                 if wait > 0:
                     acc[WAIT] += wait
                     r = self.outs[pending[0]].rank
                     waited[r] = waited.get(r, 0.0) + wait
             if done:
                 break
-            j = int(h.prev[j])
+        if not done and left > t0:  # the path's rank began its window after the step's start: the rest of the
+            # step it spent between its windows, on its host (outside any step: nothing there is profiled as work)
+            lag = np.zeros(len(CATEGORIES), np.float32)
+            lag[CPU] = left - t0
+            self._piece(i, lag, left, t0, t0, acc, held)
         return acc, hops
+
+    def _own(self, i: int, hop: int, cats: np.ndarray, top: int, floor: int, prev: int, t0: int, acc: np.ndarray,
+             held: dict[int, float]) -> tuple[bool, int, int]:
+        """Rank i's own path back from `top` along its hop `hop` (a row, or rows + window): (whether it reached
+        t0, the row where the path reaches a collective next (-1 none), the time the path leaves the rank's own
+        work). Where the hop passed through a resume after a collective (metrics/rank/critical_path/cuts.py),
+        the rank's own path ends there: its part above the resume, the resume's lag after the collective's end
+        (host time), then that collective, crossed as any other."""
+        cut = self.cuts.get((i, hop))
+        if cut is None:
+            return self._piece(i, cats, top, floor, t0, acc, held), prev, floor
+        g, at, above = cut
+        if self._piece(i, above, top, at, t0, acc, held):
+            return True, g, at
+        end = int(self.end[self.base[i] + g])
+        lag = np.zeros(len(CATEGORIES), np.float32)
+        lag[CPU] = at - end
+        return self._piece(i, lag, at, end, t0, acc, held), g, end
 
     def _piece(self, i: int, cats: np.ndarray, top: int, floor: int, t0: int, acc: np.ndarray,
                held: dict[int, float]) -> bool:
@@ -240,4 +326,18 @@ class _Rows:
         acc[:WAIT] += part
         r = self.outs[i].rank
         held[r] = held.get(r, 0.0) + float(part.sum())
+        if part.sum() > 0:
+            self._segment(i, max(floor, t0), top, CATEGORIES[int(np.argmax(part))])
         return floor <= t0
+
+    def _segment(self, i: int, start: int, end: int, label: str, waited_for: int = -1) -> None:
+        """Records a stretch of the path (walked back: each before the last recorded), merged into the last one
+        where it is the same rank and label and they touch: the track stays as long as the path's changes."""
+        segs = self.segs
+        if segs is None or end <= start:
+            return
+        r = self.outs[i].rank
+        if segs and (x := segs[-1]).rank == r and x.label == label and x.step == self.step and x.start == end:
+            segs[-1] = x._replace(start=start)
+        else:
+            segs.append(Segment(r, start, end, self.step, label, waited_for))

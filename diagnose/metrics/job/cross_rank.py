@@ -123,12 +123,13 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         o.metrics.clock_shift_ns = shift[o.rank]
     recover_peers(good, shift)
     job_path = None
+    segs: list | None = [] if tracks is not None else None  # the path's stretches: the timeline's job path track
     if len(good) > 1:
         from llmdiag.diagnose.metrics.job.critical_path import job_critical_path
 
-        job_path = job_critical_path(good, shift, rows_matched)
+        job_path = job_critical_path(good, shift, rows_matched, segs)
     for o in good:  # read: not kept with the Job
-        o.path_hops = None
+        o.path_hops = o.path_cuts = None
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
     if pairs:
         from llmdiag.diagnose.model.skew import SkewResult  # send/recv matched: a skew to hold them
@@ -138,6 +139,10 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
 
     if tracks is not None:  # each rank's own intervals (of the ranks asked for); the pipeline adds its bubbles
         tracks.update({o.rank: o.tracks for o in good if o.tracks is not None})
+        if segs:
+            from llmdiag.diagnose.metrics.job.critical_path import segment_tracks
+
+            segment_tracks(segs, tracks, shift)
     pipeline, staged, chained = _pipeline(good, man, shift, issues, source, tracks)
     if tracks is not None and records:  # the straggler waits of the skew's own matching, on the aligned clock
         from llmdiag.diagnose.metrics.job.track_intervals import wait_tracks

@@ -53,6 +53,7 @@ from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
+from llmdiag.diagnose.metrics.rank.critical_path.cuts import PathCuts, path_cuts
 
 
 @dataclass
@@ -96,6 +97,7 @@ class RankOutput:
     stream_idle: list = field(default_factory=list)  # (stream, idle ns, host wait ns) (diagnose.metrics.stream_idle)
     kernel_sequences: RankSequences | None = None  # frequent kernel sequences (diagnose.metrics.kernel_sequences)
     path_hops: PathHops | None = None  # the rank's part of the job's critical path (critical_path/hops.py)
+    path_cuts: PathCuts | None = None  # where its own path waited through a collective unrecorded (critical_path/cuts.py)
 
 
 def failed_output(job: RankJob, line: str) -> RankOutput:
@@ -191,6 +193,8 @@ def _run(job: RankJob) -> RankOutput:
                                                 walker[0].g if walker else None)  # what-ifs on the path's graph
     row_ev: list[int] = []
     collectives = collective_records(t, wins, groups, row_ev)
+    rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
+    hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
@@ -201,8 +205,8 @@ def _run(job: RankJob) -> RankOutput:
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
-        path_hops=path_hops(walker[0], np.array(row_ev, np.int64), collectives.start, wins, p2p_rows(t, p2p), t)
-        if walker else None,
+        path_hops=hops, path_cuts=path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
+        if hops is not None else None,
     )
 
 

@@ -28,6 +28,8 @@ class RankTracks:
     bubble: list[tuple[int, int, int]] = field(default_factory=list)
     waits: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, "kind pg")
     critical: list[tuple] = field(default_factory=list)  # (start, end, step, cause, "") the critical path (GPU)
+    job_path: list[tuple] = field(default_factory=list)  # (start, end, step, category, rank the path left for or -1):
+    # the job's critical path on this rank (metrics/job/critical_path.py)
 
 
 def step_pairs(u: iv.Union, step: int) -> list[tuple[int, int, int]]:

@@ -17,6 +17,7 @@ from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.cli.main import main
 from llmdiag.diagnose.export.passthrough import PID_STRIDE
 from llmdiag.diagnose.export.timeline import build_timeline
+from llmdiag.diagnose.export.tracks import JOB_PATH_PID
 from llmdiag.diagnose.metrics.rank.idle import CAUSES
 from tests.gen.builder import TraceBuilder, gpu_rank
 from tests.unit.metrics.test_metrics_exact import ONE_F_ONE_B_P2, _one_f_one_b_ranks
@@ -116,7 +117,9 @@ def test_findings_are_instants_and_the_size_is_capped(tmp_path):
     # the cap keeps the longest events: the step annotations survive
     assert all(e["dur"] >= 1900 for e in own)
     sub = build_timeline(a, tracks, ranks=[1, 3])
-    assert {e["pid"] // PID_STRIDE for e in sub["traceEvents"] if e.get("ph") == "X"} == {1, 3}
+    assert {e["pid"] // PID_STRIDE for e in sub["traceEvents"] if e.get("ph") == "X" and e["pid"] != JOB_PATH_PID} \
+        == {1, 3}
+    assert {e["args"]["rank"] for e in sub["traceEvents"] if e.get("pid") == JOB_PATH_PID and e["ph"] == "X"} <= {1, 3}
     cut = tl["llmdiag"]["ranks"]["0"]["complete_events_cut"]  # what was cut is said in the trace
     assert cut > 0 and any(e["name"] == "process_labels" and e["pid"] == 0 and f"{cut} complete events cut"
                            in e["args"]["labels"] for e in tl["traceEvents"])
@@ -132,7 +135,7 @@ def test_cli_writes_the_timeline_and_rejects_a_bad_rank_list(tmp_path):
     assert res.exit_code == 0, res.output
     assert f"timeline: {out}" in res.output
     tl = json.loads(out.read_text())
-    assert {e["pid"] // PID_STRIDE for e in tl["traceEvents"] if e.get("ph") == "X"} == {1}
+    assert {e["pid"] // PID_STRIDE for e in tl["traceEvents"] if e.get("ph") == "X" and e["pid"] != JOB_PATH_PID} == {1}
     for bad in ("1-0", "x", "7"):
         res = CliRunner().invoke(main, ["analyze", str(d), "-q", "--no-report", "--json", str(tmp_path / "s.json"),
                                         "--timeline", str(out), "--ranks", bad])
@@ -434,7 +437,9 @@ def test_a_real_trace_loader_reads_the_merged_timeline(tmp_path):
     out = write_timeline(a, str(tmp_path / "t.json.gz"), tracks)
     _, merged, _ = tp.parse_trace_dataframe(out, ParserConfig())
     _, alone, _ = tp.parse_trace_dataframe(src, ParserConfig())
-    added = sum(len(getattr(tr, k)) for tr in tracks.values() for k in ("exposed", "idle", "bubble", "waits", "critical"))
+    added = sum(len(getattr(tr, k)) for tr in tracks.values() for k in ("exposed", "idle", "bubble", "waits", "critical",
+                                                                        "job_path"))
+    added += sum(len(tr.job_path) for tr in tracks.values())  # and the job's own track, one slice each
     assert len(merged) == len(alone) + added
     for col in ("stream", "correlation"):
         assert sorted(merged[col][merged[col] > 0].tolist()) == sorted(alone[col][alone[col] > 0].tolist())

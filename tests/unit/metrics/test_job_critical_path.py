@@ -13,16 +13,39 @@ from llmdiag.diagnose.analyze import analyze_path
 from tests.gen.builder import TraceBuilder
 
 
-def _rank(rank: int, compute_us: int, tail_us: int) -> TraceBuilder:
+GEMM = "void gemm_kernel<float>()"
+
+
+def _ranks(n: int, steps=((1, 0, 40_000),), pg_config: list | None = None) -> list[TraceBuilder]:
+    """The n ranks of one job, each with the ProfilerSteps (number, start µs, end µs) given."""
+    out = []
+    for r in range(n):
+        b = TraceBuilder(rank=r, world_size=n, **({"pg_config": pg_config} if pg_config else {}))
+        for k, a, e in steps:
+            b.step(k, a, e)
+        out.append(b)
+    return out
+
+
+def _gemm(b: TraceBuilder, start: int, dur: int, launch_at: int, name: str = GEMM) -> None:
+    """A compute kernel on stream 7, launched at `launch_at`."""
+    b.kernel(name, start, dur, stream=7, launch_at=launch_at)
+
+
+def _ar(b: TraceBuilder, start: int, end: int, launch_at: int, pg: str, members: list[int]) -> None:
+    """An all-reduce of `members` (group `pg`) on stream 20."""
+    b.nccl("allreduce", start, end - start, stream=20, launch_at=launch_at, nelems=1 << 20, group_size=len(members),
+           pg_name=pg, pg_desc=f"group{pg}", pg_ranks=members)
+
+
+def _rank(rank: int, compute_us: int, tail_us: int, world: int = 2) -> TraceBuilder:
     """One step: a compute kernel 100 → 100 + compute_us (launched at 50), an all-reduce launched at 60 that
     begins when the compute ends and completes at 30,200 on both ranks, then a kernel of tail_us (launched at
     70) that begins when the all-reduce ends."""
-    b = TraceBuilder(rank=rank, world_size=2)
-    b.step(1, 0, 40_000)
-    b.kernel("void gemm_kernel<float>()", 100, compute_us, stream=7, launch_at=50)
-    b.nccl("allreduce", 100 + compute_us, 30_200 - (100 + compute_us), stream=20, launch_at=60, nelems=1 << 20,
-           group_size=2, pg_ranks=[0, 1])
-    b.kernel("void adam_kernel<float>()", 30_200, tail_us, stream=7, launch_at=70)
+    b = _ranks(world)[rank]
+    _gemm(b, 100, compute_us, 50)
+    _ar(b, 100 + compute_us, 30_200, 60, "0", [0, 1])
+    _gemm(b, 30_200, tail_us, 70, "void adam_kernel<float>()")
     return b
 
 
@@ -153,11 +176,6 @@ def test_no_job_path_for_one_rank(tmp_path):
     assert a.critical_path is None
 
 
-def _ar(b: TraceBuilder, start: int, end: int, launch_at: int, pg: str, members: list[int]) -> None:
-    b.nccl("allreduce", start, end - start, stream=20, launch_at=launch_at, nelems=1 << 20, group_size=len(members),
-           pg_name=pg, pg_desc=f"group{pg}", pg_ranks=members)
-
-
 def _three_ranks() -> list[TraceBuilder]:
     """Rank 0 computes 2 ms (100-2,100), then all-reduces with rank 1 (group 2: 2,100-28,300), then 5 ms (to
     33,300). Rank 1 computes 10 ms (100-10,100), all-reduces with rank 2 (group 1: 10,100-20,200), computes 8 ms
@@ -166,24 +184,19 @@ def _three_ranks() -> list[TraceBuilder]:
     cfg = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 3, "ranks": [0, 1, 2]},
            {"pg_name": "1", "pg_desc": "group1", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [1, 2]},
            {"pg_name": "2", "pg_desc": "group2", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}]
-    out = []
-    for r in range(3):
-        b = TraceBuilder(rank=r, world_size=3, pg_config=cfg)
-        b.step(1, 0, 40_000)
-        out.append(b)
-    k = "void gemm_kernel<float>()"
+    out = _ranks(3, pg_config=cfg)
     b0, b1, b2 = out
-    b0.kernel(k, 100, 2_000, stream=7, launch_at=50)
+    _gemm(b0, 100, 2_000, 50)
     _ar(b0, 2_100, 28_300, 60, "2", [0, 1])
-    b0.kernel(k, 28_300, 5_000, stream=7, launch_at=70)
-    b1.kernel(k, 100, 10_000, stream=7, launch_at=50)
+    _gemm(b0, 28_300, 5_000, 70)
+    _gemm(b1, 100, 10_000, 50)
     _ar(b1, 10_100, 20_200, 60, "1", [1, 2])
-    b1.kernel(k, 20_200, 8_000, stream=7, launch_at=65)
+    _gemm(b1, 20_200, 8_000, 65)
     _ar(b1, 28_200, 28_300, 62, "2", [0, 1])
-    b1.kernel(k, 28_300, 1_000, stream=7, launch_at=70)
-    b2.kernel(k, 100, 20_000, stream=7, launch_at=50)
+    _gemm(b1, 28_300, 1_000, 70)
+    _gemm(b2, 100, 20_000, 50)
     _ar(b2, 20_100, 20_200, 60, "1", [1, 2])
-    b2.kernel(k, 20_200, 1_000, stream=7, launch_at=70)
+    _gemm(b2, 20_200, 1_000, 70)
     return out
 
 
@@ -211,23 +224,22 @@ def _offset_steps() -> list[TraceBuilder]:
     runs 10 ms (to 15,200), rank 1 1 ms (to 6,200). Step 2 begins on rank 1 at 6,300 with 20 ms of compute
     (arriving at 26,300) and on rank 0 at 15,300 with 2 ms (arriving at 17,300); the all-reduce ends at 26,400;
     tails: rank 0 3 ms (to 29,400), rank 1 1 ms."""
-    k = "void gemm_kernel<float>()"
-    b0, b1 = TraceBuilder(rank=0, world_size=2), TraceBuilder(rank=1, world_size=2)
+    b0, b1 = _ranks(2, ())
     b0.step(1, 0, 15_250)
     b0.step(2, 15_250, 40_000)
     b1.step(1, 0, 6_250)
     b1.step(2, 6_250, 40_000)
     for b in (b0, b1):
-        b.kernel(k, 100, 5_000, stream=7, launch_at=50)
+        _gemm(b, 100, 5_000, 50)
         _ar(b, 5_100, 5_200, 60, "0", [0, 1])
-    b0.kernel(k, 5_200, 10_000, stream=7, launch_at=70)
-    b1.kernel(k, 5_200, 1_000, stream=7, launch_at=70)
-    b0.kernel(k, 15_300, 2_000, stream=7, launch_at=15_260)
+    _gemm(b0, 5_200, 10_000, 70)
+    _gemm(b1, 5_200, 1_000, 70)
+    _gemm(b0, 15_300, 2_000, 15_260)
     _ar(b0, 17_300, 26_400, 15_270, "0", [0, 1])
-    b0.kernel(k, 26_400, 3_000, stream=7, launch_at=15_280)
-    b1.kernel(k, 6_300, 20_000, stream=7, launch_at=6_260)
+    _gemm(b0, 26_400, 3_000, 15_280)
+    _gemm(b1, 6_300, 20_000, 6_260)
     _ar(b1, 26_300, 26_400, 6_270, "0", [0, 1])
-    b1.kernel(k, 26_400, 1_000, stream=7, launch_at=6_280)
+    _gemm(b1, 26_400, 1_000, 6_280)
     return [b0, b1]
 
 
@@ -252,15 +264,14 @@ def test_steps_tile_the_job_when_windows_begin_apart(tmp_path):
 def _planted(rank: int, late: bool) -> TraceBuilder:
     """Four steps of 20 ms. Each: a kernel from 100 of 5 ms (10 ms on rank 3 when `late`), an all-reduce of the
     4 ranks that ends at 10,200 (100 after the last arrival), then 1 ms (2 ms on rank 0 when `late`)."""
-    b = TraceBuilder(rank=rank, world_size=4)
+    b = _ranks(4, [(k + 1, k * 20_000, (k + 1) * 20_000) for k in range(4)])[rank]
     for k in range(4):
         k0 = k * 20_000
-        b.step(k + 1, k0, k0 + 20_000)
         c = 10_000 if late and rank == 3 else 5_000
-        b.kernel("void gemm_kernel<float>()", k0 + 100, c, stream=7, launch_at=k0 + 50)
+        _gemm(b, k0 + 100, c, k0 + 50)
         end = k0 + (10_200 if late else 5_200)
         _ar(b, k0 + 100 + c, end, k0 + 60, "0", [0, 1, 2, 3])
-        b.kernel("void adam_kernel<float>()", end, 2_000 if late and rank == 0 else 1_000, stream=7, launch_at=k0 + 70)
+        _gemm(b, end, 2_000 if late and rank == 0 else 1_000, k0 + 70, "void adam_kernel<float>()")
     return b
 
 
@@ -316,15 +327,12 @@ def test_path_crosses_a_send_recv(tmp_path):
     (to 15,200). Back from rank 1's end: its 5 ms (compute 5,000), the transfer after the send's post (100),
     then rank 0 from the send's post: its 10 ms (10,000). Length 15,100; rank 1 waited on rank 0 from its post
     at 1,100 to the send's at 10,100 (9,000), the path meanwhile on rank 0's compute."""
-    k = "void gemm_kernel<float>()"
-    b0, b1 = TraceBuilder(rank=0, world_size=2), TraceBuilder(rank=1, world_size=2)
-    for b in (b0, b1):
-        b.step(1, 0, 20_000)
-    b0.kernel(k, 100, 10_000, stream=7, launch_at=50)
+    b0, b1 = _ranks(2, [(1, 0, 20_000)])
+    _gemm(b0, 100, 10_000, 50)
     _p2p(b0, "send", 1, 10_100, 10_200, 60, 40)
-    b1.kernel(k, 100, 1_000, stream=7, launch_at=50)
+    _gemm(b1, 100, 1_000, 50)
     _p2p(b1, "recv", 0, 1_100, 10_200, 60, 40)
-    b1.kernel(k, 10_200, 5_000, stream=7, launch_at=70)
+    _gemm(b1, 10_200, 5_000, 70)
     a = _job(tmp_path, b0, b1)
     cp = a.critical_path
     assert cp is not None
