@@ -6,6 +6,7 @@ event-sampled capture) are in rules/capture.py. docs/recommendations.md describe
 from __future__ import annotations
 
 import statistics
+from typing import Callable
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.chores import RankChores
@@ -28,28 +29,38 @@ def _floor(r: RankMetrics, ms: float) -> bool:
     return ms >= MIN_IDLE_MS and ms >= CHORE_FLOOR * r.step_time_ms
 
 
+def _per_rank_chore(c: Ctx, rid: str, title: str, bad: list[tuple[RankMetrics, RankChores]], idle_of: Callable,
+                    evidence: Callable, act: str, why: str, metric: str, events: Callable) -> list[Finding]:
+    """The shape the per-rank chores share: the gain is the mean over the ranks that have it of the device idle
+    the chore holds (`idle_of`), a bound; the evidence names the worst rank."""
+    if not bad:
+        return []
+    gain = statistics.fmean(idle_of(ch) for _, ch in bad)
+    w, ch = max(bad, key=lambda x: idle_of(x[1]))
+    eg = c.gain_text(gain, why, bound=True)
+    return [c.finding(rid, severity_for(gain, c.step_ms), title, f"{evidence(w, ch)} ({plural(len(bad), 'rank')})",
+                      [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, metric, gain_kind="bound",
+                      events=events(ch))]
+
+
 def zero_grad(c: Ctx) -> list[Finding]:
     """`optimizer.zero_grad()` launching fill/memset kernels (set_to_none=False) while the device idles. The
     precondition read from the trace: launch calls inside the `Optimizer.zero_grad#...` op (with set_to_none=True
     it launches none). The gain is the device idle inside those ops, a bound: set_to_none=True removes the host's
     per-parameter zeroing, the step shortens by it only where the device waits for the host meanwhile."""
     bad = [(r, ch) for r, ch in chores_of(c, True) if ch.zero_grad_launches >= 1 and _floor(r, ch.zero_grad_idle_ms)]
-    if not bad:
-        return []
-    gain = statistics.fmean(ch.zero_grad_idle_ms for _, ch in bad)
-    w, ch = max(bad, key=lambda x: x[1].zero_grad_idle_ms)
-    ev = (f"rank {w.rank}: `{ch.zero_grad_op}` takes {fmt(ch.zero_grad_ms, 'ms')} of host time per step and makes "
-          f"{fmt(ch.zero_grad_launches, 'int')} kernel/memset launch calls per step (one fill per gradient: "
-          f"`set_to_none=False`); the {c.dev} is idle {fmt(ch.zero_grad_idle_ms, 'ms')} per step inside it "
-          f"({plural(len(bad), 'rank')})")
     act = ("`optimizer.zero_grad(set_to_none=True)` (the default since PyTorch 2.0): gradients are freed instead of "
            "zeroed, no kernel is launched; assumes no code reads `.grad` between zero_grad and backward expecting "
            "zeros (a `None` grad there needs handling)")
-    eg = c.gain_text(gain, f"the {c.dev} idle inside zero_grad, mean over those ranks; it shortens the step only "
-                     "where the host bounds it", bound=True)
-    return [c.finding("zero_grad", severity_for(gain, c.step_ms), "zero_grad launches a fill per gradient", ev,
-                      [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.zero_grad_idle_ms",
-                      gain_kind="bound", events=[ch.zero_grad_op, "aten::zero_", "cudaLaunchKernel"])]
+    return _per_rank_chore(
+        c, "zero_grad", "zero_grad launches a fill per gradient", bad, lambda ch: ch.zero_grad_idle_ms,
+        lambda w, ch: (f"rank {w.rank}: `{ch.zero_grad_op}` takes {fmt(ch.zero_grad_ms, 'ms')} of host time per step "
+                       f"and makes {fmt(ch.zero_grad_launches, 'int')} kernel/memset launch calls per step (one fill "
+                       f"per gradient: `set_to_none=False`); the {c.dev} is idle {fmt(ch.zero_grad_idle_ms, 'ms')} per "
+                       "step inside it"),
+        act, f"the {c.dev} idle inside zero_grad, mean over those ranks; it shortens the step only where the host "
+        "bounds it", "ranks[].chores.zero_grad_idle_ms",
+        lambda ch: [ch.zero_grad_op, "aten::zero_", "cudaLaunchKernel"])
 
 
 def pageable_copy(c: Ctx) -> list[Finding]:
@@ -59,23 +70,19 @@ def pageable_copy(c: Ctx) -> list[Finding]:
     call's length after its copy ends (the host, held, had queued nothing: the lead a non-blocking copy keeps),
     a bound."""
     bad = [(r, ch) for r, ch in chores_of(c, True) if ch.pageable_copies > 0 and _floor(r, ch.pageable_call_ms)]
-    if not bad:
-        return []
-    gain = statistics.fmean(ch.pageable_idle_ms for _, ch in bad)
-    w, ch = max(bad, key=lambda x: x[1].pageable_idle_ms)
-    ev = (f"rank {w.rank}: {fmt(ch.pageable_copies, 'avg')} `{ch.pageable_name}` copies per step, "
-          f"{fmt(ch.pageable_device_ms, 'ms')} of copy time on the {c.dev}; the host is held "
-          f"{fmt(ch.pageable_call_ms, 'ms')} per step in their calls (a pageable copy returns only once staged), and "
-          f"the {c.dev} idles {fmt(ch.pageable_idle_ms, 'ms')} per step in the calls' length after the copies end "
-          f"({plural(len(bad), 'rank')})")
     act = ("copy from pinned memory without blocking: `DataLoader(pin_memory=True)` (or `tensor.pin_memory()`) and "
            "`.to(device, non_blocking=True)`, so the host queues the next ops while the copy runs; assumes the "
            "host memory can be pinned (pinned memory is not swappable)")
-    eg = c.gain_text(gain, f"the {c.dev} idle after the copies for as long as the host was held in them, mean "
-                     "over those ranks; faster pinned transfers are not counted", bound=True)
-    return [c.finding("pageable_copy", severity_for(gain, c.step_ms), "Copies from pageable memory hold the host",
-                      ev, [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.pageable_idle_ms",
-                      gain_kind="bound", events=[ch.pageable_name, "cudaMemcpyAsync"])]
+    return _per_rank_chore(
+        c, "pageable_copy", "Copies from pageable memory hold the host", bad, lambda ch: ch.pageable_idle_ms,
+        lambda w, ch: (f"rank {w.rank}: {fmt(ch.pageable_copies, 'avg')} `{ch.pageable_name}` copies per step, "
+                       f"{fmt(ch.pageable_device_ms, 'ms')} of copy time on the {c.dev}; the host is held "
+                       f"{fmt(ch.pageable_call_ms, 'ms')} per step in their calls (a pageable copy returns only once "
+                       f"staged), and the {c.dev} idles {fmt(ch.pageable_idle_ms, 'ms')} per step in the calls' "
+                       "length after the copies end"),
+        act, f"the {c.dev} idle after the copies for as long as the host was held in them, mean over those ranks; "
+        "faster pinned transfers are not counted", "ranks[].chores.pageable_idle_ms",
+        lambda ch: [ch.pageable_name, "cudaMemcpyAsync"])
 
 
 def broadcast_buffers(c: Ctx) -> list[Finding]:
@@ -84,24 +91,21 @@ def broadcast_buffers(c: Ctx) -> list[Finding]:
     `DistributedDataParallel.forward` in every step. The gain is the device idle inside the pack / broadcast /
     unpack ops, a bound; whether the buffers need the sync is the user's to say (the trace cannot)."""
     bad = [(r, ch) for r, ch in chores_of(c) if ch.buffer_bcasts >= 1 and _floor(r, ch.buffer_idle_ms)]
-    if not bad:
-        return []
-    gain = statistics.fmean(ch.buffer_idle_ms for _, ch in bad)
-    w, ch = max(bad, key=lambda x: x[1].buffer_idle_ms)
-    ev = (f"rank {w.rank}: {fmt(ch.buffer_bcasts, 'avg')} broadcasts per step inside `DistributedDataParallel.forward`"
-          f" ({ch.buffer_elems} elements per step: module buffers, e.g. BatchNorm running statistics and counters), "
-          f"with their pack/unpack ops (`aten::flatten_dense_tensors`, `aten::unflatten_dense_tensors`) "
-          f"{fmt(ch.buffer_host_ms, 'ms')} of host time per step, the {c.dev} idle {fmt(ch.buffer_idle_ms, 'ms')} "
-          f"of it ({plural(len(bad), 'rank')}); this includes any idle host_op_stall names under those ops")
     act = ("`DistributedDataParallel(..., broadcast_buffers=False)` where the buffers need no sync every step "
            "(each rank's BatchNorm statistics are then its own: use `SyncBatchNorm` or broadcast them once before "
            "evaluation if they must agree); the trace cannot tell whether they do")
-    eg = c.gain_text(gain, f"the {c.dev} idle inside the buffer broadcast's host ops, mean over those ranks",
-                     bound=True)
-    return [c.finding("broadcast_buffers", severity_for(gain, c.step_ms), "DDP broadcasts buffers every forward",
-                      ev, [r.rank for r, _ in bad], steps_where([w]), act, eg, gain, "ranks[].chores.buffer_idle_ms",
-                      gain_kind="bound", events=["DistributedDataParallel.forward", "c10d::broadcast_",
-                                                 "aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"])]
+    return _per_rank_chore(
+        c, "broadcast_buffers", "DDP broadcasts buffers every forward", bad, lambda ch: ch.buffer_idle_ms,
+        lambda w, ch: (f"rank {w.rank}: {fmt(ch.buffer_bcasts, 'avg')} broadcasts per step inside "
+                       f"`DistributedDataParallel.forward` ({ch.buffer_elems} elements per step: module buffers, e.g. "
+                       "BatchNorm running statistics and counters), with their pack/unpack ops "
+                       "(`aten::flatten_dense_tensors`, `aten::unflatten_dense_tensors`) "
+                       f"{fmt(ch.buffer_host_ms, 'ms')} of host time per step, the {c.dev} idle "
+                       f"{fmt(ch.buffer_idle_ms, 'ms')} of it"),
+        act, f"the {c.dev} idle inside the buffer broadcast's host ops, mean over those ranks",
+        "ranks[].chores.buffer_idle_ms",
+        lambda ch: ["DistributedDataParallel.forward", "c10d::broadcast_", "aten::flatten_dense_tensors",
+                    "aten::unflatten_dense_tensors"])
 
 
 def embedding_imbalance(c: Ctx) -> list[Finding]:
