@@ -6,7 +6,8 @@ path.py's sink and graph.py's WAIT_MIN_READY_NS it did not: torchrec sst_long_a2
 100 % cpu on step 5 (device 97-99 % busy, compute idle 26-28 %), optimizer_3 rank 1 84 % on step 6 (compute idle
 28 %), trace_diff test.json 58 % on step 1012 (compute idle 10 %).
 
-And a step without device work (a ProfilerStep the capture stopped in) leaves the rank's per-step mean.
+Ranks waiting in a collective on a straggler (torchrec sst_sleep_pl_dense_after_backward_2) are bound by the
+collective. And a step without device work (a ProfilerStep the capture stopped in) leaves the rank's per-step mean.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ OPT5_R0 = TR + "sst_long_a2a_optimizer_5/ip-172-31-16-248.us-east-2.compute.inte
 OPT5_R3 = TR + "sst_long_a2a_optimizer_5/ip-172-31-16-248.us-east-2.compute.internal_45923.1698957822225232046.pt.trace.json.gz"
 TRD = "hta/trace_diff/test.json.gz"
 MI250 = "hta/amd_mi250_minitoy.json.gz"
+SLEEP = TR + "sst_sleep_pl_dense_after_backward_2"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
@@ -71,6 +73,29 @@ def test_busy_device_steps_are_not_read_as_host_bound(rel):
         assert s.critical_path.cpu_bound <= compute_idle + 2, (s.step, busy, compute_idle, s.critical_path)
         checked += 1
     assert checked >= 2  # the busy steps of these captures: 2 of 3 (torchrec), 6 of 6 (trace_diff)
+
+
+@pytest.mark.real(SLEEP)
+def test_ranks_waiting_in_a_collective_on_a_straggler_are_bound_by_it():
+    """One rank of this job sleeps on its host (nothing on its device for most of each step); the others sit in
+    one all-to-all kernel for most of the step, waiting for it, while their host is silent inside an op. Where one
+    NCCL kernel covers half a step's window or more (read from the events), the path's communication share is at
+    least that coverage (2 points for rounding): the rank was bound by the collective, not its blocked host
+    (step 5 of ranks 0, 1 and 3 read 97 % cpu, 1 % communication, before resume.py read a silent op's wait)."""
+    checked = 0
+    for f in sorted((REAL / SLEEP).iterdir()):
+        rel = f"{SLEEP}/{f.name}"
+        nccl = [(e["ts"], e["ts"] + e["dur"]) for e in _events(rel) if e.get("cat") == "kernel"
+                and e["name"].startswith("nccl")]
+        m = _metrics(rel)
+        for s in m.steps:
+            a = m.origin_us + s.start_ms * 1e3
+            b = a + s.time_ms * 1e3
+            cover = max((100 * (min(b, y) - max(a, x)) / (b - a) for x, y in nccl if x < b and y > a), default=0)
+            if cover >= 50:
+                assert s.critical_path.gpu_communication_bound >= cover - 2, (rel, s.step, cover, s.critical_path)
+                checked += 1
+    assert checked >= 9  # 3 waiting ranks x 3 steps; the sleeping rank has no such kernel
 
 
 @pytest.mark.real(MI250)

@@ -5,7 +5,9 @@ launch calls last 1 µs unless said).
 
 - a device clock behind the host's (CUPTI skew: torchrec V100 kernels beginning up to 50 µs before their launch):
   a synchronize must not be tied to an op launched after it began (a loop of binding edges), and a thread waking
-  from a long wait is matched to the op it waited on within the lag;
+  from a long wait is matched to the op it waited on within the lag (and 10 µs the other way: a device clock
+  ahead of the host's);
+- a host op silent for a long time that was really a wait on a collective (a straggler's peers);
 - a synchronize nested improperly (its parent op ending 2 µs before it);
 - a window clipped where the next step's device work begins, with the device mid-kernel and the host ahead;
 - a stream that began its next op within one back-to-back gap is no event wait on another stream;
@@ -227,3 +229,74 @@ def test_step_without_device_work_is_left_out_of_the_rank_mean(tmp_path, second_
         assert m.steps[1].critical_path.length_ms == pytest.approx(0.05)
         assert m.critical_path.length_ms == pytest.approx(0.8)
         assert m.critical_path.steps_left_out == 1
+
+
+def _silent_op(free_at: int) -> TraceBuilder:
+    """aten::A 0-20 launches an all-to-all X (stream 20, 30-3000) at 10; aten::cat 100-4000 records nothing until
+    cudaFree `free_at`-(+50) inside it; aten::B 4010-4030 launches K (stream 7, 4040-4200) at 4020."""
+    b = TraceBuilder()
+    b.step(1, 0, 5000)
+    b.cpu_op("aten::A", 0, 20)
+    b.nccl("alltoall", 30, 2970, stream=20, nelems=1 << 20, launch_at=10)
+    b.cpu_op("aten::cat", 100, 3900)
+    b.cpu_op("cudaFree", free_at, 50, cat="cuda_runtime")
+    b.cpu_op("aten::B", 4010, 20)
+    b.kernel("K", 4040, 160, stream=7, launch_at=4020)
+    return b
+
+
+def test_op_silent_until_a_collective_ends_waited_on_it(tmp_path):
+    """aten::cat records nothing for 2.95 ms, then cudaFree 50 µs after the all-to-all ended: the op's time was a
+    wait on it (a straggler's peer blocked in its allocator). Window [30, 4200] back from K's end: K 4040-4200
+    (compute 160), launch 4020-4040 (20), aten::B 4010-4020 (host op 10), the gap 4000-4010 (10), aten::cat
+    3100-4000 (900), cudaFree 3050-3100 (allocator 50), the wait 3000-3050 (synchronize 50), X 30-3000
+    (communication 2970). 4170 µs: communication 2970, compute 160, launch 20, cpu 1020."""
+    cp = _metrics(tmp_path, _silent_op(3050)).steps[0].critical_path
+    assert cp.length_ms == pytest.approx(4.17)
+    assert cp.gpu_communication_bound == pytest.approx(100 * 2970 / 4170, abs=0.05)
+    assert cp.cpu_bound == pytest.approx(100 * 1020 / 4170, abs=0.05)
+
+
+def test_op_silent_long_after_the_collective_is_its_own_work(tmp_path):
+    """The twin: cudaFree at 3300, 300 µs after the all-to-all ended: beyond a synchronize's return, so aten::cat's
+    silence is its own work. Window [30, 4200]: K 160, launch 20, aten::B 10, gap 10, aten::cat 3350-4000 (650),
+    cudaFree 50, aten::cat 100-3300 (3200), the thread before it from the window's start 30-100 (host gap 70).
+    4170 µs: cpu 3990, compute 160, launch 20, no communication."""
+    cp = _metrics(tmp_path, _silent_op(3300)).steps[0].critical_path
+    assert cp.length_ms == pytest.approx(4.17)
+    assert cp.gpu_communication_bound == 0
+    assert cp.cpu_bound == pytest.approx(100 * 3990 / 4170, abs=0.05)
+
+
+def _woken_early(wake: int) -> TraceBuilder:
+    """aten::A 50-80 launches K1 (stream 7, 100-2000) at 70; the thread records nothing until aten::B at `wake` (60
+    µs), which launches K2 (stream 8) 10 µs in; K2 runs 140 µs from 15 µs after its launch. Kernels begin after
+    their launches: no measurable clock lag."""
+    b = TraceBuilder()
+    b.step(1, 0, 3000)
+    b.cpu_op("aten::A", 50, 30)
+    b.kernel("K1", 100, 1900, stream=7, launch_at=70)
+    b.cpu_op("aten::B", wake, 60)
+    b.kernel("K2", wake + 25, 140, stream=8, launch_at=wake + 10)
+    return b
+
+
+def test_wake_up_a_few_us_before_the_end_it_waited_on_waited_on_it(tmp_path):
+    """The thread wakes at 1995, 5 µs before K1's end by the timestamps (a device clock ahead of the host's: no
+    launch shows it): within 10 µs, so it waited on K1. Window [100, 2160] back from K2's end: K2 2020-2160
+    (compute 140), launch 2005-2020 (15), aten::B 1995-2005 (host op 10), K1 from 1995 back to 100 (compute
+    1895). 2060 µs: compute 2035, launch 15, cpu 10."""
+    cp = _metrics(tmp_path, _woken_early(1995)).steps[0].critical_path
+    assert cp.length_ms == pytest.approx(2.06)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 2035 / 2060, abs=0.05)
+    assert cp.cpu_bound == pytest.approx(100 * 10 / 2060, abs=0.05)
+
+
+def test_wake_up_30us_before_a_kernels_end_is_the_hosts(tmp_path):
+    """The twin: the thread wakes at 1970, 30 µs before K1 ends: it did not wait on K1. Window [100, 2135]: K2
+    1995-2135 (140), launch 1980-1995 (15), aten::B 1970-1980 (10), the idle thread 100-1970 (host gap 1870).
+    2035 µs: cpu 1880, compute 140, launch 15."""
+    cp = _metrics(tmp_path, _woken_early(1970)).steps[0].critical_path
+    assert cp.length_ms == pytest.approx(2.035)
+    assert cp.cpu_bound == pytest.approx(100 * 1880 / 2035, abs=0.05)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 140 / 2035, abs=0.05)

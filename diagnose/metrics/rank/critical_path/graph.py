@@ -189,7 +189,9 @@ def _thread_edges(t: RankTrace, ev, hk, order, add):
     add(nodes[j], nodes[j + 1], THREAD, cause)
     thread_of = np.full(2 * len(ev), -1, np.int64)
     thread_of[nodes] = th
-    return nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of
+    inop = cause == C["host_op"]
+    return (nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of,
+            nodes[j[inop]], nodes[j[inop] + 1])
 
 
 def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add) -> None:
@@ -199,7 +201,7 @@ def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add
     another thread's pause would be chance."""
     if idle is None:
         return
-    gs, gd, first, last, thread_of = idle
+    gs, gd, first, last, thread_of, os_, od = idle
     drives = np.zeros(int(max(thread_of.max(initial=0), launching.max(initial=0))) + 1, bool)
     drives[launching] = True
 
@@ -218,7 +220,9 @@ def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add
     # A wake-up another thread explains is not read as a device wait: on a busy device some op always ends
     # within the tolerance before it.
     left = ~np.isin(woke, hd)
-    s, d = resume.device_resume(time, 2 * dk + 1, launched, since[left], woke[left], lag)
+    quiet = resume.idle_resumes(time, os_, od) & drv(od)  # silent inside an op: blocked in it, or its own work
+    s, d = resume.device_resume(time, 2 * dk + 1, launched, np.concatenate([since[left], time[os_[quiet]]]),
+                                np.concatenate([woke[left], od[quiet]]), lag)
     add(s, d, SYNC_EDGE, C["synchronize"])
 
 

@@ -12,6 +12,10 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
   end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
 
+A thread silent as long inside an open host op (nothing recorded under it) is read the same way for the device
+only: the op's time was a wait where its next point came right after a device op ended (torchrec
+sst_sleep_pl_dense_after_backward_2 ranks 0, 1, 3: an `aten::cat` silent for 1.0 s until 54 µs after the
+all-to-all waiting on the sleeping rank 2 ended, then `cudaFree`), its own work otherwise.
 A wake-up with a hand-over gets no device edge: on a busy device some op always ends just before it. Only threads
 that launch device work take part (graph.py), as the thread that wakes and the one that hands over. Both need the
 gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A thread's first
@@ -36,6 +40,10 @@ IDLE_MIN_NS = 1_000_000  # a thread idle this long was waiting, not running untr
 RESUME_TOL_NS = 60_000  # a blocking call's return after the device op it waited on: 1-52 µs in 7 real traces
 HANDOFF_TOL_NS = 1_000_000  # another thread's wake-up after the one that handed over went idle: 0.2-0.5 ms measured
 HANDOFF_LOOKBACK = 4  # candidates checked per resume (other threads going idle just before it)
+# A device clock ahead of the host's shows in no launch (an op still begins after its launch), so a wake-up may
+# read a few µs before the end it waited on: torchrec sst_long_a2a_optimizer_5_qcomm rank 1's main thread, idle
+# 59 ms, wakes 5 µs before the embedding update kernel it waited on ends (its kernels begin >= 2 µs after launch).
+CLOCK_NOISE_NS = 10_000
 LAG_CAP_NS = 500_000  # the most device-clock lag trusted (a bogus correlation must not widen every tolerance)
 CAUSAL_LOOKBACK = 8  # device ends checked per wait, latest first, for one launched before the wait
 
@@ -82,7 +90,8 @@ def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, launched: np.ndar
                   dst: np.ndarray, lag: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(device end node, resume node) for each idle gap (the thread idle from `since`, ns, to the point `dst`)
     that ended within RESUME_TOL_NS after a device op ended inside the gap (plus `lag`, the device clock's lag:
-    the op really ended that much later than its timestamp), launched before the point: the latest such end.
+    the op really ended that much later than its timestamp), launched before the point: the latest such end, up
+    to CLOCK_NOISE_NS after the point by the timestamps.
     `launched`: per device end node, its launch's begin (int64 min unknown)."""
     if not len(dev_end_nodes) or not len(dst):
         z = np.zeros(0, np.int64)
@@ -90,7 +99,9 @@ def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, launched: np.ndar
     o = np.argsort(time[dev_end_nodes], kind="stable")
     ends, en = time[dev_end_nodes][o], dev_end_nodes[o]
     r = time[dst]
-    j = latest_launched_end(ends, launched[o], r, np.maximum(since, r - RESUME_TOL_NS - lag - 1), r)
+    # launched before the point, not at it: the point may be the call launching the op (a synchronous copy)
+    j = latest_launched_end(ends, launched[o], r + CLOCK_NOISE_NS, np.maximum(since, r - RESUME_TOL_NS - lag - 1),
+                            r - 1)
     ok = j >= 0
     return en[j[ok]], dst[ok]
 
