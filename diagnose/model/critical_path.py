@@ -36,6 +36,7 @@ class RankCriticalPath(CriticalPath):
     16,384-rank summary)."""
 
     causes: dict[str, float] = field(default_factory=dict)  # finer causes, percent of the length
+    steps_left_out: int = 0  # steps not in the mean: no whole iteration (critical_path/path.py whole_iterations)
 
 
 @dataclass

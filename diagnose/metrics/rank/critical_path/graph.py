@@ -8,12 +8,14 @@ Edges say "v could not happen before u":
 - DEVICE: a device op's begin -> its end;
 - LAUNCH: a runtime call's begin -> the begin of the device op it launched (same correlation id);
 - STREAM: a device op's end -> the begin of the next op on its stream;
-- WAIT: a device op's end on another stream -> a device op that was launched and whose stream was free, but
-  began only when that op ended (within WAIT_TOL_NS): a stream-event wait (cudaStreamWaitEvent /
-  hipStreamWaitEvent). The trace does not say which event a wait is on, so the edge is read from the times;
-- SYNC: the device op that ended last inside a blocking call (device / stream / event synchronize, a
-  synchronous memcpy) -> that call's end; for a cudaMemcpyAsync / hipMemcpyAsync, only its own copy ending
-  inside it (a copy that held the host);
+- WAIT: a device op's end on another stream -> a device op that was launched and whose stream was free, that
+  sat ready longer than WAIT_MIN_READY_NS, and began only when that op ended (within WAIT_TOL_NS): a
+  stream-event wait (cudaStreamWaitEvent / hipStreamWaitEvent). The trace does not say which event a wait is
+  on, so the edge is read from the times;
+- SYNC (blocking.py): the device op launched before a blocking call (device / stream / event synchronize, a
+  synchronous memcpy) that ended last inside it -> the thread's first point after it inside the call (the
+  call's end, or an improperly nested parent's); for a cudaMemcpyAsync / hipMemcpyAsync, only its own copy
+  ending inside it (a copy that held the host);
 - RESUME (resume.py): into the point that ends a long idle gap of a host thread, from what it waited on: a device
   op that ended just before (an unrecorded synchronize; typed SYNC) or another thread that went idle just before
   (a hand-over, e.g. loss.backward() and the autograd thread; typed THREAD).
@@ -23,14 +25,11 @@ Each edge carries a cause (CAUSES): what bounds the time from u to v when the ed
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
-from llmdiag.diagnose.metrics.rank.classify import prefiltered
-from llmdiag.diagnose.metrics.rank.critical_path import resume
+from llmdiag.diagnose.metrics.rank.critical_path import blocking, resume
 from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 
@@ -49,9 +48,15 @@ C = {c: i for i, c in enumerate(CAUSES)}
 # trace_diff test.json: 66 µs after a SendRecv); beyond 100 µs only NCCL kernels' own start (90-200 µs) and
 # waits on the host.
 WAIT_TOL_NS = 100_000
+# ...and only an op that sat ready longer than one stream's own gap between back-to-back ops (2-4 µs median, p99
+# 15 µs where the next op was queued before the previous ended: trace_diff control / test, a100_16rank, nccl_data,
+# torchrec opt_3 rank 1): one that began within it ran as soon as its stream could, and an op on another stream
+# ending just before was chance. On a busy device two streams' µs kernels interleave, and every such chance edge
+# bound (it arrives after the stream's own) and sent the walk across streams (trace_diff test.json step 1012: a
+# CUDA-graph backward on stream 7 read as waiting on stream 14's scans, and through their late launch, on the
+# main thread's 39 ms wait for that same backward).
+WAIT_MIN_READY_NS = 20_000
 
-ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
-is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
 DEVICE_KINDS = (COMPUTE, COMM, MEMCPY, MEMSET)
 
 
@@ -113,7 +118,8 @@ def build(t: RankTrace) -> Graph:
         causes.append(np.broadcast_to(np.asarray(ca, np.int8), (len(srcs[-1]),)).astype(np.int8))
 
     hk = np.flatnonzero(~is_dev)  # selected-event positions of host events
-    idle = _thread_edges(t, ev, hk, begin, end, add)
+    order = host_points(t, ev, hk, begin, end) if len(hk) else None
+    idle = _thread_edges(t, ev, hk, order, add)
     dk = np.flatnonzero(is_dev)
     dkind = kind[ev[dk]]
     span_cause = np.select([dkind == COMM, dkind == MEMCPY, dkind == MEMSET], [C["communication"], C["memcpy"],
@@ -122,8 +128,12 @@ def build(t: RankTrace) -> Graph:
     launch_of = _launch_edges(t, ev, hk, dk, add)
     stream_pred = _stream_edges(t, ev, dk, begin, end, add)
     _wait_edges(t, ev, dk, begin, end, launch_of, stream_pred, add)
-    _sync_edges(t, ev, hk, dk, begin, end, add)
-    _resume_edges(time, dk, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
+    launched = np.where(launch_of >= 0, begin[np.maximum(launch_of, 0)], np.iinfo(np.int64).min)
+    if order is not None and len(dk):
+        s, d = blocking.sync_edges(t, ev, hk, dk, begin, end, launched, order[0], order[1])
+        add(s, d, SYNC_EDGE, C["synchronize"])
+    lag = resume.clock_lag(launched, begin[dk])
+    _resume_edges(time, dk, launched, lag, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
     if not srcs:
         z = np.zeros(0, np.int64)
         return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8))
@@ -146,13 +156,14 @@ def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray,
     return nodes[o], th[o], np.where(isb[o] == 1, 1, -1)
 
 
-def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
+def _thread_edges(t: RankTrace, ev, hk, order, add):
     """THREAD edges with their cause: the innermost host event open between the two points (none: a gap
     between top-level ops, where nothing was profiled). Returns the gaps and each thread's last point:
-    (gap src nodes, gap dst nodes, first nodes, last nodes, thread per node), None without host events."""
-    if not len(hk):
+    (gap src nodes, gap dst nodes, first nodes, last nodes, thread per node), None without host events.
+    `order`: host_points."""
+    if order is None:
         return None
-    nodes, th, step = host_points(t, ev, hk, begin, end)
+    nodes, th, step = order
     same = th[1:] == th[:-1]
     # depth after each point, per thread
     cs = np.cumsum(step)
@@ -178,17 +189,19 @@ def _thread_edges(t: RankTrace, ev, hk, begin, end, add):
     add(nodes[j], nodes[j + 1], THREAD, cause)
     thread_of = np.full(2 * len(ev), -1, np.int64)
     thread_of[nodes] = th
-    return nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of
+    inop = cause == C["host_op"]
+    return (nodes[j[gap]], nodes[j[gap] + 1], nodes[first], nodes[np.r_[~same, True]], thread_of,
+            nodes[j[inop]], nodes[j[inop] + 1])
 
 
-def _resume_edges(time, dk, idle, launching: np.ndarray, add) -> None:
+def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add) -> None:
     """RESUME edges into the points that end a long idle gap of a host thread (resume.py). Only threads that
     launched device work (`launching`: their thread ids) take part: a thread that never drives the device (a
     data loader's, a pin-memory poller's) wakes on its own clock, and a wake-up near an unrelated kernel's end or
     another thread's pause would be chance."""
     if idle is None:
         return
-    gs, gd, first, last, thread_of = idle
+    gs, gd, first, last, thread_of, os_, od = idle
     drives = np.zeros(int(max(thread_of.max(initial=0), launching.max(initial=0))) + 1, bool)
     drives[launching] = True
 
@@ -207,7 +220,9 @@ def _resume_edges(time, dk, idle, launching: np.ndarray, add) -> None:
     # A wake-up another thread explains is not read as a device wait: on a busy device some op always ends
     # within the tolerance before it.
     left = ~np.isin(woke, hd)
-    s, d = resume.device_resume(time, 2 * dk + 1, since[left], woke[left])
+    quiet = resume.idle_resumes(time, os_, od) & drv(od)  # silent inside an op: blocked in it, or its own work
+    s, d = resume.device_resume(time, 2 * dk + 1, launched, np.concatenate([since[left], time[os_[quiet]]]),
+                                np.concatenate([woke[left], od[quiet]]), lag)
     add(s, d, SYNC_EDGE, C["synchronize"])
 
 
@@ -274,31 +289,5 @@ def _wait_edges(t: RankTrace, ev, dk, begin, end, launch_of, stream_pred, add) -
     j = np.where((j >= 0) & (est[np.maximum(j, 0)] == st), run_start[np.maximum(j, 0)] - 1, j)
     ok = (j >= 0) & (ready > -2**62)
     jj = np.maximum(j, 0)
-    ok &= (ends[jj] > ready) & (b - ends[jj] <= WAIT_TOL_NS) & (est[jj] != st)
+    ok &= (ends[jj] > ready) & (b - ends[jj] <= WAIT_TOL_NS) & (est[jj] != st) & (b - ready > WAIT_MIN_READY_NS)
     add(2 * dk[o[jj[ok]]] + 1, 2 * dk[ok], WAIT, C["event_wait"])
-
-
-def _sync_edges(t: RankTrace, ev, hk, dk, begin, end, add) -> None:
-    """SYNC edges into the end of each blocking call from the device op it waited for."""
-    if not len(hk) or not len(dk):
-        return
-    nm = t.name[ev[hk]]
-    sync = np.zeros(len(t.names), bool)
-    sync[t.name_ids(is_sync_call)] = True
-    calls = hk[sync[nm]]
-    if len(calls):  # the device op that ended last inside the call
-        o = np.argsort(end[dk], kind="stable")
-        ends = end[dk][o]
-        j = np.searchsorted(ends, end[calls], side="right") - 1
-        ok = (j >= 0) & (ends[np.maximum(j, 0)] > begin[calls])
-        add(2 * dk[o[j[ok]]] + 1, 2 * calls[ok] + 1, SYNC_EDGE, C["synchronize"])
-    acopy = np.zeros(len(t.names), bool)
-    acopy[t.name_ids(is_async_copy)] = True
-    ac = hk[acopy[nm] & (t.corr[ev[hk]] >= 0)]
-    if len(ac):  # an async copy whose own copy ended before it returned: it held the host
-        dc = t.corr[ev[dk]]
-        o = np.argsort(dc, kind="stable")
-        i = np.minimum(np.searchsorted(dc[o], t.corr[ev[ac]]), len(o) - 1)
-        d = dk[o[i]]
-        ok = (dc[o[i]] == t.corr[ev[ac]]) & (end[d] <= end[ac]) & (end[d] > begin[ac])
-        add(2 * d[ok] + 1, 2 * ac[ok] + 1, SYNC_EDGE, C["synchronize"])

@@ -4,7 +4,11 @@ Every edge weighs the time between its two points, so the longest path through a
 itself, and the question is only which dependency each point waited on: the in-edge whose source arrived last
 (the others had slack; Graph.binding). Walking those back from the step's last point tiles the step's time with
 segments, each with the cause of its edge. A point with no recorded dependency (the first op of a thread, a
-kernel launched before the capture) ends the walk: the rest of the step is counted as an unprofiled host gap.
+kernel launched before the capture) goes on from what the device was doing then (Walker.device_at: an op in
+flight, or one ending within a back-to-back gap before, the gap counted kernel-kernel): a busy device's time
+before it is the device's (torchrec sst_long_a2a_optimizer_5_qcomm rank 0, step 4: a kernel launched before the
+capture, 56 ms into a step the device was 98 % busy, ended the walk and the 56 ms read as a host gap). Only with
+the device idle there is the rest of the step an unprofiled host gap.
 The walk visits only the path's own nodes; the graph and the binding edges are numpy passes over the events.
 """
 
@@ -12,13 +16,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, Graph, build
+from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, WAIT_MIN_READY_NS, Graph, build
 from llmdiag.diagnose.metrics.rank.critical_path.hta import HtaRank
 from llmdiag.diagnose.metrics.rank.critical_path.split import split, split_hta
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
 
 HOST_GAP = CAUSES.index("host_gap")
+KERNEL_GAP = CAUSES.index("kernel_gap")
+# A device op ending this close before a window's end ran up to it (one stream's own gap between back-to-back ops,
+# graph.py's WAIT_MIN_READY_NS): the walk starts there, not at the next step's first op beginning at the end.
+SINK_TOL_NS = WAIT_MIN_READY_NS
+IN_FLIGHT_LOOKBACK = 32  # device ops checked back from a window's end for one still running
+
+
+def _running_argmax(a: np.ndarray) -> np.ndarray:
+    """Per position, the index of the largest value at or before it (the first of equals)."""
+    if not len(a):
+        return np.zeros(0, np.int64)
+    best = np.maximum.accumulate(a)
+    idx = np.where(a == best, np.arange(len(a)), 0)
+    return np.maximum.accumulate(idx)
 
 
 class Walker:
@@ -32,21 +50,69 @@ class Walker:
         self.dev_end[1::2] = g.device
         self._time, self._pred = g.time.tolist(), pred.tolist()
         self._cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1).tolist()
-        self._order: np.ndarray | None = None
+        self._order = np.zeros(0, np.int64)
+        self._ready = False
         self._sorted = g.time
+        self._dbegin = self._dend = self._dnode = self._dmax = self._eend = self._enode = self._ebegin = \
+            np.zeros(0, np.int64)
 
     def sink(self, end: int) -> int:
-        """The last node at or before `end` (a device op's end first among equal times); -1 none."""
-        if self._order is None:  # sorted once, on the first window
-            self._order = np.argsort(self.g.time, kind="stable")
-            self._sorted = self.g.time[self._order]
+        """The node a walk back from `end` starts at: a device op ending at `end`; else the device op in flight
+        at `end` (its end node: the walk counts [its begin, end] as its cause); else the last node before `end`
+        (a device op's end first among equal times); -1 none. A window clipped where the next step's device
+        work begins (steps.py) ends with the device mid-kernel while the host runs ahead enqueueing the next
+        step: the last node before it is then a host point, and a walk from there read the busy device's time as
+        host time (torchrec sst_long_a2a_optimizer_3 rank 1, step 5: 16 ms of the autograd thread's ops while
+        its compute stream ran without a gap)."""
+        self._prepare()
         k = int(np.searchsorted(self._sorted, end, side="right")) - 1
         if k < 0:
             return -1
         lo = int(np.searchsorted(self._sorted, self._sorted[k], side="left"))
         tied = self._order[lo:k + 1]
         dev = tied[self.dev_end[tied]]
+        if len(dev) and self._sorted[k] == end:
+            return int(dev[0])
+        busy = self.device_at(end)
+        if busy >= 0:
+            return busy
         return int(dev[0] if len(dev) else tied[-1])
+
+    def _prepare(self) -> None:
+        if not self._ready:  # sorted once, on the first window
+            self._ready = True
+            self._order = np.argsort(self.g.time, kind="stable")
+            self._sorted = self.g.time[self._order]
+            dev = np.flatnonzero(self.g.device)
+            o = dev[np.argsort(self.g.time[2 * dev], kind="stable")]
+            self._dbegin, self._dend = self.g.time[2 * o], self.g.time[2 * o + 1]
+            self._dnode = 2 * o + 1
+            self._dmax = _running_argmax(self._dend)
+            e = dev[np.argsort(self.g.time[2 * dev + 1], kind="stable")]
+            self._eend, self._enode, self._ebegin = self.g.time[2 * e + 1], 2 * e + 1, self.g.time[2 * e]
+
+    def device_at(self, at: int) -> int:
+        """The end node of what the device was doing at `at`: an op in flight (begun before, ending after), else
+        the last op that ended within SINK_TOL_NS before it (begun before it); -1 with the device idle."""
+        self._prepare()
+        flying = self._in_flight(at)
+        if flying >= 0:
+            return flying
+        j = int(np.searchsorted(self._eend, at, side="right")) - 1
+        if j >= 0 and at - self._eend[j] <= SINK_TOL_NS and self._ebegin[j] < at:
+            return int(self._enode[j])
+        return -1
+
+    def _in_flight(self, at: int) -> int:
+        """The end node of a device op running at `at` (begun before it, ending after): the latest begun among
+        the IN_FLIGHT_LOOKBACK begun last, else the one ending last; -1 none."""
+        j = int(np.searchsorted(self._dbegin, at, side="left")) - 1
+        for i in range(j, max(j - IN_FLIGHT_LOOKBACK, -1), -1):
+            if self._dend[i] > at:
+                return int(self._dnode[i])
+        if j >= 0 and self._dend[m := int(self._dmax[j])] > at:
+            return int(self._dnode[m])
+        return -1
 
     def walk(self, start: int, end: int, segs: list | None = None) -> np.ndarray:
         """Nanoseconds per cause (CAUSES order) of the path tiling [start, end] back from its last node; the
@@ -59,12 +125,19 @@ class Walker:
             acc[HOST_GAP] = end - start
             return np.array(acc, np.int64)
         time, pred, cause = self._time, self._pred, self._cause
-        c = min(time[v], end)
+        c = max(min(time[v], end), start)  # a window with no node in it: all of it a gap, not more
         acc[HOST_GAP] += end - c
         budget = len(time)  # a hostile trace's times can close a loop of binding edges: never walk one forever
         while c > start:
             u = pred[v]
             budget -= 1
+            if u < 0 and budget >= 0 and (u := self.device_at(c)) >= 0:  # no recorded dependency: the device's
+                tu = max(min(time[u], c), start)
+                acc[KERNEL_GAP] += c - tu
+                if segs is not None and c > tu:
+                    segs.append((tu, c, KERNEL_GAP))
+                c, v = tu, u
+                continue
             if u < 0 or budget < 0:
                 acc[HOST_GAP] += c - start
                 if segs is not None:
@@ -91,8 +164,9 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
     if hta:
         h = HtaRank(t)
         per = [h.window(win.host_start, win.host_end)[0] for win in wins]
-        rank = split_hta(np.sum(per, axis=0), len(per))
-        return [split_hta(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
+        keep = whole_iterations(wins)
+        rank = split_hta(np.sum([p for p, k in zip(per, keep) if k], axis=0), sum(keep))
+        return [split_hta(p) for p in per], _left_out(rank, len(wins) - sum(keep))
     w = Walker(build(t))
     if walker is not None:
         walker.append(w)
@@ -102,8 +176,25 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
         per.append(w.walk(win.start, win.end, segs))
         if track is not None and segs:
             track += merged(segs[::-1], win.step)
-    rank = split(np.sum(per, axis=0), len(per))
-    return [split(p) for p in per], rank if isinstance(rank, RankCriticalPath) else None
+    keep = whole_iterations(wins)
+    rank = split(np.sum([p for p, k in zip(per, keep) if k], axis=0), sum(keep))
+    return [split(p) for p in per], _left_out(rank, len(wins) - sum(keep))
+
+
+def whole_iterations(wins) -> list[bool]:
+    """Per window, whether it weighs in the rank's per-step mean: in a GPU trace a step that launched no device
+    work (steps.py keeps its host span as its window) is no training iteration (a ProfilerStep the capture
+    stopped in: hta amd_mi250_minitoy's ProfilerStep#2, 0.05 ms with no op, beside an 8.9 ms step) and is left
+    out, unless no step launched any. Its own path is still reported with the step."""
+    gpu = [not (w.start == w.host_start and w.end == w.host_end) for w in wins]
+    return gpu if any(gpu) else [True] * len(wins)
+
+
+def _left_out(rank, n: int) -> RankCriticalPath | None:
+    if not isinstance(rank, RankCriticalPath):
+        return None
+    rank.steps_left_out = n
+    return rank
 
 
 def merged(segs: list[tuple[int, int, int]], step: int) -> list[tuple[int, int, int, str, str]]:

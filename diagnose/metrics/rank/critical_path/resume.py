@@ -5,12 +5,17 @@ the work to the autograd thread, a blocking call the profiler did not record) wa
 a THREAD edge across that gap says only "this point came after the last one", and on the critical path it becomes
 an unprofiled host gap that hides what the thread really waited on. Two waits are read from the times:
 
-- the device: the thread resumed within RESUME_TOL_NS after a device op ended (an unrecorded synchronize, e.g.
-  an event polled or waited on from Python): an edge from that op's end, cause `synchronize`;
+- the device: the thread resumed within RESUME_TOL_NS (plus the device clock's lag behind the host's, clock_lag)
+  after a device op it had launched before ended (an unrecorded synchronize, e.g. an event polled or waited on
+  from Python): an edge from that op's end, cause `synchronize`;
 - another thread: the thread resumed within HANDOFF_TOL_NS after another thread's last point before that thread
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
   end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
 
+A thread silent as long inside an open host op (nothing recorded under it) is read the same way for the device
+only: the op's time was a wait where its next point came right after a device op ended (torchrec
+sst_sleep_pl_dense_after_backward_2 ranks 0, 1, 3: an `aten::cat` silent for 1.0 s until 54 µs after the
+all-to-all waiting on the sleeping rank 2 ended, then `cudaFree`), its own work otherwise.
 A wake-up with a hand-over gets no device edge: on a busy device some op always ends just before it. Only threads
 that launch device work take part (graph.py), as the thread that wakes and the one that hands over. Both need the
 gap to be long (IDLE_MIN_NS): a short one is the thread's own untraced Python between two ops. A thread's first
@@ -35,6 +40,12 @@ IDLE_MIN_NS = 1_000_000  # a thread idle this long was waiting, not running untr
 RESUME_TOL_NS = 60_000  # a blocking call's return after the device op it waited on: 1-52 µs in 7 real traces
 HANDOFF_TOL_NS = 1_000_000  # another thread's wake-up after the one that handed over went idle: 0.2-0.5 ms measured
 HANDOFF_LOOKBACK = 4  # candidates checked per resume (other threads going idle just before it)
+# A device clock ahead of the host's shows in no launch (an op still begins after its launch), so a wake-up may
+# read a few µs before the end it waited on: torchrec sst_long_a2a_optimizer_5_qcomm rank 1's main thread, idle
+# 59 ms, wakes 5 µs before the embedding update kernel it waited on ends (its kernels begin >= 2 µs after launch).
+CLOCK_NOISE_NS = 10_000
+LAG_CAP_NS = 500_000  # the most device-clock lag trusted (a bogus correlation must not widen every tolerance)
+CAUSAL_LOOKBACK = 8  # device ends checked per wait, latest first, for one launched before the wait
 
 
 def idle_resumes(time: np.ndarray, gap_src: np.ndarray, gap_dst: np.ndarray) -> np.ndarray:
@@ -42,20 +53,57 @@ def idle_resumes(time: np.ndarray, gap_src: np.ndarray, gap_dst: np.ndarray) -> 
     return (time[gap_dst] - time[gap_src]) >= IDLE_MIN_NS
 
 
-def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, since: np.ndarray, dst: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def latest_launched_end(ends: np.ndarray, launched: np.ndarray, at: np.ndarray, after: np.ndarray,
+                        before: np.ndarray) -> np.ndarray:
+    """Per query, the position in `ends` (device op ends, sorted) of the latest end at or before `at` and after
+    `after` whose op was launched at or before `before` (a synchronous copy launches its own; `launched`, per
+    position: its launch call's begin, int64 min when unknown); -1 for none. What a host point waited on was
+    enqueued before it waited: a device clock running behind the host's (CUPTI skew: kernels beginning up to
+    50 µs before their launch in the torchrec V100 traces) puts ops launched after the wait inside it, and an
+    edge from one closes a loop of binding edges (the op's launch comes after the wait's end: the walk went
+    round it until its budget ran out, then counted the rest of the step as an unprofiled host gap; torchrec
+    sst_long_a2a_optimizer_5 rank 0, step 5: 114 of 126 ms). CAUSAL_LOOKBACK candidates, latest first."""
+    best = np.full(len(at), -1, np.int64)
+    if not len(ends):
+        return best
+    last = np.searchsorted(ends, at, side="right") - 1
+    for k in range(CAUSAL_LOOKBACK):
+        j = last - k
+        jj = np.maximum(j, 0)
+        ok = (best < 0) & (j >= 0) & (ends[jj] > after) & (launched[jj] <= before)
+        best[ok] = jj[ok]
+    return best
+
+
+def clock_lag(launched: np.ndarray, dev_begin: np.ndarray) -> int:
+    """How far the device clock lags the host's, at least (ns, capped at LAG_CAP_NS): the most a device op began
+    before its launch call began. No op can begin before it is launched, so that much is the clocks'. CUPTI's
+    device timestamps lag by 15-50 µs throughout the torchrec V100 traces (sst_long_a2a_optimizer_3 rank 1:
+    kernels beginning up to 50 µs before their launch); 0 on the HTA and kineto traces."""
+    known = launched > np.iinfo(np.int64).min
+    if not known.any():
+        return 0
+    return int(min(max(int((launched[known] - dev_begin[known]).max()), 0), LAG_CAP_NS))
+
+
+def device_resume(time: np.ndarray, dev_end_nodes: np.ndarray, launched: np.ndarray, since: np.ndarray,
+                  dst: np.ndarray, lag: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(device end node, resume node) for each idle gap (the thread idle from `since`, ns, to the point `dst`)
-    that ended within RESUME_TOL_NS after a device op ended inside the gap: the latest such end."""
+    that ended within RESUME_TOL_NS after a device op ended inside the gap (plus `lag`, the device clock's lag:
+    the op really ended that much later than its timestamp), launched before the point: the latest such end, up
+    to CLOCK_NOISE_NS after the point by the timestamps.
+    `launched`: per device end node, its launch's begin (int64 min unknown)."""
     if not len(dev_end_nodes) or not len(dst):
         z = np.zeros(0, np.int64)
         return z, z
     o = np.argsort(time[dev_end_nodes], kind="stable")
     ends, en = time[dev_end_nodes][o], dev_end_nodes[o]
     r = time[dst]
-    j = np.searchsorted(ends, r, side="right") - 1
-    jj = np.maximum(j, 0)
-    ok = (j >= 0) & (ends[jj] >= r - RESUME_TOL_NS) & (ends[jj] > since)
-    return en[jj[ok]], dst[ok]
+    # launched before the point, not at it: the point may be the call launching the op (a synchronous copy)
+    j = latest_launched_end(ends, launched[o], r + CLOCK_NOISE_NS, np.maximum(since, r - RESUME_TOL_NS - lag - 1),
+                            r - 1)
+    ok = j >= 0
+    return en[j[ok]], dst[ok]
 
 
 def handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, quiet_to: np.ndarray,
