@@ -59,11 +59,12 @@ def allocator_churn(c: Ctx) -> list[Finding]:
         steps = []
     else:
         outs = [(x, *_outlier_step(x[0])) for x in bad]
-        # A flush (frees at least as many as mallocs) is the allocator retrying a failed allocation: it is paid
-        # again whenever memory runs short, so its cost counts, averaged over the steps (a bound where it is in
-        # the capture's first step: whether it comes back is outside the trace); growth without frees is
-        # warm-up, not paid again. Each rank is judged on its own outlier step.
-        gain = statistics.fmean(x[1] if top is None or _flushes(top) else med for x, top, med in outs)
+        # A flush (frees at least as many as mallocs) is the allocator retrying a failed allocation: after normal
+        # steps it is seen to come back, so its cost counts, averaged over the steps. In the capture's first step
+        # whether it comes back is outside the trace: the per-step gain is then the typical step's, and the flush
+        # is told as paid once in this capture (averaging it in would call a one-off 30-40 % of every step).
+        # Growth without frees is warm-up, not paid again. Each rank is judged on its own outlier step.
+        gain = statistics.fmean(x[1] if top is None or _mid_flush(x[0], top) else med for x, top, med in outs)
         _, top, _ = next(o for o in outs if o[0][0] is r)
         ev += (f"; {fmt(mal, 'avg')} allocations in the median step against {fmt(r.hints.kernels_per_step, 'int')} "
                f"kernels: the caching allocator is on (off, it would allocate about once per new tensor, "
@@ -92,8 +93,11 @@ def allocator_churn(c: Ctx) -> list[Finding]:
                "check `torch.cuda.memory_stats()['num_alloc_retries']`")
         eg = c.gain_text(gain, "the mean step's idle inside allocator calls, the flush included: a cache "
                          "released after normal steps is released again whenever memory runs short" if flush else
-                         "the mean step's idle inside allocator calls, the flush included, if it recurs once per "
-                         f"{plural(r.nsteps, 'captured step')} (the capture cannot show how often it does)" if frees else
+                         "the typical (median) step's idle inside allocator calls; the first captured step's flush "
+                         f"({fmt(top.idle_ms, 'ms')}) is paid once in this capture and is not in it: how often it "
+                         "recurs is outside the trace (were it once per "
+                         f"{plural(r.nsteps, 'step')}, {fmt(top.idle_ms / r.nsteps, 'ms')} per step more)"
+                         if frees and top is not None else
                          "the typical (median) step's idle inside allocator calls where one step holds most "
                          "of it, else the mean; growth during warm-up is not paid again", True)
         steps = [top.step] if top is not None else []

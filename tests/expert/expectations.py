@@ -274,4 +274,5 @@ import tests.expert.expectations_launch  # noqa: E402  (issue #34: the launch-ov
 import tests.expert.expectations_optimizer  # noqa: E402  (adds to REAL)
 import tests.expert.expectations_fp32conv  # noqa: E402  (issue #34, fp32 convolutions: adds to REAL)
 from tests.expert import expectations_recall_a  # noqa: E402,F401  (issue #34 recall, communication: adds to REAL)
-import tests.expert.expectations_recall_b  # noqa: E402,F401  (issue #34 recall, part B: adds to REAL)
+import tests.expert.expectations_recall_b  # noqa: E402  (issue #34 recall, part B: adds to REAL)
+import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
