@@ -77,18 +77,23 @@ def causal_scenarios() -> dict[str, tuple[Knobs, dict]]:
                     "why": "111 ms once in 5 steps: 22.2 ms per step"},
                    {"verdict": "right", "text": alloc, "why": "the mid-capture flush"}]})
     # The same flush in the capture's first step (step #10: 25 cudaFree + 9 cudaMalloc, 111 ms): frees are the
-    # allocator retrying a failed allocation (memory pressure), not warm-up growth, though how often it recurs is
-    # outside the capture. Its cost is claimed as the mean over the 5 steps, a bound (22.2 ms), never the median
-    # step's ~0 as warm-up (the fresh review of the TorchRec captures called that misleading).
+    # allocator retrying a failed allocation (memory pressure), not warm-up growth, but how often it recurs is
+    # outside the capture. It is told as paid once in this capture, with what it would cost were it once per
+    # captured window (111 / 5 = 22.2 ms per step), and the per-step gain is the steady steps' (0 by construction):
+    # never called warm-up (the first fresh review of the TorchRec captures), never averaged into every step as a
+    # high finding (the second: 213-269 ms step-4 flushes read as 30-37 % of the step, above the straggler).
     out["allocator_flush_first"] = (Knobs(flush_step=0), {
         "problems": [{"id": "first_flush", "what": "step #10 frees and refills the cache",
-                      "any": [{"where": "finding", "rules": ["allocator_churn"], "text": r"memory pressure",
-                               "step": 10, "gain_ms": [22.1, 22.3]}]}],
+                      "any": [{"where": "finding", "rules": ["allocator_churn"],
+                               "text": r"memory pressure.*paid once in this capture.*22\.20 ms per step more",
+                               "step": 10, "gain_ms": [0.0, 0.01]}]}],
         "silent": [{"id": "not_growth", "why": "a step that frees the cache is not warm-up growth",
-                    "match": {"where": "finding", "text": r"warm-up growth|not paid again"}}],
-        "claims": [{"verdict": "misleading", "rules": ["allocator_churn"], "gain_ms": [22.1, 22.3],
-                    "gain_outside": True, "why": "111 ms in 5 steps: 22.2 ms per step if it recurs"},
-                   {"verdict": "right", "text": alloc, "why": "the flush, with its cost as a bound"}]})
+                    "match": {"where": "finding", "text": r"warm-up growth|not paid again"}},
+                   {"id": "not_loud", "why": "one flush in the first captured step: how often it recurs is unknown",
+                    "match": {"where": "finding", "rules": ["allocator_churn"], "min_severity": "medium"}}],
+        "claims": [{"verdict": "misleading", "rules": ["allocator_churn"], "gain_ms": [0.0, 0.01],
+                    "gain_outside": True, "why": "the steady steps hold no allocator idle"},
+                   {"verdict": "right", "text": alloc, "why": "the flush, paid once, its recurrence unknown"}]})
     out["allocator_warmup_twin"] = (Knobs(warmup_growth=True), {
         "problems": [], "claims": [{"verdict": "right", "rules": ["allocator_churn"], "text": r"warm-up",
                                     "why": "growth in the first step only"}],
