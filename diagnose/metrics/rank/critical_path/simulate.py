@@ -269,17 +269,26 @@ class Simulator:
         w[e] = np.rint(w[e] * factor).astype(np.int64)
         return w
 
+    def recorded_syncs(self) -> np.ndarray:
+        """Mask of the sync edges into a recorded blocking call's end (a synchronize, a synchronous copy): not a
+        queue edge, nor a resume edge (resume.py: into the point a thread woke at, a begin; the trace does not say
+        what the thread waited in, so no call can be named to remove)."""
+        g = self.g
+        return (g.etype == SYNC_EDGE) & (g.dst % 2 == 1) & ~self.queue
+
     def without_syncs(self) -> np.ndarray:
-        """The weights with the sync edges inside the windows removed (the host no longer waits for its device),
-        except those from a device op that began on a stream-event wait: that time is the event's (the
-        `event_wait` rule), not the synchronizing call's, and counting it here would count it twice."""
+        """The weights with the recorded sync edges (`recorded_syncs`) inside the windows removed (the host no
+        longer waits for its device in those calls: the `host_sync` rule's, which reads the idle under recorded
+        blocking calls), except those from a device op that began on a stream-event wait: that time is the
+        event's (the `event_wait` rule), not the synchronizing call's, and counting it here would count it
+        twice."""
         g = self.g
         w = self.w.copy()
         pred_edge = self.pred_edge
         src_begin = (g.src // 2) * 2
         pe = pred_edge[src_begin]
         on_event = (pe >= 0) & (g.etype[np.maximum(pe, 0)] == WAIT)
-        w[(g.etype == SYNC_EDGE) & self.in_win & ~on_event & ~self.queue] = NEG
+        w[self.recorded_syncs() & self.in_win & ~on_event] = NEG
         return w
 
 
@@ -327,7 +336,7 @@ def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = No
     f32 = pos[f32][pos[f32] >= 0] if len(f32) else f32
     if len(f32) and speedup > 1:
         run(f"fp32_gemm/{speedup:g}", sim.scaled(f32, 1.0 / speedup))
-    if "sync" in want and ((sim.g.etype == SYNC_EDGE) & sim.in_win & ~sim.queue).any():
+    if "sync" in want and (sim.recorded_syncs() & sim.in_win).any():
         run("host_sync", sim.without_syncs())
     comm = (np.flatnonzero(g.device & (t.kind[g.ev] == COMM)) if t.kind is not None and "comm" in want
             else np.zeros(0, np.int64))
