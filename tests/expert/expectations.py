@@ -442,4 +442,5 @@ _launch()
 
 # ---- issue #34 recall: the host-heavy optimizer step (rules/optimizer.py) ----
 import tests.expert.expectations_optimizer  # noqa: E402  (adds to REAL)
-import tests.expert.expectations_fp32conv  # noqa: E402,F401  (issue #34, fp32 convolutions: adds to REAL)
+import tests.expert.expectations_fp32conv  # noqa: E402  (issue #34, fp32 convolutions: adds to REAL)
+import tests.expert.expectations_cpsim  # noqa: E402,F401  (issue #34, simulated gains read against the events)
