@@ -13,8 +13,7 @@ import pytest
 
 from llmdiag.diagnose.io.loader import load_trace
 from llmdiag.diagnose.metrics.rank.classify import classify
-from llmdiag.diagnose.metrics.rank.critical_path.graph import build
-from llmdiag.diagnose.metrics.rank.critical_path import simulate as sim_mod
+from llmdiag.diagnose.metrics.rank.critical_path.graph import SYNC_EDGE, THREAD, build
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator, simulated_gains
 from llmdiag.diagnose.metrics.rank.per_rank import RankJob, run_job
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
@@ -214,43 +213,35 @@ def test_blocked_launch_waits_for_its_queue(tmp_path):
 
 
 def test_hostile_times_stay_bounded(tmp_path):
-    """Times that close a loop: aten::mm [0, 1000] holds a sync [300, 400] and then, at 900, the launch of a GEMM
-    that the device clock puts at [100, 350], inside the sync (so the sync waited for it). Sync end -> launch (thread
-    order) -> GEMM begin (launch) -> GEMM end -> sync end: a cycle of weight 0 in the trace, negative once the GEMM
-    is faster. The re-timing settles or gives up within its rounds; every gain is a finite ms figure ≥ 0."""
+    """Times that close a loop the skew rule does not open: thread 1's sync [300, 400] returns 20 µs after K2
+    (stream 8, launched by thread 2 at 200) ends at 380; K2 began 5 µs after K1 (stream 7) ended at 355, ready
+    since its launch (a stream-event wait); K1 is launched by thread 1 at 450, after the sync, yet the device clock
+    puts it at 300-355. Sync end -> launch (thread order) -> K1 -> K2 -> sync end: a loop of weight 0 in the trace.
+    The pass cuts it (at its earliest anchor, which reads the rest at trace times): one pass, the unedited graph
+    re-timed to the trace, every gain a finite ms figure ≥ 0."""
     b = TraceBuilder()
-    b.step(1, 0, 2000)
-    b.cpu_op("aten::mm", 0, 1000)
-    _sync(b, 300, 100)
-    b.kernel(SGEMM, 100, 250, launch_at=900)
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::mm", 0, 100, tid=2)
+    b.kernel("K2", 360, 20, stream=8, launch_at=200, tid=2)
+    _sync(b, 300, 100, "cudaStreamSynchronize")
+    b.cpu_op("aten::mm", 440, 100)
+    b.kernel(SGEMM, 300, 55, stream=7, launch_at=450)
     t, wins, s = _sim(tmp_path, b)
-    g = s.g
-    assert len(g.src) >= 4
+    assert s.cuts >= 1
+    assert np.array_equal(s.retime(s.w), s.t0)
     out = simulated_gains(t, wins, 4.0)
     assert all(np.isfinite(v) and v >= 0 for v in out.values())
     pos = np.full(len(t), -1)
-    pos[g.ev] = np.arange(len(g.ev))
+    pos[s.g.ev] = np.arange(len(s.g.ev))
     r = s.gain(s.scaled(pos[fp32_gemm_kernels(t)], 0.25))
-    assert r is None or (np.isfinite(r[0]) and r[0] >= 0)
-
-
-def test_segmented_scan_beyond_int64_offsets():
-    """The per-run running max falls back to one pass per run where offsets would overflow int64."""
-    x = np.array([5, 1, 7, 2**61, 3, 2**61 + 5, -(2**61), 0], np.int64)
-    seg = np.array([True, False, False, True, False, True, True, False])
-    seg_id = np.cumsum(seg) - 1
-    want = np.array([5, 5, 7, 2**61, 2**61, 2**61 + 5, -(2**61), 0], np.int64)
-    assert (sim_mod._seg_cummax(x, seg, seg_id) == want).all()
-    small = np.array([3, 1, 4, 1, 5], np.int64)
-    assert (sim_mod._seg_cummax(small, np.array([True, False, True, False, False]), np.array([0, 0, 1, 1, 1]))
-            == [3, 3, 4, 4, 5]).all()
+    assert r is not None and np.isfinite(r[0]) and r[0] >= 0
 
 
 @pytest.mark.parametrize("make", [_sync_then_cpu, lambda: _queued_steps()])
 def test_unedited_weights_retime_to_the_trace(tmp_path, make):
     """With no edit every point keeps its time (gain() relies on it and skips that pass)."""
     _, _, s = _sim(tmp_path, make())
-    assert np.array_equal(s.retime(s.w, s.t0 + 1000), s.t0)  # from any start the rounds settle on the trace's times
+    assert np.array_equal(s.retime(s.w), s.t0)
 
 
 def _queued_steps() -> TraceBuilder:
@@ -265,3 +256,77 @@ def _queued_steps() -> TraceBuilder:
     b.cpu_op("aten::relu", 1930, 100)
     b.kernel("K4", 2040, 100, stream=7, launch_at=1940)
     return b
+
+
+def _handoff() -> TraceBuilder:
+    """Two host threads that launch work, one stream. Main: aten::mm 0-100 launches an fp32 GEMM K1 at 50 (runs
+    100-10100); aten::ones_like 200-300, then nothing until aten::relu 11140-11240, which launches K3 at 11190
+    (runs 11200-12200). Thread 2 (autograd), first seen 200 µs after main went quiet: MmBackward0 500-600 launches
+    K2 at 550, queued behind K1 (runs 10100-11100). So the graph has both resume edges (resume.py): main's
+    ones_like end -> MmBackward0's begin (a hand-over, typed THREAD across two threads), and K2's end -> relu's
+    begin (main woke 40 µs after K2 ended: an unrecorded synchronize, typed SYNC)."""
+    b = TraceBuilder()
+    b.step(1, 0, 20000)
+    b.cpu_op("aten::mm", 0, 100)
+    b.kernel(SGEMM, 100, 10000, launch_at=50)
+    b.cpu_op("aten::ones_like", 200, 100)
+    b.cpu_op("MmBackward0", 500, 100, tid=2)
+    b.kernel("K2", 10100, 1000, launch_at=550, tid=2)
+    b.cpu_op("aten::relu", 11140, 100)
+    b.kernel("K3", 11200, 1000, launch_at=11190)
+    return b
+
+
+def test_handoff_across_threads_retimes_in_one_pass(tmp_path):
+    """The hand-over edge once entered the thread chains as a chain of its own: its two points were re-timed twice
+    and the rounds never settled, even with no edit (no gain at all). Worked by hand, window [100, 12200]
+    (K1's begin to K3's end):
+    - K1 4× faster runs 100-2600; K2 (stream edge, weight 0) 2600-3600; main wakes 40 µs later (the resume edge's
+      weight) at 3640, relu 3640-3740, launches K3 at 3690, K3 begins 10 µs later: 3700-4700. Step 12.1 -> 4.6 ms:
+      7.5 ms, K1's 10 ms × (1 − 1/4).
+    - The host-sync what-if removes recorded synchronizing calls' edges only: the resume edge is an unrecorded
+      wait (no call to remove), so nothing moves: gain 0, the step 12.1 ms."""
+    t, wins, s = _sim(tmp_path, _handoff())
+    g = s.g
+    th = t.thread[g.ev[g.src // 2]] != t.thread[g.ev[g.dst // 2]]
+    assert ((g.etype == THREAD) & th).sum() == 1  # the hand-over
+    assert len(np.unique(s.order)) == len(s.order) == g.nodes
+    assert np.array_equal(s.retime(s.w), s.t0)
+    pos = np.full(len(t), -1)
+    pos[g.ev] = np.arange(len(g.ev))
+    fast, nosync = s.gain(s.scaled(pos[fp32_gemm_kernels(t)], 0.25)), s.gain(s.without_syncs())
+    assert fast is not None and nosync is not None
+    assert fast[0] == pytest.approx(7.5) and fast[1] == pytest.approx([4.6])
+    assert nosync[0] == 0.0 and nosync[1] == pytest.approx([12.1])
+    assert not (s.recorded_syncs() & (s.g.etype == SYNC_EDGE)).any() and (s.g.etype == SYNC_EDGE).sum() == 1
+
+
+def test_sync_on_an_op_launched_after_it_is_not_a_dependency(tmp_path):
+    """A device clock 60 µs ahead of the host's: main's cudaStreamSynchronize 200-300 returns, then aten::add_
+    310-330 launches K2 at 320, which the device clock puts at 260-280, inside the sync. graph.py reads the sync as
+    waiting on K2 (the op that ended last inside it), which closes a loop: sync end -> add_ -> launch -> K2 -> sync
+    end. The simulation's graph drops that edge (K2 was launched after the call ended), so no loop is left, the
+    unedited graph re-times to the trace, and the sync's 100 µs are read from its thread. Window [100, 280] (K1's
+    begin to K2's end). K1 (fp32, 100-250, launched at 50) 4× faster ends at 138 (150 × 1/4 rounded: 38 µs);
+    K2 still begins on its launch (weight −60: 320 − 60 = 260; its stream edge from K1 had slack: weight 0, 138):
+    the window keeps its end, gain 0."""
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.cpu_op("aten::mm", 0, 100)
+    b.kernel(SGEMM, 100, 150, launch_at=50)
+    _sync(b, 200, 100, "cudaStreamSynchronize")
+    b.cpu_op("aten::add_", 310, 20)
+    b.kernel("K2", 260, 20, launch_at=320)
+    t, wins, s = _sim(tmp_path, b)
+    g0 = build(t)
+
+    def syncs_from_k2(g):
+        e = g.etype == SYNC_EDGE
+        return int((e & (t.name[g.ev[g.src // 2]] == t.names.index("K2"))).sum())
+
+    assert syncs_from_k2(g0) == 1 and syncs_from_k2(s.g) == 0
+    assert np.array_equal(s.retime(s.w), s.t0)
+    pos = np.full(len(t), -1)
+    pos[s.g.ev] = np.arange(len(s.g.ev))
+    r = s.gain(s.scaled(pos[fp32_gemm_kernels(t)], 0.25))
+    assert r is not None and r[0] == 0.0 and r[1] == pytest.approx([0.18])

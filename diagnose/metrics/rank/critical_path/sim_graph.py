@@ -16,11 +16,14 @@ UNEXPLAINED_SHARE = 0.10  # ... and where the paths spend this share of the step
 QUEUE_FULL = 64  # ops launched on the stream and not begun when the call was made: its queue was filling
 
 
-def thread_order(g: Graph) -> np.ndarray:
-    """The host points in each thread's nesting order, read back from the THREAD edges (graph.py adds them in that
-    order, consecutive points of one thread): each edge's source, and its end where the next edge does not start
-    there (a thread's last point)."""
+def thread_order(t: RankTrace, g: Graph) -> np.ndarray:
+    """The host points in each thread's nesting order, read back from the THREAD edges between two points of one
+    thread (graph.py adds them in that order, consecutive points of one thread): each edge's source, and its end
+    where the next edge does not start there (a thread's last point). A hand-over from another thread (resume.py,
+    also THREAD) is not part of the chain: read as one, it put its two points in the order a second time, and the
+    re-timing, writing each twice, never settled (trace_diff control)."""
     te = np.flatnonzero(g.etype == THREAD)
+    te = te[t.thread[g.ev[g.src[te] // 2]] == t.thread[g.ev[g.dst[te] // 2]]]
     if not len(te):
         return np.zeros(0, np.int64)
     s, d = g.src[te], g.dst[te]
@@ -73,6 +76,25 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
     out = Graph(g.ev, g.time, g.device, np.r_[g.src, src], np.r_[g.dst, dst],
                 np.r_[g.etype, np.full(len(src), SYNC_EDGE, np.int8)], np.r_[g.cause, np.full(len(src), -1, np.int8)])
     return out, np.r_[none, np.ones(len(src), bool)]
+
+
+def sim_graph(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
+    """The graph the simulation re-times: `g` plus the queue edges (`with_queue_edges`; their mask returned), less
+    every SYNC edge from a device op launched at or after the host point it enters. Such an op cannot have been
+    what the host waited on; the edge is there because the device clock runs ahead of the host's (torchrec's V100
+    ranks: kernels that begin up to 50 µs before their launch call, so the op that "ended last inside" a
+    cudaStreamSynchronize was launched after it returned). With it the graph closes a loop (the call's end,
+    thread order to the launch, the op, back to the call's end) and no order re-times it; without it the call's
+    time is read from its thread, as for a sync whose op the trace does not show."""
+    g, queue = with_queue_edges(t, g)
+    le = np.flatnonzero(g.etype == LAUNCH)
+    launched = np.full(len(g.ev), np.iinfo(np.int64).min, np.int64)
+    launched[g.dst[le] // 2] = g.time[g.src[le]]
+    bad = (g.etype == SYNC_EDGE) & (launched[g.src // 2] >= g.time[g.dst])
+    if not bad.any():
+        return g, queue
+    k = ~bad
+    return Graph(g.ev, g.time, g.device, g.src[k], g.dst[k], g.etype[k], g.cause[k]), queue[k]
 
 
 def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | None = None) -> float:

@@ -11,11 +11,14 @@ allow (a kernel queued behind a shortened one starts right after it, never befor
 
 Re-timing. A node's new time is the max over its in-edges of (source's new time + weight); a node with no
 in-edge keeps its time. The nodes form chains (a host thread's points, a stream's begin/end points), each point
-with at most one in-edge from its chain; launches, waits and syncs cross chains. One round solves every chain at
-once in numpy given the current times of the other chains (a segmented max-plus scan); rounds repeat until no
-time changes, so the rounds are the host/device hand-overs a change travels through. A round is linear in the
-edges; rounds are capped (MAX_ROUNDS): a hostile trace whose times close a loop, or a trace with more hand-overs
-than that, gets no simulated gain (the rules keep their bounds), never a hang.
+with at most one in-edge from its chain; launches, waits, syncs and hand-overs between threads cross chains. The
+re-timing is one pass: over the anchors (where something enters a chain run: its first point, a cross edge's end)
+in a topological order computed once per rank (`_topo`, Kahn's), a Python step per anchor and per cross edge; the
+points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
+settles. The graph is a DAG: every edge points forward in trace time (ties are settled by chain order), but for
+a device clock running ahead of the host's (a kernel that begins before its launch call); the loop that closes
+through a sync on such an op is removed from the graph (sim_graph.py), and any loop a hostile trace still closes
+is cut at its earliest anchor, which reads what is not re-timed yet at its trace time.
 
 Gain. A step's simulated length is the time from its window's start to the next window's start (the step's
 period: a step whose device finishes earlier only idles longer when its host sets the next start), and the last
@@ -24,23 +27,24 @@ steps or more the last step is left out of the mean (no next start says whether 
 Edges are edited only inside the windows.
 
 The graph as read here (sim_graph.py): graph.py's, plus an edge into each launch call that blocked on a full launch
-queue; and nothing is simulated where the graph does not explain the steps (unexplained_share).
+queue, less each sync edge from an op launched after the sync (a skewed clock's); and nothing is simulated
+where the graph does not explain the steps (unexplained_share).
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, Graph,
                                                                build)
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, unexplained_share,
-                                                                   with_queue_edges)
+from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, sim_graph, thread_order,
+                                                                   unexplained_share)
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.model.format import NS_PER_MS
 
-MAX_ROUNDS = 16  # host/device hand-overs one change may travel through; beyond: no simulated gain (a trace that
-# does not settle by then, trace_diff control with its resume edges, did not by 256 either: 0.8 s per what-if spent)
 MAX_GROUPS = 8  # process groups simulated one by one (the longest by time); all communication is one more
 NEG = np.int64(-(2**62))
 
@@ -50,7 +54,7 @@ class Simulator:
 
     def __init__(self, t: RankTrace, g: Graph, wins, pred_edge: np.ndarray | None = None):
         """`pred_edge`: Graph.binding()'s for `g` where the caller has it (used where no queue edge is added)."""
-        g2, self.queue = with_queue_edges(t, g)
+        g2, self.queue = sim_graph(t, g)
         if g2 is not g or pred_edge is None:
             pred_edge = g2.binding()[0]
         g = g2
@@ -78,11 +82,13 @@ class Simulator:
                 self.in_win |= (td > win.start) & (td <= win.end)
 
     def _chains(self, t: RankTrace) -> None:
-        """Every node in chain order (host threads in nesting order, streams in time order) and, per position,
-        its chain in-edge from the position before (-1 where a chain, or a run of linked points, begins)."""
+        """Every node in chain order (host threads in nesting order, streams in time order), per position its
+        chain in-edge from the position before (-1 where a chain, or a run of linked points, begins), the anchors
+        (positions where something enters a run: its first point, a cross edge's end) and the order they are
+        re-timed in (`_topo`). All of it is the graph's structure: the same for every what-if."""
         g = self.g
         dk = np.flatnonzero(g.device)
-        parts = [thread_order(g)]
+        parts = [thread_order(t, g)]
         if len(dk):
             st = t.stream[g.ev[dk]]
             o = dk[np.lexsort((g.time[2 * dk + 1], g.time[2 * dk], st))]
@@ -92,83 +98,117 @@ class Simulator:
         seen[2 * dk], seen[2 * dk + 1] = True, True
         parts.append(np.flatnonzero(~seen))  # none in a graph.py graph; alone, they keep their times
         order = np.concatenate(parts)
-        chain_edge = np.full(g.nodes, -1, np.int64)  # per node, its in-edge of THREAD/DEVICE/STREAM
+        pos_of = np.empty(g.nodes, np.int64)
+        pos_of[order] = np.arange(len(order))
+        # a chain edge links two neighbours of one chain; a hand-over between two threads (THREAD, resume.py) or
+        # any other edge crosses chains
         ce = np.flatnonzero(np.isin(g.etype, (THREAD, DEVICE, STREAM)))
-        chain_edge[g.dst[ce]] = ce
-        prev = np.r_[-1, order[:-1]]
-        e = chain_edge[order]
-        linked = (e >= 0) & (g.src[np.maximum(e, 0)] == prev)
-        self.order = order
-        self.link = np.where(linked, e, -1)  # per position
+        ce = ce[pos_of[g.dst[ce]] == pos_of[g.src[ce]] + 1]
+        link = np.full(len(order), -1, np.int64)
+        link[pos_of[g.dst[ce]]] = ce
+        self.order, self.pos_of, self.link = order, pos_of, link
         cross = np.ones(len(g.src), bool)
-        cross[self.link[linked]] = False
-        self.cross = np.flatnonzero(cross)  # every edge not linking two neighbours of one chain
+        cross[link[link >= 0]] = False
+        xe = np.flatnonzero(cross)  # every edge not linking two neighbours of one chain
+        self.seg = link < 0  # a run of linked points begins here
+        anchor = self.seg.copy()
+        anchor[pos_of[g.dst[xe]]] = True
+        self.anchors = np.flatnonzero(anchor)  # positions
+        # per position, the anchor (index into anchors) whose run segment holds it
+        self.aidx = np.cumsum(anchor) - 1
+        xa = self.aidx[pos_of[g.dst[xe]]]  # the anchor each cross edge enters
+        o = np.argsort(xa, kind="stable")
+        self.xe, self.xa = xe[o], xa[o]  # cross edges grouped by the anchor they enter
+        self.xbounds = np.searchsorted(self.xa, np.arange(len(self.anchors) + 1))
+        self.proc = self._topo()
 
-    def retime(self, w: np.ndarray, start: np.ndarray) -> np.ndarray | None:
-        """The nodes' times under edge weights `w` (NEG: edge removed): one sweep in the trace's time order, then
-        rounds until no time changes (the sweep leaves work only where ties or a skewed clock put a dependency
-        after its dependant); None when they do not settle within MAX_ROUNDS. `start`: the times an edge from a
-        not-yet-swept point reads."""
-        g, order = self.g, self.order
+    def _topo(self) -> list[int]:
+        """The anchors in a topological order of what they wait on (the anchor before in their run, the anchors
+        their cross edges come from): Kahn's algorithm, ready anchors in the trace's time order. The graph is a
+        DAG wherever every edge points forward in trace time (ties included: chain order and Kahn's order settle
+        them). Only a skewed clock (a kernel that begins before its launch call, two ops of one stream that
+        overlap) can close a loop; Kahn then stalls, and the loop is cut at its earliest anchor in trace time
+        (then position): it is re-timed at once, reading what it waits on that is not re-timed yet at its trace
+        time (the chain weights since its run's anchor applied). One step per anchor and per edge between
+        anchors."""
+        g = self.g
+        n = len(self.anchors)
+        if not n:
+            return []
+        src_a = self.aidx[self.pos_of[g.src[self.xe]]]
+        chain = np.flatnonzero(~self.seg[self.anchors])  # anchors that read the anchor before them
+        u = np.r_[src_a, chain - 1]
+        v = np.r_[self.xa, chain]
+        keep = u != v  # an edge from an anchor's own run segment into it: a loop of one, cut
+        u, v = u[keep], v[keep]
+        indeg = np.bincount(v, minlength=n).tolist()
+        o = np.argsort(u, kind="stable")
+        succ = v[o].tolist()
+        sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
+        nodes = self.order[self.anchors]
+        by_time = np.lexsort((np.arange(n), self.t0[nodes])).tolist()
+        queued = [False] * n
+        heap: list[tuple[int, int]] = []
+        t0 = self.t0[nodes].tolist()
+        for i in by_time:
+            if indeg[i] == 0:
+                heap.append((t0[i], i))
+                queued[i] = True
+        heapq.heapify(heap)
+        out: list[int] = []
+        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
+        k = 0  # the next anchor in time order to cut at, where Kahn stalls
+        while len(out) < n:
+            if not heap:
+                while queued[by_time[k]]:
+                    k += 1
+                i = by_time[k]
+                queued[i] = True
+                self.cuts += 1
+                heap.append((t0[i], i))
+            _, i = heapq.heappop(heap)
+            out.append(i)
+            for j in succ[sb[i]:sb[i + 1]]:
+                indeg[j] -= 1
+                if indeg[j] == 0 and not queued[j]:
+                    queued[j] = True
+                    heapq.heappush(heap, (t0[j], j))
+        return out
+
+    def retime(self, w: np.ndarray) -> np.ndarray:
+        """The nodes' times under edge weights `w` (NEG: a cross edge removed; a chain edge is never removed, an
+        op's duration may be 0): one pass over the anchors in topological order (`_topo`), a Python loop over them
+        and their cross edges only; between anchors a run's time is its chain weight (numpy). A point's time is
+        the max over its in-edges of (source's time + weight); a point with no in-edge keeps its trace time."""
+        g, order, link = self.g, self.order, self.link
+        if ((link >= 0) & (w[np.maximum(link, 0)] <= NEG)).any():
+            raise ValueError("a chain edge cannot be removed")
         live = w > NEG
         has_in = np.zeros(g.nodes, bool)
         has_in[g.dst[live]] = True
-        xe = self.cross[live[self.cross]]
-        xe = xe[np.argsort(g.dst[xe], kind="stable")]
-        xd = g.dst[xe]
-        firsts = np.flatnonzero(np.r_[True, xd[1:] != xd[:-1]]) if len(xd) else np.zeros(0, np.int64)
-        link = np.where((self.link >= 0) & live[np.maximum(self.link, 0)], self.link, -1)
-        seg = link < 0  # a run of linked points begins here
+        seg, anchors, aidx = self.seg, self.anchors, self.aidx
         cum = np.cumsum(np.where(seg, 0, w[np.maximum(link, 0)]))
         seg_id = np.cumsum(seg) - 1
         wrel = cum - cum[np.flatnonzero(seg)][seg_id]  # chain weight from the run's first point
-        T = self._sweep(w, xe, seg, wrel, has_in, start)
-        for _ in range(MAX_ROUNDS):
-            c = np.full(g.nodes, NEG, np.int64)
-            c[~has_in] = self.t0[~has_in]
-            if len(xe):
-                c[xd[firsts]] = np.maximum.reduceat(T[g.src[xe]] + w[xe], firsts)
-            new = np.empty_like(T)
-            new[order] = _seg_cummax(c[order] - np.where(c[order] > NEG, wrel, 0), seg, seg_id) + wrel
-            if np.array_equal(new, T):
-                return T
-            T = new
-        return None
-
-    def _sweep(self, w, xe, seg, wrel, has_in, start) -> np.ndarray:
-        """The times in one pass over the points where something enters a chain run (its first point, a cross
-        edge's end), in the trace's time order; between them a run's time is its chain weight (numpy). A Python
-        loop over those points and their cross edges only: one step each."""
-        g, order = self.g, self.order
-        pos_of = np.empty(g.nodes, np.int64)
-        pos_of[order] = np.arange(len(order))
-        anchor = seg.copy()
-        anchor[pos_of[g.dst[xe]]] = True
-        anchors = np.flatnonzero(anchor)  # positions
-        aidx = np.searchsorted(anchors, np.maximum.accumulate(np.where(anchor, np.arange(len(order)), 0)))
-        nodes = order[anchors]
-        rank = np.empty(len(anchors), np.int64)
-        proc = np.argsort(self.t0[nodes], kind="stable")  # a run's anchors keep their order at ties
-        rank[proc] = np.arange(len(anchors))
-        xa = rank[aidx[pos_of[g.dst[xe]]]]  # the processing rank of each cross edge's end
-        o = np.argsort(xa, kind="stable")
-        xe, xa = xe[o], xa[o]
-        sp = pos_of[g.src[xe]]
+        xe = self.xe
+        sp = self.pos_of[g.src[xe]]
         xj = aidx[sp].tolist()  # the anchor each source reads its time from, plus its offset
-        xoff = (wrel[sp] + w[xe]).tolist()
-        xa_l = xa.tolist() + [len(anchors)]
-        M = (start[nodes] - wrel[anchors]).tolist()  # what a not-yet-swept anchor holds
+        xoff = np.where(live[xe], wrel[sp] + w[xe], NEG).tolist()
+        xb = self.xbounds.tolist()
+        nodes = order[anchors]
+        M = (self.t0[nodes] - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
         base = np.where(has_in[nodes], NEG, self.t0[nodes]).tolist()
         wr = wrel[anchors].tolist()
         first = seg[anchors].tolist()
-        k = 0
-        for r, i in enumerate(proc.tolist()):
+        neg = int(NEG)
+        for i in self.proc:
             c = base[i]
-            while xa_l[k] == r:
-                v = M[xj[k]] + xoff[k]
-                if v > c:
-                    c = v
-                k += 1
+            for k in range(xb[i], xb[i + 1]):
+                off = xoff[k]
+                if off != neg:
+                    v = M[xj[k]] + off
+                    if v > c:
+                        c = v
             a = c - wr[i]
             if not first[i] and M[i - 1] > a:
                 a = M[i - 1]
@@ -207,15 +247,13 @@ class Simulator:
 
     def gain(self, edited: np.ndarray) -> tuple[float, list[float]] | None:
         """(mean ms per step the edit takes off the steps, each step's new length in ms) for edited weights (same
-        edges; NEG removes an edge); None when the re-timing does not settle."""
+        edges; NEG removes a cross edge); None without windows."""
         if not len(self.wins):
             return None
         # the unedited weights re-time to the trace's own times by construction (a point's binding edge weighs its
         # gap, every other in-edge no more; a point with no in-edge keeps its time): no pass needed for them
         base = self.t0
-        new = self.retime(edited, base)
-        if new is None:
-            return None
+        new = self.retime(edited)
         old_len, new_len = self.lengths(base), self.lengths(new)
         d = old_len - new_len
         gain = float(d[:-1].mean() if len(d) > 1 else d[0]) / NS_PER_MS
@@ -231,37 +269,27 @@ class Simulator:
         w[e] = np.rint(w[e] * factor).astype(np.int64)
         return w
 
+    def recorded_syncs(self) -> np.ndarray:
+        """Mask of the sync edges into a recorded blocking call's end (a synchronize, a synchronous copy): not a
+        queue edge, nor a resume edge (resume.py: into the point a thread woke at, a begin; the trace does not say
+        what the thread waited in, so no call can be named to remove)."""
+        g = self.g
+        return (g.etype == SYNC_EDGE) & (g.dst % 2 == 1) & ~self.queue
+
     def without_syncs(self) -> np.ndarray:
-        """The weights with the sync edges inside the windows removed (the host no longer waits for its device),
-        except those from a device op that began on a stream-event wait: that time is the event's (the
-        `event_wait` rule), not the synchronizing call's, and counting it here would count it twice."""
+        """The weights with the recorded sync edges (`recorded_syncs`) inside the windows removed (the host no
+        longer waits for its device in those calls: the `host_sync` rule's, which reads the idle under recorded
+        blocking calls), except those from a device op that began on a stream-event wait: that time is the
+        event's (the `event_wait` rule), not the synchronizing call's, and counting it here would count it
+        twice."""
         g = self.g
         w = self.w.copy()
         pred_edge = self.pred_edge
         src_begin = (g.src // 2) * 2
         pe = pred_edge[src_begin]
         on_event = (pe >= 0) & (g.etype[np.maximum(pe, 0)] == WAIT)
-        w[(g.etype == SYNC_EDGE) & self.in_win & ~on_event & ~self.queue] = NEG
+        w[self.recorded_syncs() & self.in_win & ~on_event] = NEG
         return w
-
-
-def _seg_cummax(x: np.ndarray, seg: np.ndarray, seg_id: np.ndarray) -> np.ndarray:
-    """Running max of x restarting where `seg` is set (the first of each run is a real value, NEG entries never
-    win). One pass with an offset per run where the int64 range allows; else one pass per run."""
-    if not len(x):
-        return x
-    valid = x > NEG // 2
-    lo, hi = int(x[valid].min()), int(x[valid].max())
-    span = hi - lo + 2
-    runs = int(seg_id[-1]) + 1
-    if span * runs < 2**62:
-        y = np.where(valid, x - lo + 1, 0) + seg_id * span
-        return np.maximum.accumulate(y) - seg_id * span + lo - 1
-    out = np.empty_like(x)
-    bounds = np.r_[np.flatnonzero(seg), len(x)]
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # hostile spans only
-        out[a:b] = np.maximum.accumulate(x[a:b])
-    return out
 
 
 def wanted(m) -> set[str]:
@@ -308,7 +336,7 @@ def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = No
     f32 = pos[f32][pos[f32] >= 0] if len(f32) else f32
     if len(f32) and speedup > 1:
         run(f"fp32_gemm/{speedup:g}", sim.scaled(f32, 1.0 / speedup))
-    if "sync" in want and ((sim.g.etype == SYNC_EDGE) & sim.in_win & ~sim.queue).any():
+    if "sync" in want and (sim.recorded_syncs() & sim.in_win).any():
         run("host_sync", sim.without_syncs())
     comm = (np.flatnonzero(g.device & (t.kind[g.ev] == COMM)) if t.kind is not None and "comm" in want
             else np.zeros(0, np.int64))
