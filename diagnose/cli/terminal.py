@@ -252,8 +252,8 @@ def _findings(a: Analysis) -> str:
         for label, text in (("evidence", f.evidence.text), ("action", f.action), ("expected gain", f.expected_gain)):
             lines.append(_wrap(f"{label}: {printable(text)}", "        ", "      "))
     more = len(a.findings) - TOP_FINDINGS
-    return ("\n" + _wrap(f"Recommendations (first {min(TOP_FINDINGS, len(a.findings))} of {len(a.findings)}; high "
-                         "severity first, then by gain)") + "\n" + "\n".join(lines)
+    return ("\n" + _wrap(f"Recommendations (first {min(TOP_FINDINGS, len(a.findings))} of {len(a.findings)}; a caveat "
+                         "on the timings first, then high severity first, then by gain)") + "\n" + "\n".join(lines)
             + (f"\n  ... {more} more in the report" if more > 0 else ""))
 
 
