@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES
@@ -29,7 +31,7 @@ def split(ns: np.ndarray, steps: int | None = None) -> CriticalPath | None:
     for c, v in zip(CAUSES, ns.tolist()):
         by_cat[CATEGORY_OF[c]] += v
         causes[c] = round(100.0 * v / total, 1)  # every key, in one order: a many-rank summary hoists them
-    pct = {k: round(100.0 * v / total, 1) for k, v in by_cat.items()}
+    pct: dict[str, Any] = {k: round(100.0 * v / total, 1) for k, v in by_cat.items()}  # the five shares' fields
     if steps is None:
         return CriticalPath(length_ms=round(total / 1e6, 3), **pct)
     return RankCriticalPath(length_ms=round(total / 1e6 / max(steps, 1), 3), causes=causes, **pct)
