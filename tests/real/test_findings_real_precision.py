@@ -50,7 +50,9 @@ def test_torchrec_v100_fp32_gemms_get_fp16_advice(rel):
     backward = any(r.training.backward_ops > 0 for r in a.ranks)
     assert "torch.float16" in f.action and ("GradScaler" in f.action) == backward and "bfloat16" not in f.action
     assert backward == ("after_backward" not in rel)
-    assert f.gain_kind == "estimate" and 0 < f.gain_ms < a.step_ms
+    # simulated where every rank it names has a graph the trace explains (qcomm run 2 since the graph drops
+    # syncs on ops launched after them), else the estimate
+    assert f.gain_kind in ("estimate", "simulated") and 0 < f.gain_ms < a.step_ms
     for r in a.ranks:
         want = _sgemm_share(Path(r.file))
         assert want > 0.4  # the DLRM's dense MLP: 49-61 % of the compute kernel time
