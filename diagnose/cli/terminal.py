@@ -167,7 +167,7 @@ def _comm(a: Analysis) -> str:
                   "overlap duration-weighted over those ranks)",
                   ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
                    "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"),
-                  cut={1}) + (("\n" + _wrap(note, "  ")) if (note := views.p2p_bubble_note(a)) else "")
+                  cut={1}) + (("\n" + _wrap(note, "  ")) if (note := views.comm_note(a)) else "")
 
 
 def _pipeline(a: Analysis) -> str:

@@ -68,8 +68,10 @@ def test_terminal_and_report_say_why(jobs):
     v = critical_path_view(a, lambda x, k, u, *rest: x)
     assert v is not None and not v["rows"] and v["unstated"].startswith("Critical path of ranks 0-1")
     assert v["job"] is None and v["job_unstated"].startswith("Job critical path: not determined")
+    assert "Ranks 0-1: event-sampled capture. Their overlap and exposed time are what the sample shows" in " ".join(
+        text.split())  # under the communication table (views.sampled_overlap_note)
     t = render(jobs[False], 120)
-    assert "Critical path per rank (" in t and "not determined" not in t
+    assert "Critical path per rank (" in t and "not determined" not in t and "event-sampled" not in t
 
 
 def test_mixed_job_keeps_complete_ranks_path(tmp_path):
