@@ -355,7 +355,7 @@ def build(a: Analysis) -> dict:
     return {
         "a": a, "agg": agg, "ranks": a.ranks, "shown": [(i, a.ranks[i], why.get(i, [])) for i in idx],
         "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "stepv": stepv, "steps": stepv["rows"],
-        "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "link_note": views.link_note(a), "p2p_note": views.p2p_bubble_note(a), "kernels": kernel_rows(a),
+        "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "link_note": views.link_note(a), "p2p_note": views.comm_note(a), "kernels": kernel_rows(a),
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
         "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,

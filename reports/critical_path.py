@@ -7,15 +7,18 @@ from markupsafe import Markup
 
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, JOB_NOTE, critical_path_rows,
-                                                      job_path_view, job_path_words)
+                                                      job_path_view, job_path_words, job_unstated_words,
+                                                      unstated_words)
 
 MAX_RANKS = 32
 
 
 def critical_path_view(a: Analysis, num) -> dict | None:
-    """{"header", "note", "rows", "more"}; None when no rank has a critical path (CPU traces)."""
+    """{"header", "note", "rows", "more", "job", "unstated", "job_unstated"}; None when no rank has a critical path
+    and none is withheld (CPU traces)."""
     rows, n = critical_path_rows(a, MAX_RANKS)
-    if not rows:
+    unstated = unstated_words(a)  # event-sampled ranks: no row, the reason instead
+    if not rows and not unstated:
         return None
     out = []
     for x in rows:
@@ -25,7 +28,8 @@ def critical_path_view(a: Analysis, num) -> dict | None:
                     "parts": [num(getattr(x.path, f) / 100, None, "pct") for _, f in CP_COLUMNS],
                     "cause": x.top_cause, "share": num(x.top_share / 100 if x.top_share is not None else None, None,
                                                        "pct", True)})
-    return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows), "job": _job(a, num)}
+    return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows), "job": _job(a, num),
+            "unstated": unstated, "job_unstated": job_unstated_words(a)}  # our words and rank numbers only
 
 
 def _job(a: Analysis, num) -> dict | None:

@@ -134,21 +134,26 @@ def _idle(a: Analysis) -> str:
 
 
 def _critical_path(a: Analysis) -> str:
-    from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows
+    from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows,
+                                                          unstated_words)
 
     rows, n = critical_path_rows(a, TERMINAL_ROWS)
     body = [[str(x.rank), _ms(x.path.length_ms), *(f"{getattr(x.path, f):.1f}" for _, f in CP_COLUMNS),
              f"{x.top_cause} {x.top_share:.1f} %" if x.top_cause else "—"] for x in rows]
     title = "Critical path per rank (% of the path; path ms per step, each rank's mean; least device-bound first)"
     out = _table(title, CP_HEADER, body, (CP_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={7})
+    if unstated := unstated_words(a):  # event-sampled ranks: the path is withheld, and the reason said
+        out += "\n" + _wrap(unstated)
     return out + _job_path(a) if out else out
 
 
 def _job_path(a: Analysis) -> str:
-    from llmdiag.diagnose.model.critical_path_view import JOB_NOTE, job_path_view, job_path_words
+    from llmdiag.diagnose.model.critical_path_view import JOB_NOTE, job_path_view, job_path_words, job_unstated_words
 
     v = job_path_view(a)
-    return "" if v is None else "\n" + _wrap(job_path_words(v, lambda x, k: _ms(x), lambda x: f"{x:.1f} %")) + "\n" + _wrap(JOB_NOTE, "  ")
+    if v is None:
+        return "\n" + _wrap(w) if (w := job_unstated_words(a)) else ""
+    return "\n" + _wrap(job_path_words(v, lambda x, k: _ms(x), lambda x: f"{x:.1f} %")) + "\n" + _wrap(JOB_NOTE, "  ")
 
 
 def _comm(a: Analysis) -> str:
@@ -162,7 +167,7 @@ def _comm(a: Analysis) -> str:
                   "overlap duration-weighted over those ranks)",
                   ["kind", "group", "role", "ranks", "ops/step", "ms/step", "exposed ms/step", "overlap",
                    "worst rank overlap", f"busbw {header_unit(bw)}"], rows, _more(len(groups) - MAX_ROWS, "groups"),
-                  cut={1}) + (("\n" + _wrap(note, "  ")) if (note := views.p2p_bubble_note(a)) else "")
+                  cut={1}) + (("\n" + _wrap(note, "  ")) if (note := views.comm_note(a)) else "")
 
 
 def _pipeline(a: Analysis) -> str:

@@ -202,6 +202,7 @@ class RankMetrics:
     backend: str = ""  # distributedInfo.backend of the trace ("nccl", "gloo"; "" unknown): a CPU-only trace of an
     # nccl job recorded no GPU activity, it is not a gloo run (devices.cpu_only_words)
     critical_path: RankCriticalPath | None = None  # over the rank's steps: length the mean per step (GPU traces)
+    critical_path_note: str = ""  # why a GPU rank's critical_path (and its steps') is null: event-sampled capture
     chores: RankChores | None = None  # per-step chores and what the capture is (metrics/rank/chores.py; GPU traces)
     optimizer: OptimizerStep | None = None  # the optimizer step's span and device idle (metrics/rank/optimizer_step.py)
     ddp_copies: DdpCopies | None = None  # DDP's copies of gradients into/out of buckets (metrics/rank/ddp_copies.py)
@@ -332,6 +333,7 @@ class Analysis:
     runs: list[RunInfo] = field(default_factory=list)  # the runs the input holds where more than one (diagnose.metrics.runs)
     kernel_views: KernelViews | None = None  # op → kernel and roofline over the ranks (diagnose.metrics.kernel_world)
     critical_path: JobCriticalPath | None = None  # the job's path through its collectives (metrics/job/critical_path)
+    critical_path_note: str = ""  # why the job's path is null where it has several GPU ranks: some event-sampled
 
     def to_dict(self) -> dict:
         """The versioned summary: plain JSON types (numpy scalars become Python numbers, non-UTF-8 file names

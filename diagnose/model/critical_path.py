@@ -10,6 +10,32 @@ from __future__ import annotations
 from llmdiag.diagnose.model.dc import dataclass, field
 
 MAX_WAITED = 5  # ranks named in JobCriticalPath.waiting_on and held_by, and in each step's (JobStepPath)
+# Why a GPU rank's (or the job's) path is not stated: an event-sampled capture (metrics/rank/idle_stretch.py
+# SAMPLED_SHARE) drops most host ops, launches, kernels and every synchronize, so the chain that made the step's
+# time is not in the events; a path walked over what is left would name the wrong bound with full confidence.
+SAMPLED_WORDS = ("not determined: event-sampled capture ({pct} of host ops followed by the next op's External id; "
+                 "a complete capture: 98-100 %): most host and device events are missing, so what bounds the step "
+                 "cannot be read; capture without sampling to see it")
+
+
+def sampled_note(share: float) -> str:
+    """The reason `critical_path` is null on an event-sampled rank (RankMetrics.critical_path_note)."""
+    return SAMPLED_WORDS.format(pct=f"{100 * share:.0f} %")
+
+
+def job_sampled_note(sampled: list[int], ranks: int, share: float) -> str:
+    """The reason the job's `critical_path` is null where any of its ranks is event-sampled: the path crosses
+    ranks at collectives, so a sampled rank's missing events would misplace every crossing (Analysis.
+    critical_path_note). `share`: the lowest of those ranks' consecutive shares."""
+    who = ("every rank's capture is" if len(sampled) == ranks else f"rank {sampled[0]}'s capture is"
+           if len(sampled) == 1 else f"{len(sampled)} of the {ranks} ranks' captures are")
+    return (f"not determined: {who} event-sampled "
+            f"({'as low as ' if len(sampled) > 1 else ''}{100 * share:.0f} % of host ops followed by the next op's "
+            "External id; a complete capture: "
+            "98-100 %): the job's path crosses ranks at collectives, and where a rank's events are missing its "
+            "arrivals and its own path cannot be read; capture without sampling to see what bounds the job's step")
+
+
 CATEGORIES = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_launch_overhead",
               "gpu_kernel_kernel_overhead")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import RankCriticalPath
-from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.format import fmt, plural, ranges
 
 TERMINAL_ROWS = 8  # the terminal's share of its rank rows (the report shows more): the least device-bound ranks
 # (column, field): HTA's categories in its order
@@ -47,6 +47,25 @@ def critical_path_rows(a: Analysis, limit: int | None = None) -> tuple[list[Crit
                                     top[1] if top and top[1] > 0 else None))
     rows.sort(key=lambda x: (x.path.gpu_compute_bound + x.path.gpu_communication_bound, x.rank))
     return rows[:limit] if limit is not None else rows, len(rows)
+
+
+def unstated_words(a: Analysis) -> str:
+    """One line for the GPU ranks whose path is not stated (RankMetrics.critical_path_note: an event-sampled
+    capture), "" where every path is: the terminal and the report print it where the table would say nothing of
+    them. Our words and rank numbers only (the note is built from a number, never from trace text)."""
+    notes = [(r.rank, r.critical_path_note, r.chores.sampled_share if r.chores else None) for r in a.ranks
+             if r.critical_path_note]
+    if not notes:
+        return ""
+    w = min(notes, key=lambda x: (x[2] if x[2] is not None else 1.0, x[0]))
+    more = f" (the share is rank {w[0]}'s, the lowest of {plural(len(notes), 'rank')})" if len(notes) > 1 else ""
+    return (f"Critical path of rank{'s' if len(notes) > 1 else ''} {ranges([x[0] for x in notes])}: {w[1]}{more}. "
+            "The summary holds null for it (ranks[].critical_path, with ranks[].critical_path_note).")
+
+
+def job_unstated_words(a: Analysis) -> str:
+    """The reason the job's path is not stated (Analysis.critical_path_note), "" where it is or none was sought."""
+    return f"Job critical path: {a.critical_path_note}." if a.critical_path is None and a.critical_path_note else ""
 
 
 JOB_NOTE = ("The job's critical path (metrics/job/critical_path.py): per step, back from the rank whose step ends "

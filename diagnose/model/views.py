@@ -18,7 +18,7 @@ from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from llmdiag.diagnose.model.fields import FIELDS
-from llmdiag.diagnose.model.format import fmt
+from llmdiag.diagnose.model.format import fmt, ranges
 from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host  # noqa: F401 (re-export)
 from llmdiag.diagnose.model.roles import P2P_KINDS, pg_role
 
@@ -134,6 +134,25 @@ def p2p_bubble_note(a: Analysis) -> str | None:
     return ("On CPU (gloo) a send or recv blocks until its peer posts the other side: that wait is the pipeline "
             "bubble, so the step breakdown and the headline count it as idle, not as exposed communication; the "
             "per-op communication table still lists it.")
+
+
+def sampled_overlap_note(a: Analysis) -> str | None:
+    """Beside the communication table where some rank's capture is event-sampled (RankChores.sampled_share): its
+    overlap and exposed time are what the sample shows, and the compute under a collective may be among the
+    dropped events, so they are not read as the job's (the exposure rules leave such ranks out:
+    rules/comm_gain.py overlap_unmeasured). Our words and rank numbers only."""
+    got = [r.rank for r in a.ranks if r.chores is not None and r.chores.sampled_share is not None]
+    if not got:
+        return None
+    return (f"Rank{'s' if len(got) > 1 else ''} {ranges(got)}: event-sampled capture. Their overlap and exposed "
+            "time are what the sample shows: compute kernels under a collective may be among the dropped events "
+            "(so the exposure may be overstated), and whether the step waits on the communication cannot be told; "
+            "no exposure finding is made on them.")
+
+
+def comm_note(a: Analysis) -> str | None:
+    """The notes printed under the communication table (terminal and report), None where none applies."""
+    return " ".join(n for n in (p2p_bubble_note(a), sampled_overlap_note(a)) if n) or None
 
 
 # ---- per step over ranks --------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
-from llmdiag.diagnose.rules.comm_gain import gain_text as _gain_text, kind as _kind, on_path as _on_path, path_holder, simulated as _simulated
+from llmdiag.diagnose.rules.comm_gain import (gain_text as _gain_text, kind as _kind, on_path as _on_path, overlap_unmeasured,
+                                              path_holder, simulated as _simulated)
 from llmdiag.diagnose.rules.comm_kinds import OVERLAP_GATE, open_kinds, open_words, wait_words
 from llmdiag.diagnose.rules.waits import late_ranks, straggler_cause, where_peers_wait
 
@@ -17,7 +18,8 @@ TORCH_DDP_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's ow
 
 
 def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
-    """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %.
+    """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %. Event-
+    sampled ranks are left out (comm_gain.py overlap_unmeasured): their overlap is not measured.
 
     Where a straggler finding fires, each rank's measured wait for late peers at matched collectives
     (skew.wait_ms_by_rank) is taken out first: that time is the straggler's, credited there, and no overlap
@@ -25,6 +27,8 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     waits = _peer_waits(c)
     rows: list = []
     for r in c.ranks:
+        if overlap_unmeasured(r):  # event-sampled: its compute under the collectives is partly dropped
+            continue
         tot, exp, cs = c.comm_of(r, roles)
         if cs and r.step_time_ms:
             rows.append((r, tot, max(0.0, exp - min(exp, waits.get(r.rank, 0.0))), cs))
@@ -372,7 +376,7 @@ def low_busbw(c: Ctx) -> list[Finding]:
     ref = lp.busbw_gbps if known else min(lp.busbw_gbps, NIC_FLOOR_GBPS)
     groups: dict[tuple, list] = {}
     for r in c.ranks:
-        for cc in r.comm_by_kind:
+        for cc in r.comm_by_kind if not overlap_unmeasured(r) else []:  # its exposure (the gain) not measured
             gs, bw = cc.group_size or 0, cc.busbw_gbps
             if bw is None or gs < 2 or not cc.sized_count or (per_host and gs > per_host):
                 continue

@@ -63,3 +63,13 @@ def on_path(r, exposed: float) -> float:
     what hiding or speeding up its collectives can take off the step; `exposed` where the rank has no path."""
     cp = r.critical_path
     return exposed if cp is None else cp.gpu_communication_bound / 100 * cp.length_ms
+
+
+def overlap_unmeasured(r) -> bool:
+    """An event-sampled rank (RankChores.sampled_share, recorded only below idle_stretch.py's SAMPLED_SHARE): its
+    capture drops most kernels, so a collective's overlap with compute reads low where the compute under it was
+    dropped, and its critical path is not stated (critical_path/path.py stated): how much of its communication is
+    exposed, and whether the step waits on it, cannot be told. The exposure rules leave such ranks out (the
+    sampled_capture caveat says totals are lower bounds)."""
+    ch = getattr(r, "chores", None)
+    return ch is not None and ch.sampled_share is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import host_backends
 from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.comm_gain import overlap_unmeasured
 from llmdiag.diagnose.rules.base import Ctx
 
 NIC_GBPS = 1.25  # one 10 Gb/s NIC, the slowest a multi-host CPU job runs on: the reference for "not its bytes"
@@ -28,7 +29,7 @@ def comm_latency_bound(c: Ctx) -> list[Finding]:
     rank(s), per-exchange latency and a late peer look the same."""
     rows = []
     for r in c.ranks:
-        if not host_backends([r.backend]) or not r.step_time_ms or not r.nsteps:
+        if not host_backends([r.backend]) or not r.step_time_ms or not r.nsteps or overlap_unmeasured(r):
             continue
         for cc in r.comm_by_kind:
             n = cc.group_size or 0

@@ -9,6 +9,7 @@ from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import host_backends
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.rules.comm_gain import overlap_unmeasured
 
 IMBALANCE_FLOOR = 1.25  # max/mean rows per rank: below this, routing noise (a learned router at init: ~1.02-1.15)
 EXPOSED_FLOOR = 0.05  # exposed all-to-all as a share of the step
@@ -59,10 +60,15 @@ def moe_exposed_a2a(c: Ctx) -> list[Finding]:
     m = c.a.moe
     if not m or m.a2a_exposed_frac < EXPOSED_FLOOR:
         return []
-    ranks = [r for r in m.ranks if r.step_ms > 0]
+    sampled = {r.rank for r in c.ranks if overlap_unmeasured(r)}  # event-sampled: their exposure not measured
+    ranks = [r for r in m.ranks if r.step_ms > 0 and r.rank not in sampled]
+    frac = m.a2a_exposed_frac if not sampled else (  # over the measured ranks, as metrics/job/moe.py takes it
+        sum(r.a2a_exposed_ms / r.step_ms for r in ranks) / len(ranks) if ranks else 0.0)
+    if frac < EXPOSED_FLOOR:
+        return []
     exposed = sum(r.a2a_exposed_ms for r in ranks) / len(ranks)
     total = sum(r.a2a_ms for r in ranks) / len(ranks)
-    ev = (f"all-to-all {fmt(total, 'ms')} per step, {fmt(exposed, 'ms')} exposed ({fmt(m.a2a_exposed_frac, 'pct')} "
+    ev = (f"all-to-all {fmt(total, 'ms')} per step, {fmt(exposed, 'ms')} exposed ({fmt(frac, 'pct')} "
           f"of the step, mean over {len(ranks)} EP ranks); dispatch + combine take {fmt(m.dispatch_combine_frac, 'pct')}"
           " of the step")
     if c.dev == "CPU" and host_backends(r.backend for r in c.ranks):  # DeepEP (NVSHMEM), DualPipe, Megatron's

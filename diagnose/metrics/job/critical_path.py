@@ -30,11 +30,25 @@ import numpy as np
 
 from llmdiag.diagnose.metrics.job.collective_match import LONE
 
-from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath
+from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath, job_sampled_note
 
 COMM = CATEGORIES.index("gpu_communication_bound")
 CPU = CATEGORIES.index("cpu_bound")
 WAIT = len(CATEGORIES)  # the index of "waiting on a rank" after the five categories
+
+
+def sampled_job_note(outputs) -> str:
+    """Why the job's path is not stated, "" where it is: some rank's capture is event-sampled
+    (RankChores.sampled_share). The path leaves a rank at the collective whose last member arrived, and on a
+    sampled rank that arrival, and the own path back from it, run through dropped events: a path walked there
+    would put the job's bound on whichever rank the holes favour (hta/sampled_pair, 2 of 128 ranks: "held by
+    rank 1", a straggler the events do not show). Not stated for the whole job even where some ranks are
+    complete: any rank can be on the path, and which ones are is what cannot be told."""
+    got = sorted((o.rank, o.metrics.chores.sampled_share) for o in outputs
+                 if o.metrics.chores is not None and o.metrics.chores.sampled_share is not None)
+    if not got or len(outputs) < 2:
+        return ""
+    return job_sampled_note([r for r, _ in got], len(outputs), min(x for _, x in got))
 
 
 class Segment(NamedTuple):
@@ -57,6 +71,8 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     its collective's number within its (group, kind); LONE and below: unmatched). None with fewer than two
     ranks that have hops, or where nothing can be crossed (no collective or send/recv matched across ranks).
     `segments`, when given, gets the path's stretches per rank (adjacent ones of one rank and label merged)."""
+    if sampled_job_note(outputs):
+        return None
     outs = [o for o in outputs if o.path_hops is not None and o.path_hops.rows == len(o.collectives)
             + len(o.path_hops.extra) and o.rank in shift]
     if len(outs) < 2:

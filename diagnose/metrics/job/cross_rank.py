@@ -122,12 +122,12 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
     for o in good:
         o.metrics.clock_shift_ns = shift[o.rank]
     recover_peers(good, shift)
-    job_path = None
+    job_path, job_note = None, ""  # not stated where a rank is event-sampled (critical_path.py sampled_job_note)
     segs: list | None = [] if tracks is not None else None  # the path's stretches: the timeline's job path track
     if len(good) > 1:
-        from llmdiag.diagnose.metrics.job.critical_path import job_critical_path
+        from llmdiag.diagnose.metrics.job.critical_path import job_critical_path, sampled_job_note
 
-        job_path = job_critical_path(good, shift, rows_matched, segs)
+        job_path, job_note = job_critical_path(good, shift, rows_matched, segs), sampled_job_note(good)
     for o in good:  # read: not kept with the Job
         o.path_hops = o.path_cuts = None
     pairs = match_p2p({o.rank: o.p2p for o in good if o.p2p}, shift)
@@ -161,7 +161,7 @@ def assemble(outputs: list[RankOutput], man: Manifest | None, *, source: str, na
         options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in good)),
         llmdiag_version=version,
         ranks_duplicate=sorted(duplicates),
-        critical_path=job_path,
+        critical_path=job_path, critical_path_note=job_note,
         moe=moe_summary({o.rank: o.moe for o in good if o.moe}, hosts),
         accum=accum_summary({o.rank: o.forwards for o in good}, metrics, man, layout,
                             {o.rank: o.regather_ms for o in good}),

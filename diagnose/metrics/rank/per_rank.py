@@ -45,7 +45,7 @@ from llmdiag.diagnose.metrics.rank.op_kernels import op_kernels
 from llmdiag.diagnose.metrics.rank.roofline import roofline
 from llmdiag.diagnose.metrics.rank.stream_idle import stream_idle
 from llmdiag.diagnose.metrics.rank.kernel_sequences import kernel_sequences
-from llmdiag.diagnose.metrics.rank.critical_path.path import step_paths
+from llmdiag.diagnose.metrics.rank.critical_path.path import stated, step_paths
 from llmdiag.diagnose.metrics.rank.chores import rank_chores
 from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
 from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
@@ -187,6 +187,7 @@ def _run(job: RankJob) -> RankOutput:
     cp_track: list | None = [] if want_tracks else None
     walker: list = []
     per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track, walker)
+    per_step, metrics.critical_path, metrics.critical_path_note = stated(per_step, metrics.critical_path, metrics.chores, cp_track)
     for s, cp in zip(steps, per_step):
         s.critical_path = cp
     metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics),

@@ -20,7 +20,8 @@ from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, WAIT_MIN_R
 from llmdiag.diagnose.metrics.rank.critical_path.hta import HtaRank
 from llmdiag.diagnose.metrics.rank.critical_path.split import split, split_hta
 from llmdiag.diagnose.io.trace import RankTrace
-from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath
+from llmdiag.diagnose.model.chores import RankChores
+from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath, sampled_note
 
 HOST_GAP = CAUSES.index("host_gap")
 KERNEL_GAP = CAUSES.index("kernel_gap")
@@ -179,6 +180,22 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
     keep = whole_iterations(wins)
     rank = split(np.sum([p for p, k in zip(per, keep) if k], axis=0), sum(keep))
     return [split(p) for p in per], _left_out(rank, len(wins) - sum(keep))
+
+
+def stated(per_step: list, rank: RankCriticalPath | None, chores: RankChores | None, track: list | None = None
+           ) -> tuple[list[CriticalPath | None], RankCriticalPath | None, str]:
+    """(per-step paths, the rank's path, why they are not stated): none on an event-sampled rank
+    (RankChores.sampled_share, recorded only below idle_stretch.py's SAMPLED_SHARE). Such a capture keeps a
+    sample of the host ops, launches and kernels and no synchronize (hta/sampled_pair: ~1 runtime call in 200),
+    so the walk runs through holes: it read 86-100 % cpu_bound and 0 % communication there, a bound the events
+    cannot support. The walk itself still runs (its graph feeds the job path's hops and the what-ifs); only its
+    numbers are withheld, and the timeline's path track with them (`track`, emptied)."""
+    share = chores.sampled_share if chores is not None else None
+    if share is None or rank is None and not any(p is not None for p in per_step):
+        return per_step, rank, ""
+    if track is not None:
+        track.clear()
+    return [None] * len(per_step), None, sampled_note(share)
 
 
 def whole_iterations(wins) -> list[bool]:
