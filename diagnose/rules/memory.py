@@ -81,7 +81,7 @@ def memory_unused(c: Ctx) -> list[Finding]:
         act_s = ("no batch change while the steps wait for the DataLoader: its per-sample work grows with the "
                  "batch, so a larger one keeps the device waiting as long per sample; feed the device first "
                  "(`dataloader`), then judge the headroom")
-        eg = f"none while the input pipeline sets the step: headroom only ({fit})"
+        eg = f"none while the input pipeline sets the step; the headroom: {fit}"
     else:
         act_s = f"raise the microbatch {k}× (`--batch`, same microbatch count)" if k and k >= 2 else \
             "raise the microbatch size (`--batch`)"
