@@ -25,8 +25,11 @@ HOPS = {"allreduce": lambda n: 2 * (n - 1), "allgather": lambda n: n - 1, "reduc
 def comm_latency_bound(c: Ctx) -> list[Finding]:
     """Fires on a host-backend ring collective (all-reduce, all-gather, reduce-scatter) over ≥ MIN_RANKS ranks,
     every op sized, whose bus bandwidth is under BELOW × one 10 Gb/s NIC while each ring exchange carries at
-    most CHUNK_MAX, and whose exposed time is ≥ 5 % of the step. The gain is not estimated: on the traced
-    rank(s), per-exchange latency and a late peer look the same."""
+    most CHUNK_MAX, and whose exposed time is ≥ 5 % of the step. The gain is a bound: the collectives' exposed
+    time per step, the most fewer exchanges could save (the change shortens these ops and nothing else); where in
+    it latency ends and a late peer's wait begins the traced rank(s) cannot tell, so no point estimate. Severity
+    follows that bound like every bound's (base.graded): a rule whose collectives hold 85 % of the step is not
+    low because the split of that time is unknown."""
     rows = []
     for r in c.ranks:
         if not host_backends([r.backend]) or not r.step_time_ms or not r.nsteps or overlap_unmeasured(r):
@@ -64,8 +67,8 @@ def comm_latency_bound(c: Ctx) -> list[Finding]:
            f"instead of {hops}), or synchronise less often (gradient accumulation, local SGD)"
            + ("; first compare the ranks' arrival at these collectives (trace more ranks): waiting for a late peer "
               "makes the same picture" if traced else ""))
-    eg = ("not estimated: how much of each exchange is latency and how much a late peer is not in the trace; "
-          f"at most the exposed {fmt(exposed, 'ms')} per step")
+    eg = c.gain_text(exposed, f"these {cc.kind}s' exposed time, the most fewer exchanges per step could save; how "
+                     "much of each exchange is latency and how much a late peer is not in the trace", True)
     return [c.finding("comm_latency_bound", "low", f"Latency-bound {cc.kind} over {n} ranks", ev, [r.rank], [],
-                      act, eg, None, "ranks[].comm_by_kind[].busbw_gbps", gain_kind="bound",
+                      act, eg, exposed, "ranks[].comm_by_kind[].busbw_gbps", gain_kind="bound",
                       events=["gloo/MPI collective spans with Input Dims and type", "distributedInfo.pg_config"])]

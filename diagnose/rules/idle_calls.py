@@ -12,6 +12,7 @@ from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.metrics.rank.idle_stretch import COVER, SAMPLED_SHARE
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.rules.one_time import one_time
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
 ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
@@ -216,19 +217,20 @@ def _typical(r, tot: float) -> float:
 
 def single_op_ms(r, recurring: bool = False) -> float:
     """Host-bound idle per step that single long host ops hold (IdleStretch cause "host"): not launch overhead.
-    `recurring`: only ops that are not the first call of their shape (a one-time setup is not paid per step)."""
+    `recurring`: leave out one-time setups (rules/one_time.py: a first call of a shape the other steps do not
+    repeat), which are not paid per step."""
     if r.idle is None or not r.nsteps:
         return 0.0
     return sum(s.idle_ms for s in r.idle.stretches if s.cause == "host"
-               and not (recurring and s.later_calls_ms is not None)) / r.nsteps
+               and not (recurring and one_time(r, s))) / r.nsteps
 
 
 def one_time_setup(c: Ctx) -> list[Finding]:
     """Device idle under the first call of an op's shape whose later calls are much shorter (cuBLASLt's setup of a
     GEMM shape, a kernel's first load): a one-time cost, kept apart from the per-step cost and never divided per
-    step. Low, no gain: it is not paid again in steady state."""
-    got = [(r, [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is not None])
-           for r in c.ranks if r.idle is not None]
+    step. Low, no gain: it is not paid again in steady state. Only where the other steps do not repeat the stall
+    (rules/one_time.py): one that recurs is a per-step cost, host_op_stall's."""
+    got = [(r, [s for s in r.idle.stretches if one_time(r, s)]) for r in c.ranks if r.idle is not None]
     got = [(r, h) for r, h in got if h]
     if not got:
         return []
@@ -273,7 +275,7 @@ def host_op_stall(c: Ctx) -> list[Finding]:
         return one_time_setup(c)
     gain = statistics.fmean(g for _, g in bad)
     r = max(bad, key=lambda x: x[1])[0]
-    held = [s for s in r.idle.stretches if s.cause == "host" and s.later_calls_ms is None]
+    held = [s for s in r.idle.stretches if s.cause == "host" and not one_time(r, s)]
     s = held[0]
     steps = sorted({x.step for x in held if x.step >= 0})
     others = "; also " + ", ".join(f"`{short(x.op, 60)}` {fmt(x.idle_ms, 'ms')}" + (f" (step {x.step})" if x.step >= 0

@@ -34,6 +34,7 @@ from collections import defaultdict
 from llmdiag.diagnose.model.analysis import Analysis, Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt
 from llmdiag.diagnose.rules.base import stored_gain
+from llmdiag.diagnose.rules.one_time import one_time
 
 WHOLE = "*"
 ALL_OF = 0.995  # shared at least this share of the gain: the finding is part of the other's time
@@ -48,7 +49,7 @@ Pieces = dict[tuple, float]
 def _stretches(r: RankMetrics, recurring: bool = False) -> list:
     if r.idle is None:
         return []
-    return [s for s in r.idle.stretches if s.cause == "host" and not (recurring and s.later_calls_ms is not None)]
+    return [s for s in r.idle.stretches if s.cause == "host" and not (recurring and one_time(r, s))]
 
 
 def _key(s) -> tuple:

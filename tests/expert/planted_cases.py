@@ -16,6 +16,7 @@ from tests.expert.planted_recall_d import recall_d_scenarios
 from tests.expert.planted_recall_f import recall_f_scenarios
 from tests.expert.planted_recall_g import recall_g_scenarios
 from tests.expert.planted_recall_h import recall_h_scenarios
+from tests.expert.planted_recall_i import recall_i_scenarios
 
 NO_CACHING = r"PYTORCH_NO_(CUDA|HIP)_MEMORY_CACHING"
 
@@ -112,6 +113,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out.update(recall_f_scenarios())
     out.update(recall_g_scenarios())
     out.update(recall_h_scenarios())
+    out.update(recall_i_scenarios())
     return out
 
 

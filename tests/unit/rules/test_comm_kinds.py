@@ -46,8 +46,8 @@ def test_wait_words_name_the_whole_and_whom():
 def test_comm_latency_bound_fires_on_small_exchanges_only(tmp_path):
     """One rank of 300, gloo (tests/expert/planted_recall_f.py): two 170 ms all-reduces per 200 ms step. Of 321,271
     and 2,082,411 floats: 598 exchanges of 16,024 B, busbw 4,807,364 B / 170 ms x 598/300 = 56.4 MB/s: fires,
-    exposed 175 ms per step (the two overlap 165 ms: counted once). Of 16 Mi and 10 Mi floats: busbw 639 MB/s,
-    silent."""
+    exposed 175 ms per step (the two overlap 165 ms: counted once, the union [10, 185] ms of the 200 ms step): that
+    is the gain, a bound, 87.5 % of the step: high. Of 16 Mi and 10 Mi floats: busbw 639 MB/s, silent."""
     from llmdiag.diagnose.analyze import analyze_path
     from tests.expert.planted_recall_f import _gloo_job
 
@@ -55,6 +55,7 @@ def test_comm_latency_bound_fires_on_small_exchanges_only(tmp_path):
     (f,) = [f for f in analyze_path(str(tmp_path / "lat"), jobs=1).findings if f.id == "comm_latency_bound"]
     busbw = 4_807_364 / 0.170 * 598 / 300 / 1e6
     assert f"busbw {busbw:.1f} MB/s" in f.evidence.text and "598 sequential exchanges of 15.65 KiB" in f.evidence.text
-    assert "exposed 175.00 ms per step" in f.evidence.text and f.gain_ms is None and f.severity == "low"
+    assert "exposed 175.00 ms per step" in f.evidence.text and f.gain_kind == "bound"
+    assert f.gain_ms == pytest.approx(175.0, abs=1e-3) and f.severity == "high" and "up to 175.00 ms" in f.expected_gain
     _gloo_job(str(tmp_path / "bw"), "p", (16 * 2**20, 10 * 2**20))
     assert "comm_latency_bound" not in {f.id for f in analyze_path(str(tmp_path / "bw"), jobs=1).findings}
