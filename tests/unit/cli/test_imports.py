@@ -25,7 +25,8 @@ D = "llmdiag.diagnose"
 # Stages a one-rank `analyze --no-report -q` has no use for: no pipeline to simulate, no gate, no export, no
 # report, no terminal tables (-q), no launcher; nor the stdlib modules of --open and of a worker's death.
 UNNEEDED = (f"{D}.simulate", f"{D}.export", f"{D}.gate", f"{D}.cli.gate", f"{D}.cli.run", f"{D}.cli.terminal",
-            f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing")
+            f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing",
+            "statistics", "numpy.ma")  # ~2 and ~8 ms: model/stats.py and metrics/rank/sets.py give their answers
 # Nor the cross-rank parts one rank does not have (skew, stragglers, the pipeline, a mesh, several runs), the
 # types only they build (model/analysis.py LAZY_TYPES), the tables' row types, the packed writer (many ranks), or
 # the straggler study's op-table reader (a Kineto input only asks io/op_table_path.py whether it is one).
