@@ -46,7 +46,8 @@ class Forked:
 
     def __init__(self, fn, *args, later: bool = False) -> None:
         self.status: int | None = None
-        self._in = None
+        self._in: int | None = None
+        self._out: int | None = None
         out_r, out_w = os.pipe()
         in_r = in_w = -1
         if later:
@@ -91,6 +92,8 @@ class Forked:
             os.close(self._in)
             self._in = None
         fd, self._out = self._out, None  # the reader owns it now, and closes it
+        if fd is None:
+            raise RuntimeError("take() called twice")
         try:
             data = _read_all(fd)
         except BaseException:
