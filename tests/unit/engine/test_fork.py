@@ -70,6 +70,8 @@ def _fresh(tmp_path, body: str) -> dict:
     code = textwrap.dedent(f"""
         import json, os, sys
         from llmdiag.diagnose.engine import EngineSpec, Work, run_jobs
+        from llmdiag.diagnose.io import forked
+        forked.idle_core = lambda: True  # as on a quiet machine, whatever the load here
         from llmdiag.diagnose.metrics.rank.per_rank import RankJob
         from tests.unit.engine.test_fork import PID_WORK, _die_on_b
         here = os.getpid()

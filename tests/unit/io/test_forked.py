@@ -23,6 +23,7 @@ def _fresh(body: str) -> list:
         import json, os, signal
         from llmdiag.diagnose.io import forked
         from llmdiag.diagnose.io.forked import Beside, Forked
+        forked.idle_core = lambda: True  # as on a quiet machine, whatever the load here
         here = os.getpid()
         """) + textwrap.dedent(body) + "\nprint('OUT', json.dumps(out))\n"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -96,3 +97,19 @@ def test_an_unwanted_child_is_stopped_and_a_finished_one_reaped():
         out = [gone, f.status is not None, [ok, v], not os.path.exists(f"/proc/{g.pid}")]
         """)
     assert out == [True, True, [True, 7], True]
+
+
+def test_no_fork_where_every_core_is_busy(monkeypatch):
+    """The last minute's load at or above the cores this process may use: the value is computed here."""
+    from llmdiag.diagnose.io import forked
+
+    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(forked.os, "getloadavg", lambda: (2.0, 0.5, 0.5))
+    assert not forked.idle_core()
+    b = forked.Beside(True, lambda get: (os.getpid(), get()))
+    b.send(3)
+    assert b.child is None and b.result() == (os.getpid(), 3)
+    monkeypatch.setattr(forked.os, "getloadavg", lambda: (1.2, 3.0, 3.0))
+    assert forked.idle_core()
+    monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0})
+    assert not forked.idle_core()
