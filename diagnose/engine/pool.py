@@ -33,9 +33,7 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
     if n_workers <= 1:
         if fork.usable(meanwhile, allowed) and fork.run_forked(jobs, order, sizes, work, meanwhile, keep):
             return out
-        if meanwhile is not None:
-            fork.quietly(meanwhile)
-        for k in order:
+        for k in order:  # `meanwhile` is left to happen where its imports are first needed, as before
             keep(k, fn(jobs[k]))
         return out
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # 20 ms: paid only where a pool starts
