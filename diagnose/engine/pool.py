@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 
-from llmdiag.diagnose.engine import fork
+from llmdiag.diagnose.engine.fork import quietly, run_forked, usable
 from llmdiag.diagnose.engine.progress import Progress
 from llmdiag.diagnose.engine.work import Work, failure_line
 
@@ -31,7 +31,7 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
         bar.advance(sizes[k])
 
     if n_workers <= 1:
-        if fork.usable(meanwhile, allowed) and fork.run_forked(jobs, order, sizes, work, meanwhile, keep):
+        if usable(meanwhile, allowed) and run_forked(jobs, order, sizes, work, meanwhile, keep):
             return out
         for k in order:  # `meanwhile` is left to happen where its imports are first needed, as before
             keep(k, fn(jobs[k]))
@@ -43,7 +43,7 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
         with ProcessPoolExecutor(max_workers=n_workers) as ex:
             results = ex.map(fn, (jobs[k] for k in order), chunksize=1)  # every job submitted
             if meanwhile is not None:
-                fork.quietly(meanwhile)
+                quietly(meanwhile)
             for k, res in zip(order, results):
                 keep(k, res)
     except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
