@@ -73,7 +73,7 @@ def decompressed(files: list[str]) -> int:
 
 
 def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = None, jobs: int | None = None,
-            report: bool = True, against: str | None = None) -> dict:
+            report: bool = True, against: str | None = None, against_jobs: int | None = None) -> dict:
     """Paired rounds over the cases; per case and in all, the medians and the ratio baseline / llmdiag (and
     baseline / the other tree's llmdiag, with `against`)."""
     todo = cases(real_dir, names)
@@ -85,7 +85,7 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
     names_ = ("llmdiag", "baseline", "against") if against else ("llmdiag", "baseline")
     runs: dict[str, dict[str, list]] = {n: {s: [] for s in names_} for n, _, _ in todo}
     with tempfile.TemporaryDirectory(prefix="llmdiag-whole-") as out:
-        def cmd(path: str) -> list[str]:
+        def cmd(path: str, jobs: int | None = jobs) -> list[str]:
             args = [sys.executable, "-m", "llmdiag.diagnose.cli.main", "analyze", path, "-q",
                     "--json", os.path.join(out, "s.json")]
             args += ["--report", os.path.join(out, "r.html")] if report else ["--no-report"]
@@ -95,11 +95,11 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
             timed(cmd(path), env, out)
             timed([sys.executable, "-c", BASELINE, *files], env, out)
             if against:
-                timed(cmd(path), other, out)
+                timed(cmd(path, against_jobs), other, out)
         for i in range(max(1, repeats)):
             for name, path, files in todo:
                 sides = [("llmdiag", cmd(path), env), ("baseline", [sys.executable, "-c", BASELINE, *files], env)]
-                sides += [("against", cmd(path), other)] if against else []
+                sides += [("against", cmd(path, against_jobs), other)] if against else []
                 for side, argv, e in (sides if i % 2 == 0 else sides[::-1]):  # alternate which side goes first
                     runs[name][side].append(timed(argv, e, out))
     per_case, rounds = {}, []
@@ -117,7 +117,7 @@ def measure(real_dir: str = REAL, repeats: int = 5, names: list[str] | None = No
     mb = sum(c["mb"] for c in per_case.values())
     extra = {}
     if against:
-        extra = {"against": os.path.abspath(against),
+        extra = {"against": os.path.abspath(against) + (f" --jobs {against_jobs}" if against_jobs else ""),
                  "against_ratio_wall": statistics.median(r["baseline_wall"] / r["against_wall"] for r in rounds),
                  "against_ratio_cpu": statistics.median(r["baseline_cpu"] / r["against_cpu"] for r in rounds),
                  "against_wall": statistics.median(r["against_wall"] for r in rounds)}
@@ -160,6 +160,8 @@ def main(argv=None) -> None:
     ap.add_argument("--no-report", dest="report", action="store_false", help="time analyze --no-report instead")
     ap.add_argument("--real-dir", default=REAL)
     ap.add_argument("--against", metavar="TREE", help="also time the command from this checkout, in the same rounds")
+    ap.add_argument("--against-jobs", type=int, help="--jobs for the --against side (`--against . --against-jobs 1`: "
+                    "this tree without the second core)")
     a = ap.parse_args(argv)
     from benchmarks.run import byte_compile
 
@@ -168,7 +170,8 @@ def main(argv=None) -> None:
         import compileall
 
         compileall.compile_dir(a.against, quiet=2)
-    print(line(measure(a.real_dir, a.repeats, a.cases.split(",") if a.cases else None, a.jobs, a.report, a.against)))
+    print(line(measure(a.real_dir, a.repeats, a.cases.split(",") if a.cases else None, a.jobs, a.report, a.against,
+                       a.against_jobs)))
 
 
 if __name__ == "__main__":

@@ -85,7 +85,9 @@ sys.exit(code)
 
 
 def phases(path: str, report: bool, env: dict, out: str) -> dict:
-    args = [sys.executable, "-c", CHILD, "analyze", path, "-q", "--json", os.path.join(out, "s.json")]
+    # -j 1: every phase in this one process, where its CPU time is read (by default the command forks the
+    # rank's work and its critical path to the second core: engine/fork.py, io/forked.py)
+    args = [sys.executable, "-c", CHILD, "analyze", path, "-q", "-j", "1", "--json", os.path.join(out, "s.json")]
     args += ["--report", os.path.join(out, "r.html")] if report else ["--no-report"]
     done = subprocess.run(args, env=env, cwd=out, capture_output=True, text=True, timeout=600)
     if done.returncode not in (0, 1) or "PHASES " not in done.stderr:  # 1: some trace left out, named on stderr

@@ -69,6 +69,14 @@ def _env(templates: str = TEMPLATES, cache_home: str | None = None) -> Environme
 
 
 _ENV = _env()
+REPORT_TEMPLATES = ("report.html.j2", "idle.html.j2", "critical_path.html.j2", "kernel_views.html.j2", "whatif.html.j2")
+
+
+def warm() -> None:
+    """Load the report's compiled templates now (from the cache, or compiled once), so `render_html` finds them
+    loaded: the command line does it while the traces are analysed in a forked child (engine/fork.py)."""
+    for name in REPORT_TEMPLATES:
+        _ENV.get_template(name)
 
 
 def _moe(a: Analysis) -> Markup:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import gc
 import os
 import sys
@@ -226,6 +227,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     for p in explicit:  # a link, FIFO or device at an output: refused before minutes of analysis
         check_target(p)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
+    engine = dataclasses.replace(engine, meanwhile=lambda: _warm(not no_report, quiet))
     tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
                             progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks,
@@ -247,6 +249,20 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     # exit handlers still run and reference counting still frees every object.
     atexit.register(gc.freeze)
     sys.exit(max(codes))
+
+
+def _warm(report: bool, quiet: bool) -> None:
+    """What the outputs import (the rules, the summary writer, the report and its templates, the terminal's
+    tables), loaded while the traces are analysed on the other core (engine/fork.py): ~25 ms of a small run."""
+    import llmdiag.diagnose.rules
+    import llmdiag.diagnose.model.summary
+
+    if report:
+        from llmdiag.reports.render import warm
+
+        warm()
+    if not quiet:
+        import llmdiag.diagnose.cli.terminal  # noqa: F401
 
 
 def _run_path(path: str | None, analysis: Analysis, several: bool) -> str | None:

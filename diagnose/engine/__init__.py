@@ -9,7 +9,8 @@ display; a job whose worker died comes back as `work.failed(job, line)`, the oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from llmdiag.diagnose.engine.pool import run_pool
 from llmdiag.diagnose.engine.progress import Progress
@@ -30,6 +31,9 @@ class EngineSpec:
     dask_local: int | None = None
     scheduler: str | None = None
     scheduler_file: str | None = None
+    # Work for this process while the local engine's jobs run elsewhere (the command line's next imports): with
+    # it, a small input's jobs go to a forked child instead of running here (engine/fork.py).
+    meanwhile: Callable[[], object] | None = field(default=None, compare=False)
 
     def __post_init__(self):
         given = [f for f, v in (("--dask-local", self.dask_local), ("--scheduler", self.scheduler),
@@ -59,4 +63,4 @@ def run_jobs(jobs: list, work: Work, spec: EngineSpec | None = None, *, progress
             from llmdiag.diagnose.engine.dask_engine import run_dask
 
             return run_dask(jobs, sizes, spec, work, bar)
-        return run_pool(jobs, sizes, spec.jobs or default_workers(), work, bar)
+        return run_pool(jobs, sizes, spec.jobs or default_workers(), work, bar, spec.meanwhile)

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import signal
 
+from llmdiag.diagnose.engine.fork import quietly, run_forked, usable
 from llmdiag.diagnose.engine.progress import Progress
 from llmdiag.diagnose.engine.work import Work, failure_line
 
 MIN_BYTES_PER_WORKER = 1 << 18  # on disk (~2.5 MB of JSON, ~25 ms to parse): less is cheaper than forking a worker
 
 
-def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Progress) -> list:
+def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Progress, meanwhile=None) -> list:
     """Outputs in the order of `jobs`. Largest files go first, so one big rank does not finish alone at the
-    end; small inputs run in this process (forking workers would cost more than the parse)."""
+    end; small inputs run in this process (a pool would cost more than the parse), or, with `meanwhile` (work
+    for this process: engine/fork.py), in one forked child while this process does it."""
     n, fn = len(jobs), work.fn
+    allowed = n_workers
     n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
     order = sorted(range(n), key=lambda k: -sizes[k])
     out: list = [None] * n
@@ -28,7 +31,9 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
         bar.advance(sizes[k])
 
     if n_workers <= 1:
-        for k in order:
+        if usable(meanwhile, allowed) and run_forked(jobs, order, sizes, work, meanwhile, keep):
+            return out
+        for k in order:  # `meanwhile` is left to happen where its imports are first needed, as before
             keep(k, fn(jobs[k]))
         return out
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # 20 ms: paid only where a pool starts
@@ -36,7 +41,10 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
 
     try:
         with ProcessPoolExecutor(max_workers=n_workers) as ex:
-            for k, res in zip(order, ex.map(fn, (jobs[k] for k in order), chunksize=1)):
+            results = ex.map(fn, (jobs[k] for k in order), chunksize=1)  # every job submitted
+            if meanwhile is not None:
+                quietly(meanwhile)
+            for k, res in zip(order, results):
                 keep(k, res)
     except BrokenProcessPool:  # a worker was killed (OOM killer, a signal): find which trace, keep the rest
         left = [k for k in order if out[k] is None]

@@ -5,8 +5,9 @@ event-sampled capture) are in rules/capture.py. docs/recommendations.md describe
 
 from __future__ import annotations
 
-import statistics
 from typing import Callable
+
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.chores import RankChores

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt, plural

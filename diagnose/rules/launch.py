@@ -11,7 +11,7 @@ host ops (gaps of 1 ms or more), the profiler's own cost where the manifest give
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt, plural

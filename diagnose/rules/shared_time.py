@@ -28,7 +28,7 @@ another is `part_of` it. Totals count gain_ms − shared_ms.
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 from collections import defaultdict
 
 from llmdiag.diagnose.model.analysis import Analysis, Finding, RankMetrics

@@ -25,7 +25,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, MEMCPY, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
-from llmdiag.diagnose.metrics.rank.sets import member
+from llmdiag.diagnose.metrics.rank.sets import median, member
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.chores import META_MIN_CALLS, META_SLOW_US, RankChores
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -192,7 +192,7 @@ def _meta(t: RankTrace, c: RankChores, ops: np.ndarray) -> None:
         return
     c.meta_calls = int(m.sum())
     c.meta_min_us = float(d.min())
-    c.meta_median_us = float(np.median(d))
+    c.meta_median_us = median(d)  # np.median's value, without its numpy.ma import (~8 ms)
     c.meta_op = Counter(t.names[int(i)] for i in t.name[m]).most_common(1)[0][0]
 
 

@@ -17,6 +17,7 @@ from llmdiag.diagnose.errors import TraceError
 from llmdiag.diagnose.metrics.rank.kernels import hints, top_kernels
 from llmdiag.diagnose.metrics.rank.idle import idle_breakdown, training_evidence
 from llmdiag.diagnose.metrics.rank.layout import pg_sizes, slim_pg_config
+from llmdiag.diagnose.io.forked import Beside
 from llmdiag.diagnose.io.loader import load_trace
 from llmdiag.diagnose.metrics.rank.memory import memory_stats
 from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts
@@ -137,6 +138,9 @@ def _run(job: RankJob) -> RankOutput:
     host = str(t.meta.get("host_name", "") or "")
     top, kernel_ms = top_kernels(t, wins, job.top_k)
     groups = resolve_groups(t, np.flatnonzero(in_windows(t, np.asarray(t.kind == COMM), wins)))  # once, for both users
+    want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
+    # The critical path, its what-ifs and hops on the other core for a lone rank (io/forked.py), else at result()
+    cp = Beside(job.helpers > 1 and t.bytes_read >= BESIDE_BYTES, _critical_path, t, wins, job, groups, want_tracks)
     metrics = RankMetrics(
         rank=t.rank if t.rank is not None else -1,
         file=job.path,
@@ -168,12 +172,13 @@ def _run(job: RankJob) -> RankOutput:
     profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
     elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
     p2p, no_peers = p2p_records(t, wins)
-    actions, links = extract_actions(t, wins, job.stage_hint), None
-    if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
-        actions, links = infer_actions(t, wins, p2p, no_peers)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
+    cp.send((wanted(metrics), p2p, device))  # what the what-ifs and hops need from here
+    actions, links = extract_actions(t, wins, job.stage_hint), None
+    if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
+        actions, links = infer_actions(t, wins, p2p, no_peers)
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
     metrics.launch = launch_stats(t, wins) if t.is_gpu else None
@@ -183,19 +188,11 @@ def _run(job: RankJob) -> RankOutput:
     metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
-    want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
-    cp_track: list | None = [] if want_tracks else None
-    walker: list = []
-    per_step, metrics.critical_path = step_paths(t, wins, job.hta_compat, cp_track, walker)
-    per_step, metrics.critical_path, metrics.critical_path_note = stated(per_step, metrics.critical_path, metrics.chores, cp_track)
-    for s, cp in zip(steps, per_step):
-        s.critical_path = cp
-    metrics.simulated_gain_ms = simulated_gains(t, wins, gemm_speedup(device)[0], groups, wanted(metrics),
-                                                walker[0].g if walker else None)  # what-ifs on the path's graph
-    row_ev: list[int] = []
-    collectives = collective_records(t, wins, groups, row_ev)
-    rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
-    hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
+    per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
+    # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
+    per_step, metrics.critical_path, metrics.critical_path_note = stated(per_step, rank_cp, metrics.chores, cp_track)
+    for s, path in zip(steps, per_step):
+        s.critical_path = path
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
@@ -206,9 +203,29 @@ def _run(job: RankJob) -> RankOutput:
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
         op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
         kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
-        path_hops=hops, path_cuts=path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
-        if hops is not None else None,
+        path_hops=hops, path_cuts=cuts,
     )
+
+
+BESIDE_BYTES = 4 << 20  # decompressed: below, the path's share (~5 ms) is worth less than the fork
+
+
+def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
+    """The rank's critical path per step and over its steps, its simulated what-ifs, its collectives, the job
+    path's hops and cuts (critical_path/cuts.py), with the timeline's path segments; `get()`: (what-ifs wanted, p2p records, device)."""
+    cp_track: list | None = [] if want_tracks else None
+    walker: list = []
+    per_step, rank_cp = step_paths(t, wins, job.hta_compat, cp_track, walker)
+    row_ev: list[int] = []
+    collectives = collective_records(t, wins, groups, row_ev)
+    want, p2p, device = get()
+    gains = simulated_gains(t, wins, gemm_speedup(device)[0], groups, want,
+                            walker[0].g if walker else None)  # what-ifs on the path's graph
+    rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
+    hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
+    cuts = (path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
+            if hops is not None else None)
+    return per_step, rank_cp, gains, collectives, hops, cuts, cp_track
 
 
 def _tracks(t, wins, critical: list | None) -> RankTracks:

@@ -25,7 +25,8 @@ D = "llmdiag.diagnose"
 # Stages a one-rank `analyze --no-report -q` has no use for: no pipeline to simulate, no gate, no export, no
 # report, no terminal tables (-q), no launcher; nor the stdlib modules of --open and of a worker's death.
 UNNEEDED = (f"{D}.simulate", f"{D}.export", f"{D}.gate", f"{D}.cli.gate", f"{D}.cli.run", f"{D}.cli.terminal",
-            f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing")
+            f"{D}.cli.hta_check", "llmdiag.reports", "llmdiag.workloads", "rich", "webbrowser", "multiprocessing",
+            "statistics", "numpy.ma")  # ~2 and ~8 ms: model/stats.py and metrics/rank/sets.py give their answers
 # Nor the cross-rank parts one rank does not have (skew, stragglers, the pipeline, a mesh, several runs), the
 # types only they build (model/analysis.py LAZY_TYPES), the tables' row types, the packed writer (many ranks), or
 # the straggler study's op-table reader (a Kineto input only asks io/op_table_path.py whether it is one).
@@ -52,9 +53,11 @@ def _under(mods: set[str], names) -> list[str]:
     return sorted(m for m in mods for n in names if m == n or m.startswith(n + "."))
 
 
-def test_one_rank_analyze_imports_no_extra_and_no_stage_it_does_not_use(tmp_path):
+@pytest.mark.parametrize("jobs", [["-j", "1"], []])  # -j 1: the rank's own work in this process (no fork), read too
+def test_one_rank_analyze_imports_no_extra_and_no_stage_it_does_not_use(tmp_path, jobs):
     gpu_rank(0, world_size=1).write(tmp_path / "run" / "rank0.json")
-    mods = _modules(tmp_path, "analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json"))
+    mods = _modules(tmp_path, "analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json"),
+                    *jobs)
     assert _under(mods, EXTRAS) == []
     assert _under(mods, UNNEEDED) == []
     assert _under(mods, ONE_RANK_UNNEEDED) == []
@@ -118,7 +121,8 @@ def test_analyze_starts_no_blas_threads_and_leaves_the_environment_alone(tmp_pat
     argv = ("analyze", str(tmp_path / "run"), "--no-report", "-q", "--json", str(tmp_path / "s.json"))
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
     assert _threads_after(tmp_path, env, *argv) == (1, None)
-    assert _threads_after(tmp_path, {**env, "OPENBLAS_NUM_THREADS": "2"}, *argv) == (2, "2")
+    # -j 1: run here (OpenBLAS stops its pool when a process forks, engine/fork.py, and restarts it on use)
+    assert _threads_after(tmp_path, {**env, "OPENBLAS_NUM_THREADS": "2"}, *argv, "-j", "1") == (2, "2")
 
 
 def test_analyze_leaves_the_heap_to_exit_without_a_collection(tmp_path):

@@ -9,8 +9,10 @@ another collective of the rank (`prev`, its row) or the window's start (-1), wit
 HTA's five categories. That is five float32 and one int32 per row: linear in collectives, whatever the graph.
 
 Walks of one window share their tails (two all-reduces waiting on one backward walk back through it): each
-visited node remembers the walk that crossed it and how much that walk had summed there, so a later walk that
-reaches it adds the rest without walking it again, and every node is walked at most once per window.
+visited node remembers the walk that crossed it and where in that walk, so a later walk that reaches it adds
+that walk's rest without walking it again, and every node is walked at most once per window. The walks visit
+most of a window's nodes (84k of 120k on trace_diff/control), so the loop keeps one list store per node and
+one append; the steps are summed by category in numpy once the walk ends.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from llmdiag.diagnose.model.critical_path import CATEGORIES
 
 CAT_OF = [CATEGORIES.index(CATEGORY_OF[c]) for c in CAUSES]  # HTA category of each fine cause
 GAP = CAT_OF[HOST_GAP]
+CAT = np.array(CAT_OF, np.int8)
 NCAT = len(CATEGORIES)
 
 
@@ -88,8 +91,9 @@ def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins, extra:
         if k >= 0 and row_start[i] <= ends[k]:
             by_win.setdefault(k, []).append(i)
             row_win[i] = k
+    walk = _Walks(w, stop)
     for k, win in enumerate(wins):
-        walk = _Walks(w, stop, win.start)
+        walk.window(win.start)
         for i in by_win.get(k, []):  # earliest first: later walks reuse their tails
             sink = 2 * int(pos[i]) if found[i] else w.sink(int(row_start[i]))
             prev[i] = walk.run(sink, int(row_start[i]), cats[i])
@@ -99,52 +103,80 @@ def path_hops(w: Walker, row_ev: np.ndarray, row_start: np.ndarray, wins, extra:
     return PathHops(cats, prev, row_win, np.array([x.step for x in wins], np.int64), starts, ends, ex)
 
 
-class _Walks:
-    """The walks of one window back to its start, each stopping at a collective's end node."""
+STOP = 1 << 62  # a node's mark at or above: the end node of row (mark - STOP); below: (walk << 32) + its step
 
-    def __init__(self, w: Walker, stop: dict[int, int], start: int):
-        self.w, self.stop, self.start = w, stop, start
-        self.seen: dict[int, tuple[int, tuple]] = {}  # node -> (walk, its sums on reaching the node)
-        self.total: list[tuple] = []  # per finished walk: its sums
-        self.ends: list[int] = []  # per finished walk: the row it reached (-1 the start)
+
+class _Walks:
+    """The walks of each window back to its start, each stopping at a collective's end node."""
+
+    def __init__(self, w: Walker, stop: dict[int, int]):
+        self.w = w
+        self.mark = [-1] * len(w._time)  # node -> STOP + its row, or the walk that crossed it and at which step
+        for node, row in stop.items():
+            self.mark[node] = STOP + row
+        self.steps: list[tuple[np.ndarray, np.ndarray]] = []  # per walk: (category, ns) of its steps
+        self.tail: list[list[int]] = []  # per walk: what its end added (the gap left, or an earlier walk's rest)
+        self.ends: list[int] = []  # per walk: the row it reached (-1 the start)
+        self.start = self.base = 0
+
+    def window(self, start: int) -> None:
+        """The next walks are the next window's: no tail of an earlier window's walk is shared."""
+        self.start, self.base = start, len(self.ends)
+
+    def _rest(self, walk: int, k: int) -> list[int]:
+        """ns per category that `walk` summed from its step `k` on, its tail included."""
+        cat, ns = self.steps[walk]
+        cat, ns = cat[k:], ns[k:]
+        return [int(ns[cat == j].sum()) + t for j, t in enumerate(self.tail[walk])]
 
     def run(self, v: int, end: int, out: np.ndarray) -> int:
         """Walk back from node `v` (at or before `end`); adds ns per category into `out`; the row reached."""
-        acc = [0] * NCAT
-        start, stop, seen = self.start, self.stop, self.seen
-        wid = len(self.total)
-        reached = -1
+        start, wid = self.start, len(self.ends)
+        tail, reached, gap, chain = [0] * NCAT, -1, 0, []
         if end > start and v >= 0:
-            time, pred, cause, cat = self.w._time, self.w._pred, self.w._cause, CAT_OF
-            c = min(time[v], end)
-            acc[GAP] += end - c
-            budget = len(time)  # a loop of binding edges (a hostile trace's times) is never walked forever
-            while c > start:
-                if (r := stop.get(v)) is not None:
-                    reached = r
+            time, pred, mark = self.w._time, self.w._pred, self.mark
+            c = time[v]
+            if c > end:
+                c = end
+            gap = end - c
+            lo = self.base << 32  # marks of this window's walks (and the stops) are at or above
+            m = wid << 32
+            while c > start:  # a node is crossed once per walk (`mark`): a loop of edges ends the walk
+                if (h := mark[v]) >= lo:
+                    if h >= STOP:
+                        reached = h - STOP
+                    elif h >> 32 == wid:  # a loop (hostile times): no further
+                        tail[GAP] = c - start
+                    else:  # an earlier walk of this window crossed here: its rest is ours
+                        tail, reached = self._rest(h >> 32, h & 0xFFFFFFFF), self.ends[h >> 32]
                     break
-                if (hit := seen.get(v)) is not None and hit[0] == wid:  # a loop (hostile times): no further
-                    acc[GAP] += c - start
-                    break
-                if hit is not None:  # an earlier walk crossed here: its rest is ours
-                    rest = self.total[hit[0]]
-                    acc = [a + t - s for a, t, s in zip(acc, rest, hit[1])]
-                    reached = self.ends[hit[0]]
-                    break
-                seen[v] = (wid, tuple(acc))
+                mark[v] = m
+                m += 1
                 u = pred[v]
-                budget -= 1
-                if u < 0 or budget < 0:
-                    acc[GAP] += c - start
+                if u < 0:
+                    tail[GAP] = c - start
                     break
+                chain.append(v)
                 tu = time[u]
-                if tu > c:  # min() per node was a third of the walk's time
-                    tu = c
-                acc[cat[cause[v]]] += c - (tu if tu > start else start)
-                c, v = tu, u
+                if tu < c:
+                    c = tu
+                v = u
         elif end > start:
-            acc[GAP] += end - start
-        self.total.append(tuple(acc))
+            gap = end - start
+        acc = tail[:]
+        if chain:  # step i goes from chain[i] to the next node, over the time the walk carried (a running min)
+            chain.append(v)
+            nodes = np.array(chain, np.int64)
+            c_at = self.w.g.time[nodes]
+            c_at[0] = min(c_at[0], end)
+            np.minimum.accumulate(c_at, out=c_at)
+            steps = (CAT[self.w.cause[nodes[:-1]]], c_at[:-1] - np.maximum(c_at[1:], start))
+            acc = [int(steps[1][steps[0] == j].sum()) + t for j, t in enumerate(tail)]
+        else:
+            steps = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.steps.append(steps)
+        self.tail.append(tail)
         self.ends.append(reached)
+        acc[GAP] += gap
         out += np.asarray(acc, np.float32)
         return reached

@@ -49,8 +49,8 @@ class Walker:
         pred_edge, pred = g.binding()
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
-        self._time, self._pred = g.time.tolist(), pred.tolist()
-        self._cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1).tolist()
+        self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: hops.py
+        self._time, self._pred, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
         self._order = np.zeros(0, np.int64)
         self._ready = False
         self._sorted = g.time
