@@ -90,7 +90,8 @@ def _walk_again(w: Walker, hops: PathHops, row_ev, row_start, wins, node, row, n
     hop, cut_row, at, cats = [], [], [], []
     for k in sorted(set(at_win[at_win >= 0].tolist())):
         win = wins[k]
-        walk = _Walks(w, stop, win.start)
+        walk = _Walks(w, stop)
+        walk.window(win.start)
         sinks = [(i, 2 * int(pos[i]) if found[i] else w.sink(int(row_start[i])), int(row_start[i]))
                  for i in np.flatnonzero(hops.win[:n] == k).tolist()]
         sinks.append((hops.rows + k, w.sink(win.end), win.end))
