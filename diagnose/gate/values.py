@@ -55,12 +55,13 @@ def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
     """Per-rank values: rank -> (label, value or None). Bubbles are per pipeline rank, that is per (replica,
     stage): keyed by rank, never by stage number alone, so every replica's stages are gated. Not to be changed
     by the caller (inside `once()` the same dict is returned again)."""
-    if _memo is None:
+    memo = _memo  # read once: another thread's block may end meanwhile
+    if memo is None:
         return _units(a, metric)
     key = (id(a), metric)
-    hit = _memo.get(key)
+    hit = memo.get(key)
     if hit is None or hit[0] is not a:
-        hit = _memo[key] = (a, _units(a, metric))
+        hit = memo[key] = (a, _units(a, metric))
     return hit[1]
 
 
