@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from llmdiag.diagnose.gate.format import prose, ranks_text, table
 from llmdiag.diagnose.gate.settings import differences
-from llmdiag.diagnose.gate.verdict import METRICS, Side, describe, units
+from llmdiag.diagnose.gate.verdict import METRICS, Side, describe, once, units
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.codec import no_gc
 from llmdiag.diagnose.model.escape import terminal
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt, fmt_delta
@@ -118,8 +120,8 @@ def _attr(x, name: str):
     return getattr(x, name) if x is not None else None
 
 
-def _rank_mean(a: Analysis, get) -> float | None:
-    vals = [v for v in map(get, a.ranks) if v is not None]
+def _rank_mean(a: Analysis, key: str) -> float | None:
+    vals = [v for v in map(attrgetter(key), a.ranks) if v is not None]
     return statistics.fmean(vals) if vals else None
 
 
@@ -143,8 +145,7 @@ def _notes(sa: Side, sb: Side, matched: bool) -> list[str]:
 def _steps(a: Analysis, b: Analysis) -> Section:
     parts = [("", "step_time_ms"), ("", "compute_ms"), ("", "comm_ms"), ("  ", "overlapped_comm_ms"),
              ("  ", "exposed_comm_ms"), ("", "compute_only_ms"), ("", "other_ms"), ("", "idle_ms")]  # "  ": of comm
-    rows = [row(indent + FIELDS[key].label, key, _rank_mean(a, lambda r: getattr(r, key)),
-                _rank_mean(b, lambda r: getattr(r, key))) for indent, key in parts]
+    rows = [row(indent + FIELDS[key].label, key, _rank_mean(a, key), _rank_mean(b, key)) for indent, key in parts]
     rows.append(row("step time, slowest rank", "time", a.aggregate.step_time_max_ms, b.aggregate.step_time_max_ms))
     return Section("Step breakdown (ms per step, mean over ranks)", _defined(rows))
 
@@ -225,8 +226,9 @@ def _per_rank(a: Analysis, b: Analysis) -> Section:
     for name, measure in (("step_time", "time"), ("overlap_ratio", "overlap"), ("exposed_comm", "waste_frac"),
                           ("memory_peak", "memory")):
         ua, ub = units(a, METRICS[name]), units(b, METRICS[name])
-        moved = [x for x in _defined([row(f"{ua[k][0]} {name}", measure, ua[k][1], ub[k][1]) for k in sorted(ua)])
-                 if x.change not in ("same", "")]
+        unit = MEASURES[measure][0]
+        moved = [row(f"{ua[k][0]} {name}", measure, x, y) for k in sorted(ua)  # a row only where a rank moved
+                 if (x := ua[k][1]) is not None and (y := ub[k][1]) is not None and _change(unit, x, y) != "same"]
         moved.sort(key=lambda x: -(abs(x.delta) * 100 if x.unit == "pct" else abs(x.rel or 0)))
         rows += moved[:MAX_RANK_ROWS]
         hidden += max(0, len(moved) - MAX_RANK_ROWS)
@@ -273,7 +275,13 @@ def verdict_line(sections: list[Section]) -> str:
 
 
 def compare(a: Analysis, b: Analysis, top: int = 10, run_defaults: dict | None = None) -> Comparison:
-    """B relative to A; `run_defaults`: run options a manifest predates read as these (gate/settings.py)."""
+    """B relative to A; `run_defaults`: run options a manifest predates read as these (gate/settings.py). Each
+    side's per-rank values are computed once (`once`), with the cyclic collector off (as in `evaluate`)."""
+    with once(), no_gc():
+        return _compare(a, b, top, run_defaults)
+
+
+def _compare(a: Analysis, b: Analysis, top: int, run_defaults: dict | None) -> Comparison:
     sa, sb = describe(a), describe(b)
     matched = sa.world_size == sb.world_size and sorted(r.rank for r in a.ranks) == sorted(r.rank for r in b.ranks)
     sections = [s for s in (_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b),

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from llmdiag.diagnose.gate.limits import Metric
 from llmdiag.diagnose.model.analysis import Analysis
+
+# (id of the side, metric) -> (the side, its units) while a `once()` block runs; the side is held so its id is
+# not reused within the block
+_memo: dict[tuple[int, Metric], tuple[Analysis, dict]] | None = None
+
+
+@contextmanager
+def once() -> Iterator[None]:
+    """Inside the block, `units` of a side and metric is computed once: a check or diff asks for the same values
+    up to ten times (aggregates, the worst mover, the partial checks, the noise), and a rank's memory peak is a
+    max over its devices each time. The sides must not change inside the block; nested blocks share the outer."""
+    global _memo
+    if _memo is not None:
+        yield
+        return
+    _memo = {}
+    try:
+        yield
+    finally:
+        _memo = None
 
 
 def _float(v) -> float | None:
@@ -31,7 +53,19 @@ def replicas(a: Analysis) -> dict[int, int]:
 
 def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
     """Per-rank values: rank -> (label, value or None). Bubbles are per pipeline rank, that is per (replica,
-    stage): keyed by rank, never by stage number alone, so every replica's stages are gated."""
+    stage): keyed by rank, never by stage number alone, so every replica's stages are gated. Not to be changed
+    by the caller (inside `once()` the same dict is returned again)."""
+    memo = _memo  # read once: another thread's block may end meanwhile
+    if memo is None:
+        return _units(a, metric)
+    key = (id(a), metric)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not a:
+        hit = memo[key] = (a, _units(a, metric))
+    return hit[1]
+
+
+def _units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
     if metric.per == "stage":
         bubbles = a.pipeline.stage_bubbles if a.pipeline else []
         rep = replicas(a)

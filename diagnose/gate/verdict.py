@@ -16,8 +16,9 @@ from llmdiag.diagnose.gate.inputs import InputCheck, apply_allow, partial_checks
 from llmdiag.diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
                                   metric_named, parse_limit)
 from llmdiag.diagnose.gate.noise import sigma
-from llmdiag.diagnose.gate.values import aggregate, replicas, units  # noqa: F401 (re-exported)
+from llmdiag.diagnose.gate.values import aggregate, once, replicas, units  # noqa: F401 (re-exported)
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.codec import no_gc
 from llmdiag.diagnose.model.format import fmt, ranges
 
 VERDICT_SCHEMA = 1
@@ -287,7 +288,16 @@ def evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], st
     """Apply the gates; relative gates need a baseline (the caller checks that first). The inputs are checked
     too and fail the verdict (gate/inputs.py) unless their reason is in `allow`. `repeats`: repeated baseline
     runs, whose run-to-run spread is part of a σ limit's noise (gate/noise.py). `run_defaults`: `llmdiag run`'s
-    option defaults, for options a side's manifest predates (gate/settings.py)."""
+    option defaults, for options a side's manifest predates (gate/settings.py).
+
+    Each side's per-rank values are computed once (`once`), with the cyclic collector off: the verdict's
+    records hold no cycles, and a full collection would rescan both sides (~10^6 objects at 16,384 ranks)."""
+    with once(), no_gc():
+        return _evaluate(current, baseline, gates, strict, allow, repeats, run_defaults)
+
+
+def _evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], strict: bool,
+              allow: frozenset[str] | set[str], repeats: list[Analysis] | tuple, run_defaults: dict | None) -> Verdict:
     matched, notes = _side_notes(current, baseline, run_defaults) if baseline is not None else (True, [])
     inputs = side_checks(current, "current") + (side_checks(baseline, "baseline") if baseline is not None else [])
     results = []

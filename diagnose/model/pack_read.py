@@ -17,6 +17,7 @@ import math
 import types
 import typing
 from functools import cache
+from itertools import chain
 
 from llmdiag.diagnose.model.codec import Invalid, converter, record_fields, type_hints
 from llmdiag.diagnose.model.pack import (CELLS, COLS, HEADER, KERNEL_NAMES, LENS, RECORDS, RECS, TABLE, TABLES, TABS,
@@ -101,9 +102,10 @@ def _general(tp, values: list, decoded: bool = False) -> list:
     """Values of any other type (free-form dicts, lists of strings, a record with a `rest` field), each
     decoded and through the general converter: they are few or small."""
     check = _MAPS.get(tp)
-    if check is not None and all(type(v) is dict and set(map(type, v)) <= {str}
-                                 and check(vals := list(v.values()), False) is vals for v in values):
-        return [dict(v) for v in values]  # dict[str, float] (op name -> ms), checked a map at a time, as is
+    if check is not None and all(type(v) is dict for v in values):  # dict[str, float] (op name -> ms), as is:
+        vals = list(chain.from_iterable(map(dict.values, values)))  # the column's maps checked in one pass
+        if set(map(type, chain.from_iterable(values))) <= {str} and check(vals, False) is vals:
+            return [dict(v) for v in values]
     conv = converter(tp)
     try:
         if decoded:
