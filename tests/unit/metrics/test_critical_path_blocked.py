@@ -135,14 +135,18 @@ def test_wake_up_within_the_clock_lag_waited_on_the_device(tmp_path):
 
 def test_wake_up_75us_after_without_lag_is_the_hosts(tmp_path):
     """The twin: K0 runs after its launch, the clocks agree, and 75 µs is beyond a synchronize's return: the
-    thread's idle 80-2075 is its own. Window [70, 2290]: K2 140, launch 65, aten::B 10, host gap 1995, aten::A
-    71-80 (9), K1's launch call 70-71 (1). 2220 µs: compute 140, launch 65, cpu 2015."""
+    thread's idle is its own, and K2 waited on it from K1's end. K1, ready at its launch (70), began 20 µs after K0
+    ended on stream 9 (an event wait): it queued, the host was ahead, so the walk returns to the device where K2
+    could have begun but for its launch (ahead.py). Window [70, 2290]: K2 140, launch 2085-2150 (65), aten::B
+    2075-2085 (host op 10), the idle thread from K1's end 2000-2075 (host gap 75, not a synchronize), K1 100-2000
+    (1900), its wait on K0 80-100 (event wait 20), K0 70-80 (10). 2220 µs: compute 2050, launch 65, cpu 85."""
     m = _metrics(tmp_path, _woken(False))
     cp = m.steps[0].critical_path
     assert cp.length_ms == pytest.approx(2.22)
-    assert cp.cpu_bound == pytest.approx(100 * 2015 / 2220, abs=0.05)
-    assert cp.gpu_compute_bound == pytest.approx(100 * 140 / 2220, abs=0.05)
-    assert m.critical_path.causes["host_gap"] == pytest.approx(100 * 1995 / 2220, abs=0.05)
+    assert cp.cpu_bound == pytest.approx(100 * 85 / 2220, abs=0.05)
+    assert cp.gpu_compute_bound == pytest.approx(100 * 2050 / 2220, abs=0.05)
+    assert m.critical_path.causes["host_gap"] == pytest.approx(100 * 75 / 2220, abs=0.05)
+    assert m.critical_path.causes["synchronize"] == 0
 
 
 def test_window_clipped_mid_kernel_is_the_kernels(tmp_path):

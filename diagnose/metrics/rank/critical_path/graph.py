@@ -21,17 +21,22 @@ Edges say "v could not happen before u":
   (a hand-over, e.g. loss.backward() and the autograd thread; typed THREAD).
 
 Each edge carries a cause (CAUSES): what bounds the time from u to v when the edge is on the critical path.
+The walk (Graph.binding(walk=True)) also returns from a host thread to the device where a host ahead of its device
+let one op wait on its launch (ahead.py); the edges themselves stay as read.
 """
 
 from __future__ import annotations
+
+from dataclasses import field
 
 import numpy as np
 
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
-from llmdiag.diagnose.metrics.rank.critical_path import blocking, resume
+from llmdiag.diagnose.metrics.rank.critical_path import ahead, blocking, resume
 from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
+from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 
 THREAD, DEVICE, LAUNCH, STREAM, WAIT, SYNC_EDGE = range(6)
 # Tie-break between in-edges whose sources arrive at the same time: the device side wins (HTA: a kernel
@@ -71,14 +76,20 @@ class Graph:
     dst: np.ndarray
     etype: np.ndarray  # int8 edge type
     cause: np.ndarray  # int8 index into CAUSES
+    # the walk's returns to the device (ahead.py): the host nodes in thread order and their thread (host_points)
+    horder: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    hthread: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def nodes(self) -> int:
         return len(self.time)
 
-    def binding(self) -> tuple[np.ndarray, np.ndarray]:
+    def binding(self, walk: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per node, the in-edge whose source arrives last (-1 for none), and that source. The edge a node
-        waited on: the others had slack. One lexsort over the edges."""
+        waited on: the others had slack. One lexsort over the edges. With `walk` (the critical path's walk, not the
+        what-if simulation, whose host chains keep their edges), a host thread's point where a walk that left the
+        device for a late launch returns to it goes back to that device op's end instead, its edge (its cause) kept
+        (ahead.py: the host was ahead of its device until then)."""
         pred_edge = np.full(self.nodes, -1, np.int64)
         if len(self.src):
             ts = self.time[self.src]
@@ -89,6 +100,9 @@ class Graph:
             last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
             pred_edge[self.dst[o][last]] = o[last]
         pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)
+        if walk and len(self.src):
+            h, p = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, self.etype == THREAD)
+            pred[h] = p
         return pred_edge, pred
 
 
@@ -134,11 +148,16 @@ def build(t: RankTrace) -> Graph:
         add(s, d, SYNC_EDGE, C["synchronize"])
     lag = resume.clock_lag(launched, begin[dk])
     _resume_edges(time, dk, launched, lag, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
+    z = np.zeros(0, np.int64)
+    # An event-sampled capture (hta/sampled_pair: ~0.5 % of launches kept) joins kept ops by stream order across
+    # the dropped ones: when an op could have begun is not in it, so the walk takes no returns there (ahead.py).
+    share = op_ids_contiguous(t)
+    sampled = share is not None and share < SAMPLED_SHARE
+    ho, ht = (order[0], order[1].astype(np.int64)) if order is not None and not sampled else (z, z)
     if not srcs:
-        z = np.zeros(0, np.int64)
-        return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8))
+        return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8), ho, ht)
     return Graph(ev, time, is_dev, np.concatenate(srcs), np.concatenate(dsts), np.concatenate(types),
-                 np.concatenate(causes))
+                 np.concatenate(causes), ho, ht)
 
 
 def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray, end: np.ndarray):

@@ -46,7 +46,7 @@ class Walker:
 
     def __init__(self, g: Graph):
         self.g = g
-        pred_edge, pred = g.binding()
+        pred_edge, pred = g.binding(walk=True)
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
         self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: hops.py
