@@ -64,7 +64,7 @@ def data_movement(c: Ctx) -> list[Finding]:
           f"({fmt(w.compute_ms, 'ms')}); {fmt(f.busy_ms, 'ms')} per step of it with no other kernel running (the "
           f"{c.dev}'s busy path")
     ev += (f", {fmt(f.under_comm_ms, 'ms')} of that beside a collective)" if f.under_comm_ms >= 0.05 else ")")
-    ev += f". Launched by: {_ops_text(f)} ({plural(len(rows), 'rank')})"
+    ev += f". Launched by: {_ops_text(f)}. {plural(len(rows), 'rank')} above the rule's floors"
     if w.step_time_ms and w.idle_ms >= 0.3 * w.step_time_ms:
         ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step: the step shortens by "
                "less where it waits on the host")

@@ -276,3 +276,4 @@ import tests.expert.expectations_fp32conv  # noqa: E402  (issue #34, fp32 convol
 from tests.expert import expectations_recall_a  # noqa: E402,F401  (issue #34 recall, communication: adds to REAL)
 import tests.expert.expectations_recall_b  # noqa: E402  (issue #34 recall, part B: adds to REAL)
 import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
+from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)

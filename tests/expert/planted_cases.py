@@ -110,7 +110,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out.update(recall_d_scenarios())
     out.update(recall_f_scenarios())
     out.update(recall_g_scenarios())
-    out.update(__import__('tests.expert.planted_recall_j', fromlist=['x']).recall_j_scenarios())
+    __import__('tests.expert.planted_recall_j', fromlist=['x']).register(out)  # data movement (branch datamove)
     return out
 
 

@@ -59,3 +59,13 @@ def recall_j_scenarios() -> dict[str, tuple[Knobs, dict]]:
             "silent": [{"id": "no_data_movement", "why": "the same copies are dtype casts under aten::_to_copy",
                         "match": {"where": "finding", "rules": ["data_movement"]}}]}),
     }
+
+
+def register(out: dict) -> None:
+    """Adds these scenarios, and says data_movement is right in launch_queued_twin (planted_recall_c.py): its long
+    blocker kernel is a `CatArrayBatchedCopy` launched by `aten::cat` every step, a true concatenation cost."""
+    out.update(recall_j_scenarios())
+    if "launch_queued_twin" in out:
+        out["launch_queued_twin"][1]["claims"] = out["launch_queued_twin"][1].get("claims", []) + [
+            {"verdict": "right", "rules": ["data_movement"],
+             "why": "its blocker is one long CatArrayBatchedCopy kernel launched by aten::cat in every step"}]
