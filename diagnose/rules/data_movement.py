@@ -32,6 +32,16 @@ ACTION = {
 }
 
 
+SHORT = {"cat": "preallocate and write into views", "layout": "channels_last", "copy": "find the .contiguous() / .clone()"}
+MIOPEN = ("; on ROCm also `PYTORCH_MIOPEN_SUGGEST_NHWC=1` in the environment: PyTorch's MIOpen path keeps NCHW for "
+          "channels_last tensors without it in many releases (these transposes are MIOpen's)")
+
+
+def _action(f: MoveFamily) -> str:
+    rocm = f.kernel.startswith("batched_transpose") or any("miopen" in o.op for o in f.ops)
+    return ACTION[f.family] + (MIOPEN if f.family == "layout" and rocm else "")
+
+
 def _qualifies(r: RankMetrics, f: MoveFamily) -> bool:
     if f.family == "layout" and not f.nhwc_convs:
         return False  # channels_last helps only where the convolutions have NHWC kernels on this device
@@ -70,11 +80,11 @@ def data_movement(c: Ctx) -> list[Finding]:
                "less where it waits on the host")
     others = [k for k in bad if k != fam]
     if others:
-        ev += ". Also: " + ", ".join(f"{WHAT[k]} kernels {fmt(gains[k], 'ms')} per step ({ACTION[k].split(':')[0]})"
+        ev += ". Also: " + ", ".join(f"{WHAT[k]} kernels {fmt(gains[k], 'ms')} per step ({SHORT[k]})"
                                      for k in sorted(others))
     eg = c.gain_text(gain, f"the {WHAT[fam]} kernels' {c.dev} time with no other kernel running, mean over those "
                      "ranks; the data may still move once after the edit", bound=True)
     return [c.finding("data_movement", severity_for(gain, c.step_ms), f"{c.Dev} time spent on {WHAT[fam]} kernels",
-                      ev, [r.rank for r, _ in rows], steps_where([w]), ACTION[fam], eg, gain,
+                      ev, [r.rank for r, _ in rows], steps_where([w]), _action(f), eg, gain,
                       "ranks[].data_movement.families[].busy_ms", gain_kind="bound",
                       events=[f.kernel] + [o.op for o in f.ops])]
