@@ -87,3 +87,44 @@ def test_silent_where_the_convolutions_have_no_nhwc_kernel(tmp_path):
     a = _analysis(tmp_path / "b")
     assert not a.ranks[0].data_movement.family("layout").nhwc_convs
     assert "data_movement" not in {f.id for f in a.findings}
+
+
+def _fams(r: dict, rows: list[dict]) -> None:
+    r["data_movement"] = {"families": rows}
+
+
+def _rule(s: dict) -> list:
+    from llmdiag.diagnose.rules import findings
+    from tests.gen.summaries import typed
+    return [f for f in findings(typed(s)) if f.id == "data_movement"]
+
+
+def _summary(rows_of):
+    from tests.gen.summaries import summary
+    s = summary(2)
+    for r in s["ranks"]:
+        r["compute_ms"] = 100.0
+        _fams(r, rows_of(r))
+    return s
+
+
+def _row(family: str, kernel_ms: float, busy_ms: float, **kw) -> dict:
+    return {"family": family, "kernel_ms": kernel_ms, "busy_ms": busy_ms, "count": 4.0,
+            "kernel": "CatArrayBatchedCopy" if family == "cat" else "direct_copy_kernel",
+            "ops": [{"op": "aten::cat", "parent": "", "ms": kernel_ms, "count": 4.0}], **kw}
+
+
+def test_floors_share_and_busy_ms():
+    """compute 100 ms per step: a family at 9.9 ms (9.9 %) is silent, at 10 ms it fires; 10 ms of kernels with
+    0.4 ms on the busy path (the rest beside other kernels) is silent (the 0.5-ms floor)."""
+    assert not _rule(_summary(lambda r: [_row("cat", 9.9, 9.9)]))
+    (f,) = _rule(_summary(lambda r: [_row("cat", 10.0, 8.0)]))
+    assert f.gain_ms == pytest.approx(8.0) and f.evidence.ranks == [0, 1]
+    assert not _rule(_summary(lambda r: [_row("cat", 10.0, 0.4)]))
+
+
+def test_one_finding_names_the_largest_family_and_lists_the_other():
+    """cat 12 ms alone, copies 15 ms of kernels of which 11 ms alone: the finding is cat's (12 > 11), copies listed."""
+    (f,) = _rule(_summary(lambda r: [_row("cat", 12.0, 12.0), _row("copy", 15.0, 11.0)]))
+    assert f.gain_ms == pytest.approx(12.0) and "concatenation kernels" in f.evidence.text
+    assert "Also: copy kernels 11.00 ms per step (find the .contiguous() / .clone())" in f.evidence.text
