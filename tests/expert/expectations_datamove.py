@@ -5,7 +5,7 @@ gzip/json, independent of llmdiag: kernels by name, summed over the trace, divid
 torchrec sst_long_a2a_optimizer_3 rank 0 (V100): `CatArrayBatchedCopy*` kernels 71.30 ms in the trace's 3 steps
 (23.8 ms/step; 21.2 ms/step inside llmdiag's device windows), launched by `aten::cat` (39.6 ms directly, 23.3 ms under
 `SplitWithSizesBackward0`, the backward of a forward split); compute ~110 ms/step: ~19 %. optimizer_5 the same
-(70.2 ms). Same-dtype copies (`direct_copy_kernel`) 11.4 ms in the trace, 8.3 ms of it under `aten::clone` from
+(71.2 ms). Same-dtype copies (`direct_copy_kernel`) 11.4 ms in the trace, 8.3 ms of it under `aten::clone` from
 `ViewBackward0` / `aten::reshape`: ~2.6 % of compute, below the rule's 10 %.
 tracelens mi300_ddp8_actckpt: MIOpen's `batched_transpose_*_half` 5.25 ms in the trace (1.36 ms/step in the 3
 windows, 242 per step), all launched by `aten::miopen_convolution` / `aten::convolution_backward`, whose other
