@@ -17,6 +17,7 @@ from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, Tra
 from llmdiag.diagnose.model.chores import RankChores
 from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
+from llmdiag.diagnose.model.data_movement import DataMovement
 from llmdiag.diagnose.model.graph_replay import GraphReplays
 from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
@@ -206,6 +207,7 @@ class RankMetrics:
     chores: RankChores | None = None  # per-step chores and what the capture is (metrics/rank/chores.py; GPU traces)
     optimizer: OptimizerStep | None = None  # the optimizer step's span and device idle (metrics/rank/optimizer_step.py)
     ddp_copies: DdpCopies | None = None  # DDP's copies of gradients into/out of buckets (metrics/rank/ddp_copies.py)
+    data_movement: DataMovement | None = None  # data-movement kernels per family (metrics/rank/data_movement.py)
     graph_replays: GraphReplays | None = None  # device idle inside CUDA-graph replays (metrics/rank/graph_replay.py)
     simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
     # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",

@@ -277,4 +277,6 @@ from tests.expert import expectations_recall_a  # noqa: E402,F401  (issue #34 re
 import tests.expert.expectations_recall_b  # noqa: E402  (issue #34 recall, part B: adds to REAL)
 import tests.expert.expectations_alloc  # noqa: E402  (a flush in the capture's first step: adds to REAL)
 import tests.expert.expectations_cpsim  # noqa: E402  (issue #34, simulated gains read against the events)
-import tests.expert.expectations_rulefix  # noqa: E402,F401  (the fresh review: one-time, batch advice, gloo gain)
+import tests.expert.expectations_rulefix  # noqa: E402  (the fresh review: one-time, batch advice, gloo gain)
+import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
+from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)

@@ -114,6 +114,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out.update(recall_g_scenarios())
     out.update(recall_h_scenarios())
     out.update(recall_i_scenarios())
+    __import__('tests.expert.planted_recall_j', fromlist=['x']).register(out)  # data movement (branch datamove)
     return out
 
 
