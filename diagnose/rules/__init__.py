@@ -10,7 +10,8 @@ from __future__ import annotations
 from llmdiag.diagnose.model.analysis import Analysis, Finding
 from llmdiag.diagnose.rules.base import Ctx
 from llmdiag.diagnose.rules.codecs import comm_codec
-from llmdiag.diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, stragglers, tp_exposed
+from llmdiag.diagnose.rules.comm import dp_overlap, exposed_comm, low_busbw, tp_exposed
+from llmdiag.diagnose.rules.stragglers import stragglers
 from llmdiag.diagnose.rules.comm_latency import comm_latency_bound
 from llmdiag.diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)

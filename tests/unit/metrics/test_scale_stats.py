@@ -9,7 +9,7 @@ from math import comb
 
 import pytest
 
-from llmdiag.diagnose.rules.comm import binom_tail
+from llmdiag.diagnose.metrics.job.stragglers import binom_tail
 
 
 def _exact(k: int, n: int, p: Fraction) -> Fraction:
