@@ -4,11 +4,12 @@ docs/recommendations.md describes when it fires."""
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.data_movement import MoveFamily
 from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.precision import host_bound
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 
 SHARE = 0.10  # a family below 10 % of the rank's compute time gets no finding: healthy recommendation models in the real traces carry 2-6 % of cat/copy kernels (trace_diff, sampled_pair, a100 all-to-all), so a family stands out above that band;
@@ -45,7 +46,16 @@ def _action(f: MoveFamily) -> str:
 def _qualifies(r: RankMetrics, f: MoveFamily) -> bool:
     if f.family == "layout" and not f.nhwc_convs:
         return False  # channels_last helps only where the convolutions have NHWC kernels on this device
-    return f.busy_ms >= MIN_MS and r.compute_ms > 0 and f.kernel_ms >= SHARE * r.compute_ms
+    return _saving(r, f, capped=False) >= MIN_MS and r.compute_ms > 0 and f.kernel_ms >= SHARE * r.compute_ms
+
+
+def _saving(r: RankMetrics, f: MoveFamily, capped: bool = True) -> float:
+    """ms per step the step can lose: the kernels' time with no other kernel running and no collective beside them
+    (a step a collective sets does not shorten by the work under it), at most the host's waits for the device
+    where the device idles ≥ HOST_BOUND_IDLE of the step (a host that never waits sets the step, as for fp32_gemm:
+    faster device work only lengthens the idle)."""
+    g = max(0.0, f.busy_ms - f.under_comm_ms)
+    return min(g, r.hints.host_wait_ms or 0.0) if capped and host_bound(r) else g
 
 
 def _ops_text(f: MoveFamily) -> str:
@@ -65,7 +75,7 @@ def data_movement(c: Ctx) -> list[Finding]:
                 bad.setdefault(f.family, []).append((r, f))
     if not bad:
         return []
-    gains = {fam: statistics.fmean(f.busy_ms for _, f in rows) for fam, rows in bad.items()}
+    gains = {fam: statistics.fmean(_saving(r, f) for r, f in rows) for fam, rows in bad.items()}
     fam = max(gains, key=lambda k: (gains[k], k))
     rows, gain = bad[fam], gains[fam]
     w, f = max(rows, key=lambda x: x[1].busy_ms)
@@ -75,15 +85,17 @@ def data_movement(c: Ctx) -> list[Finding]:
           f"{c.dev}'s busy path")
     ev += (f", {fmt(f.under_comm_ms, 'ms')} of that beside a collective)" if f.under_comm_ms >= 0.05 else ")")
     ev += f". Launched by: {_ops_text(f)}. {plural(len(rows), 'rank')} above the rule's floors"
-    if w.step_time_ms and w.idle_ms >= 0.3 * w.step_time_ms:
-        ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step: the step shortens by "
-               "less where it waits on the host")
+    if host_bound(w):
+        ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step and the host waits for it "
+               f"{fmt(w.hints.host_wait_ms or 0.0, 'ms')} per step: the step shortens by at most that now; "
+               f"{fmt(_saving(w, f, capped=False), 'ms')} once the host no longer sets it")
     others = [k for k in bad if k != fam]
     if others:
         ev += ". Also: " + ", ".join(f"{WHAT[k]} kernels {fmt(gains[k], 'ms')} per step ({SHORT[k]})"
                                      for k in sorted(others))
-    eg = c.gain_text(gain, f"the {WHAT[fam]} kernels' {c.dev} time with no other kernel running, mean over those "
-                     "ranks; the data may still move once after the edit", bound=True)
+    eg = c.gain_text(gain, f"the {WHAT[fam]} kernels' {c.dev} time with no other kernel and no collective running, "
+                     "at most the host's waits for the device where the host sets the step, mean over those ranks; "
+                     "the data may still move once after the edit", bound=True)
     return [c.finding("data_movement", severity_for(gain, c.step_ms), f"{c.Dev} time spent on {WHAT[fam]} kernels",
                       ev, [r.rank for r, _ in rows], steps_where([w]), _action(f), eg, gain,
                       "ranks[].data_movement.families[].busy_ms", gain_kind="bound",

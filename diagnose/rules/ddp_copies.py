@@ -4,7 +4,7 @@ every gradient into its all-reduce bucket during backward and back out after the
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.ddp_copies import DdpCopies

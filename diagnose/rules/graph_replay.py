@@ -5,7 +5,7 @@ it fires."""
 
 from __future__ import annotations
 
-import statistics
+from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural

@@ -51,7 +51,7 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
     g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms or 0.0) if _host_bound(r) else g
+    return min(g, r.hints.host_wait_ms or 0.0) if host_bound(r) else g
 
 
 def _convs(r: RankMetrics) -> float:
@@ -91,7 +91,7 @@ def _simulated(r: RankMetrics, speedup: float) -> float | None:
     return r.simulated_gain_ms.get(f"fp32_gemm/{speedup:g}")
 
 
-def _host_bound(r: RankMetrics) -> bool:
+def host_bound(r: RankMetrics) -> bool:
     h = r.hints
     return h.host_wait_ms is not None and (h.device_idle_frac or 0) >= HOST_BOUND_IDLE
 
@@ -128,13 +128,13 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
         if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
             ev += (f" of the {fmt(own, 'ms')} the kernels themselves lose: " + (
                 f"the host sets the step (the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of it), so finished "
-                f"earlier the {c.dev} waits longer for its next launch" if _host_bound(w) else
+                f"earlier the {c.dev} waits longer for its next launch" if host_bound(w) else
                 "the step then waits on other work (another stream's, or the host's)"))
     elif _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster kernels there only add idle")
-    if not simulated and _host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
+    if not simulated and host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
         waits = (f"{fmt(h.host_wait_ms, 'ms')} per step (in synchronize calls and synchronous copies, and in copies "
                  "that held the host while queued kernels ran before them, e.g. from pageable memory)")
         if host_wait < 0.05 * w.step_time_ms:

@@ -36,9 +36,10 @@ def _add(name: str, problems: list[dict], claims: list[dict], silent: list[dict]
 
 for _name in ("torchrec/sst_long_a2a_optimizer_3", "torchrec/sst_long_a2a_optimizer_5"):
     _add(_name, [{"id": "cat_kernels", "what": "CatArrayBatchedCopy ~21 ms per step of ~110 ms compute (aten::cat)",
-                  "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [15.0, 24.0], "text": CAT}]}],
-         [{"verdict": "wrong", "rules": ["data_movement"], "gain_ms": [15.0, 24.0], "gain_outside": True,
-           "why": "the cat kernels take 21-24 ms per step, ~19-20 ms of it with no other kernel"},
+                  "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [10.0, 24.0], "text": CAT}]}],
+         [{"verdict": "wrong", "rules": ["data_movement"], "gain_ms": [10.0, 24.0], "gain_outside": True,
+           "why": "the cat kernels take 21-24 ms per step, ~19-20 ms of it with no other kernel, 0-7 ms of that "
+                  "beside a collective (the truth: at most 10-15 ms by avoiding the concatenations)"},
           {"verdict": "right", "rules": ["data_movement"], "why": "cat kernels ~19 % of compute, launched by aten::cat"}])
 _add("torchrec/sst_long_a2a_optimizer_5_qcomm", [], [
     {"verdict": "right", "rules": ["data_movement"], "why": "the same cat kernels as optimizer_5 (~21 ms per step)"}])
@@ -46,15 +47,21 @@ _add("torchrec/sst_sleep_pl_dense_after_backward_2", [], [
     {"verdict": "right", "rules": ["data_movement"], "why": "cat kernels 12.7 ms per step of a ~1.1 s step (low)"}])
 _add("tracelens/mi300_ddp8_actckpt_rank0.json.gz", [
     {"id": "layout_transposes", "what": "batched_transpose around MIOpen NHWC convolutions, ~1.4 ms per step",
-     "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [1.0, 1.8], "text": LAYOUT}]}], [
+     "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [0.3, 0.8], "text": LAYOUT}]}], [
+    {"verdict": "misleading", "rules": ["data_movement"], "min_severity": "medium",
+     "why": "the second fresh review: 0.83 of the 1.36 ms run beside the all-reduce that sets the step: at most "
+            "~0.5 ms now, a medium overstates it"},
     {"verdict": "right", "rules": ["data_movement"], "why": "transposes 21 % of compute, convolutions NHWC-native"}])
 _add("tracelens/mi300_resnet18_no_caching_allocator.json.gz", [
     {"id": "layout_transposes", "what": "batched_transpose around MIOpen NHWC convolutions, ~11.8 ms per step",
-     "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [8.0, 14.0], "text": LAYOUT}]}], [
+     "any": [{"where": "finding", "rules": ["data_movement"], "gain_ms": [0.0, 0.1],
+              "text": r"layout-transpose[\s\S]*11\.\d\d ms once the host no longer sets it[\s\S]*channels_last"}]}], [
     {"verdict": "right", "rules": ["data_movement"], "why": "transposes 16 % of compute, convolutions NHWC-native"}])
 _add("hta/nccl_data.json.gz", [], [
+    {"verdict": "misleading", "rules": ["data_movement"], "gain_ms": [0.0, 0.5], "gain_outside": True,
+     "why": "the GPU is idle 76 % of the step behind a slow host: channels_last gives ~0 now (the second fresh review)"},
     {"verdict": "right", "rules": ["data_movement"], "why": "cuDNN nchwToNhwc/nhwcToNchw 5.04 ms per step, 13 % of "
-                                                            "compute, beside NHWC xmma convolutions"}])
+                                                            "compute, beside NHWC xmma convolutions; ~0 now, said so"}])
 for _name in ("hta/trace_diff", "hta/sampled_pair", "hta/a100_16rank_alltoall_rank0.json.gz",
               "kineto/samples/resnet50_num_workers_0", "kineto/samples/resnet50_num_workers_4",
               "hta/ns_resolution_rank-0.pt.trace.json.gz", "tracelens/b200_vllm_tp8_rank0.json.gz"):

@@ -58,7 +58,9 @@ def test_mi300_transposes_from_the_events():
     lay = a.ranks[0].data_movement.family("layout")
     assert lay.kernel_ms == pytest.approx(want, rel=0.05) and lay.nhwc_convs
     f = {f.id: f for f in a.findings}["data_movement"]
-    assert f.gain_ms <= lay.kernel_ms + 1e-6 and "channels_last" in f.action and f.severity == "medium"
+    # 0.83 of the 1.36 ms run beside the all-reduce that sets the step (the fresh review: "at most ~0.5 ms now")
+    assert f.gain_ms == pytest.approx(lay.busy_ms - lay.under_comm_ms, abs=1e-6) and f.gain_ms < 0.6
+    assert "channels_last" in f.action and f.severity == "low"
 
 
 def test_torchrec_cat_from_the_events():

@@ -77,7 +77,8 @@ def test_metric_per_family(tmp_path):
     assert (cp.kernel_ms, cp.busy_ms, cp.count) == pytest.approx((0.05, 0.05, 1.0))  # the cast left out
     assert [(o.op, o.parent) for o in cp.ops] == [("aten::copy_", "aten::clone")]
     f = {f.id: f for f in a.findings}["data_movement"]
-    assert f.gain_ms == pytest.approx(1.5, abs=1e-6) and f.gain_kind == "bound" and f.severity == "high"
+    # 1.5 ms alone on the device, 0.1 of it beside a collective (a step the collective sets does not shorten by it)
+    assert f.gain_ms == pytest.approx(1.4, abs=1e-6) and f.gain_kind == "bound" and f.severity == "high"
     assert "layout-transpose" in f.evidence.text and "`aten::cudnn_convolution` under `aten::_convolution`" in f.evidence.text
     assert "channels_last" in f.action
 
