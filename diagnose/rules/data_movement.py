@@ -85,7 +85,7 @@ def data_movement(c: Ctx) -> list[Finding]:
           f"{c.dev}'s busy path")
     ev += (f", {fmt(f.under_comm_ms, 'ms')} of that beside a collective)" if f.under_comm_ms >= 0.05 else ")")
     ev += f". Launched by: {_ops_text(f)}. {plural(len(rows), 'rank')} above the rule's floors"
-    if host_bound(w):
+    if host_bound(w) and _saving(w, f) < _saving(w, f, capped=False):  # the host's waits cap it
         ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step and the host waits for it "
                f"{fmt(w.hints.host_wait_ms or 0.0, 'ms')} per step: the step shortens by at most that now; "
                f"{fmt(_saving(w, f, capped=False), 'ms')} once the host no longer sets it")
