@@ -64,3 +64,32 @@ def test_host_wait_counts_a_held_copy_behind_queued_kernels(tmp_path, kind, want
     assert len(wins) == 3
     assert host_wait_ms(t, wins) == pytest.approx(want, abs=1e-6)
     assert held_copy_wait_ns(t, wins) == pytest.approx((want - 0.2) * 1e6 * 3, abs=1)
+
+
+def _free_trace(path, busy: bool) -> str:
+    """Steps of 10 ms: 4 GEMMs of 2,000 us from 50 us (launched at 0-30 us); a `hipFree` called at 100 us that
+    returns at 8,100 (the device busy until 8,050: it waited 7.95 ms for the queue, then 50 us of its own), or,
+    on the idle twin, the kernels launched after the free (called at 20, 300 us long, the device idle throughout:
+    it waits for nothing). Plus the 0.2-ms synchronize at 9,000 us of each step."""
+    b = TraceBuilder(rank=0, world_size=1)
+    for n in range(3):
+        t = n * STEP
+        b.step(n + 1, t, t + STEP)
+        first = t + 50 if busy else t + 400
+        for k in range(4):
+            b.kernel("Cijk_Ailk_Bljk_SB_MT128x128x16", first + 2000 * k, 2000, launch_at=t + 10 * k + (0 if busy else 390))
+        at, dur = (t + 100, 8000) if busy else (t + 20, 300)
+        b.raw({"ph": "X", "cat": "cuda_runtime", "name": "hipFree", "pid": b.pid, "tid": 1, "ts": b._abs(at),
+               "dur": dur, "args": {"correlation": 80_000 + n}})
+        b.kernel("vectorized_elementwise_kernel", t + 9500, 10, launch_at=t + 9490)
+        b.raw({"ph": "X", "cat": "cuda_runtime", "name": "hipDeviceSynchronize", "pid": b.pid, "tid": 1,
+               "ts": b._abs(t + 9000), "dur": 200, "args": {"correlation": 90_000 + n}})
+    return b.write(path)
+
+
+@pytest.mark.parametrize("busy, want", [(True, 7.95 + 0.2), (False, 0.2)])
+def test_a_free_waits_for_the_device_while_it_runs(tmp_path, busy, want):
+    """A free synchronizes the device: its length while the device ran is the host waiting for it (the
+    no-caching-allocator MI300 trace: every hipFree ends after the device's queue drains)."""
+    t, wins = _read(_free_trace(tmp_path / "r0.json", busy))
+    assert host_wait_ms(t, wins) == pytest.approx(want, abs=1e-6)
