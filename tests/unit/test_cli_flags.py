@@ -26,7 +26,7 @@ OTHER_TOOLS = {
     "--xfail-report", "--real-only", "--planted-only", "--llmdiag", "--markdown",
     # python -m benchmarks.run / benchmarks.engine (docs/benchmarks.md, docs/cluster.md)
     "--baseline-repeats", "--cases", "--data-dir", "--full", "--ladder", "--no-hta", "--parser", "--quick",
-    "--repeats", "--mb", "--workers", "--trace", "--against",
+    "--repeats", "--mb", "--workers", "--trace", "--against", "--against-jobs",
     # python -m llmdiag.workloads.overhead (docs/workloads.md)
     "--repeat",
     # python -m tests.expert.score (docs/expert-corpus.md)
@@ -43,6 +43,8 @@ OTHER_TOOLS = {
     "--index-url",
     # a user's own training script (docs/ci.md's Slurm example: `train.py --profile-dir ...`)
     "--profile-dir",
+    # Nsight Systems' option, named in graph_replay_idle's action (docs/recommendations.md)
+    "--cuda-graph-trace",
     # Megatron-LM's option, named in a recommendation's action (docs/recommendations.md)
     "--overlap-moe-expert-parallel-comm",
 }

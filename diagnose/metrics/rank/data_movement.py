@@ -22,6 +22,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
 from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.metrics.rank.sets import distinct
 from llmdiag.diagnose.metrics.rank.launches import device_events
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.data_movement import FAMILIES, DataMovement, MoveFamily, MoveOp
@@ -68,7 +69,7 @@ def data_movement(t: RankTrace, wins: list[Window]) -> DataMovement | None:
     casts = np.flatnonzero(t.name_mask(lambda s: s == CAST_OP, (t.kind == CPU_OP) & (t.stream < 0)))
     under_cast = host_ops.launching_ops(t, casts, t.kind) if len(casts) else {}
     op_of = np.array([by_dev.get(i, -1) for i in kern.tolist()], np.int64)
-    conv_name = {g: bool(CONV_OP.search(t.names[g][:200])) for g in np.unique(t.name[op_of[op_of >= 0]]).tolist()}
+    conv_name = {g: bool(CONV_OP.search(t.names[g][:200])) for g in distinct(t.name[op_of[op_of >= 0]]).tolist()}
     conv = np.array([o >= 0 and conv_name[int(t.name[o])] for o in op_of.tolist()], bool)
     layout, copy = FAMILIES.index("layout"), FAMILIES.index("copy")
     keep = (code != layout) | conv
@@ -107,7 +108,7 @@ def _ops(t: RankTrace, k: np.ndarray, op_of: np.ndarray, n: int) -> list[MoveOp]
                        for o in op_of.tolist()], np.int64)
     key = np.where(op_of >= 0, t.name[np.maximum(op_of, 0)], -1).astype(np.int64) * (len(t.names) + 1) + parent + 1
     rows = []
-    for g in np.unique(key).tolist():
+    for g in distinct(key).tolist():
         m = key == g
         op, par = g // (len(t.names) + 1), g % (len(t.names) + 1) - 1
         rows.append(MoveOp(t.names[op][:NAME_CUT] if op >= 0 else NO_OP, t.names[par][:NAME_CUT] if par >= 0 else "",
@@ -135,5 +136,5 @@ def _nhwc(t: RankTrace, dev: np.ndarray, by_dev: dict[int, int], layout_op: np.n
     assert t.kind is not None
     convs = set(layout_op[layout_op >= 0].tolist())
     k = np.array([i for i in dev[t.kind[dev] == COMPUTE].tolist() if by_dev.get(i, -1) in convs], np.int64)
-    names = [t.names[i][:400] for i in np.unique(t.name[k]).tolist()] if len(k) else []
+    names = [t.names[i][:400] for i in distinct(t.name[k]).tolist()] if len(k) else []
     return any("nhwc" in s.lower() and not LAYOUT.search(s) for s in names)
