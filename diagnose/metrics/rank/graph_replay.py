@@ -19,13 +19,12 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
-from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
+from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_sync_call
 from llmdiag.diagnose.metrics.rank.sets import member
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.graph_replay import GraphReplays
 
-_ASYNC_COPY = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 GAP_NS = 1_000_000  # an idle stretch this long inside a replay is a wait the trace does not show (sim_graph's floor)
 RECORD_IDLE_MS = 1.0  # below this much such idle per step, no record (nothing a rule reports)
@@ -77,7 +76,7 @@ def _around(t: RankTrace, call: int, kind: int, skip: str = "") -> str:
 
 def _held(t: RankTrace, g: GraphReplays, s: int, e: int) -> None:
     """The longest host call waiting for the device (a synchronize, or an async-named copy) spanning [s, e]."""
-    m = t.name_mask(lambda x: bool(is_sync_call(x) or _ASYNC_COPY.match(x)), (t.stream < 0) & (t.kind == RUNTIME))
+    m = t.name_mask(lambda x: bool(is_sync_call(x) or is_async_copy(x)), (t.stream < 0) & (t.kind == RUNTIME))
     i = np.flatnonzero(m & (t.ts <= s) & (t.ts + t.dur >= e))
     if not len(i):
         return

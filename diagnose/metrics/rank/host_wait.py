@@ -31,9 +31,10 @@ from llmdiag.diagnose.metrics.rank.classify import prefiltered
 # and the host's waits per step both read
 SYNC_CALL_RE = re.compile(r"^(cuda|hip|cu)\w*Synchronize$|^(cuda|hip|cu)Memcpy(?!\w*Async)\w*$")
 is_sync_call = prefiltered(SYNC_CALL_RE, "ynchronize", "emcpy")
-# async-named copies (critical_path/graph.py's is_async_copy; not imported: graph.py imports this module)
-_ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
-_is_async_copy = prefiltered(_ASYNC_COPY_RE, "emcpy")
+# async-named copies: one may still hold the host (pageable memory); what the host's waits here, the critical
+# path's sync edges (critical_path/blocking.py) and graph replays (graph_replay.py) read
+ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
+is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
 # frees that synchronize the device (the stream-ordered `*FreeAsync` does not)
 _FREE_RE = re.compile(r"^(cuda|hip)Free$|^cuMemFree(_v2)?$")
 _is_free = prefiltered(_FREE_RE, "Free")
@@ -73,7 +74,7 @@ def held_copy_wait_ns(t: RankTrace, wins: list[Window]) -> int:
     begins, and a copy that begins inside a short call had nothing queued before it: neither counts."""
     if t.kind is None:
         return 0
-    ci = np.flatnonzero(in_windows(t, t.name_mask(_is_async_copy, (t.kind == RUNTIME) & (t.corr >= 0)), wins))
+    ci = np.flatnonzero(in_windows(t, t.name_mask(is_async_copy, (t.kind == RUNTIME) & (t.corr >= 0)), wins))
     di = np.flatnonzero((t.kind == MEMCPY) & (t.stream >= 0) & (t.corr >= 0))
     if not len(ci) or not len(di):
         return 0

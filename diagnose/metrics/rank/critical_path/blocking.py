@@ -14,17 +14,13 @@ first; else that point's only dependency was the call's begin, and the thread's 
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import RankTrace
-from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.critical_path.resume import latest_launched_end
-from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
+from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_sync_call
 
-ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
-is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
 WAKE_LOOKAHEAD = 4  # thread points checked after a call's begin for the first one past the op it waited on
 
 

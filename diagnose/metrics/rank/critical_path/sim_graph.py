@@ -79,25 +79,6 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
     return out, np.r_[none, np.ones(len(src), bool)]
 
 
-def sim_graph(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
-    """The graph the simulation re-times: `g` plus the queue edges (`with_queue_edges`; their mask returned), less
-    every SYNC edge from a device op launched at or after the host point it enters. Such an op cannot have been
-    what the host waited on; the edge is there because the device clock runs ahead of the host's (torchrec's V100
-    ranks: kernels that begin up to 50 µs before their launch call, so the op that "ended last inside" a
-    cudaStreamSynchronize was launched after it returned). With it the graph closes a loop (the call's end,
-    thread order to the launch, the op, back to the call's end) and no order re-times it; without it the call's
-    time is read from its thread, as for a sync whose op the trace does not show."""
-    g, queue = with_queue_edges(t, g)
-    le = np.flatnonzero(g.etype == LAUNCH)
-    launched = np.full(len(g.ev), np.iinfo(np.int64).min, np.int64)
-    launched[g.dst[le] // 2] = g.time[g.src[le]]
-    bad = (g.etype == SYNC_EDGE) & (launched[g.src // 2] >= g.time[g.dst])
-    if not bad.any():
-        return g, queue
-    k = ~bad
-    return Graph(g.ev, g.time, g.device, g.src[k], g.dst[k], g.etype[k], g.cause[k]), queue[k]
-
-
 def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """The share of the steps' time that the paths setting their lengths spend in waits the trace does not explain,
     each of at least UNEXPLAINED_NS: a launch delay or stream gap (a device op launched, its stream free, that still

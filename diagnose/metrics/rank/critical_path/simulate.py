@@ -17,7 +17,7 @@ in a topological order computed once per rank (`_topo`, Kahn's), a Python step p
 points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
 settles. The graph is a DAG: every edge points forward in trace time (ties are settled by chain order), but for
 a device clock running ahead of the host's (a kernel that begins before its launch call); the loop that closes
-through a sync on such an op is removed from the graph (sim_graph.py), and any loop a hostile trace still closes
+through a sync on such an op is not drawn (blocking.py: a call waits only on ops launched before it), and any loop a hostile trace still closes
 is cut at its earliest anchor, which reads what is not re-timed yet at its trace time.
 
 Gain. A step's simulated length is the time from its window's start to the next window's start (the step's
@@ -26,7 +26,7 @@ step's from its start to its end. The gain is the mean over the steps of (old le
 steps or more the last step is left out of the mean (no next start says whether its earlier end would help).
 Edges are edited only inside the windows.
 
-The graph as read here (sim_graph.py): graph.py's, plus an edge into each launch call that blocked on a full launch
+The graph as read here (sim_graph.py with_queue_edges): graph.py's, plus an edge into each launch call that blocked on a full launch
 queue, less each sync edge from an op launched after the sync (a skewed clock's); and nothing is simulated
 where the graph does not explain the steps (unexplained_share).
 """
@@ -40,7 +40,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, Graph,
                                                                build)
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, sim_graph, thread_order,
+from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, with_queue_edges,
                                                                    unexplained_share)
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -54,7 +54,9 @@ class Simulator:
 
     def __init__(self, t: RankTrace, g: Graph, wins, pred_edge: np.ndarray | None = None):
         """`pred_edge`: Graph.binding()'s for `g` where the caller has it (used where no queue edge is added)."""
-        g2, self.queue = sim_graph(t, g)
+        # no SYNC edge comes from an op launched after its call (blocking.py, resume.py: a device clock running
+        # ahead of the host's once closed loops here; a loop a hostile trace still closes is cut in the order)
+        g2, self.queue = with_queue_edges(t, g)
         if g2 is not g or pred_edge is None:
             pred_edge = g2.binding()[0]
         g = g2
