@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from llmdiag.diagnose.analyze import analyze_path
+from tests.gen.plain import covered, union
 
 REAL = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real").resolve()
 pytestmark = pytest.mark.real
@@ -26,18 +27,7 @@ def _events(path: Path) -> list:
         return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
 
 
-def _union(iv):
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
 
-
-def _busy(u, a, b):
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in u)
 
 
 def _steps(ev):
@@ -50,13 +40,13 @@ def test_ddp_copy_back(rel):
     ev = _events(REAL / rel)
     steps = _steps(ev)
     dev = [e for e in ev if e.get("cat") in DEV]
-    u = _union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
+    u = union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
     by_corr = {e["args"].get("correlation"): e for e in dev}
     rts = sorted((e for e in ev if e.get("cat") in RT), key=lambda e: e["ts"])
     rts_ts = [e["ts"] for e in rts]
     ops = [e for e in ev if e["name"] == "torch.distributed.ddp.reducer::copy_bucket_to_grad"
            and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
-    idle = sum(o["dur"] - _busy(u, o["ts"], o["ts"] + o["dur"]) for o in ops) / 1000 / len(steps)
+    idle = sum(o["dur"] - covered(u, o["ts"], o["ts"] + o["dur"]) for o in ops) / 1000 / len(steps)
     copies = 0.0
     for o in ops:
         i = bisect.bisect_left(rts_ts, o["ts"])
@@ -79,7 +69,7 @@ def test_graph_replay_idle_a100():
     ev = _events(REAL / rel)
     steps = _steps(ev)
     dev = [e for e in ev if e.get("cat") in DEV]
-    u = _union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
+    u = union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
     nodes: dict = {}
     for e in dev:
         nodes.setdefault(e["args"].get("correlation"), []).append(e)
@@ -96,7 +86,7 @@ def test_graph_replay_idle_a100():
         pred = s[i - 1]["ts"] + s[i - 1]["dur"] if i else float("-inf")
         spans.append((min(max(g["ts"], pred), ks[0]["ts"]), max(k["ts"] + k["dur"] for k in ks)))
     idle = []
-    for a, b in _union(spans):
+    for a, b in union(spans):
         cur = a
         for x, y in u:
             if y <= cur or x >= b:
@@ -124,7 +114,7 @@ def test_host_waits_for_queued_kernels_in_a_pageable_copy():
     ev = _events(path)
     steps = _steps(ev)
     dev = [e for e in ev if e.get("cat") in DEV]
-    u = _union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
+    u = union([(e["ts"], e["ts"] + e["dur"]) for e in dev])
     by_corr = {e["args"].get("correlation"): e for e in dev}
     wait = 0.0
     for c in (e for e in ev if e.get("cat") in RT and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)):
@@ -132,6 +122,6 @@ def test_host_waits_for_queued_kernels_in_a_pageable_copy():
             wait += c["dur"]
         elif c["name"] == "cudaMemcpyAsync" and (k := by_corr.get(c["args"].get("correlation"))) \
                 and c["ts"] < k["ts"] < c["ts"] + c["dur"]:
-            wait += _busy(u, c["ts"], k["ts"])
+            wait += covered(u, c["ts"], k["ts"])
     r = analyze_path(str(folder), jobs=1).ranks[0]
     assert r.hints.host_wait_ms == pytest.approx(wait / 1000 / len(steps), abs=0.01)  # 4.00 ms (0.07 before)

@@ -14,25 +14,17 @@ import pytest
 
 from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.cli.hta_check import _far_apart
+from tests.gen.plain import union
 
 REAL = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "real" / "torchrec"
 OPT3 = REAL / "sst_long_a2a_optimizer_3"
 
 
-def _union(iv):
-    out: list[list[float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
 
 def _overlap_pct(events, lo=-1e300, hi=1e300) -> float:
     """|U(nccl) ∩ U(other non-memory kernels)| / |U(nccl)| over the events, clipped to [lo, hi)."""
     def clip(kind):
-        return _union([(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events if _kind(e["name"]) == kind
+        return union([(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in events if _kind(e["name"]) == kind
                        and e["ts"] < hi and e["ts"] + e["dur"] > lo])
     comm, comp = clip("comm"), clip("comp")
     both = sum(max(0.0, min(a[1], b[1]) - max(a[0], b[0])) for a in comm for b in comp)

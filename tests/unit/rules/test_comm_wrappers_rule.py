@@ -14,6 +14,7 @@ import pytest
 from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.metrics.rank.classify import is_host_comm
 from tests.gen.builder import GLOO_TID, MAIN_TID, TraceBuilder
+from tests.gen.plain import union
 
 
 def _cpu_trace(tmp_path, wrapper: str | None):
@@ -64,15 +65,6 @@ COMM_OPS = ("c10d::", "_c10d_functional", "record_param_comms", "gloo:", "_Allto
             "_Reduce_Scatter", "autograd::engine::evaluate_function: _AlltoAll")
 
 
-def _union(iv):
-    out = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return out
-
 
 def _inter(a, b):
     i = j = 0
@@ -113,7 +105,7 @@ def independent_overlap(path: Path) -> float:
     with gzip.open(path) as f:
         ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     steps = [[e["ts"], e["ts"] + e["dur"]] for e in ev if e["name"].startswith("ProfilerStep#")]
-    comm = _union([e["ts"], e["ts"] + e["dur"]] for e in ev if e["name"].startswith("gloo:")
+    comm = union([e["ts"], e["ts"] + e["dur"]] for e in ev if e["name"].startswith("gloo:")
                   and not e["name"].startswith(("gloo:send", "gloo:recv")))
     ops = sorted((e for e in ev if e.get("cat") == "cpu_op"), key=lambda e: (e["tid"], e["ts"], -e["dur"]))
     top, end = [], {}
@@ -121,9 +113,9 @@ def independent_overlap(path: Path) -> float:
         if e["ts"] >= end.get(e["tid"], -1):
             top.append(e)
             end[e["tid"]] = e["ts"] + e["dur"]
-    waits = _union([e["ts"], e["ts"] + e["dur"]] for e in ops if e["name"].startswith(COMM_OPS))
-    compute = _minus(_union([e["ts"], e["ts"] + e["dur"]] for e in top), waits)
-    c = _inter(comm, _union(steps))
+    waits = union([e["ts"], e["ts"] + e["dur"]] for e in ops if e["name"].startswith(COMM_OPS))
+    compute = _minus(union([e["ts"], e["ts"] + e["dur"]] for e in top), waits)
+    c = _inter(comm, union(steps))
     return _len(_inter(c, compute)) / _len(c)
 
 
