@@ -133,3 +133,14 @@ def steps_where(ranks: list[RankMetrics], pred=lambda st: True) -> list[int]:
     out = {st.step for r in ranks for st in r.steps if st.time_ms and pred(st)}
     return sorted(out) or sorted({st.step for r in ranks for st in r.steps})
 
+
+HOST_BOUND_IDLE = 0.10  # a device idle at least this share of the step waits for its host
+
+
+def host_sets_step(r: RankMetrics) -> bool:
+    """The host sets the rank's step: its device idles ≥ HOST_BOUND_IDLE of the step and the host's waits for the
+    device are known (`hints.host_wait_ms`), which then bound what faster device work can take off the step
+    (fp32_gemm, data_movement)."""
+    h = r.hints
+    return h.host_wait_ms is not None and (h.device_idle_frac or 0) >= HOST_BOUND_IDLE
+

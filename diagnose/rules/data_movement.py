@@ -9,8 +9,7 @@ from llmdiag.diagnose.model import stats as statistics  # the standard one impor
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.data_movement import MoveFamily
 from llmdiag.diagnose.model.format import fmt, plural
-from llmdiag.diagnose.rules.precision import host_bound
-from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
+from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for, steps_where
 
 SHARE = 0.10  # a family below 10 % of the rank's compute time gets no finding: healthy recommendation models in the real traces carry 2-6 % of cat/copy kernels (trace_diff, sampled_pair, a100 all-to-all), so a family stands out above that band;
 # the edit gives back only part of the bound where the data must still move once
@@ -55,7 +54,7 @@ def _saving(r: RankMetrics, f: MoveFamily, capped: bool = True) -> float:
     where the device idles ≥ HOST_BOUND_IDLE of the step (a host that never waits sets the step, as for fp32_gemm:
     faster device work only lengthens the idle)."""
     g = max(0.0, f.busy_ms - f.under_comm_ms)
-    return min(g, r.hints.host_wait_ms or 0.0) if capped and host_bound(r) else g
+    return min(g, r.hints.host_wait_ms or 0.0) if capped and host_sets_step(r) else g
 
 
 def _ops_text(f: MoveFamily) -> str:
@@ -85,7 +84,7 @@ def data_movement(c: Ctx) -> list[Finding]:
           f"{c.dev}'s busy path")
     ev += (f", {fmt(f.under_comm_ms, 'ms')} of that beside a collective)" if f.under_comm_ms >= 0.05 else ")")
     ev += f". Launched by: {_ops_text(f)}. {plural(len(rows), 'rank')} above the rule's floors"
-    if host_bound(w) and _saving(w, f) < _saving(w, f, capped=False):  # the host's waits cap it
+    if host_sets_step(w) and _saving(w, f) < _saving(w, f, capped=False):  # the host's waits cap it
         ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step and the host waits for it "
                f"{fmt(w.hints.host_wait_ms or 0.0, 'ms')} per step: the step shortens by at most that now; "
                f"{fmt(_saving(w, f, capped=False), 'ms')} once the host no longer sets it")

@@ -17,7 +17,7 @@ from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.devices import compute_capability
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.model.gemm_speedup import AMD_RE, AMD_SPEEDUP, CONSUMER_SPEEDUP, gemm_speedup  # noqa: F401
-from llmdiag.diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
 _AMD_MATRIX = re.compile(r"\bMI(2\d\d|3\d\d)", re.I)  # CDNA2/3: bf16 matrix cores 4-8x their fp32 matrix rate
@@ -43,7 +43,6 @@ def _on_path(r: RankMetrics) -> float:
     return 1.0 if f is None else f
 
 
-HOST_BOUND_IDLE = 0.10  # a device idle at least this share of the step waits for its host
 
 
 def _saving(r: RankMetrics, speedup: float) -> float:
@@ -51,7 +50,7 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
     g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms or 0.0) if host_bound(r) else g
+    return min(g, r.hints.host_wait_ms or 0.0) if host_sets_step(r) else g
 
 
 def _convs(r: RankMetrics) -> float:
@@ -91,11 +90,6 @@ def _simulated(r: RankMetrics, speedup: float) -> float | None:
     return r.simulated_gain_ms.get(f"fp32_gemm/{speedup:g}")
 
 
-def host_bound(r: RankMetrics) -> bool:
-    h = r.hints
-    return h.host_wait_ms is not None and (h.device_idle_frac or 0) >= HOST_BOUND_IDLE
-
-
 def fp32_gemm(c: Ctx) -> list[Finding]:
     """fp32 GEMMs and convolutions above FP32_FLOOR of compute on a GPU with tensor cores. The gain is simulated where every such
     rank's summary holds the what-if (`_simulated`: its fp32 GEMM kernels faster by the speed-up assumed from the
@@ -128,13 +122,13 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
         if sim < 0.9 * own:  # most of what the kernels lose does not reach the step: say what holds it
             ev += (f" of the {fmt(own, 'ms')} the kernels themselves lose: " + (
                 f"the host sets the step (the {c.dev} idles {fmt(h.device_idle_frac, 'pct')} of it), so finished "
-                f"earlier the {c.dev} waits longer for its next launch" if host_bound(w) else
+                f"earlier the {c.dev} waits longer for its next launch" if host_sets_step(w) else
                 "the step then waits on other work (another stream's, or the host's)"))
     elif _on_path(w) < 0.9:  # a few % off the path is within how the path is read: not worth a sentence
         ev += (f"; only {fmt(_on_path(w), 'pct')} of that time is on the step's path (the {c.dev}'s next "
                f"work was already queued behind it): after the rest the {c.dev} waits for the host's next launch"
                f" ({fmt(w.hints.device_idle_frac, 'pct')} of the step idle), so faster kernels there only add idle")
-    if not simulated and host_bound(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
+    if not simulated and host_sets_step(w) and _saving(w, speedup) < frac * w.compute_ms * _on_path(w) * (1 - 1 / speedup):
         waits = (f"{fmt(h.host_wait_ms, 'ms')} per step (in synchronize calls and synchronous copies, and in copies "
                  "that held the host while queued kernels ran before them, e.g. from pageable memory)")
         if host_wait < 0.05 * w.step_time_ms:
