@@ -105,13 +105,17 @@ class HostStall:
 
 @dataclass
 class CommCodec:
-    """A quantized-communication codec's forward cost (metrics/rank/comm_codec.py): device time of the kernels its
-    encode and decode ranges launch, per step; its backward is not counted (a lower bound)."""
+    """A quantized-communication codec (metrics/rank/comm_codec.py), per step: device time of the kernels its
+    encode and decode ranges launch (forward), of its gradient nodes' (backward), and of the collectives it encodes."""
 
     precision: str = ""  # the wire precision(s) the ranges name ("fp16")
     encode_ms_per_step: float = 0.0
     decode_ms_per_step: float = 0.0
     calls_per_step: float = 0.0  # encoder + decoder ranges per step
+    backward_ms_per_step: float = 0.0  # the codec ops' gradient nodes next to the exchange's backward
+    wire_ms_per_step: float = 0.0  # the encoded collectives' kernels, forward and backward (waits included)
+    wire_bytes_bound_ms_per_step: float = 0.0  # of it, what can scale with bytes (an exchange and its backward: the shorter)
+    wire_count_per_step: float = 0.0  # encoded collective kernels per step
 
 
 @dataclass
