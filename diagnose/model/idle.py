@@ -116,6 +116,7 @@ class CommCodec:
     wire_ms_per_step: float = 0.0  # the encoded collectives' kernels, forward and backward (waits included)
     wire_bytes_bound_ms_per_step: float = 0.0  # of it, what can scale with bytes (an exchange and its backward: the shorter)
     wire_count_per_step: float = 0.0  # encoded collective kernels per step
+    host_ms_per_step: float = 0.0  # host time of the codec ranges and its gradient nodes
 
 
 @dataclass

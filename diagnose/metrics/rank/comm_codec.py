@@ -62,7 +62,7 @@ def comm_codec(t: RankTrace, wins) -> CommCodec | None:
     is_comm = t.kind[dev] == COMM
     names = [t.names[n] for n in t.name[ann].tolist()]
     enc = np.array([CODEC_RE.match(n).group(1) == "encoder" for n in names])  # type: ignore[union-attr]
-    ns = {"encode": 0, "decode": 0, "backward": 0}
+    ns = {"encode": 0, "decode": 0, "backward": 0, "host": int(t.dur[ann].sum())}
     fwd_wire: list[tuple[int, int]] = []  # (launch ts, ns) of the encoded collectives' kernels, forward
     bases: set[str] = set()
     ops = np.flatnonzero((t.kind == CPU_OP) & (t.stream < 0) & (t.ts >= lo) & (t.ts < hi))
@@ -94,11 +94,11 @@ def comm_codec(t: RankTrace, wins) -> CommCodec | None:
                      decode_ms_per_step=per(ns["decode"]), calls_per_step=len(ann) / n,
                      backward_ms_per_step=per(ns["backward"]), wire_ms_per_step=per(wire),
                      wire_bytes_bound_ms_per_step=per(_paired(fwd_wire, bwd_wire, wins)),
-                     wire_count_per_step=(len(fwd_wire) + len(bwd_wire)) / n)
+                     wire_count_per_step=(len(fwd_wire) + len(bwd_wire)) / n, host_ms_per_step=per(ns["host"]))
 
 
 def _backward(t: RankTrace, dev, lc, is_comm, bases: set[str], lo: int, hi: int, ns: dict) -> list[tuple[int, int]]:
-    """The codec's gradient nodes' kernels (added to ns["backward"]) and the encoded collectives' backward kernels
+    """The codec's gradient nodes' kernels (added to ns["backward"], their host time to ns["host"]) and the encoded collectives' backward kernels
     ((launch ts, ns) each): per thread, the autograd nodes in time order; a node launching communication with a
     codec gradient right before or after it is the exchange's backward."""
     nodes = np.flatnonzero(t.name_mask(lambda s: s.startswith(NODE), (t.stream < 0) & (t.ts >= lo) & (t.ts < hi)))
@@ -133,6 +133,7 @@ def _backward(t: RankTrace, dev, lc, is_comm, bases: set[str], lo: int, hi: int,
                 out += list(zip(t.ts[lc[sel]][w].tolist(), t.dur[dev[sel]][w].tolist()))
         own = (k >= 0) & used[np.maximum(k, 0)] & ~is_comm[sel]
         ns["backward"] += int(t.dur[dev[sel]][own].sum())
+        ns["host"] += int(t.dur[mine[used]].sum())
     return out
 
 
