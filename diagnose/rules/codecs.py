@@ -56,7 +56,7 @@ def comm_codec(c: Ctx) -> list[Finding]:
           f"(the autograd nodes beside the exchange's backward), {fmt(top, 'ms')} in all "
           f"({fmt(top / r.compute_ms, 'pct')} of its {fmt(r.compute_ms, 'ms')} compute); mean {fmt(cost, 'ms')} over "
           f"{plural(len(rows), 'rank')}; its host time, {fmt(cc.host_ms_per_step, 'ms')} per step in the ranges and "
-          "nodes, is not added (hidden where the host runs ahead of the device). The all_to_all it encodes ({fmt(lc.wire_count_per_step, 'avg')} kernels per "
+          f"nodes, is not added (hidden where the host runs ahead of the device). The all_to_all it encodes ({fmt(lc.wire_count_per_step, 'avg')} kernels per "
           f"step, forward and backward) takes {fmt(lc.wire_ms_per_step, 'ms')} per step on rank {least[0].rank}, the "
           f"rank that waits least in it; {fmt(lc.wire_bytes_bound_ms_per_step, 'ms')} of that can scale with its "
           f"bytes (an exchange and its backward move the same bytes: the shorter counts). Sent as fp{SOURCE_BITS} "
@@ -74,6 +74,6 @@ def comm_codec(c: Ctx) -> list[Finding]:
                      "exchange are assumed to lie on the step's path")
     return [c.finding("comm_codec", severity_for(net, c.step_ms), "Quantized communication costs more than it saves",
                       ev, [x[0].rank for x in rows], steps_where([r]), act, eg, net, "ranks[].comm_codec",
-                      gain_kind="estimate", source="assumed",
+                      gain_kind="estimate",
                       events=["`## encoder` / `## decoder` user annotations", "kernels launched inside them",
                               "autograd::engine::evaluate_function nodes", "all_to_all kernels"])]

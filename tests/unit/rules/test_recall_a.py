@@ -34,6 +34,7 @@ def test_codec_cost_is_the_kernels_inside_its_ranges(tmp_path):
         assert cc.decode_ms_per_step == pytest.approx(3.0, abs=1e-6)
     f = _one(a, "comm_codec")
     assert f is not None and f.gain_kind == "estimate" and f.gain_ms == pytest.approx(6.5, abs=1e-6)
+    assert "{" not in f.evidence.text and "(1.0 kernels per step" in f.evidence.text
     assert all(r.comm_codec.wire_bytes_bound_ms_per_step == pytest.approx(2.5, abs=1e-6) for r in a.ranks)
     assert _one(_run(tmp_path / "pays", qcomm_ms=1.0), "comm_codec") is None
     b = Analysis.from_dict(json.loads(json.dumps(a.to_dict())))
