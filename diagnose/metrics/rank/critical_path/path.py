@@ -49,8 +49,9 @@ class Walker:
         pred_edge, pred = g.binding(walk=True)
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
-        self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: hops.py
-        self._time, self._pred, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
+        self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: walks.py
+        # per node: its time, its binding edge's source (-1 none) and that edge's cause, read by walks.Walks too
+        self.times, self.preds, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
         self._order = np.zeros(0, np.int64)
         self._ready = False
         self._sorted = g.time
@@ -125,7 +126,7 @@ class Walker:
         if v < 0:
             acc[HOST_GAP] = end - start
             return np.array(acc, np.int64)
-        time, pred, cause = self._time, self._pred, self._cause
+        time, pred, cause = self.times, self.preds, self._cause
         c = max(min(time[v], end), start)  # a window with no node in it: all of it a gap, not more
         acc[HOST_GAP] += end - c
         budget = len(time)  # a hostile trace's times can close a loop of binding edges: never walk one forever
