@@ -17,14 +17,14 @@ from tests.gen.builder import TraceBuilder
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
-def _loop(fetch: int, steps: int = 3) -> TraceBuilder:
+def _loop(fetch: int, steps: int = 3, work: bool = True) -> TraceBuilder:
     """Per step k (k0 = (k-1)·P, P = fetch + 6000), on the main thread: ProfilerStep#k k0..k0+P; the DataLoader's
     `__next__` k0..k0+fetch (no launch; its work an aten::div_ of 450 µs every 500 µs); aten::fwd for 2000 µs after it, launching KF1 at +100 (runs +200..+800),
     KF2 at +700 (+800..+1400: queued behind KF1), KF3 at +1450 (+1500..+1800: 50 µs after KF2 ended); aten::bwd
     1000 µs, launching KB1 at +100 (+200..+3200) and KB2 at +200 (+3200..+5500: queued); aten::opt 3000 µs,
     launching KO at +100 (queued behind KB2: +4500..+4600), all on stream 7. Times after `+` count from the op's
     begin; no host thread is silent 1 ms inside an op where a kernel ends just before its next point (resume.py). Each step's device work ends 1600 µs into the next step; the next step's KF1 is launched at
-    fetch + 100 into it: fetch - 1500 µs after the stream went idle."""
+    fetch + 100 into it: fetch - 1500 µs after the stream went idle. `work=False`: `__next__` records no op."""
     b = TraceBuilder()
     p = fetch + 6000
     for k in range(1, steps + 1):
@@ -32,7 +32,7 @@ def _loop(fetch: int, steps: int = 3) -> TraceBuilder:
         f, w, o = k0 + fetch, k0 + fetch + 2000, k0 + fetch + 3000
         b.step(k, k0, k0 + p)
         b.cpu_op(NEXT, k0, fetch)
-        for j in range(fetch // 500):  # the fetch's own work: decoding, augmenting
+        for j in range(fetch // 500 if work else 0):  # the fetch's own work: decoding, augmenting
             b.cpu_op("aten::div_", k0 + 500 * j, 450)
         b.cpu_op("aten::fwd", f, 2000)
         b.kernel("KF1", f + 200, 600, launch_at=f + 100)
@@ -100,3 +100,14 @@ def test_host_feeding_its_device_keeps_the_devices_path(tmp_path):
     m = _steps(tmp_path, _loop(2000))
     _check(m.steps[1].critical_path, 8000, 6600, 200)
     _check(m.steps[2].critical_path, 8000, 6600, 200)
+
+
+def test_silent_host_keeps_the_devices_path(tmp_path):
+    """The other twin: fetch 4000 with nothing recorded inside `__next__` (a thread silent 1 ms or more was waiting,
+    not working: resume.py; nccl_data's main thread blocked 17 ms in loss.backward()). Its first point after step
+    2's KO ended (21600) is `__next__`'s end, 2400 µs later, so the walk returns to KO there, as before: step 2
+    reads as step 3 of the first test, compute 6600, launch 200, host 3200 of 10000; step 1 (from 0, KF1 without a
+    stream predecessor) host 4000 + 800, compute 6600, launch 200 of 11600."""
+    m = _steps(tmp_path, _loop(4000, work=False))
+    _check(m.steps[0].critical_path, 11600, 6600, 200)
+    _check(m.steps[1].critical_path, 10000, 6600, 200)
