@@ -1,4 +1,4 @@
-"""The rank's job-path hops (metrics/rank/critical_path/hops.py) on hand-made dependency graphs.
+"""The rank's job-path hops (metrics/rank/critical_path/hops.py, its walks walks.py) on hand-made dependency graphs.
 
 One graph's answer is worked out by hand in its docstring; random graphs (times running forward along some
 edges, loops of edges: what a hostile trace's clocks make) are checked against `_reference`, the walk as the
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, Graph
-from llmdiag.diagnose.metrics.rank.critical_path.hops import CAT_OF, GAP, NCAT, path_hops
+from llmdiag.diagnose.metrics.rank.critical_path.hops import path_hops
+from llmdiag.diagnose.metrics.rank.critical_path.walks import CAT_OF, GAP, NCAT
 from llmdiag.diagnose.metrics.rank.critical_path.path import Walker
 from llmdiag.diagnose.model.critical_path import CATEGORIES
 
@@ -59,7 +60,7 @@ def _reference(w: Walker, g: Graph, row_ev, row_start, wins):
     prev = np.full(n + len(wins), -1, np.int32)
     starts = np.array([x.start for x in wins], np.int64)
     win_of = np.searchsorted(starts, row_start, side="right") - 1
-    time, pred = g.time.tolist(), w._pred
+    time, pred = g.time.tolist(), w.preds
     for k, win in enumerate(wins):
         seen: dict = {}
         totals: list = []

@@ -20,6 +20,17 @@ on the device itself (a SYNC or resume edge) keeps its edge; one that is the ret
 latest E. The graph's edges are unchanged: the what-if simulation reads them, and a host faster than the trace is
 not held by this. One lexsort over the device edges and a binary search per launching thread.
 
+Not taken where the thread was busy with work of its own when the queue drained: it had a point within IDLE_MIN_NS
+after E (it was running, not waiting: resume.py) and made no runtime call for IDLE_HOST_NS after E. Such a host
+was not ahead but off doing something else while its device finished, and the end of that work, not the device,
+set when the op could start: the device's chain before E had that much slack, and the walk stays on the thread.
+kineto resnet50 num_workers=0 (V100): each step's device work ends 31-35 ms before the next step's first launch,
+the main thread running the DataLoader's `__next__` all along (~800 recorded ops, no runtime call); the return
+there read every step 64 % gpu_compute_bound on a host that never waited on its device. A thread silent after E
+(nccl_data's main thread, blocked in loss.backward() for 17 ms with no point) keeps the return; and one still
+calling the runtime within IDLE_HOST_NS (trace_diff control step 1010: a cudaStreamWaitEvent in flight at E) was
+feeding its device.
+
 Not taken in an event-sampled capture (graph.build: hta/sampled_pair keeps ~0.5 % of launches), whose stream order
 joins kept ops across dropped ones, so when an op could have begun is not in the trace (the path there is no
 reading of what bounds the step; docs/metrics.md).
@@ -33,6 +44,15 @@ began 0.73 ms after its launch, behind stream 7's work).
 from __future__ import annotations
 
 import numpy as np
+
+from llmdiag.diagnose.metrics.rank.critical_path.resume import IDLE_MIN_NS
+
+# A thread running at E that made no runtime call for this long after it was busy with work of its own, not feeding
+# its device (the docstring). idle_stretch.LONG_NS's bound: a stretch shorter than this is many launches' business.
+# The returns it drops on the real traces' paths: the next runtime call 1.9 ms after E (b200_vllm: 19 Python and
+# dispatch ops), 4.1-4.6 ms (nccl_data: 162 host-side foreach ops in the optimizer), 31-35 ms (resnet50
+# num_workers=0: the DataLoader).
+IDLE_HOST_NS = 1_000_000
 
 
 def idle_returns(g, pred_edge: np.ndarray, launch: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,10 +105,27 @@ def idle_returns(g, pred_edge: np.ndarray, launch: np.ndarray, thread: np.ndarra
         sel = th == u
         a = int(lo[sel][0])
         hp[sel] = a + np.searchsorted(otime[a:int(lp[sel].max()) + 1], e[sel], side="left")
-    h = order[np.minimum(hp, lp)]
+    hp = np.minimum(hp, lp)
+    h = order[hp]
     hb = pred_edge[h]
     ok = (hb >= 0) & thread[np.maximum(hb, 0)] & (g.time[h] >= e)
+    # ... unless the thread was running at E (a point within IDLE_MIN_NS: not waiting, resume.py) and went on with
+    # no runtime call for IDLE_HOST_NS: busy with work of its own, which set when the next op could start
+    ok &= (g.time[h] - e >= IDLE_MIN_NS) | (_untouched(g, order, hp, e) < IDLE_HOST_NS)
     h, p, e = h[ok], p[ok], e[ok]
     o = np.argsort(-e, kind="stable")
     h, first = np.unique(h[o], return_index=True)
     return h, p[o[first]]
+
+
+def _untouched(g, order: np.ndarray, hp: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per return, how long after E (`e`) its thread went on with no runtime call: 0 where one was in flight at E,
+    else from E to the next one's begin, found from the thread's first point at or after E (position `hp` in
+    `order`; the late launch itself is one, at or after it). A thread without runtime calls in the graph: never
+    (int64 max)."""
+    rt = np.flatnonzero(g.runtime[order // 2]) if len(g.runtime) else np.zeros(0, np.int64)
+    if not len(rt):
+        return np.full(len(hp), np.iinfo(np.int64).max, np.int64)
+    k = np.minimum(np.searchsorted(rt, hp), len(rt) - 1)
+    node = order[rt[k]]
+    return np.where(node % 2 == 1, 0, np.maximum(g.time[node] - e, 0))

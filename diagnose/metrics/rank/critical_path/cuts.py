@@ -10,7 +10,7 @@ back through the stretch as host time, and the job's path (metrics/job/critical_
 merely waited, never reaching the member the collective waited for.
 
 Here, for every such stretch that the rank's own path crosses (the gap is the binding edge of the point ending
-it), the walks of hops.py are run again with that point as one more stop: a walk that reaches it passes through
+it), the walks of hops.py (walks.Walks) are run again with that point as one more stop: a walk that reaches it passes through
 the stretch, and what it summed until then is the rank's path above the resume, exact. The coordinator then
 leaves the rank there for the collective (its end; the resume's lag after it counts as host time) and crosses it
 as any other. Only windows holding such a point are walked again: none in most traces.
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.critical_path.graph import THREAD
-from llmdiag.diagnose.metrics.rank.critical_path.hops import NCAT, PathHops, _Walks
+from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops
 from llmdiag.diagnose.metrics.rank.critical_path.path import Walker
 from llmdiag.diagnose.metrics.rank.critical_path.resume import IDLE_MIN_NS
+from llmdiag.diagnose.metrics.rank.critical_path.walks import NCAT, Walks, row_stops
 
 # A resume this soon after a collective's end was waiting on it. Recorded synchronize calls return 1-52 µs after
 # the device op they waited on (resume.py); an unrecorded wait adds the code up to the next recorded call (65 µs
@@ -69,7 +70,7 @@ def path_cuts(w: Walker, hops: PathHops, row_ev: np.ndarray, row_start: np.ndarr
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (ends[jj] >= r - CUT_TOL_NS) & (ends[jj] > g.time[src])
     # ... and the stretch is what the point ending it waited on (its binding edge): the rank's path crosses it
-    pred = w._pred
+    pred = w.preds
     ok[ok] = [pred[d] == u for d, u in zip(dst[ok].tolist(), src[ok].tolist())]
     if not ok.any():
         return None
@@ -80,9 +81,7 @@ def path_cuts(w: Walker, hops: PathHops, row_ev: np.ndarray, row_start: np.ndarr
 def _walk_again(w: Walker, hops: PathHops, row_ev, row_start, wins, node, row, n) -> PathCuts | None:
     """hops.path_hops's walks, in the windows holding a resume, with each resume one more stop (rows n, n+1...)."""
     g = w.g
-    pos = np.searchsorted(g.ev, row_ev).clip(0, max(len(g.ev) - 1, 0))
-    found = (g.ev[pos] == row_ev) & g.device[pos]
-    stop = dict(zip((2 * pos[found] + 1).tolist(), np.flatnonzero(found).tolist()))
+    pos, found, stop = row_stops(g, row_ev)
     extra_stop = {int(v): n + k for k, v in enumerate(node.tolist()) if int(v) not in stop}
     stop.update(extra_stop)
     starts = np.array([x.start for x in wins], np.int64)
@@ -90,7 +89,7 @@ def _walk_again(w: Walker, hops: PathHops, row_ev, row_start, wins, node, row, n
     hop, cut_row, at, cats = [], [], [], []
     for k in sorted(set(at_win[at_win >= 0].tolist())):
         win = wins[k]
-        walk = _Walks(w, stop)
+        walk = Walks(w, stop)
         walk.window(win.start)
         sinks = [(i, 2 * int(pos[i]) if found[i] else w.sink(int(row_start[i])), int(row_start[i]))
                  for i in np.flatnonzero(hops.win[:n] == k).tolist()]

@@ -79,6 +79,7 @@ class Graph:
     # the walk's returns to the device (ahead.py): the host nodes in thread order and their thread (host_points)
     horder: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     hthread: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per selected event: a runtime call
 
     @property
     def nodes(self) -> int:
@@ -154,10 +155,11 @@ def build(t: RankTrace) -> Graph:
     share = op_ids_contiguous(t)
     sampled = share is not None and share < SAMPLED_SHARE
     ho, ht = (order[0], order[1].astype(np.int64)) if order is not None and not sampled else (z, z)
+    rt = ~is_dev & np.isin(kind[ev], (RUNTIME, SYNC))
     if not srcs:
-        return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8), ho, ht)
+        return Graph(ev, time, is_dev, z, z, z.astype(np.int8), z.astype(np.int8), ho, ht, rt)
     return Graph(ev, time, is_dev, np.concatenate(srcs), np.concatenate(dsts), np.concatenate(types),
-                 np.concatenate(causes), ho, ht)
+                 np.concatenate(causes), ho, ht, rt)
 
 
 def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray, end: np.ndarray):

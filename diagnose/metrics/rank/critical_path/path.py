@@ -49,9 +49,11 @@ class Walker:
         pred_edge, pred = g.binding(walk=True)
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
-        self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: hops.py
-        self._time, self._pred, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
+        self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: walks.py
+        # per node: its time, its binding edge's source (-1 none) and that edge's cause, read by walks.Walks too
+        self.times, self.preds, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
         self._order = np.zeros(0, np.int64)
+        self.crossed = -1  # set by walk
         self._ready = False
         self._sorted = g.time
         self._dbegin = self._dend = self._dnode = self._dmax = self._eend = self._enode = self._ebegin = \
@@ -115,17 +117,21 @@ class Walker:
             return int(self._dnode[m])
         return -1
 
-    def walk(self, start: int, end: int, segs: list | None = None) -> np.ndarray:
-        """Nanoseconds per cause (CAUSES order) of the path tiling [start, end] back from its last node; the
-        segments (t0, t1, cause), latest first, appended to `segs` when given."""
+    def walk(self, start: int, end: int, segs: list | None = None, top: int = -1) -> np.ndarray:
+        """Nanoseconds per cause (CAUSES order) of the path tiling [start, end] back from its last node (`top`
+        where given: a node at or after `end`, whose binding edge the walk follows from `end`; else sink(end));
+        the segments (t0, t1, cause), latest first, appended to `segs` when given. Sets `crossed`: the node whose
+        binding edge crosses `start` (the next walk back, of the window ending at `start`, goes on from it), -1
+        where the walk ended in a gap with no recorded dependency."""
         acc = [0] * len(CAUSES)
-        v = self.sink(end)
+        self.crossed = -1
+        v = top if top >= 0 else self.sink(end)
         if end <= start:
             return np.array(acc, np.int64)
         if v < 0:
             acc[HOST_GAP] = end - start
             return np.array(acc, np.int64)
-        time, pred, cause = self._time, self._pred, self._cause
+        time, pred, cause = self.times, self.preds, self._cause
         c = max(min(time[v], end), start)  # a window with no node in it: all of it a gap, not more
         acc[HOST_GAP] += end - c
         budget = len(time)  # a hostile trace's times can close a loop of binding edges: never walk one forever
@@ -137,6 +143,8 @@ class Walker:
                 acc[KERNEL_GAP] += c - tu
                 if segs is not None and c > tu:
                     segs.append((tu, c, KERNEL_GAP))
+                if tu <= start:
+                    self.crossed = v
                 c, v = tu, u
                 continue
             if u < 0 or budget < 0:
@@ -149,6 +157,8 @@ class Walker:
             acc[cause[v]] += c - lo
             if segs is not None and c > lo:
                 segs.append((lo, c, cause[v]))
+            if tu <= start:
+                self.crossed = v
             c, v = tu, u
         return np.array(acc, np.int64)
 
@@ -159,7 +169,17 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
     the mean over them). GPU traces only: a CPU trace's host threads are its whole timeline. `hta`: HTA's graph
     and longest path over each step's host span (hta.py, `--hta-compat`). `track`, when given, gets the path's
     segments for the timeline: (start, end, step, cause, ""), runs of one cause merged (our path only).
-    `walker`, when given, gets the Walker (our path only), for the job path's hops (hops.py)."""
+    `walker`, when given, gets the Walker (our path only), for the job path's hops (hops.py).
+
+    Windows that abut (steps.py: a window ends where the next begins) are walked latest first as one chain: where
+    the next window's walk crossed into this one on a host thread, this one goes on from there, not from what the
+    device was doing at its end. A step's device work that ended long before anything of the next step waited on
+    it is slack (kineto resnet50 num_workers=0: done 31-35 ms before the next step's first launch, the host in the
+    DataLoader meanwhile); walked from the device's end, each step read 64 % gpu_compute_bound on a host that never
+    waited on its device. Where the crossing is a device edge, the window's own sink: a launch edge there is often an
+    event wait the trace does not record (torchrec optimizer_5 rank 2: an all-reduce begun 36 ms after its launch,
+    behind the compute stream), which would put the whole gap on the launch. The last window has no next one and
+    starts from the device's end."""
     if not t.is_gpu or not wins:
         return [None] * len(wins), None
     if hta:
@@ -171,15 +191,21 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
     w = Walker(build(t))
     if walker is not None:
         walker.append(w)
-    per = []
-    for win in wins:
+    ns: list = [None] * len(wins)
+    pieces: list = [[] for _ in wins]
+    top, after = -1, None  # where the walk of the window after crossed into this one, and that window's start
+    for k in range(len(wins) - 1, -1, -1):  # latest first: one chain through windows that abut
+        win = wins[k]
         segs: list | None = [] if track is not None else None
-        per.append(w.walk(win.start, win.end, segs))
-        if track is not None and segs:
-            track += merged(segs[::-1], win.step)
+        ns[k] = w.walk(win.start, win.end, segs, top if after == win.end else -1)
+        top, after = (w.crossed if w.crossed >= 0 and not w.g.device[w.crossed // 2] else -1), win.start
+        if segs:
+            pieces[k] = merged(segs[::-1], win.step)
+    if track is not None:
+        track += [x for p in pieces for x in p]
     keep = whole_iterations(wins)
-    rank = split(np.sum([p for p, k in zip(per, keep) if k], axis=0), sum(keep))
-    return [split(p) for p in per], _left_out(rank, len(wins) - sum(keep))
+    rank = split(np.sum([p for p, k in zip(ns, keep) if k], axis=0), sum(keep))
+    return [split(p) for p in ns], _left_out(rank, len(wins) - sum(keep))
 
 
 def stated(per_step: list, rank: RankCriticalPath | None, chores: RankChores | None, track: list | None = None
