@@ -1,5 +1,5 @@
-"""The gain a device-side rule's edit has once the cause that sets the step today is fixed: one mechanism for the
-rules whose gain is capped now by the host (fp32_gemm, data_movement).
+"""The gain a device-side rule's edit has now and once the cause that sets the step today is fixed: one mechanism
+for the rules whose gain the host caps now (fp32_gemm, data_movement, unfused_elementwise).
 
 Where the host sets the step (rules/base.py host_sets_step), a faster kernel takes at most the host's waits off
 the step now. The same edit pays more once that bound is removed, but only a bound with a fix of its own (the
@@ -15,6 +15,7 @@ from __future__ import annotations
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules.base import host_sets_step
 from llmdiag.diagnose.simulate.after_fix import BOUNDS, STEP, WANT
 
 NAMES = {"dataloader": "the DataLoader (`__next__` on the training thread)",
@@ -22,6 +23,13 @@ NAMES = {"dataloader": "the DataLoader (`__next__` on the training thread)",
 PLURAL = {"allocator"}  # "the allocator calls ... set", "the DataLoader ... sets"
 MORE_MS = 0.5  # the gain after the fix must reach this much (and MORE_SHARE of the step) to be said
 MORE_SHARE = 0.01
+
+
+def now(r: RankMetrics, g: float) -> float:
+    """What an edit worth `g` ms of device time per step takes off the step now: at most the host's waits for the
+    device where the host sets the step (host_sets_step: a host that never waits sets the step, and faster device
+    work only lengthens the idle)."""
+    return min(g, r.hints.host_wait_ms or 0.0) if host_sets_step(r) else g
 
 
 def bounds_of(r: RankMetrics) -> list[str]:

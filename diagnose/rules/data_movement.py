@@ -55,7 +55,7 @@ def _saving(r: RankMetrics, f: MoveFamily, capped: bool = True) -> float:
     where the device idles ≥ HOST_BOUND_IDLE of the step (a host that never waits sets the step, as for fp32_gemm:
     faster device work only lengthens the idle)."""
     g = max(0.0, f.busy_ms - f.under_comm_ms)
-    return min(g, r.hints.host_wait_ms or 0.0) if capped and host_sets_step(r) else g
+    return after_fix.now(r, g) if capped else g
 
 
 def _ops_text(f: MoveFamily) -> str:

@@ -51,7 +51,7 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
     g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms or 0.0) if host_sets_step(r) else g
+    return after_fix.now(r, g)
 
 
 def _convs(r: RankMetrics) -> float:

@@ -15,7 +15,7 @@ The scenario: the bound's host time goes (the chain edges inside its ops' spans 
 edges into their ends are removed), alone and together with each candidate edit. The candidate's gain after the
 fix is (gain of both) − (gain of the fix alone): the step the fix leaves, shortened by the candidate. Keys in
 RankMetrics.simulated_gain_ms: "after_fix:<bound>" (each bound's fix alone), "after_fix" (all material bounds
-fixed together), "after_fix:step_ms" (the step then), "after_fix/<candidate>" ("fp32_gemm/<speed-up>", "data_movement:<family>"). A bound whose fix
+fixed together), "after_fix:step_ms" (the step then), "after_fix/<candidate>" ("fp32_gemm/<speed-up>", "data_movement:<family>", "elementwise"). A bound whose fix
 alone takes less than MIN_SHARE of the step in most steps is not assumed fixed (it does not set the step: an
 allocator storm in one outlier step is that step's, the allocator finding's). A step freed of its bound is at
 least its device's work (`_Scenarios.floor`): the graph holds only the syncs the trace showed, and a host with no
@@ -24,16 +24,22 @@ bound would otherwise run ahead of its device without end.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import numpy as np
 
-from llmdiag.diagnose.io.trace import RankTrace
+from llmdiag.diagnose.io.trace import COMPUTE, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import DEVICE, LAUNCH, SYNC_EDGE, build
 from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import UNEXPLAINED_SHARE, unexplained_share
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator
 from llmdiag.diagnose.metrics.rank.data_movement import family_kernels
+from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts, is_elementwise
+from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.metrics.rank.steps import is_dataloader
+from llmdiag.diagnose.model.analysis import Hints
 from llmdiag.diagnose.model.data_movement import FAMILIES
 from llmdiag.diagnose.model.format import NS_PER_MS
 
@@ -183,6 +189,9 @@ def _candidates(t: RankTrace, wins, speedup: float, want: set[str], pos: np.ndar
         f32 = at(fp32_gemm_kernels(t))
         if len(f32):
             yield f"fp32_gemm/{speedup:g}", f32, 1.0 / speedup
+    ew = _elementwise(t, wins)
+    if ew is not None:
+        yield "elementwise", at(ew[0]), ew[1]
     got = family_kernels(t, wins)
     if got is None:
         return
@@ -191,3 +200,19 @@ def _candidates(t: RankTrace, wins, speedup: float, want: set[str], pos: np.ndar
         k = kern[code == c]
         if len(k) and float(t.dur[k].sum()) / NS_PER_MS / len(wins) >= MIN_KERNEL_MS:
             yield f"data_movement:{name}", at(k), 0.0
+
+
+def _elementwise(t: RankTrace, wins) -> tuple[np.ndarray, float] | None:
+    """(the steps' elementwise kernels, the factor on their time) for the `unfused_elementwise` edit: every such
+    kernel shortened alike so that their total loses the rule's fusable time (metrics/rank/elementwise.py: per
+    op pattern its time × (1 − 1/k)); None below MIN_KERNEL_MS per step of either."""
+    h = SimpleNamespace()
+    elementwise_facts(t, wins, cast(Hints, h))
+    fus = getattr(h, "elementwise_fusable_ms", None) or 0.0
+    if fus < MIN_KERNEL_MS:
+        return None
+    comp = in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins)
+    ids = t.name_ids(is_elementwise, comp)
+    idx = np.flatnonzero(comp & np.isin(t.name, ids)) if len(ids) else np.zeros(0, np.int64)
+    total = float(t.dur[idx].sum()) / NS_PER_MS / len(wins)
+    return (idx, 1.0 - fus / total) if total > 0 else None

@@ -48,6 +48,34 @@ def _job(folder: str, prefix: str, fetch: str = DATALOADER, side_fp32: bool = Fa
     return [b.write(os.path.join(folder, f"{prefix}_rank0.pt.trace.json.gz"))]
 
 
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, std::array<char*, 3> >(int, x)"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3> >(x)"
+PAIRS, EW_US, OP_US = 100, 50, 20
+EW_STEP = STEP + 2 * PAIRS * OP_US  # 34,040 µs
+# The fusion job: after the same fetch, 100 `aten::mul` / `aten::add` pairs, one op every 20 µs from k0+30010
+# (each launching at +5 one 50-µs elementwise kernel; the kernels run back to back from k0+30025 to k0+40025,
+# under the next step's fetch): one `add/mul` pattern of k = 2 ops, 10,000 µs per step, fusable 10,000 × (1 − 1/2)
+# = 5,000. Once the fetch is gone the host needs 4,000 µs per step and the device 10,000: a step is its device
+# work; fused, 5,000 (still above the host's 4,000): fusion takes 5.00 ms per step off then.
+EW_AFTER_MS = 2 * PAIRS * EW_US * (1 - 1 / 2) / 1000
+
+
+def _ew_job(folder: str, prefix: str) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    b = TraceBuilder(rank=0, world_size=1, device_properties=V100)
+    for k in range(1, STEPS + 1):
+        k0 = (k - 1) * EW_STEP
+        b.step(k, k0, k0 + EW_STEP)
+        b.cpu_op(DATALOADER, k0 + 5, FETCH)
+        d = k0 + 30_025
+        for i in range(2 * PAIRS):
+            t = k0 + 30_010 + i * OP_US
+            b.cpu_op("aten::mul" if i % 2 == 0 else "aten::add", t, OP_US - 5)
+            b.kernel(MUL if i % 2 == 0 else ADD, d, EW_US, launch_at=t + 5)
+            d += EW_US
+    return [b.write(os.path.join(folder, f"{prefix}_rank0.pt.trace.json.gz"))]
+
+
 AFTER = rf"{AFTER_MS:.2f} ms per step once the DataLoader[^;]* no longer sets the step \(simulated, assuming it is fixed first"
 NO_AFTER = r"no longer sets? the step"
 FETCH_RIGHT = {"verdict": "right", "rules": ["dataloader"],
@@ -58,12 +86,20 @@ FP32_RIGHT = {"verdict": "right", "rules": ["fp32_gemm"], "why": "fp32 GEMMs on 
 def recall_postfix_scenarios() -> dict[str, tuple[Knobs, dict]]:
     what = (f"an fp32 GEMM of {GEMM / 1000:g} ms per step hidden under the next step's {FETCH / 1000:g} ms DataLoader "
             f"fetch: nothing now, {AFTER_MS:.2f} ms per step once the fetch no longer sets the step")
+    ew = (f"{2 * PAIRS} unfused mul/add kernels of {EW_US} µs per step under the next fetch: "
+          f"{EW_AFTER_MS:.2f} ms per step fused once the fetch no longer sets the step")
     return {
         "postfix_fp32_after_dataloader": (Knobs(writer=_job), {
             "problems": [{"id": "fp32_after_dataloader", "what": what,
                           "any": [{"where": "finding", "rules": ["fp32_gemm"], "text": AFTER}]}],
             "silent": [],
             "claims": [{"verdict": "right", "rules": ["fp32_gemm"], "why": what}, FETCH_RIGHT]}),
+        "postfix_fusion_after_dataloader": (Knobs(writer=_ew_job), {
+            "problems": [{"id": "fusion_after_dataloader", "what": ew,
+                          "any": [{"where": "finding", "rules": ["unfused_elementwise"],
+                                   "text": rf"{EW_AFTER_MS:.2f} ms per step once the DataLoader"}]}],
+            "silent": [],
+            "claims": [{"verdict": "right", "rules": ["unfused_elementwise"], "why": ew}, FETCH_RIGHT]}),
         "postfix_host_op_twin": (Knobs(writer=partial(_job, fetch="aten::index_put_")), {
             "problems": [], "claims": [FP32_RIGHT],
             "silent": [{"id": "no_after_fix", "why": "the same 30 ms of host time is an op no single fix removes: "

@@ -51,6 +51,29 @@ def test_gemm_pays_once_the_dataloader_is_fixed(tmp_path):
     assert g["fp32_gemm/4"] == pytest.approx(3.0)
 
 
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, std::array<char*, 3> >(int, x)"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3> >(x)"
+
+
+def test_fusion_pays_once_the_dataloader_is_fixed(tmp_path):
+    """The GEMM's step with its 20,000 µs of device work as two elementwise kernels instead, `aten::mul` then
+    `aten::add`, 10,000 µs each (launched at k0+30015 and k0+30025, back to back from k0+30030): one `add/mul`
+    pattern of k = 2 ops, fusable 20,000 × (1 − 1/2) = 10,000 µs per step; each kernel is shortened alike, to
+    5,000. Once the fetch is gone a step is its device work: 20,000 µs, 10,000 fused, so fusion takes 10.00 ms
+    per step off then."""
+    b = TraceBuilder(rank=0, world_size=1, device_properties=V100)
+    for k in range(6):
+        k0 = k * 30_040
+        b.step(k + 1, k0, k0 + 30_040)
+        b.cpu_op(FETCH, k0 + 5, 30_000)
+        b.cpu_op("aten::mul", k0 + 30_010, 10)
+        b.kernel(MUL, k0 + 30_030, 10_000, launch_at=k0 + 30_015)
+        b.cpu_op("aten::add", k0 + 30_020, 10)
+        b.kernel(ADD, k0 + 40_030, 10_000, launch_at=k0 + 30_025)
+    g = _rank(tmp_path, b).simulated_gain_ms
+    assert g["after_fix/elementwise"] == pytest.approx(10.0)
+
+
 def test_no_bound_without_a_fix_of_its_own(tmp_path):
     """The same 30 ms of host time in `aten::index_put_`: no single fix removes it, nothing is assumed fixed."""
     g = _rank(tmp_path, _fetch_then_gemm("aten::index_put_")).simulated_gain_ms
