@@ -9,6 +9,7 @@ from llmdiag.diagnose.model import stats as statistics  # the standard one impor
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.data_movement import MoveFamily
 from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.rules import after_fix
 from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for, steps_where
 
 SHARE = 0.10  # a family below 10 % of the rank's compute time gets no finding: healthy recommendation models in the real traces carry 2-6 % of cat/copy kernels (trace_diff, sampled_pair, a100 all-to-all), so a family stands out above that band;
@@ -54,7 +55,7 @@ def _saving(r: RankMetrics, f: MoveFamily, capped: bool = True) -> float:
     where the device idles ≥ HOST_BOUND_IDLE of the step (a host that never waits sets the step, as for fp32_gemm:
     faster device work only lengthens the idle)."""
     g = max(0.0, f.busy_ms - f.under_comm_ms)
-    return min(g, r.hints.host_wait_ms or 0.0) if capped and host_sets_step(r) else g
+    return after_fix.now(r, g) if capped else g
 
 
 def _ops_text(f: MoveFamily) -> str:
@@ -86,15 +87,17 @@ def data_movement(c: Ctx) -> list[Finding]:
     ev += f". Launched by: {_ops_text(f)}. {plural(len(rows), 'rank')} above the rule's floors"
     if host_sets_step(w) and _saving(w, f) < _saving(w, f, capped=False):  # the host's waits cap it
         ev += (f". The {c.dev} is idle {fmt(w.idle_ms / w.step_time_ms, 'pct')} of the step and the host waits for it "
-               f"{fmt(w.hints.host_wait_ms or 0.0, 'ms')} per step: the step shortens by at most that now; "
-               f"{fmt(_saving(w, f, capped=False), 'ms')} once the host no longer sets it")
+               f"{fmt(w.hints.host_wait_ms or 0.0, 'ms')} per step: the step shortens by at most that now")
+    # the gain once a removable bound (DataLoader, allocator) no longer sets the step (rules/after_fix.py)
+    after = ([r for r, _ in rows], f"data_movement:{fam}", f"the {WHAT[fam]} kernels removed")
+    ev += after_fix.clause(*after)
     others = [k for k in bad if k != fam]
     if others:
         ev += ". Also: " + ", ".join(f"{WHAT[k]} kernels {fmt(gains[k], 'ms')} per step ({SHORT[k]})"
                                      for k in sorted(others))
     eg = c.gain_text(gain, f"the {WHAT[fam]} kernels' {c.dev} time with no other kernel and no collective running, "
                      "at most the host's waits for the device where the host sets the step, mean over those ranks; "
-                     "the data may still move once after the edit", bound=True)
+                     "the data may still move once after the edit" + after_fix.clause(*after, short=True), bound=True)
     return [c.finding("data_movement", severity_for(gain, c.step_ms), f"{c.Dev} time spent on {WHAT[fam]} kernels",
                       ev, [r.rank for r, _ in rows], steps_where([w]), _action(f), eg, gain,
                       "ranks[].data_movement.families[].busy_ms", gain_kind="bound",

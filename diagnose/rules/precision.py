@@ -17,6 +17,7 @@ from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.devices import compute_capability
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.model.gemm_speedup import AMD_RE, AMD_SPEEDUP, CONSUMER_SPEEDUP, gemm_speedup  # noqa: F401
+from llmdiag.diagnose.rules import after_fix
 from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
@@ -50,7 +51,7 @@ def _saving(r: RankMetrics, speedup: float) -> float:
     host's waits for the device (Hints.host_wait_ms) where the device idles ≥ HOST_BOUND_IDLE of the step: a
     host that never waits for its device sets the step, and faster kernels then only lengthen the idle."""
     g = (r.hints.fp32_gemm_frac or 0.0) * r.compute_ms * _on_path(r) * (1 - 1 / speedup)
-    return min(g, r.hints.host_wait_ms or 0.0) if host_sets_step(r) else g
+    return after_fix.now(r, g)
 
 
 def _convs(r: RankMetrics) -> float:
@@ -159,13 +160,17 @@ def fp32_gemm(c: Ctx) -> list[Finding]:
     if _convs(w) > 0:
         act += _channels_last(w)
     label = {"GEMMs": "GEMM", "convolutions": "convolution", "GEMMs and convolutions": "GEMM and convolution"}[kinds]
+    # the gain once a removable bound (DataLoader, allocator) no longer sets the step (rules/after_fix.py)
+    rows, key, what = bad, f"fp32_gemm/{speedup:g}", f"the fp32 {label} kernels {speedup:g}× faster"
+    ev += after_fix.clause(rows, key, what)
+    post = after_fix.clause(rows, key, what, short=True)
     if simulated:
         eg = c.gain_text(gain, f"simulated on the rank's dependency graph with the fp32 {label} kernels at "
-                         f"1/{speedup:g} of their time, an assumed {speedup:g}× speed-up: {why}; mean over the ranks")
+                         f"1/{speedup:g} of their time, an assumed {speedup:g}× speed-up: {why}; mean over the ranks" + post)
     else:
         eg = c.gain_text(gain, f"estimate, not simulated: fp32 {label} time on the path × (1 − 1/{speedup:g}), an "
                          f"assumed {speedup:g}× speed-up: {why}; at most the host's waits for the {c.dev} where "
-                         "it idles")
+                         "it idles" + post)
     return [c.finding("fp32_gemm", severity_for(gain, c.step_ms), title, ev,
                       [r.rank for r in bad], [], act, eg, gain, "ranks[].hints.fp32_gemm_frac",
                       gain_kind="simulated" if simulated else "estimate",

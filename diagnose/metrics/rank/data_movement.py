@@ -53,7 +53,11 @@ def family_of(name: str) -> str | None:
     return None
 
 
-def data_movement(t: RankTrace, wins: list[Window]) -> DataMovement | None:
+def family_kernels(t: RankTrace, wins: list[Window]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[int, int]] | None:
+    """(device events in the windows, the counted kernels, their family index into FAMILIES, their launching op
+    or -1, the launching ops by device event) or None: the kernels the families count (also what the after-fix
+    simulation, simulate/after_fix.py, removes)."""
     if not wins or not t.is_gpu or t.kind is None:
         return None
     dev = device_events(t, wins)
@@ -74,7 +78,14 @@ def data_movement(t: RankTrace, wins: list[Window]) -> DataMovement | None:
     layout, copy = FAMILIES.index("layout"), FAMILIES.index("copy")
     keep = (code != layout) | conv
     keep &= (code != copy) | np.array([i not in under_cast for i in kern.tolist()], bool)
-    kern, code, op_of = kern[keep], code[keep], op_of[keep]
+    return dev, kern[keep], code[keep], op_of[keep], by_dev
+
+
+def data_movement(t: RankTrace, wins: list[Window]) -> DataMovement | None:
+    got = family_kernels(t, wins)
+    if got is None or t.kind is None:
+        return None
+    dev, kern, code, op_of, by_dev = got
     n = len(wins)
     out = []
     for c, name in enumerate(FAMILIES):

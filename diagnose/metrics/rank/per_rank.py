@@ -53,6 +53,8 @@ from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
+from llmdiag.diagnose.simulate.after_fix import after_fix_gains
+from llmdiag.diagnose.simulate.after_fix import wanted as after_wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
 from llmdiag.diagnose.metrics.rank.critical_path.cuts import PathCuts, path_cuts
@@ -176,7 +178,8 @@ def _run(job: RankJob) -> RankOutput:
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
-    cp.send((wanted(metrics), p2p, device))  # what the what-ifs and hops need from here
+    want = wanted(metrics) | after_wanted(metrics.hints.device_idle_frac)  # after_fix: simulate/after_fix.py
+    cp.send((want, p2p, device))  # what the what-ifs and hops need from here
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
         actions, links = infer_actions(t, wins, p2p, no_peers)
@@ -223,6 +226,7 @@ def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
     want, p2p, device = get()
     gains = simulated_gains(t, wins, gemm_speedup(device)[0], groups, want,
                             walker[0].g if walker else None)  # what-ifs on the path's graph
+    gains.update(after_fix_gains(t, wins, gemm_speedup(device)[0], want, walker[0].g if walker else None))
     rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
     hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
     cuts = (path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
