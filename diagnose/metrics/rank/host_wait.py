@@ -37,7 +37,7 @@ ASYNC_COPY_RE = re.compile(r"^(cuda|hip|cu)Memcpy\w*Async\w*$")
 is_async_copy = prefiltered(ASYNC_COPY_RE, "emcpy")
 # frees that synchronize the device (the stream-ordered `*FreeAsync` does not)
 _FREE_RE = re.compile(r"^(cuda|hip)Free$|^cuMemFree(_v2)?$")
-_is_free = prefiltered(_FREE_RE, "Free")
+is_free_sync = prefiltered(_FREE_RE, "Free")
 
 
 def host_wait_ms(t: RankTrace, wins: list[Window]) -> float | None:
@@ -60,7 +60,7 @@ def free_wait_ns(t: RankTrace, wins: list[Window]) -> int:
     length while some device op (any stream) ran; a free on an idle device waits for nothing."""
     if t.kind is None:
         return 0
-    ci = np.flatnonzero(in_windows(t, t.name_mask(_is_free, t.kind == RUNTIME), wins))
+    ci = np.flatnonzero(in_windows(t, t.name_mask(is_free_sync, t.kind == RUNTIME), wins))
     if not len(ci):
         return 0
     return int(iv.overlap_each(t.ts[ci], t.ts[ci] + t.dur[ci], _device_busy(t)).sum())

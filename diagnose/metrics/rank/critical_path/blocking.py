@@ -1,8 +1,11 @@
 """SYNC edges: a host thread blocked in a call until a device op ended (graph.py adds them).
 
-Two kinds of call block: a synchronize (device / stream / event synchronize, a synchronous memcpy; host_wait's
-is_sync_call), which waits on the device op that ended last inside it; and an async copy (cudaMemcpyAsync /
-hipMemcpyAsync) whose own copy ended before it returned (pageable memory: it held the host).
+Three kinds of call block: a synchronize (device / stream / event synchronize, a synchronous memcpy; host_wait's
+is_sync_call) and a free that synchronizes the device (`cudaFree` / `hipFree`, host_wait's is_free_sync: with the
+caching allocator off every free drains the device, mi300_resnet18_no_caching_allocator), each waiting on the
+device op that ended last inside it (a free on an idle device finds none and draws no edge); and an async
+copy (cudaMemcpyAsync / hipMemcpyAsync) whose own copy ended before it returned (pageable memory: it held the
+host).
 
 What such a call waited on was enqueued before it began (resume.latest_launched_end: a device clock running
 behind the host's puts ops launched after the call inside it). The edge goes into the thread's first point at
@@ -19,21 +22,25 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.resume import latest_launched_end
-from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_sync_call
+from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_free_sync, is_sync_call
 
 WAKE_LOOKAHEAD = 4  # thread points checked after a call's begin for the first one past the op it waited on
 
 
 def sync_edges(t: RankTrace, ev: np.ndarray, hk: np.ndarray, dk: np.ndarray, begin: np.ndarray, end: np.ndarray,
-               launched: np.ndarray, nodes: np.ndarray, th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(device end node, host node) per blocking call that waited on a device op. `ev`, `begin`, `end`: the
-    graph's selected events; `hk` / `dk` their host / device positions; `launched`: per device event (dk
-    order), its launch's begin (int64 min unknown); `nodes`, `th`: the host nodes in thread order and their
-    thread (graph.host_points)."""
+               launched: np.ndarray, nodes: np.ndarray, th: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device end node, host node, is a free) per blocking call that waited on a device op: a free's time
+    after the device drained is the allocator's own work, not a wait (graph.py names its edge so). `ev`,
+    `begin`, `end`: the graph's selected events; `hk` / `dk` their host / device positions; `launched`: per
+    device event (dk order), its launch's begin (int64 min unknown); `nodes`, `th`: the host nodes in thread
+    order and their thread (graph.host_points)."""
     nm = t.name[ev[hk]]
     sync = np.zeros(len(t.names), bool)
     sync[t.name_ids(is_sync_call)] = True
-    calls = hk[sync[nm]]
+    free = np.zeros(len(t.names), bool)
+    free[t.name_ids(is_free_sync)] = True  # a free waits for the device's queued work (host_wait.free_wait_ns)
+    calls = hk[(sync | free)[nm]]
     o = np.argsort(end[dk], kind="stable")
     j = latest_launched_end(end[dk][o], launched[o], end[calls], begin[calls], begin[calls])
     ok = j >= 0
@@ -50,7 +57,7 @@ def sync_edges(t: RankTrace, ev: np.ndarray, hk: np.ndarray, dk: np.ndarray, beg
         src.append(d[ok])
         call.append(ac[ok])
     s, c = np.concatenate(src), np.concatenate(call)
-    return 2 * s + 1, _wake_point(c, end[s], begin, end, nodes, th)
+    return 2 * s + 1, _wake_point(c, end[s], begin, end, nodes, th), free[t.name[ev[c]]]
 
 
 def _wake_point(calls: np.ndarray, dev_end: np.ndarray, begin: np.ndarray, end: np.ndarray, nodes: np.ndarray,

@@ -145,8 +145,8 @@ def build(t: RankTrace) -> Graph:
     _wait_edges(t, ev, dk, begin, end, launch_of, stream_pred, add)
     launched = np.where(launch_of >= 0, begin[np.maximum(launch_of, 0)], np.iinfo(np.int64).min)
     if order is not None and len(dk):
-        s, d = blocking.sync_edges(t, ev, hk, dk, begin, end, launched, order[0], order[1])
-        add(s, d, SYNC_EDGE, C["synchronize"])
+        s, d, free = blocking.sync_edges(t, ev, hk, dk, begin, end, launched, order[0], order[1])
+        add(s, d, SYNC_EDGE, np.where(free, C["allocator"], C["synchronize"]))
     lag = resume.clock_lag(launched, begin[dk])
     _resume_edges(time, dk, launched, lag, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
     z = np.zeros(0, np.int64)

@@ -38,8 +38,8 @@ import heapq
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
-from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, Graph,
-                                                               build)
+from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, C,
+                                                               Graph, build)
 from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, with_queue_edges,
                                                                    unexplained_share)
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
@@ -274,9 +274,10 @@ class Simulator:
     def recorded_syncs(self) -> np.ndarray:
         """Mask of the sync edges into a recorded blocking call's end (a synchronize, a synchronous copy): not a
         queue edge, nor a resume edge (resume.py: into the point a thread woke at, a begin; the trace does not say
-        what the thread waited in, so no call can be named to remove)."""
+        what the thread waited in, so no call can be named to remove), nor a free's (the allocator's: no sync the
+        user wrote; `after_fix:allocator` removes those)."""
         g = self.g
-        return (g.etype == SYNC_EDGE) & (g.dst % 2 == 1) & ~self.queue
+        return (g.etype == SYNC_EDGE) & (g.dst % 2 == 1) & ~self.queue & (g.cause != C["allocator"])
 
     def without_syncs(self) -> np.ndarray:
         """The weights with the recorded sync edges (`recorded_syncs`) inside the windows removed (the host no
