@@ -24,4 +24,6 @@ class HeldReads:
     starved_ms: float = 0.0  # per step, device idle after the copy until its next op, launched after the read
     host_rest_ms: float = 0.0  # per step, the step's host span less the holds (the host's own time, waits aside)
     steps: int = 0  # windows with such a read
+    longest_ms: float = 0.0  # the site's longest single hold
+    longest_step: int = -1  # the step holding it
     all_sites_ms: float = 0.0  # per step, all such reads of the rank (every site)

@@ -12,26 +12,32 @@ from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx
-from llmdiag.diagnose.rules.idle_calls import IDLE_FLOOR, short
+from llmdiag.diagnose.rules.idle_calls import IDLE_FLOOR, event_wait_ms, short
 
 HOLD_FLOOR = 0.1  # a site holding the host under 10 % of the step gets no finding
 
 
 def held_read(c: Ctx) -> list[Finding]:
-    """Fires where one call site's reads hold the host HOLD_FLOOR of the step or more. The gain is the device's
-    starved idle right after those reads (a bound: the most their removal gives now), none below IDLE_FLOOR."""
+    """Fires where one call site's reads hold the host HOLD_FLOOR of the step or more, less the idle a stream-event
+    wait holds (`event_wait`'s). The gain is the device's starved idle right after those reads (a bound: the most
+    their removal gives now), none below IDLE_FLOOR."""
+    # the device idle in blocking calls behind a stream-event wait is event_wait's (the read waits on that event,
+    # not on queued work draining): taken out first
     bad = [(r, r.held_reads) for r in c.ranks if r.held_reads is not None and r.step_time_ms
-           and r.held_reads.held_ms >= HOLD_FLOOR * r.step_time_ms]
+           and r.held_reads.held_ms - event_wait_ms(r) >= HOLD_FLOOR * r.step_time_ms]
     if not bad:
         return []
     r, h = max(bad, key=lambda x: x[1].held_ms / x[0].step_time_ms)
     stack = " ← ".join(f"`{short(x, 60)}`" for x in h.stack)
     idle_in = max(0.0, h.held_ms - h.busy_ms)
+    others = (f"; all such reads, every site: {fmt(h.all_sites_ms, 'ms')} per step"
+              if h.all_sites_ms >= h.held_ms + IDLE_FLOOR * r.step_time_ms else "")
     size = f"{fmt(h.copy_bytes, 'bytes')}, " if h.copy_bytes is not None else ""
     ev = (f"rank {r.rank}: `{short(h.call)}` of a device-to-host copy (`{short(h.copy)}`, {size}{fmt(h.copy_us, 'us')} "
           f"of copy) under {stack or 'no recorded op'} holds the host {fmt(h.held_ms, 'ms')} per step "
           f"({fmt(h.held_ms / r.step_time_ms, 'pct')} of the {fmt(r.step_time_ms, 'ms')} step; "
-          f"{fmt(h.calls, 'avg')} reads per step, in {plural(h.steps, 'step')}): the copy waits for up to "
+          f"{fmt(h.calls, 'avg')} reads per step, in {plural(h.steps, 'step')}; the longest {fmt(h.longest_ms, 'ms')} "
+          f"in step {h.longest_step}{others}): the copy waits for up to "
           f"{fmt(h.queued, 'int')} device ops launched before it to run first; meanwhile the {c.dev} ran "
           f"{fmt(h.busy_ms, 'ms')} of recorded work and was idle {fmt(idle_in, 'ms')} with that work queued (not "
           f"waiting for the host); after the reads it starved {fmt(h.starved_ms, 'ms')} per step before its next op "

@@ -110,4 +110,5 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
         held_ms=float(held[ix].sum()) / NS_PER_MS / nw, copy_us=float(np.median(t.dur[dd])) / 1e3,
         copy_bytes=int(np.median(nb)) if nb else None,
         busy_ms=float(b.sum()) / NS_PER_MS / nw, queued=queued, starved_ms=starved / NS_PER_MS / nw,
-        host_rest_ms=host_span - tot_held, steps=len(set(k[ix].tolist())), all_sites_ms=tot_held)
+        host_rest_ms=host_span - tot_held, steps=len(set(k[ix].tolist())), all_sites_ms=tot_held,
+        longest_ms=float(held[longest]) / NS_PER_MS, longest_step=wins[int(k[longest])].step)

@@ -53,6 +53,7 @@ from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
+from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
@@ -191,6 +192,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
     metrics.held_reads = held_reads(t, wins)  # small device-to-host reads holding the host (rules/held_reads.py)
+    metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why

@@ -56,7 +56,7 @@ def test_held_read_names_the_read_its_hold_and_the_starved_device(tmp_path):
     h = a.ranks[0].held_reads
     assert h.held_ms == pytest.approx(7.95, abs=1e-6)
     assert h.busy_ms == pytest.approx(7.95, abs=1e-6)
-    assert h.queued == 3
+    assert h.queued == 3 and h.longest_ms == pytest.approx(7.95, abs=1e-6) and h.steps == 3
     assert h.starved_ms == pytest.approx(1.448, abs=1e-6)
     assert h.copy_us == pytest.approx(2.0) and h.copy_bytes == 704
     assert h.stack == ["aten::to", "## sparse_data_dist ##"]
