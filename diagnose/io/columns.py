@@ -170,6 +170,7 @@ class Columns:
         self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
         self.gemm_name: list[bool] = []  # per name id: a GEMM op whose Input type gives its kernels' precision
         self.step_name: list[bool] = []  # per name id: ProfilerStep#N (its op-category spellings re-filed)
+        self.dtoh_name: list[bool] = []  # per name id: a device-to-host copy's name (its bytes kept: _read_bytes)
         self.has_step = False
         # (and its Input Dims its shape: diagnose.metrics.op_scaling)
         self.thread_names: dict = {}
@@ -272,8 +273,12 @@ class Columns:
         rows = np.flatnonzero(cat_ids == c).tolist() if c is not None else []
         if not rows:
             return
-        names = list(self.names)
-        rows = [i for i in rows if DTOH.search(str(names[name_ids[i]])[:200])]
+        if len(self.dtoh_name) < len(self.names):  # per name id, grown as names come (one regex per name)
+            self.dtoh_name += [DTOH.search(str(n)[:200]) is not None for n in list(self.names)[len(self.dtoh_name):]]
+        dtoh = self.dtoh_name
+        rows = [i for i in rows if dtoh[name_ids[i]]]
+        if not rows:
+            return
         for i, nb in zip(rows, v.arg([args[i] for i in rows], "bytes")):
             if type(nb) is int and 0 <= nb < 2**62:
                 self.comm_args[self.n + i] = {"bytes": nb}

@@ -53,8 +53,9 @@ def held_read(c: Ctx) -> list[Finding]:
     gain = statistics.fmean(x.starved_ms for _, x in bad)
     if gain < IDLE_FLOOR * (c.step_ms or 0.0):
         eg, g = (f"none now: the {c.dev} had queued work throughout the hold and starved only "
-                 f"{fmt(gain, 'ms')} per step after it; up to the hold ({fmt(h.held_ms, 'ms')} per step) once the "
-                 f"{c.dev} is faster than the host"), None
+                 f"{fmt(gain, 'ms')} per step after it; once a device-side fix drains its queue sooner, the read "
+                 f"serialises the host's own work ({fmt(h.host_rest_ms, 'ms')} per step, the step less the holds) "
+                 f"with the {c.dev}'s: at most that, not estimated"), None
     else:
         g = gain
         eg = c.gain_text(g, f"the {c.dev}'s starved idle after those reads, mean over those ranks", True)
