@@ -1,12 +1,14 @@
 """Small device-to-host reads that held the host while queued device work drained (model/held_reads.py).
 
-A read is a copy call (async-named or synchronous) whose own device copy goes device-to-host, starts after the
-call began and before it returned (the call held the host until the copy ran), and runs at most COPY_SHARE of
-the wait before it: the host waited on the work queued ahead of the copy, not on the transfer. Per such call:
-the hold (call start to copy start), the recorded device activity inside it, the ops it drained (launched before
-the call, started inside the hold), and the device's starved idle after the copy (its next op launched after the
-call returned: the host, held, could not queue it sooner). Grouped by call site (the call and the ops around
-it). Linear in events but for sorts."""
+A read is a copy call (async-named or synchronous) whose own device copy goes device-to-host and ran while the host
+was held: inside the call (it began after the call and before it returned), or inside the synchronize call that
+came next on the call's thread (`.item()` as `cudaMemcpyAsync` + `cudaStreamSynchronize`: the copy began after the
+sync did and ended before it returned). Its copy runs at most COPY_SHARE of the wait before it: the host waited on
+the work queued ahead of the copy, not on the transfer. Per read: the hold (the holding call's start to the copy's
+start), the recorded device activity inside it, the ops it drained (launched before the hold, started inside it),
+and the device's starved idle after the copy (its next op launched after the holding call returned: the host,
+held, could not queue it sooner). Grouped by call site (the call and the annotations around it). Linear in
+events but for sorts."""
 
 from __future__ import annotations
 
@@ -40,6 +42,29 @@ def _enclosing(t: RankTrace, cand: np.ndarray, call: int) -> list[str]:
     return [n for n in names if not n.startswith("ProfilerStep#")][:STACK]
 
 
+def _after_sync(t: RankTrace, calls: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per copy call that returned before its copy began, the synchronize call (`cudaStreamSynchronize`, ...) on its
+    thread that came next after it and held the host until the copy had run (`.item()` as `cudaMemcpyAsync` +
+    `cudaStreamSynchronize`): its index, or -1."""
+    out = np.full(len(calls), -1, np.int64)
+    sy = np.flatnonzero(t.name_mask(lambda x: bool(is_sync_call(x)) and "ynchronize" in x, np.asarray(t.kind == RUNTIME)))
+    if not len(sy) or not len(calls):
+        return out
+    sy = sy[np.lexsort((t.ts[sy], t.thread[sy]))]
+    for th in np.unique(t.thread[calls]).tolist():
+        mine = np.flatnonzero(t.thread[calls] == th)
+        ss = sy[t.thread[sy] == th]
+        if not len(ss):
+            continue
+        p = np.searchsorted(t.ts[ss], (t.ts + t.dur)[calls[mine]], side="left")
+        ok = p < len(ss)
+        s = ss[np.minimum(p, len(ss) - 1)]
+        dm = d[mine]
+        ok &= (t.ts[s] <= t.ts[dm]) & (t.ts[s] + t.dur[s] >= t.ts[dm] + t.dur[dm])
+        out[mine[ok]] = s[ok]
+    return out
+
+
 def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
     if not wins or not t.is_gpu or t.kind is None:
         return None
@@ -52,18 +77,25 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
         return None
     dev = dev[np.argsort(t.corr[dev], kind="stable")]
     j = np.minimum(np.searchsorted(t.corr[dev], t.corr[run]), len(dev) - 1)
-    d = dev[j]
+    run, d = run[t.corr[dev[j]] == t.corr[run]], dev[j][t.corr[dev[j]] == t.corr[run]]
     c_end = t.ts[run] + t.dur[run]
-    hold = t.ts[d] - t.ts[run]
-    ok = ((t.corr[d] == t.corr[run]) & (t.ts[d] > t.ts[run]) & (t.ts[d] < c_end) & (hold >= MIN_HOLD_NS)
-          & (t.dur[d] <= COPY_SHARE * hold))
+    # the host event that held it: the copy call itself (its copy began inside it), or the synchronize after it
+    inside = (t.ts[d] > t.ts[run]) & (t.ts[d] < c_end)
+    after = np.where(~inside & (t.ts[d] >= c_end), _after_sync(t, run, d), -1)
+    waiter = np.where(inside, run, after)
+    keep = waiter >= 0
+    run, d, waiter = run[keep], d[keep], waiter[keep]
+    hold = t.ts[d] - t.ts[waiter]
+    ok = (hold >= MIN_HOLD_NS) & (t.dur[d] <= COPY_SHARE * hold)
     starts = np.array([w.host_start for w in wins], np.int64)
     ends = np.array([w.host_end for w in wins], np.int64)
-    k = np.searchsorted(starts, t.ts[run], side="right") - 1
-    ok &= (k >= 0) & (t.ts[run] < ends[np.maximum(k, 0)])
+    k = np.searchsorted(starts, t.ts[waiter], side="right") - 1
+    ok &= (k >= 0) & (t.ts[waiter] < ends[np.maximum(k, 0)])
     if not ok.any():
         return None
-    calls, d, k = run[ok], d[ok], k[ok]
+    calls, d, k, wt = run[ok], d[ok], k[ok], waiter[ok]
+    label = [t.names[int(t.name[c])][:60] + ("" if c == w else f" + {t.names[int(t.name[w])][:60]}")
+             for c, w in zip(calls.tolist(), wt.tolist())]
     nw = len(wins)
     # device ops with their launch's start (correlation id), for the queue each read drained and the starvation after
     alld = np.flatnonzero((t.stream >= 0) & (t.kind != ANNOTATION))
@@ -73,7 +105,7 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
     launched = np.where(t.corr[rt[jj]] == t.corr[alld], t.ts[rt[jj]], np.iinfo(np.int64).min)
     o = np.argsort(t.ts[alld], kind="stable")
     d_start, d_launch = t.ts[alld][o], launched[o]
-    held = (t.ts[d] - t.ts[calls]).astype(np.int64)
+    held = (t.ts[d] - t.ts[wt]).astype(np.int64)
     # an op around a held call lasts at least its hold: only those are candidates; the MAX_SITED longest holds
     # are placed by their stack, the rest by their call's name alone
     cand = np.flatnonzero(t.kind_mask(CPU_OP, ANNOTATION) & (t.dur >= int(held.min())))
@@ -81,14 +113,14 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
     sites: dict[tuple, list[int]] = defaultdict(list)
     stacks: dict[int, list[str]] = {}
     ann = {t.names[int(n)] for n in np.unique(t.name[t.kind == ANNOTATION]).tolist()}
-    for n, c in enumerate(calls.tolist()):
-        stacks[n] = _enclosing(t, cand, c) if n in sited else []
+    for n, w in enumerate(wt.tolist()):
+        stacks[n] = _enclosing(t, cand, w) if n in sited else []
         # a site: the call and the annotations around it (the ops' order between equal spans is not stable)
-        sites[(t.names[int(t.name[c])][:60], tuple(x for x in stacks[n] if x in ann))].append(n)
+        sites[(label[n], tuple(x for x in stacks[n] if x in ann))].append(n)
     key, idx = max(sites.items(), key=lambda kv: int(held[kv[1]].sum()))
     ix = np.asarray(idx)
     longest = int(ix[np.argmax(held[ix])])
-    c, dd = calls[ix], d[ix]
+    c, dd = wt[ix], d[ix]
     b = iv.overlap_each(t.ts[c], t.ts[dd], busy)
     queued, starved = 0, 0
     for ci, di in zip(c.tolist(), dd.tolist()):

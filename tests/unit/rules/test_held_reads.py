@@ -7,7 +7,8 @@ Generated steps of 10 ms (answers by construction): 4 kernels of 2,000 µs launc
 (704 bytes) runs at 8,050 µs when the queue drains; the call returns at 8,060. Hold: 8,050 - 100 = 7,950 µs = 7.95 ms per
 step; the device busy all of it (7.95 ms, idle 0); 3 kernels launched before the call start inside the hold; the
 next device op is a 10-µs kernel launched at 9,490 and run at 9,500: starved 9,500 - 8,052 = 1,448 µs = 1.448 ms
-per step, the gain bound. Twins: the read with nothing queued (kernels launched after it: the copy starts 5 µs
+per step, the gain bound. The same read as `.item()` does in recent PyTorch (the copy call returning at once, a
+`cudaStreamSynchronize` from 120 µs holding the host until the copy ran): 7.93 ms per step. Twins: the read with nothing queued (kernels launched after it: the copy starts 5 µs
 after the call), and a 4,000-µs DtoH transfer after the same queue (the copy is the cost, not a read)."""
 
 from __future__ import annotations
@@ -37,8 +38,13 @@ def _trace(path, kind: str) -> None:
         b.cpu_op("aten::to", call_at - 5, ret - call_at + 10)
         b.kernel("Memcpy DtoH (Device -> Pageable)", copy_at, copy_dur, cat="gpu_memcpy", launch=False,
                  args={"bytes": 704})
+        sync = kind == "sync"  # the call returns at once; a stream synchronize 20 µs later holds the host instead
         b.raw({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": b.pid, "tid": MAIN_TID,
-               "ts": b._abs(call_at), "dur": ret - call_at, "args": {"correlation": b._corr, "External id": b._ext}})
+               "ts": b._abs(call_at), "dur": 10 if sync else ret - call_at,
+               "args": {"correlation": b._corr, "External id": b._ext}})
+        if sync:
+            b.raw({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": b.pid, "tid": MAIN_TID,
+                   "ts": b._abs(call_at + 20), "dur": ret - call_at - 20, "args": {"correlation": 60_000 + n}})
         b.kernel("vectorized_elementwise_kernel", t + 9500, 10, launch_at=t + 9490)
     d = path / "job"
     d.mkdir()
@@ -64,6 +70,17 @@ def test_held_read_names_the_read_its_hold_and_the_starved_device(tmp_path):
     assert f.gain_ms == pytest.approx(1.448, abs=1e-6) and f.gain_kind == "bound"
     assert "704 B, 2.0 µs of copy" in f.evidence.text and "7.95 ms per step" in f.evidence.text and "`aten::to` ← `## sparse_data_dist ##`" in f.evidence.text
     assert "not for the copy" in f.action and "sparse_data_dist" in f.action
+
+
+def test_held_read_through_the_synchronize_after_an_async_copy(tmp_path):
+    # the hold starts with the synchronize at 120 µs: 8,050 - 120 = 7,930 µs = 7.93 ms per step; the same 3 GEMMs
+    # start inside it, the same 1.448 ms starved after the copy
+    a, got = _analyze(tmp_path, "sync")
+    h = a.ranks[0].held_reads
+    assert h.call == "cudaMemcpyAsync + cudaStreamSynchronize"
+    assert h.held_ms == pytest.approx(7.93, abs=1e-6) and h.queued == 3
+    assert h.starved_ms == pytest.approx(1.448, abs=1e-6) and h.stack == ["aten::to", "## sparse_data_dist ##"]
+    assert "held_read" in got
 
 
 @pytest.mark.parametrize("kind", ["idle", "transfer"])
