@@ -1,6 +1,8 @@
 """Caveats on what a capture's times are (issue #34, recall): host ops far slower than their floor (a contended
 or oversubscribed CPU, measured, its cause assumed) and an event-sampled capture (per-step totals are lower
-bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others."""
+bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others. The
+sampled caveat also states what a sample supports: the recorded communication kernels per step (a lower bound,
+device events only) and the host phases it left mostly unrecorded (`RankMetrics.phase_cover`)."""
 
 from __future__ import annotations
 
