@@ -27,10 +27,11 @@ from llmdiag.diagnose.model.files import open_atomic
 from hashlib import sha1
 
 ENV = "LLMDIAG_CACHE_DIR"
-VERSION = 10  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type;
+VERSION = 11  # 2: all_to_all split sizes kept in comm_args; 3: send/recv peers (Src Rank / Dst Rank); 4: GEMM ops' Input type;
 # 5: gloo all-to-alls' split sizes (from Concrete Inputs); 6: gpu_user_annotation's stream from its tid;
 # 7: GEMM ops' Input Dims; 8: SDPA attention ops' Input type and Input Dims (metrics/rank/roofline.py);
-# 9: ProfilerStep#N under an op category filed as user_annotation; 10: cuda_sync events' wait targets
+# 9: ProfilerStep#N under an op category filed as user_annotation; 10: cuda_sync events' wait targets;
+# 11: device-to-host copies' bytes
 _COLUMNS = ("ts", "dur", "name", "cat", "thread", "stream", "corr", "ext")
 _MEMORY = ("ts", "device_type", "device_id", "allocated", "reserved", "bytes", "thread")
 

@@ -102,6 +102,8 @@ STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 STEP_OP_CATS = ("Operator", "cpu_op", "operator")
 STEP_CAT = "user_annotation"
 SYNC_CAT = "cuda_sync"
+MEMCPY_CAT = "gpu_memcpy"
+DTOH = re.compile(r"DtoH|Device -> (Pageable|Pinned)|DeviceToHost|D2H")  # device-to-host copy names
 
 
 def _gloo_splits(args: dict) -> dict:
@@ -168,6 +170,7 @@ class Columns:
         self.comm_name: list[bool] = []  # per name id: a name a gloo/c10d span with Input Dims may carry
         self.gemm_name: list[bool] = []  # per name id: a GEMM op whose Input type gives its kernels' precision
         self.step_name: list[bool] = []  # per name id: ProfilerStep#N (its op-category spellings re-filed)
+        self.dtoh_name: list[bool] = []  # per name id: a device-to-host copy's name (its bytes kept: _read_bytes)
         self.has_step = False
         # (and its Input Dims its shape: diagnose.metrics.op_scaling)
         self.thread_names: dict = {}
@@ -216,6 +219,7 @@ class Columns:
         del cats
         self._steps_as_annotations(name_ids, cat_ids)
         self._sync_waits(cat_ids, args, v)
+        self._read_bytes(cat_ids, name_ids, args, v)
         thread_ids = self._thread_ids(X, v)
         self.parts.append({
             "ts": _floats(v.field(X, "ts", None)),
@@ -261,6 +265,23 @@ class Columns:
         for i, ws, wc in zip(rows, v.arg(sub, "wait_on_stream"), v.arg(sub, "wait_on_cuda_event_record_corr_id")):
             if type(ws) is int and type(wc) is int and wc >= 0 and abs(ws) < 2**62 and wc < 2**62:
                 self.comm_args[self.n + i] = {"wait_on_stream": ws, "wait_on_cuda_event_record_corr_id": wc}
+
+    def _read_bytes(self, cat_ids: np.ndarray, name_ids: np.ndarray, args: list, v) -> None:
+        """A device-to-host copy's `bytes`, kept in comm_args under that key: the size of a host read
+        (metrics/rank/held_reads.py). Device-to-host copies only: a step holds few of them."""
+        c = self.cats.get(MEMCPY_CAT)
+        rows = np.flatnonzero(cat_ids == c).tolist() if c is not None else []
+        if not rows:
+            return
+        if len(self.dtoh_name) < len(self.names):  # per name id, grown as names come (one regex per name)
+            self.dtoh_name += [DTOH.search(str(n)[:200]) is not None for n in list(self.names)[len(self.dtoh_name):]]
+        dtoh = self.dtoh_name
+        rows = [i for i in rows if dtoh[name_ids[i]]]
+        if not rows:
+            return
+        for i, nb in zip(rows, v.arg([args[i] for i in rows], "bytes")):
+            if type(nb) is int and 0 <= nb < 2**62:
+                self.comm_args[self.n + i] = {"bytes": nb}
 
     def _steps_as_annotations(self, name_ids: np.ndarray, cat_ids: np.ndarray) -> None:
         """ProfilerStep#N spans under an op category (`Operator`, `cpu_op`) get `user_annotation`, in place."""

@@ -35,6 +35,7 @@ ARG_FIELDS = {
     "Total Reserved": ("reserved", -1), "Bytes": ("nbytes", -1), "name": ("name", ""),
     # cuda_sync events: the stream and the cudaEventRecord a stream/event wait is on (metrics/rank/critical_path)
     "wait_on_stream": ("wstream", -1), "wait_on_cuda_event_record_corr_id": ("wcorr", -1),
+    "bytes": ("cbytes", -1),  # a device copy's size (device-to-host ones kept: io/columns.py _read_bytes)
 }
 COMM_FIELDS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name",
                "Process Group Description", "Process Group Ranks", "Seq", "seq", "In split size", "Out split size",

@@ -15,6 +15,8 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.codec import Invalid, build, lazy_types, to_json_dict
 from llmdiag.diagnose.model.idle import CommCodec, HostStall, IdleBreakdown, TrainingEvidence
 from llmdiag.diagnose.model.chores import RankChores
+from llmdiag.diagnose.model.held_reads import HeldReads
+from llmdiag.diagnose.model.phase_cover import PhaseCover
 from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
 from llmdiag.diagnose.model.data_movement import DataMovement
@@ -209,6 +211,9 @@ class RankMetrics:
     ddp_copies: DdpCopies | None = None  # DDP's copies of gradients into/out of buckets (metrics/rank/ddp_copies.py)
     data_movement: DataMovement | None = None  # data-movement kernels per family (metrics/rank/data_movement.py)
     graph_replays: GraphReplays | None = None  # device idle inside CUDA-graph replays (metrics/rank/graph_replay.py)
+    held_reads: HeldReads | None = None  # small device-to-host reads that held the host (metrics/rank/held_reads.py)
+    phase_cover: list[PhaseCover] = field(default_factory=list)  # event-sampled ranks only: how much of each host
+    # phase the sample recorded (metrics/rank/phase_cover.py)
     simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
     # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",
     # "host_sync", "comm", "comm:<process group>"; only the causes the trace shows, none on CPU traces

@@ -30,6 +30,7 @@ from llmdiag.diagnose.rules.optimizer import optimizer_step
 from llmdiag.diagnose.rules.capture import sampled_capture, slow_host_ops
 from llmdiag.diagnose.rules.ddp_copies import ddp_grad_copy
 from llmdiag.diagnose.rules.graph_replay import graph_replay_idle
+from llmdiag.diagnose.rules.held_reads import held_read
 
 RULES = [  # (id, function): the one table of rules; docs/recommendations.md documents each
     ("pipeline_bubble", pipeline_bubble), ("pipeline_imbalance", pipeline_imbalance), ("dp_overlap", dp_overlap),
@@ -46,7 +47,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("comm_codec", comm_codec),
     ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
     ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
-    ("ddp_grad_copy", ddp_grad_copy), ("graph_replay_idle", graph_replay_idle), ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
+    ("ddp_grad_copy", ddp_grad_copy), ("graph_replay_idle", graph_replay_idle), ("held_read", held_read), ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
 ]
 
 

@@ -1,6 +1,8 @@
 """Caveats on what a capture's times are (issue #34, recall): host ops far slower than their floor (a contended
 or oversubscribed CPU, measured, its cause assumed) and an event-sampled capture (per-step totals are lower
-bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others."""
+bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others. The
+sampled caveat also states what a sample supports: the recorded communication kernels per step (a lower bound,
+device events only) and the host phases it left mostly unrecorded (`RankMetrics.phase_cover`)."""
 
 from __future__ import annotations
 
@@ -46,9 +48,62 @@ def sampled_capture(c: Ctx) -> list[Finding]:
     w, ch = min(bad, key=lambda x: x[1].sampled_share or 0.0)
     ev = (f"rank {w.rank}: only {fmt(ch.sampled_share, 'pct')} of its host ops are followed by the next "
           f"op's External id (a complete capture: 98-100 %) ({plural(len(bad), 'rank')}): the capture recorded "
-          "a sample of the events, not all of them")
+          "a sample of the events, not all of them" + _comm_floor([r for r, _ in bad]) + _bare_phases(w))
     act = ("read every per-step total (kernel, communication, copy time, kernels and ops per step) as a lower bound "
-           "and every idle or gap as an upper bound; capture without sampling for exact numbers")
+           "and every idle or gap as an upper bound; whether the step waits on its communication (exposure, the "
+           "critical path, the slow rank or link) cannot be read from a sample: capture again without sampling "
+           "(a plain `torch.profiler.profile` schedule, no event sampling), on every rank, with `with_stack=True`"
+           + (f"; until then {_bare_names(w)} cannot be analysed from this capture" if _bare(w) else ""))
     return [c.finding("sampled_capture", "low", "Event-sampled capture: per-step totals are lower bounds", ev,
                       [r.rank for r, _ in bad], [], act, "none: a caveat on every number", None,
                       "ranks[].chores.sampled_share", events=["External id"])]
+
+
+COMM_FLOOR = 0.05  # recorded communication under 5 % of the step is not named in the caveat
+
+
+def _comm_floor(ranks) -> str:
+    """The communication kernels recorded on the sampled ranks, per step: a lower bound (a sample drops kernels, it
+    never lengthens the ones it keeps), the one communication number a sample supports. Read from the device's
+    communication intervals alone (RankMetrics.comm_ms, comm_by_kind); their exposure is not stated (the compute
+    under them may be dropped: comm_gain.overlap_unmeasured)."""
+    rows = [r for r in ranks if r.step_time_ms and r.comm_ms >= COMM_FLOOR * r.step_time_ms]
+    if not rows:
+        return ""
+    lo, hi = min(rows, key=lambda r: r.comm_ms), max(rows, key=lambda r: r.comm_ms)
+    kinds: dict[str, float] = {}
+    for r in rows:
+        for cc in r.comm_by_kind:
+            kinds[cc.kind] = max(kinds.get(cc.kind, 0.0), cc.total_ms / r.nsteps if r.nsteps else 0.0)
+    top = ", ".join(f"{k} up to {fmt(v, 'ms')}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
+    span = (f"{fmt(lo.comm_ms, 'ms')} (rank {lo.rank}) to {fmt(hi.comm_ms, 'ms')} (rank {hi.rank})" if lo is not hi
+            else f"{fmt(hi.comm_ms, 'ms')} (rank {hi.rank})")
+    return (f"; what it kept is exact: the recorded communication kernels alone run {span} per step "
+            f"({fmt(hi.comm_ms / hi.step_time_ms, 'pct')} of rank {hi.rank}'s step; {top} per step), read from "
+            "the device's events only: a lower bound on the communication time (a sample drops kernels, it never "
+            "lengthens one), while how much of it is exposed is not stated (the compute under it may be dropped)")
+
+
+BARE_SHARE, BARE_STEP = 0.5, 0.05  # a phase counts as unrecorded under half covered and over 5 % of the step
+
+
+def _bare(r) -> list:
+    """The rank's phases the sample left mostly bare (RankMetrics.phase_cover, longest first)."""
+    return [p for p in r.phase_cover if p.span_ms >= BARE_STEP * r.step_time_ms
+            and p.covered_ms < BARE_SHARE * p.span_ms]
+
+
+def _bare_names(r) -> str:
+    return ", ".join(f"`{p.name[:60]}`" for p in _bare(r)[:3])
+
+
+def _bare_phases(r) -> str:
+    """Which host phases the sample recorded least (under BARE_SHARE of their span covered by any recorded host op
+    or runtime call, any thread): their time is in the step, what happens in it is not in the trace."""
+    rows = _bare(r)
+    if not rows:
+        return ""
+    parts = "; ".join(f"`{p.name[:60]}` {fmt(p.span_ms, 'ms')} per step, {fmt(p.covered_ms / p.span_ms, 'pct')} of "
+                      "it covered" for p in rows[:3])
+    return (f"; phases left mostly unrecorded on rank {r.rank} (recorded host ops and runtime calls, any thread, "
+            f"cover under half their span): {parts}")

@@ -52,6 +52,8 @@ from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
 from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
+from llmdiag.diagnose.metrics.rank.held_reads import held_reads
+from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.simulate.after_fix import after_fix_gains
 from llmdiag.diagnose.simulate.after_fix import wanted as after_wanted
@@ -192,6 +194,8 @@ def _run(job: RankJob) -> RankOutput:
     metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
+    metrics.held_reads = held_reads(t, wins)  # small device-to-host reads holding the host (rules/held_reads.py)
+    metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why

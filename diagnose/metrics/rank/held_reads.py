@@ -1,0 +1,146 @@
+"""Small device-to-host reads that held the host while queued device work drained (model/held_reads.py).
+
+A read is a copy call (async-named or synchronous) whose own device copy goes device-to-host and ran while the host
+was held: inside the call (it began after the call and before it returned), or inside the synchronize call that
+came next on the call's thread (`.item()` as `cudaMemcpyAsync` + `cudaStreamSynchronize`: the copy began after the
+sync did and ended before it returned). Its copy runs at most COPY_SHARE of the wait before it: the host waited on
+the work queued ahead of the copy, not on the transfer. Per read: the hold (the holding call's start to the copy's
+start), the recorded device activity inside it, the ops it drained (launched before the hold, started inside it),
+and the device's starved idle after the copy (its next op launched after the holding call returned: the host,
+held, could not queue it sooner). Grouped by call site (the call and the annotations around it). Linear in
+events but for sorts."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, MEMCPY, RUNTIME, RankTrace
+from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_sync_call
+from llmdiag.diagnose.metrics.rank.steps import Window
+from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.held_reads import HeldReads
+
+DTOH_RE = re.compile(r"DtoH|Device -> (Pageable|Pinned)|DeviceToHost|D2H", re.I)
+COPY_SHARE = 0.1  # a copy running longer than this share of the wait before it is a transfer, not a read
+MIN_HOLD_NS = 100_000  # holds shorter than 0.1 ms are not counted (a launch's own latency)
+RECORD_MS = 1.0  # per step: below this no record
+STACK = 4
+MAX_SITED = 256  # reads whose enclosing ops are looked up (each a pass over the candidate ops)
+
+
+def _enclosing(t: RankTrace, cand: np.ndarray, call: int) -> list[str]:
+    """Names of the host ops and annotations (`cand`) around the call on its thread, innermost first
+    (ProfilerStep aside). Ops of equal span (`aten::to` and `aten::_to_copy`) may come in either order."""
+    a, z = int(t.ts[call]), int(t.ts[call] + t.dur[call])
+    i = cand[(t.thread[cand] == t.thread[call]) & (t.ts[cand] <= a) & (t.ts[cand] + t.dur[cand] >= z)]
+    i = i[np.lexsort((-t.ts[i], t.dur[i]))]
+    names = [t.names[int(n)][:120] for n in t.name[i].tolist()]
+    return [n for n in names if not n.startswith("ProfilerStep#")][:STACK]
+
+
+def _after_sync(t: RankTrace, calls: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per copy call that returned before its copy began, the synchronize call (`cudaStreamSynchronize`, ...) on its
+    thread that came next after it and held the host until the copy had run (`.item()` as `cudaMemcpyAsync` +
+    `cudaStreamSynchronize`): its index, or -1."""
+    out = np.full(len(calls), -1, np.int64)
+    sy = np.flatnonzero(t.name_mask(lambda x: bool(is_sync_call(x)) and "ynchronize" in x, np.asarray(t.kind == RUNTIME)))
+    if not len(sy) or not len(calls):
+        return out
+    sy = sy[np.lexsort((t.ts[sy], t.thread[sy]))]
+    for th in np.unique(t.thread[calls]).tolist():
+        mine = np.flatnonzero(t.thread[calls] == th)
+        ss = sy[t.thread[sy] == th]
+        if not len(ss):
+            continue
+        p = np.searchsorted(t.ts[ss], (t.ts + t.dur)[calls[mine]], side="left")
+        ok = p < len(ss)
+        s = ss[np.minimum(p, len(ss) - 1)]
+        dm = d[mine]
+        ok &= (t.ts[s] <= t.ts[dm]) & (t.ts[s] + t.dur[s] >= t.ts[dm] + t.dur[dm])
+        out[mine[ok]] = s[ok]
+    return out
+
+
+def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
+    if not wins or not t.is_gpu or t.kind is None:
+        return None
+    run = np.flatnonzero(t.name_mask(lambda s: bool(is_async_copy(s) or is_sync_call(s)),
+                                     (t.kind == RUNTIME) & (t.corr >= 0)))
+    dev = np.flatnonzero(t.name_mask(lambda s: bool(DTOH_RE.search(s[:200])),
+                                     (t.kind == MEMCPY) & (t.stream >= 0) & (t.corr >= 0)))
+    rt = np.flatnonzero((t.kind == RUNTIME) & (t.corr >= 0))
+    if not len(run) or not len(dev):
+        return None
+    dev = dev[np.argsort(t.corr[dev], kind="stable")]
+    j = np.minimum(np.searchsorted(t.corr[dev], t.corr[run]), len(dev) - 1)
+    run, d = run[t.corr[dev[j]] == t.corr[run]], dev[j][t.corr[dev[j]] == t.corr[run]]
+    c_end = t.ts[run] + t.dur[run]
+    # the host event that held it: the copy call itself (its copy began inside it), or the synchronize after it
+    inside = (t.ts[d] > t.ts[run]) & (t.ts[d] < c_end)
+    after = np.where(~inside & (t.ts[d] >= c_end), _after_sync(t, run, d), -1)
+    waiter = np.where(inside, run, after)
+    keep = waiter >= 0
+    run, d, waiter = run[keep], d[keep], waiter[keep]
+    hold = t.ts[d] - t.ts[waiter]
+    ok = (hold >= MIN_HOLD_NS) & (t.dur[d] <= COPY_SHARE * hold)
+    starts = np.array([w.host_start for w in wins], np.int64)
+    ends = np.array([w.host_end for w in wins], np.int64)
+    k = np.searchsorted(starts, t.ts[waiter], side="right") - 1
+    ok &= (k >= 0) & (t.ts[waiter] < ends[np.maximum(k, 0)])
+    if not ok.any():
+        return None
+    calls, d, k, wt = run[ok], d[ok], k[ok], waiter[ok]
+    label = [t.names[int(t.name[c])][:60] + ("" if c == w else f" + {t.names[int(t.name[w])][:60]}")
+             for c, w in zip(calls.tolist(), wt.tolist())]
+    nw = len(wins)
+    # device ops with their launch's start (correlation id), for the queue each read drained and the starvation after
+    alld = np.flatnonzero((t.stream >= 0) & (t.kind != ANNOTATION))
+    busy = iv.union(t.ts[alld], t.ts[alld] + t.dur[alld])
+    rt = rt[np.argsort(t.corr[rt], kind="stable")]
+    jj = np.minimum(np.searchsorted(t.corr[rt], t.corr[alld]), len(rt) - 1)
+    launched = np.where(t.corr[rt[jj]] == t.corr[alld], t.ts[rt[jj]], np.iinfo(np.int64).min)
+    o = np.argsort(t.ts[alld], kind="stable")
+    d_start, d_launch = t.ts[alld][o], launched[o]
+    held = (t.ts[d] - t.ts[wt]).astype(np.int64)
+    # an op around a held call lasts at least its hold: only those are candidates; the MAX_SITED longest holds
+    # are placed by their stack, the rest by their call's name alone
+    cand = np.flatnonzero(t.kind_mask(CPU_OP, ANNOTATION) & (t.dur >= int(held.min())))
+    sited = set(np.argsort(-held, kind="stable")[:MAX_SITED].tolist())
+    sites: dict[tuple, list[int]] = defaultdict(list)
+    stacks: dict[int, list[str]] = {}
+    ann = {t.names[int(n)] for n in np.unique(t.name[t.kind == ANNOTATION]).tolist()}
+    for n, w in enumerate(wt.tolist()):
+        stacks[n] = _enclosing(t, cand, w) if n in sited else []
+        # a site: the call and the annotations around it (the ops' order between equal spans is not stable)
+        sites[(label[n], tuple(x for x in stacks[n] if x in ann))].append(n)
+    key, idx = max(sites.items(), key=lambda kv: int(held[kv[1]].sum()))
+    ix = np.asarray(idx)
+    longest = int(ix[np.argmax(held[ix])])
+    c, dd = wt[ix], d[ix]
+    b = iv.overlap_each(t.ts[c], t.ts[dd], busy)
+    queued, starved = 0, 0
+    for ci, di in zip(c.tolist(), dd.tolist()):
+        a, s = int(t.ts[ci]), int(t.ts[di])
+        lo, hi = np.searchsorted(d_start, a, side="right"), np.searchsorted(d_start, s, side="left")
+        queued = max(queued, int((d_launch[lo:hi] < a).sum()))
+        e = int(t.ts[di] + t.dur[di])
+        nx = np.searchsorted(d_start, e, side="left")
+        covered = iv.overlap_each(np.array([e], np.int64), np.array([e + 1], np.int64), busy)[0] > 0
+        if nx < len(d_start) and not covered and d_launch[nx] >= int(t.ts[ci] + t.dur[ci]):
+            starved += int(d_start[nx]) - e
+    nb = [x for x in (t.comm_args.get(int(i), {}).get("bytes") for i in dd.tolist()) if isinstance(x, int)]
+    tot_held = float(held.sum()) / NS_PER_MS / nw
+    if tot_held < RECORD_MS:
+        return None
+    host_span = float((ends - starts).sum()) / NS_PER_MS / nw
+    return HeldReads(
+        call=key[0], copy=t.names[int(t.name[dd[0]])][:80], stack=stacks[longest], calls=len(ix) / nw,
+        held_ms=float(held[ix].sum()) / NS_PER_MS / nw, copy_us=float(np.median(t.dur[dd])) / 1e3,
+        copy_bytes=int(np.median(nb)) if nb else None,
+        busy_ms=float(b.sum()) / NS_PER_MS / nw, queued=queued, starved_ms=starved / NS_PER_MS / nw,
+        host_rest_ms=host_span - tot_held, steps=len(set(k[ix].tolist())), all_sites_ms=tot_held,
+        longest_ms=float(held[longest]) / NS_PER_MS, longest_step=wins[int(k[longest])].step)
