@@ -280,3 +280,4 @@ import tests.expert.expectations_cpsim  # noqa: E402  (issue #34, simulated gain
 import tests.expert.expectations_rulefix  # noqa: E402  (the fresh review: one-time, batch advice, gloo gain)
 import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
 from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)
+from tests.expert import expectations_ncclsync  # noqa: E402,F401  (foreach SGD, busbw off the path: adds to REAL)
