@@ -49,8 +49,8 @@ def words(c: Ctx, xs: list) -> str:
            f"{fmt(cc.total_ms / n, 'ms')} (mean message {fmt(cc.bytes / cc.sized_count, 'bytes')}), "
            f"{fmt(exposed, 'ms')} of it with no compute beside it, but the {c.dev} idles {fmt(idle, 'pct')} of the "
            f"step (the host sets the step) and the step waits on at most {fmt(held, 'ms')} of it per step (its "
-           "dependency graph): the ops that use the result are launched after the collective has ended, so nothing "
-           "waits on it now")
+           "dependency graph): the ops that use its result are launched after it has ended, so the rest of its time "
+           "costs the step nothing now")
     ws = c.a.world_size
     if ws and len(c.ranks) < ws:
         out += (f"; {plural(len(c.ranks), 'rank')} of {ws} traced: a kernel's time includes waiting for peers that "
