@@ -7,7 +7,7 @@ from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
-from llmdiag.diagnose.rules import comm_host_set as host_set
+from llmdiag.diagnose.rules.comm_host_set import held_now, later_bound, words as host_set_words
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 from llmdiag.diagnose.rules.comm_gain import (gain_text as _gain_text, kind as _kind, on_path as _on_path, overlap_unmeasured,
                                               path_holder, simulated as _simulated)
@@ -286,10 +286,10 @@ def low_busbw(c: Ctx) -> list[Finding]:
         if bw >= 0.5 * ref:
             continue
         target = 0.8 * ref
-        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, host_set.held_now(r, cc))
+        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, held_now(r, cc))
                                 for r, cc in xs) * (1 - bw / target)
         floor = 0.01 * statistics.fmean(r.step_time_ms for r, _ in xs)
-        later = host_set.later_bound(xs, bw, target) if gain < floor else None
+        later = later_bound(xs, bw, target) if gain < floor else None
         if gain < floor and (later is None or later < floor):  # off the critical path: a slow link that nothing
             continue  # waits on costs nothing (unless the host sets the step: then it may once that is fixed)
         where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
@@ -303,7 +303,7 @@ def low_busbw(c: Ctx) -> list[Finding]:
         eg = c.gain_text(gain, f"its exposed time × (1 − busbw / {fmt(target, 'gbps')}), i.e. at 80 % of the "
                          "reference")
         if later is not None:  # the host sets the step: nothing now, a bound once the host-side findings are fixed
-            ev += host_set.words(c, xs)
+            ev += host_set_words(c, xs)
             act += ("; first trace every rank of the group (the peers' arrival splits waiting from transfer)"
                     if c.a.world_size and len(c.ranks) < c.a.world_size else "")
             eg = c.gain_text(gain, "its exposed time on the critical path now × (1 − busbw / "
