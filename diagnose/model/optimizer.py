@@ -22,5 +22,7 @@ class OptimizerStep:
     comm_name: str = ""  # the longest of those collectives
     multi_tensor: bool = False  # a multi-tensor kernel among those launched inside (read from the kernels)
     others_ms: float = 0.0  # host time per step of the other optimizers' step spans (an EMA after the main one)
+    impl: str = ""  # "fused", "foreach" or "per_param", read from the op names inside (metrics/rank/optimizer_kind.py)
+    foreach_ops: float = 0.0  # `aten::_foreach_*` ops per step inside the span
     sampled: bool = False  # an event-sampled capture (metrics/rank/idle_stretch.py): kernels are dropped too, so
     # idle_ms is an upper bound and kernels / kernel_ms lower bounds; host_ms stays exact for a kept span

@@ -7,6 +7,7 @@ from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.devices import host_backends, link_peak
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 from llmdiag.diagnose.model.roles import role_note
+from llmdiag.diagnose.rules.comm_host_set import held_now, later_bound, words as host_set_words
 from llmdiag.diagnose.rules.base import Ctx, severity_for, steps_where
 from llmdiag.diagnose.rules.comm_gain import (gain_text as _gain_text, kind as _kind, on_path as _on_path, overlap_unmeasured,
                                               path_holder, simulated as _simulated)
@@ -285,10 +286,12 @@ def low_busbw(c: Ctx) -> list[Finding]:
         if bw >= 0.5 * ref:
             continue
         target = 0.8 * ref
-        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, _on_path(r, cc.total_ms))
+        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, held_now(r, cc))
                                 for r, cc in xs) * (1 - bw / target)
-        if gain < 0.01 * statistics.fmean(r.step_time_ms for r, _ in xs):  # off the critical path: a slow link
-            continue  # that nothing waits on costs nothing, and a kernel's time there includes waiting for peers
+        floor = 0.01 * statistics.fmean(r.step_time_ms for r, _ in xs)
+        later = later_bound(xs, bw, target) if gain < floor else None
+        if gain < floor and (later is None or later < floor):  # off the critical path: a slow link that nothing
+            continue  # waits on costs nothing (unless the host sets the step: then it may once that is fixed)
         where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
                  f"{fmt(ref, 'gbps')}: the traces do not say whether the group spans nodes, so it is judged "
                  f"against the lower of {c.device}'s {fmt(lp.busbw_gbps, 'gbps')} ({lp.link}) and one 200 Gb/s NIC")
@@ -299,9 +302,18 @@ def low_busbw(c: Ctx) -> list[Finding]:
                "`NCCL_P2P_DISABLE`/`NCCL_P2P_LEVEL` overrides; keep the group inside one node")
         eg = c.gain_text(gain, f"its exposed time × (1 − busbw / {fmt(target, 'gbps')}), i.e. at 80 % of the "
                          "reference")
+        if later is not None:  # the host sets the step: nothing now, a bound once the host-side findings are fixed
+            ev += host_set_words(c, xs)
+            act += ("; first trace every rank of the group (the peers' arrival splits waiting from transfer)"
+                    if c.a.world_size and len(c.ranks) < c.a.world_size else "")
+            eg = c.gain_text(gain, "its exposed time on the critical path now × (1 − busbw / "
+                             f"{fmt(target, 'gbps')}): the host sets the step; once it no longer does, up to "
+                             f"{fmt(later, 'ms')} per step (its whole kernel time × the same factor: fix the host "
+                             "first, then profile again)", bound=True)
         out.append(c.finding("low_busbw", "low" if severity_for(gain, c.step_ms) == "low" else "medium",
                              f"Low {kind} bus bandwidth", ev, [r.rank for r, _ in xs], [], act, eg, gain,
                              "ranks[].comm_by_kind[].busbw_gbps", source="trace" if known else "assumed",
+                             gain_kind="bound" if later is not None else "estimate",
                              events=["collective kernels with message sizes (In/Out msg nelems, dtype, Group size)",
                                      "deviceProperties.name"]))
     return out

@@ -283,3 +283,4 @@ import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the captu
 from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)
 from tests.expert import expectations_codec  # noqa: E402,F401  (the codec's net verdict: adds to REAL)
 from tests.expert import expectations_postfix  # noqa: E402,F401  (gains after a fix: adds to REAL)
+from tests.expert import expectations_ncclsync  # noqa: E402,F401  (foreach SGD, busbw off the path: adds to REAL)

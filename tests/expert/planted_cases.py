@@ -118,6 +118,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     __import__('tests.expert.planted_recall_codec', fromlist=['x']).register(out)  # codec net verdict (branch codec)
     __import__('tests.expert.planted_recall_postfix', fromlist=['x']).register(out)  # gains after a fix (postfix)
     __import__('tests.expert.planted_recall_capture', fromlist=['x']).register(out)  # held reads, sampled comm
+    __import__('tests.expert.planted_recall_ncclsync', fromlist=['x']).register(out)  # optimizer, busbw (ncclsync)
     return out
 
 

@@ -71,8 +71,11 @@ def test_nccl_data_host_bound_and_ddp():
     # first after the caveats (its host ops run ~10x their usual cost: slow_host_ops reads first)
     assert [i for i in _ids(rel) if i not in CAVEATS][0] == "host_bound" and _f(rel, "host_bound").severity == "high"
     # its 13 ms per step of exposed all-reduce ends ~20 ms before the optimizer's first kernel: off the critical
-    # path (0 % communication on it), so neither bucket advice nor a bandwidth gain (the fresh review)
-    assert "dp_overlap" not in _ids(rel) and "low_busbw" not in _ids(rel)
+    # path (0 % communication on it), so neither bucket advice nor a bandwidth gain now (the fresh review); low_busbw
+    # only states, low, what it may cost once the host no longer sets the step (tests/real/test_ncclsync_real.py)
+    assert "dp_overlap" not in _ids(rel)
+    assert all(f.severity == "low" and (f.gain_ms or 0) < 0.01 * _a(rel).ranks[0].step_time_ms
+               for f in _a(rel).findings if f.id == "low_busbw")
 
 
 def test_alltoall_16rank_queued_idle_is_not_host_bound():

@@ -19,6 +19,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, CPU_OP, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
+from llmdiag.diagnose.metrics.rank import optimizer_kind as kind
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 from llmdiag.diagnose.metrics.rank.sets import distinct, median, member
 from llmdiag.diagnose.metrics.rank.steps import Window
@@ -91,6 +92,8 @@ def optimizer_step(t: RankTrace, wins: list[Window]) -> OptimizerStep | None:
     # layout) launches one kernel per tensor, which the op's name does not say
     names = {t.names[int(j)] for j in distinct(t.name[k])}
     o.multi_tensor = any(MULTI.search(s[:200]) for s in names)
+    ops = [t.names[int(t.name[j])] for j in _inside(t, ix, np.flatnonzero(host & (t.kind == CPU_OP))).tolist()]
+    o.impl, o.foreach_ops = kind.impl(set(ops), names), kind.foreach_ops(ops) / n
     share = op_ids_contiguous(t)
     o.sampled = share is not None and share < SAMPLED_SHARE
     return o

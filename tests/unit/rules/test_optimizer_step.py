@@ -17,14 +17,21 @@ OPT = ["Optimizer.step#SGD.step", "## optimizer ##"]
 
 def _job(opt_idle_ms: float, name: str = "SGD", kernels: float = 400.0, median_us: float = 3.0,
          multi: bool = False, stretches: list | None = None, host_bound_ms: float = 50.0, idle_frac: float = 0.6,
-         sampled: bool = False) -> dict:
-    """2 ranks of ~100 ms steps, each with `opt_idle_ms` of device idle per step inside its optimizer step."""
+         sampled: bool = False, impl: str = "per_param", cpu_bound: float | None = None) -> dict:
+    """2 ranks of ~100 ms steps, each with `opt_idle_ms` of device idle per step inside its optimizer step; where
+    `cpu_bound` is given, a critical path of the step's length with that share (%) held by the host."""
     s = host_idle(2, idle_frac, host_bound_ms, stretches)
     for r in s["ranks"]:
         r["optimizer"] = {"op": f"Optimizer.step#{name}.step", "name": name, "steps": STEPS,
                           "host_ms": opt_idle_ms + 1.0, "idle_ms": opt_idle_ms, "kernels": kernels,
                           "kernel_ms": kernels * median_us / 1000, "kernel_median_us": median_us,
-                          "multi_tensor": multi, "sampled": sampled}
+                          "multi_tensor": multi, "sampled": sampled, "impl": impl,
+                          "foreach_ops": 3.0 if impl == "foreach" else 0.0}
+        if cpu_bound is not None:
+            r["critical_path"] = {"length_ms": r["step_time_ms"], "cpu_bound": cpu_bound,
+                                  "gpu_compute_bound": 100.0 - cpu_bound,
+                                  "gpu_communication_bound": 0.0, "gpu_kernel_launch_overhead": 0.0,
+                                  "gpu_kernel_kernel_overhead": 0.0}
     return s
 
 
@@ -49,11 +56,35 @@ def test_below_the_floor_is_silent():
     assert "optimizer_step" not in {f.id for f in run_rules(typed(_job(4.0)))}
 
 
-def test_a_host_slow_throughout_is_silent():
+def test_a_host_slow_throughout_needs_a_named_switch():
     """8 ms of idle in the optimizer (8 % of the step) but the rank idles 80 ms per step, all host-bound: the
-    optimizer holds 10 % of it, its ops' share of a uniformly slow host (host_bound names it). 13 ms: 16 %, fires."""
-    assert "optimizer_step" not in {f.id for f in run_rules(typed(_job(8.0, host_bound_ms=80.0, idle_frac=0.8)))}
-    assert "optimizer_step" in {f.id for f in run_rules(typed(_job(13.0, host_bound_ms=80.0, idle_frac=0.8)))}
+    optimizer holds 10 % of it, its ops' share of a uniformly slow host. A multi-tensor optimizer with no named
+    switch (RMSprop: no `fused=True`) is silent there, host_bound names the cause; at 13 ms (16 % of the idle) it
+    fires. A per-parameter loop (`foreach=True`) or foreach SGD (`fused=True`) fires at 8 ms: the switch cuts its
+    op count whatever the host's speed."""
+    slow = dict(host_bound_ms=80.0, idle_frac=0.8)
+    other = dict(name="RMSprop", kernels=9.0, median_us=70.0, multi=True, impl="foreach")
+    assert "optimizer_step" not in {f.id for f in run_rules(typed(_job(8.0, **slow, **other)))}
+    assert "optimizer_step" in {f.id for f in run_rules(typed(_job(13.0, **slow, **other)))}
+    per_param = {f.id: f for f in run_rules(typed(_job(8.0, **slow)))}
+    assert "foreach=True" in per_param["optimizer_step"].action
+    fe = {f.id: f for f in run_rules(typed(_job(8.0, **slow, **dict(other, name="SGD"))))}["optimizer_step"]
+    assert "SGD(..., fused=True)" in fe.action and "3.0 `_foreach_*` ops" in fe.evidence.text
+    assert fe.gain_ms == pytest.approx(8.0) and fe.gain_kind == "bound"
+
+
+def test_an_optimizer_already_fused_is_silent():
+    """The same 20 ms of idle, the step already fused (`aten::_fused_sgd_`): no switch left for this rule."""
+    assert "optimizer_step" not in {f.id for f in run_rules(typed(_job(20.0, kernels=2.0, median_us=300.0, multi=True,
+                                                                        impl="fused")))}
+
+
+def test_the_host_must_hold_the_idle_on_the_path():
+    """20 ms of idle inside the span, but the rank's critical path (100 ms) holds only 15 % (15 ms) of host time:
+    the device's idle there is not what sets the step; 25 % (25 ms) holds it, and the evidence says so."""
+    assert "optimizer_step" not in {f.id for f in run_rules(typed(_job(20.0, cpu_bound=15.0)))}
+    f = {f.id: f for f in run_rules(typed(_job(20.0, cpu_bound=25.0)))}["optimizer_step"]
+    assert "the host holds 25.00 ms of the rank's" in f.evidence.text
 
 
 def test_shampoo_on_a_sample_names_its_knobs_and_the_sample():
