@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmdiag.diagnose.metrics.rank.sets import distinct  # np.unique without its numpy.ma import (~7 ms)
+
 
 def idle_returns(g, pred_edge: np.ndarray, launch: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(host point, device end node) per return at the moment a device op could have begun but for its launch:
@@ -81,7 +83,7 @@ def idle_returns(g, pred_edge: np.ndarray, launch: np.ndarray, thread: np.ndarra
     lo = np.searchsorted(th_of, th, side="left")
     otime = g.time[order]
     hp = np.empty(len(p), np.int64)
-    for u in np.unique(th).tolist():  # one binary search per launching thread (a few)
+    for u in distinct(th).tolist():  # one binary search per launching thread (a few)
         sel = th == u
         a = int(lo[sel][0])
         hp[sel] = a + np.searchsorted(otime[a:int(lp[sel].max()) + 1], e[sel], side="left")
