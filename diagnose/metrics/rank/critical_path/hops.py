@@ -17,7 +17,7 @@ one append; the steps are summed by category in numpy once the walk ends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field  # its __init__ compiled once per user (model/code_cache.py)
 
 import numpy as np
 
