@@ -8,6 +8,8 @@ imported and never used is waste. Each case runs the real command line in a fres
   does not reach every such call, so the real traces are read too.
 - the stragglers' and matching's types (model/skew.py, model/matching.py): the report's views name
   `Straggler` only as a type; a one-rank report has none to show.
+- `statistics` (~3 ms with fractions): model/stats.py gives its two functions and imports the module for any
+  other name; the import system's own `__path__` look-up (every `from ..model.stats import median`) imported it.
 """
 
 from __future__ import annotations
@@ -66,3 +68,20 @@ def test_small_real_traces_whole_command_imports_no_numpy_ma(tmp_path, name):
     """nccl_data and ns_resolution reach the elementwise median, the host-ahead walk and (ns_resolution) the
     simulation's medians: each imported numpy.ma through np.median / np.unique before."""
     assert _under(_whole(tmp_path, os.path.join(REAL, "hta", name)), NOT_IMPORTED) == []
+
+
+@pytest.mark.real("hta/sampled_pair")
+def test_two_ranks_whole_command_imports_no_statistics_and_no_numpy_ma(tmp_path):
+    """sampled_pair's cross-rank parts (skew, collective matching) import model/stats.py's median by name."""
+    mods = _whole(tmp_path, os.path.join(REAL, "hta", "sampled_pair"))
+    assert f"{D}.metrics.job.collective_match" in mods  # the part that imports stats' median by name did run
+    assert _under(mods, ["statistics", "numpy.ma"]) == []
+
+
+def test_a_name_imported_from_model_stats_loads_no_statistics():
+    code = ("import sys\nfrom llmdiag.diagnose.model.stats import fmean, median\n"
+            "from llmdiag.diagnose.model import stats\nassert 'statistics' not in sys.modules\n"
+            "assert stats.pstdev([1.0, 3.0]) == 1.0 and 'statistics' in sys.modules  # other names: the module's")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
