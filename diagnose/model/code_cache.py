@@ -28,7 +28,7 @@ from types import CodeType
 
 from llmdiag.diagnose.model import user_cache
 
-MAX_ENTRIES = 4096
+MAX_ENTRIES = 1024  # ~1.4 MB, ~2 ms to load; an analyze run uses ~100, all the commands together ~300
 MAX_BYTES = 16 << 20
 # The build whose code objects the file holds: marshal's format and the bytecode are the interpreter's own.
 BUILD = (sys.implementation.cache_tag, sys.hexversion, sys.flags.optimize)

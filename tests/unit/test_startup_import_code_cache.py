@@ -188,3 +188,23 @@ def test_a_second_process_compiles_none_of_the_analysis_classes_and_builds_the_s
     assert len(off["classes"]) >= 60 and off["fresh"] >= 60
     assert first["fresh"] == off["fresh"] and second["fresh"] == 0
     assert second["classes"] == off["classes"] == first["classes"]
+
+
+def test_past_its_bound_the_file_keeps_only_what_the_run_used(state, monkeypatch):
+    """Sources edited many times leave texts no class has any more: past MAX_ENTRIES a saving run keeps its own."""
+    first = state()
+    _shapes(dataclass)
+    assert first.code is not None
+    stale = {f"# stale {i}\n": compile(f"# stale {i}\n", "<string>", "exec") for i in range(20)}
+    first.code.update(stale)
+    first.save()
+    assert len(state().load()) == len(first.used) + 20  # below the bound: all kept
+    monkeypatch.setattr(code_cache, "MAX_ENTRIES", len(first.used) + 5)
+    s = state()
+    s.load()
+    assert s.code is not None
+    s.code.update({"# new\n": compile("# new\n", "<string>", "exec")})
+    s.fresh = 1
+    _shapes(dataclass)
+    s.save()
+    assert set(state().load()) == set(s.used)  # the stale ones dropped
