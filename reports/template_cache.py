@@ -27,6 +27,8 @@ import stat
 import jinja2
 from jinja2.bccache import Bucket, BytecodeCache
 
+from llmdiag.diagnose.model.user_cache import cache_home, open_folder  # noqa: F401 (the safe folder; re-export)
+
 # Environment attributes the generated code depends on (the lexer's syntax, whitespace handling, escaping).
 _OPTIONS = ("block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
             "comment_start_string", "comment_end_string", "line_statement_prefix", "line_comment_prefix",
@@ -44,54 +46,6 @@ def fingerprint(env: jinja2.Environment) -> str:
 
 def _name(x) -> str:
     return repr(x) if isinstance(x, (bool, type(None))) else f"{getattr(x, '__module__', '')}.{getattr(x, '__qualname__', x)}"
-
-
-def cache_home() -> str | None:
-    """$XDG_CACHE_HOME when set to an absolute path (the XDG rule), else ~/.cache; None without a home."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    if os.path.isabs(xdg):
-        return xdg
-    home = os.path.expanduser("~")
-    return os.path.join(home, ".cache") if os.path.isabs(home) else None
-
-
-def _subdir(parent_fd: int, name: str) -> int:
-    """`name` in the folder `parent_fd`, created 0700 if missing, opened without following a link, ours."""
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        pass
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-    if os.fstat(fd).st_uid != os.getuid():
-        os.close(fd)
-        raise PermissionError(f"{name} is not owned by this user")
-    return fd
-
-
-def open_folder(home: str | None = None) -> int | None:
-    """A descriptor of `<cache home>/llmdiag/templates`, or None where no safe folder can be had."""
-    home = home or cache_home()
-    if not home or not hasattr(os, "O_NOFOLLOW") or not hasattr(os, "getuid"):
-        return None
-    fds: list[int] = []
-    try:
-        try:
-            os.mkdir(home, 0o700)  # the XDG cache home itself, where missing (its parent must exist)
-        except FileExistsError:
-            pass
-        fds.append(os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-        if os.fstat(fds[-1]).st_uid != os.getuid():
-            return None
-        for name in ("llmdiag", "templates"):
-            fds.append(_subdir(fds[-1], name))
-        if stat.S_IMODE(os.fstat(fds[-1]).st_mode) & 0o077:
-            return None
-        return fds.pop()
-    except OSError:
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 class TemplateCache(BytecodeCache):

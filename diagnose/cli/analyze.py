@@ -20,6 +20,12 @@ from llmdiag.diagnose.model.files import check_target, write_atomic
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.provenance import Provenance
 
+# The cyclic collector's first threshold for this command (Python's is 700 allocations). Its passes over the young
+# objects (the modules being imported, the parse's rows) found ~300 objects in cycles in a whole run on the real
+# traces and cost 25-40 ms of a small trace's ~300 ms; at 100,000 most young objects are freed by their reference
+# count before a pass sees them (docs/benchmarks.md, "Fifth pass"). Peak RSS unchanged on the six real traces.
+GC_YOUNG = 100_000
+
 
 def output_paths(analysis, json_path: str | None, report_path: str | None) -> tuple[str, str]:
     """Run folders get summary.json/report.html inside; foreign (maybe read-only) traces ./llmdiag-report/."""
@@ -190,6 +196,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     Exit 0 when every trace was analysed, 1 when some were left out (each named on stderr), 2 when
     nothing usable remains or the input is wrong.
     """
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
 
     load_numpy_single_threaded()  # before anything loads numpy: its BLAS threads are only start-up cost here

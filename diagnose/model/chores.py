@@ -6,7 +6,7 @@ rules/capture.py read them. A rank with none of them (and a complete capture) ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from llmdiag.diagnose.model.dc import dataclass  # its __init__ compiled once per user (model/code_cache.py)
 
 META_MIN_CALLS = 100  # metadata-only op calls needed to read the host's floor per op
 META_SLOW_US = 10.0  # their fastest call at or above this: the host is slow on every op (recorded; else not)

@@ -8,7 +8,7 @@ without any such kernel has no record (None)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field  # its __init__ compiled once per user (model/code_cache.py)
 
 FAMILIES = ("cat", "layout", "copy")
 

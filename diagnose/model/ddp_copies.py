@@ -7,7 +7,7 @@ rules/ddp_copies.py reads it. A rank without `copy_bucket_to_grad` ops has no re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from llmdiag.diagnose.model.dc import dataclass  # its __init__ compiled once per user (model/code_cache.py)
 
 
 @dataclass

@@ -8,7 +8,7 @@ has no record (None)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from llmdiag.diagnose.model.dc import dataclass  # its __init__ compiled once per user (model/code_cache.py)
 
 
 @dataclass

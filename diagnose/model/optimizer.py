@@ -5,7 +5,7 @@ step (ms) over the rank's analysis windows; rules/optimizer.py reads it. A rank 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from llmdiag.diagnose.model.dc import dataclass  # its __init__ compiled once per user (model/code_cache.py)
 
 
 @dataclass

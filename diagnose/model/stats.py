@@ -52,6 +52,8 @@ def median(data):
 
 
 def __getattr__(name: str) -> Any:
+    if name.startswith("__"):  # the import system's own look-ups (`from ..stats import median` asks for `__path__`)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import statistics
 
     return getattr(statistics, name)

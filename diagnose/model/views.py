@@ -12,15 +12,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from operator import attrgetter, truediv
+from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.dc import dataclass
-from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics, Straggler
+from llmdiag.diagnose.model.analysis import Analysis, MemoryStat, RankMetrics
 from llmdiag.diagnose.model.devices import link_busbw_gbps, link_peak
 from llmdiag.diagnose.model.fields import FIELDS
 from llmdiag.diagnose.model.format import fmt, ranges
 from llmdiag.diagnose.model.placement import device_name, hosts, ranks_per_host  # noqa: F401 (re-export)
 from llmdiag.diagnose.model.roles import P2P_KINDS, pg_role
+
+if TYPE_CHECKING:  # a one-rank report has no stragglers: model/skew.py (and matching) load only where one does
+    from llmdiag.diagnose.model.skew import Straggler
 
 
 def _mean(xs) -> float | None:

@@ -8,7 +8,7 @@ what it is; a kind mostly hidden (≥ 70 %) stays silent whatever its absolute e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from llmdiag.diagnose.model.dc import dataclass  # its __init__ compiled once per user (model/code_cache.py)
 
 from llmdiag.diagnose.model.format import fmt, ranges
 

@@ -17,6 +17,7 @@ from llmdiag.diagnose.io.trace import COMPUTE, CPU_OP, RankTrace
 from llmdiag.diagnose.metrics.rank import host_ops
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
+from llmdiag.diagnose.metrics.rank.sets import median  # np.median without its numpy.ma import (~7 ms)
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.analysis import Hints
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -91,7 +92,7 @@ def elementwise_facts(t: RankTrace, wins: list[Window], h: Hints) -> None:
     n = max(1, len(wins))
     h.elementwise_frac = float(t.dur[idx].sum()) / total
     h.elementwise_per_step = len(idx) / n
-    h.elementwise_median_us = float(np.median(t.dur[idx])) / 1e3 if len(idx) else None
+    h.elementwise_median_us = median(t.dur[idx]) / 1e3 if len(idx) else None
     if not len(idx):
         h.elementwise_ms_by_pattern, h.elementwise_fusable_ms = {}, 0.0
         return

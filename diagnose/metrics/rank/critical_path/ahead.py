@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmdiag.diagnose.metrics.rank.critical_path.resume import IDLE_MIN_NS
+from llmdiag.diagnose.metrics.rank.sets import distinct  # np.unique without its numpy.ma import (~7 ms)
 
 # A thread running at E that made no runtime call for this long after it was busy with work of its own, not feeding
 # its device (the docstring). idle_stretch.LONG_NS's bound: a stretch shorter than this is many launches' business.
@@ -101,7 +102,7 @@ def idle_returns(g, pred_edge: np.ndarray, launch: np.ndarray, thread: np.ndarra
     lo = np.searchsorted(th_of, th, side="left")
     otime = g.time[order]
     hp = np.empty(len(p), np.int64)
-    for u in np.unique(th).tolist():  # one binary search per launching thread (a few)
+    for u in distinct(th).tolist():  # one binary search per launching thread (a few)
         sel = th == u
         a = int(lo[sel][0])
         hp[sel] = a + np.searchsorted(otime[a:int(lp[sel].max()) + 1], e[sel], side="left")

@@ -18,7 +18,7 @@ as any other. Only windows holding such a point are walked again: none in most t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field  # its __init__ compiled once per user (model/code_cache.py)
 
 import numpy as np
 

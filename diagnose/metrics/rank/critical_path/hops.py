@@ -14,7 +14,7 @@ node is walked at most once per window: walks.Walks, which cuts.py also drives f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from llmdiag.diagnose.model.dc import dataclass, field  # its __init__ compiled once per user (model/code_cache.py)
 
 import numpy as np
 

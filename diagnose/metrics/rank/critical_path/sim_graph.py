@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmdiag.diagnose.io.trace import RankTrace
-from llmdiag.diagnose.metrics.rank.sets import distinct
+from llmdiag.diagnose.metrics.rank.sets import distinct, median
 from llmdiag.diagnose.metrics.rank.critical_path.graph import CAUSES, LAUNCH, STREAM, SYNC_EDGE, THREAD, Graph
 
 HOST_GAP = CAUSES.index("host_gap")
@@ -50,7 +50,7 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
         return g, none
     call, op = g.src[le] // 2, g.dst[le] // 2
     dur = g.time[2 * call + 1] - g.time[2 * call]
-    long = dur > max(QUEUE_CALL_NS, QUEUE_CALL_X * float(np.median(dur)))
+    long = dur > max(QUEUE_CALL_NS, QUEUE_CALL_X * median(dur))
     if not long.any():
         return g, none
     dk = np.flatnonzero(g.device)
