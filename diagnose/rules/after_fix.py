@@ -3,7 +3,7 @@ for the rules whose gain the host caps now (fp32_gemm, data_movement, unfused_el
 
 Where the host sets the step (rules/base.py host_sets_step), a faster kernel takes at most the host's waits off
 the step now. The same edit pays more once that bound is removed, but only a bound with a fix of its own (the
-DataLoader, the allocator calls: simulate/after_fix.py) may be assumed removed. The numbers are the dependency
+DataLoader, the allocator calls: metrics/rank/critical_path/after_fix.py) may be assumed removed. The numbers are the dependency
 graph's (RankMetrics.simulated_gain_ms "after_fix/<candidate>": the fix and the edit together, less the fix
 alone). Nothing is said where the rank has no such simulation (no removable bound sets its step: host work
 between launches has no one fix, and an uncapped bound would promise what no named edit delivers), nor where the
@@ -16,7 +16,7 @@ from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import host_sets_step
-from llmdiag.diagnose.simulate.after_fix import BOUNDS, STEP, WANT
+from llmdiag.diagnose.metrics.rank.critical_path.after_fix import BOUNDS, STEP, WANT
 
 NAMES = {"dataloader": "the DataLoader (`__next__` on the training thread)",
          "allocator": "the allocator calls (`cudaMalloc`/`cudaFree`, `hipMalloc`/`hipFree`)"}

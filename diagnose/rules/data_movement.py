@@ -9,7 +9,7 @@ from llmdiag.diagnose.model import stats as statistics  # the standard one impor
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.data_movement import MoveFamily
 from llmdiag.diagnose.model.format import fmt, plural
-from llmdiag.diagnose.rules import after_fix
+import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for, steps_where
 
 SHARE = 0.10  # a family below 10 % of the rank's compute time gets no finding: healthy recommendation models in the real traces carry 2-6 % of cat/copy kernels (trace_diff, sampled_pair, a100 all-to-all), so a family stands out above that band;

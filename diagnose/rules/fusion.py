@@ -6,7 +6,7 @@ from __future__ import annotations
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding
 from llmdiag.diagnose.model.format import fmt, plural
-from llmdiag.diagnose.rules import after_fix
+import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, severity_for
 
 ELEMENTWISE_FLOOR = 0.40  # share of compute kernel time: eager transformer training spends ~15-30 % there

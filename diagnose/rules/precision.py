@@ -17,7 +17,7 @@ from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.devices import compute_capability
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.model.gemm_speedup import AMD_RE, AMD_SPEEDUP, CONSUMER_SPEEDUP, gemm_speedup  # noqa: F401
-from llmdiag.diagnose.rules import after_fix
+import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %

@@ -57,7 +57,7 @@ def family_kernels(t: RankTrace, wins: list[Window]
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[int, int]] | None:
     """(device events in the windows, the counted kernels, their family index into FAMILIES, their launching op
     or -1, the launching ops by device event) or None: the kernels the families count (also what the after-fix
-    simulation, simulate/after_fix.py, removes)."""
+    simulation, metrics/rank/critical_path/after_fix.py, removes)."""
     if not wins or not t.is_gpu or t.kind is None:
         return None
     dev = device_events(t, wins)

@@ -20,6 +20,7 @@ import numpy as np
 from llmdiag.diagnose.io.trace import ANNOTATION, CPU_OP, MEMCPY, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.host_wait import is_async_copy, is_sync_call
+from llmdiag.diagnose.metrics.rank.sets import distinct, median  # np.unique/np.median without numpy.ma
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.held_reads import HeldReads
@@ -51,7 +52,7 @@ def _after_sync(t: RankTrace, calls: np.ndarray, d: np.ndarray) -> np.ndarray:
     if not len(sy) or not len(calls):
         return out
     sy = sy[np.lexsort((t.ts[sy], t.thread[sy]))]
-    for th in np.unique(t.thread[calls]).tolist():
+    for th in distinct(t.thread[calls]).tolist():
         mine = np.flatnonzero(t.thread[calls] == th)
         ss = sy[t.thread[sy] == th]
         if not len(ss):
@@ -112,7 +113,7 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
     sited = set(np.argsort(-held, kind="stable")[:MAX_SITED].tolist())
     sites: dict[tuple, list[int]] = defaultdict(list)
     stacks: dict[int, list[str]] = {}
-    ann = {t.names[int(n)] for n in np.unique(t.name[t.kind == ANNOTATION]).tolist()}
+    ann = {t.names[int(n)] for n in distinct(t.name[t.kind == ANNOTATION]).tolist()}
     for n, w in enumerate(wt.tolist()):
         stacks[n] = _enclosing(t, cand, w) if n in sited else []
         # a site: the call and the annotations around it (the ops' order between equal spans is not stable)
@@ -139,8 +140,8 @@ def held_reads(t: RankTrace, wins: list[Window]) -> HeldReads | None:
     host_span = float((ends - starts).sum()) / NS_PER_MS / nw
     return HeldReads(
         call=key[0], copy=t.names[int(t.name[dd[0]])][:80], stack=stacks[longest], calls=len(ix) / nw,
-        held_ms=float(held[ix].sum()) / NS_PER_MS / nw, copy_us=float(np.median(t.dur[dd])) / 1e3,
-        copy_bytes=int(np.median(nb)) if nb else None,
+        held_ms=float(held[ix].sum()) / NS_PER_MS / nw, copy_us=median(t.dur[dd]) / 1e3,
+        copy_bytes=int(median(nb)) if nb else None,
         busy_ms=float(b.sum()) / NS_PER_MS / nw, queued=queued, starved_ms=starved / NS_PER_MS / nw,
         host_rest_ms=host_span - tot_held, steps=len(set(k[ix].tolist())), all_sites_ms=tot_held,
         longest_ms=float(held[longest]) / NS_PER_MS, longest_step=wins[int(k[longest])].step)

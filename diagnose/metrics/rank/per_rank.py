@@ -55,8 +55,8 @@ from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
 from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
-from llmdiag.diagnose.simulate.after_fix import after_fix_gains
-from llmdiag.diagnose.simulate.after_fix import wanted as after_wanted
+from llmdiag.diagnose.metrics.rank.critical_path.after_fix import after_fix_gains
+from llmdiag.diagnose.metrics.rank.critical_path.after_fix import wanted as after_wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
 from llmdiag.diagnose.metrics.rank.critical_path.cuts import PathCuts, path_cuts
@@ -180,7 +180,7 @@ def _run(job: RankJob) -> RankOutput:
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
-    want = wanted(metrics) | after_wanted(metrics.hints.device_idle_frac)  # after_fix: simulate/after_fix.py
+    want = wanted(metrics) | after_wanted(metrics.hints.device_idle_frac)  # after_fix: metrics/rank/critical_path/after_fix.py
     cp.send((want, p2p, device))  # what the what-ifs and hops need from here
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv

@@ -1,4 +1,4 @@
-"""Gains after a fix (simulate/after_fix.py, rules/after_fix.py) on small generated traces whose answers are worked
+"""Gains after a fix (metrics/rank/critical_path/after_fix.py, rules/after_fix.py) on small generated traces whose answers are worked
 out by hand in each docstring from the times the test places (µs), never from llmdiag's code."""
 
 from __future__ import annotations
