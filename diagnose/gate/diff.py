@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from llmdiag.diagnose.gate.format import prose, ranks_text, table
-from llmdiag.diagnose.gate.path import rank_mean, read, sought, unstated
+from llmdiag.diagnose.gate.path import rank_means, read, sought, unstated
 from llmdiag.diagnose.gate.settings import differences
 from llmdiag.diagnose.gate.verdict import GATED, METRICS, Side, describe, once, units
 from llmdiag.diagnose.model import views
@@ -227,16 +227,16 @@ def _path(a: Analysis, b: Analysis) -> Section | None:
     if not (sought(a) or sought(b)):
         return None
     rows = []
-    for who, get in (("job", lambda x, f, ratio: read(x.critical_path, f, ratio)),
-                     ("rank", lambda x, f, ratio: rank_mean(x, f, ratio))):
-        rows.append(row(f"{who} length", "time", get(a, "length_ms", False), get(b, "length_ms", False)))
+    ma, mb = rank_means(a), rank_means(b)
+    for who, get in (("job", lambda x, m, f, ratio: read(x.critical_path, f, ratio)),
+                     ("rank", lambda x, m, f, ratio: m[f])):
+        rows.append(row(f"{who} length", "time", get(a, ma, "length_ms", False), get(b, mb, "length_ms", False)))
         rows += [row(f"{who} {word}", "path_compute" if key == "gpu_compute_bound" else "path_share",
-                     get(a, key, True), get(b, key, True)) for word, key in CP_COLUMNS]
+                     get(a, ma, key, True), get(b, mb, key, True)) for word, key in CP_COLUMNS]
     notes = []
     for who, m in (("job path", "path_length"), ("rank path", "rank_path_length")):
         why = [f"{side}: {w}" for side, x in (("A", a), ("B", b)) if (w := unstated(x, GATED[m]))]  # type: ignore[arg-type]
-        partly = m == "rank_path_length" and None not in (rank_mean(a, "length_ms", False),
-                                                          rank_mean(b, "length_ms", False))
+        partly = m == "rank_path_length" and None not in (ma["length_ms"], mb["length_ms"])
         if why:
             notes.append(f"{who} {'compared over the ranks that state one' if partly else 'not compared'}: "
                          + "; ".join(why))

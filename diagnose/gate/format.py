@@ -136,8 +136,11 @@ def render_verdict(v: Verdict) -> str:
     if base:
         head[0] += f" vs baseline {terminal(base.label)} ({ranks_text(base)})"
     rows = [[terminal(c) for c in _cells(r, v.strict)] for r in v.results]
-    out = head + [""] + [table(["metric", "agg", "baseline", "current", "delta", "limit", "status",
-                                "worst"], rows, right={2, 3, 4}, keep={0})]  # a metric's name never folds
+    header = ["metric", "agg", "baseline", "current", "delta", "limit", "status", "worst"]
+    text = table(header, rows, right={2, 3, 4}, keep={0})  # a metric's name whole where the table still fits
+    if _widest(text) > terminal_width():
+        text = table(header, rows, right={2, 3, 4})
+    out = head + [""] + [text]
     for n in v.notes:
         out.append(f"note: {terminal(n)}")
     for r in v.results:

@@ -11,10 +11,12 @@ compared" and why, rather than fail closed on a metric that vanished: the reason
 from __future__ import annotations
 
 import math
+from math import isfinite
+from operator import attrgetter
 
 from llmdiag.diagnose.gate.limits import PathMetric
 from llmdiag.diagnose.model.analysis import Analysis
-from llmdiag.diagnose.model.critical_path import CriticalPath
+from llmdiag.diagnose.model.critical_path import CATEGORIES, CriticalPath
 from llmdiag.diagnose.model.format import plural, ranges
 
 
@@ -78,8 +80,15 @@ def sought(a: Analysis) -> bool:
         r.critical_path is not None or r.critical_path_note for r in a.ranks)
 
 
-def rank_mean(a: Analysis, field: str, ratio: bool) -> float | None:
-    """The mean over the ranks that state a path (the diff's rank-path rows say so)."""
-    vals = [v for r in a.ranks if (v := read(r.critical_path, field, ratio)) is not None]
-    return math.fsum(vals) / len(vals) if vals else None
+def rank_means(a: Analysis) -> dict[str, float | None]:
+    """Field -> its mean over the ranks that state a path (the diff's rank-path rows say so), shares as ratios:
+    one pass over the ranks, then one over their paths per field (a 16,384-rank diff reads each path 6 times)."""
+    fields = ("length_ms", *CATEGORIES)
+    get = attrgetter(*fields)  # every field of a path in one visit: the paths lie scattered in memory
+    columns = zip(*[get(p) for r in a.ranks if (p := r.critical_path) is not None])
+    out: dict[str, float | None] = dict.fromkeys(fields)
+    for f, col in zip(fields, columns):
+        vals = [float(v) for v in col if v is not None and isfinite(v)]  # `read`'s test
+        out[f] = None if not vals else math.fsum(vals) / len(vals) / (1.0 if f == "length_ms" else 100.0)
+    return out
 

@@ -26,7 +26,7 @@ def test_a_share_prints_the_same_everywhere(monkeypatch):
     term = terminal._critical_path(a)
     table = term[:term.index("Job critical path")]
     assert f" {want[:-1]} " in table and f" {other} " not in table  # the table's bare number
-    assert f"cpu {want}" in term  # the job paragraph
+    assert f"cpu {want[:-1]} %" in term  # the job paragraph: the same number (its prose spaces the sign)
     view = critical_path_view(a, Num)
     assert str(view["rows"][0]["parts"][0]) == want
     assert f"cpu {want}" in re.sub(r"<[^>]+>", "", str(view["job"]["text"]))  # the paragraph, tags stripped
