@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from llmdiag.diagnose.gate.format import prose, ranks_text, table
-from llmdiag.diagnose.gate.path import rank_means, read, sought, unstated
+from llmdiag.diagnose.gate.path import rank_means, read, reasons, sought
 from llmdiag.diagnose.gate.settings import differences
 from llmdiag.diagnose.gate.verdict import GATED, METRICS, Side, describe, once, units
 from llmdiag.diagnose.model import views
@@ -235,11 +235,10 @@ def _path(a: Analysis, b: Analysis) -> Section | None:
                      get(a, ma, key, True), get(b, mb, key, True)) for word, key in CP_COLUMNS]
     notes = []
     for who, m in (("job path", "path_length"), ("rank path", "rank_path_length")):
-        why = [f"{side}: {w}" for side, x in (("A", a), ("B", b)) if (w := unstated(x, GATED[m]))]  # type: ignore[arg-type]
+        why = reasons([("A", a), ("B", b)], GATED[m])  # type: ignore[arg-type]
         partly = m == "rank_path_length" and None not in (ma["length_ms"], mb["length_ms"])
         if why:
-            notes.append(f"{who} {'compared over the ranks that state one' if partly else 'not compared'}: "
-                         + "; ".join(why))
+            notes.append(f"{who} {'compared over the ranks that state one' if partly else 'not compared'}: {why}")
     na, nb = (sum(r.critical_path is not None for r in x.ranks) for x in (a, b))
     return Section(f"Critical path (job: the job's path; rank: the mean of the ranks' paths, over the A {na} and B {nb} "
                    "ranks that state one; ms per step, and % of the path in HTA's categories: cpu = cpu_bound, compute "

@@ -67,11 +67,19 @@ def unstated(a: Analysis, m: PathMetric) -> str:
     return f"no critical path on {who} of {len(a.ranks)}: {why}"
 
 
+def reasons(sides: list[tuple[str, Analysis | None]], m: PathMetric) -> str:
+    """"A: why; B: why" for the sides that lack the path on some unit, one reason said once where both give it
+    ("A and B: why"); "" where every side has it."""
+    why = [(side, w) for side, a in sides if a is not None and (w := unstated(a, m))]
+    if len(why) == 2 and why[0][1] == why[1][1]:
+        return f"{why[0][0]} and {why[1][0]}: {why[0][1]}"
+    return "; ".join(f"{side}: {w}" for side, w in why)
+
+
 def not_compared(base: Analysis | None, cur: Analysis, m: PathMetric) -> str:
     """"not compared: why" where either side lacks the path on some unit, "" where both have it."""
-    why = [f"{side}: {w}" for side, a in (("baseline", base), ("current", cur)) if a is not None and
-           (w := unstated(a, m))]
-    return ("not compared: " + "; ".join(why)) if why else ""
+    why = reasons([("baseline", base), ("current", cur)], m)
+    return f"not compared: {why}" if why else ""
 
 
 def sought(a: Analysis) -> bool:

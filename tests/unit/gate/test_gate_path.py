@@ -126,10 +126,14 @@ def test_event_sampled_side_is_not_compared_never_pass_or_fail(which):
     assert len(paths) == 5 and {r.status for r in paths} == {"n/a"}
     assert all(r.message.startswith(f"{r.metric}: not compared: ") and "event-sampled" in r.message for r in paths)
     assert not [c for c in v.inputs if c.metric.startswith("path")]  # n/a says why: no input failure
+    said = {"current": "current: no job", "baseline": "baseline: no job", "both": "baseline and current: no job"}
+    assert all(said[which] in r.message and r.message.count("no job") == 1 for r in paths)  # one reason, once
     assert v.status == "pass"  # the other gates pass: the twin's numbers
     assert evaluate(cur, base, default_gates(), strict=True).status == "fail"  # --strict: n/a fails, as any gate
     text = render_verdict(v)
-    assert "n/a: path_compute: not compared: " in text.replace("\n  ", " ")
+    flat = " ".join(text.split())  # the reason once, for the five gates it stops
+    assert flat.count("not compared") == 1 and "n/a: path_compute, path_comm, path_cpu, path_launch, path_kernel_gap: "\
+        "not compared: " in flat
     xml = to_junit(v)
     assert xml.count("<skipped message=\"path_") == 5
 

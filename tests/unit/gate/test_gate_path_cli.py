@@ -55,7 +55,8 @@ def test_check_cli_on_a_sampled_side_says_not_compared(sides, tmp_path, width):
     r = _run("check", sides["sampled"], "--baseline", sides["base"], "--junit", junit, width=width)
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())
-    assert "n/a: path_comm: not compared: current: no job critical path: not determined: rank 1's capture" in flat
+    assert "path_comm, path_cpu, path_launch, path_kernel_gap: not compared: current: no job critical path: not " \
+        "determined: rank 1's capture" in flat
     skipped = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("skipped") is not None]
     assert {c.get("classname") for c in skipped} == {f"llmdiag.check.path_{w}" for w in
                                                      ("cpu", "compute", "comm", "launch", "kernel_gap")}
