@@ -63,6 +63,11 @@ _LIMIT_HELP = {
     "max_bubble": "Absolute: fail if the pipeline bubble is above this (0-1 or \"20%\").",
     "max_step_time_ms": "Absolute: fail if step time (ms) is above this.",
     "max_memory": "Absolute: fail if the memory peak is above this (bytes or \"40GiB\").",
+    "max_path_rise": "Fail if the job critical path's length rises by more than this (ms, or \"10%\").",
+    "max_path_compute_drop": "Fail if the job path's compute share drops by more than this (points 0-1, "
+                             "\"0.05+1σ\": beyond the steps' spread).",
+    "max_path_comm_rise": "Fail if the job path's communication share rises by more than this (as above).",
+    "max_path_cpu_rise": "Fail if the job path's host (cpu_bound) share rises by more than this (as above).",
 }
 
 

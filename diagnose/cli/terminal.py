@@ -133,13 +133,19 @@ def _idle(a: Analysis) -> str:
                   IDLE_HEADER, body, (IDLE_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={len(IDLE_HEADER) - 1})
 
 
+def _share(x: float) -> str:
+    """A path share (the summary's percent) in the report's rounding, `fmt(x / 100, "pct")`, as prose: "27.3 %"."""
+    return f"{fmt(x / 100, 'pct', suffix=False)} %"
+
+
 def _critical_path(a: Analysis) -> str:
     from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows,
                                                           unstated_words)
 
     rows, n = critical_path_rows(a, TERMINAL_ROWS)
-    body = [[str(x.rank), _ms(x.path.length_ms), *(f"{getattr(x.path, f):.1f}" for _, f in CP_COLUMNS),
-             f"{x.top_cause} {x.top_share:.1f} %" if x.top_cause else "—"] for x in rows]
+    # shares: the summary's percent / 100 in the pct format, as the report, `diff` and `check` print them
+    body = [[str(x.rank), _ms(x.path.length_ms), *(fmt(getattr(x.path, f) / 100, "pct", suffix=False) for _, f in CP_COLUMNS),
+             f"{x.top_cause} {_share(x.top_share)}" if x.top_cause else "—"] for x in rows]
     title = "Critical path per rank (% of the path; path ms per step, each rank's mean; least device-bound first)"
     out = _table(title, CP_HEADER, body, (CP_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={7})
     if unstated := unstated_words(a):  # event-sampled ranks: the path is withheld, and the reason said
@@ -153,7 +159,7 @@ def _job_path(a: Analysis) -> str:
     v = job_path_view(a)
     if v is None:
         return "\n" + _wrap(w) if (w := job_unstated_words(a)) else ""
-    return "\n" + _wrap(job_path_words(v, lambda x, k: _ms(x), lambda x: f"{x:.1f} %")) + "\n" + _wrap(JOB_NOTE, "  ")
+    return "\n" + _wrap(job_path_words(v, lambda x, k: _ms(x), _share)) + "\n" + _wrap(JOB_NOTE, "  ")
 
 
 def _comm(a: Analysis) -> str:

@@ -9,6 +9,8 @@ min = 0.5               # absolute, no baseline needed
 agg = "min"
 [step_time]
 max_rise = "10%"        # relative to the baseline value
+[path_comm]   # the job critical path's share (gate/path.py)
+max_rise = "0.05+1σ"    # 5 points beyond the steps' own spread
 ```
 Unknown keys are errors, not ignored: a typo in a CI config must not turn a gate off silently.
 """
@@ -20,7 +22,7 @@ import difflib
 from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.model.files import CONFIG_BUDGET, read_bounded
 from llmdiag.diagnose.gate.inputs import ALLOW_NAMES
-from llmdiag.diagnose.gate.verdict import AGGS, ALIASES, METRICS, RULES, Gate, metric_named, parse_limit
+from llmdiag.diagnose.gate.verdict import AGGS, ALIASES, GATED, RULES, Gate, metric_named, parse_limit
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -42,6 +44,11 @@ FLAG_GATES = {
     "max_bubble": ("bubble", "max"),
     "max_step_time_ms": ("step_time", "max"),
     "max_memory": ("memory_peak", "max"),
+    # the job's critical path (gate/path.py); its other shares and each rank's path: config sections
+    "max_path_rise": ("path_length", "max_rise"),
+    "max_path_compute_drop": ("path_compute", "max_drop"),
+    "max_path_comm_rise": ("path_comm", "max_rise"),
+    "max_path_cpu_rise": ("path_cpu", "max_rise"),
 }
 
 
@@ -81,7 +88,7 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
         opts["strict"] = data["strict"]
     if "allow" in data:  # opt-outs of the fail-closed input checks, as the --allow-* flags
         allow = data["allow"]
-        ok = (*ALLOW_NAMES, *(f"undefined:{m}" for m in METRICS))
+        ok = (*ALLOW_NAMES, *(f"undefined:{m}" for m in GATED))
         if not isinstance(allow, list) or any(a not in ok for a in allow):
             raise LlmdiagError(f"bad allow = {allow!r}", where, f"a list of {', '.join(ALLOW_NAMES)}, or "
                                                                 "\"undefined:<metric>\" for one metric")
@@ -92,8 +99,8 @@ def parse_config(data: dict, where: str, default_agg: str | None = None) -> tupl
     for key, table in data.items():
         if key in ("agg", "strict", "allow"):
             continue
-        if key not in METRICS and key not in ALIASES:
-            raise LlmdiagError(f"unknown section [{key}]", where, _hint(key, [*METRICS, "agg", "strict", "allow"]))
+        if key not in GATED and key not in ALIASES:
+            raise LlmdiagError(f"unknown section [{key}]", where, _hint(key, [*GATED, "agg", "strict", "allow"]))
         if not isinstance(table, dict):
             raise LlmdiagError(f"[{key}] must be a table of limits", where, "e.g. [overlap_ratio] max_drop = 0.05")
         m = metric_named(key, where)
@@ -126,7 +133,7 @@ def build_gates(config: str | None, flags: dict, agg: str | None) -> tuple[list[
         if raw is None:
             continue
         metric, rule = FLAG_GATES[name]
-        m = METRICS[metric]
+        m = GATED[metric]
         where = "--" + name.replace("_", "-")
         by_key[(metric, rule)] = Gate(metric, rule, parse_limit(raw, m, rule, where), flag_agg, "flag")
     return list(by_key.values()), opts

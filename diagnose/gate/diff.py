@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from llmdiag.diagnose.gate.format import prose, ranks_text, table
+from llmdiag.diagnose.gate.path import rank_means, read, reasons, sought
 from llmdiag.diagnose.gate.settings import differences
-from llmdiag.diagnose.gate.verdict import METRICS, Side, describe, once, units
+from llmdiag.diagnose.gate.verdict import GATED, METRICS, Side, describe, once, units
 from llmdiag.diagnose.model import views
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.critical_path_view import CP_COLUMNS
 from llmdiag.diagnose.model.codec import no_gc
 from llmdiag.diagnose.model.escape import terminal
 from llmdiag.diagnose.model.fields import FIELDS
@@ -49,6 +51,8 @@ MEASURES = {
     "memory": ("bytes", "lower"),
     "bubble": ("pct", "lower"),
     "imbalance": ("pct", "lower"),
+    "path_share": ("pct", "lower"),  # a critical path's share off compute: host, communication, launch, gaps
+    "path_compute": ("pct", "higher"),  # its compute share (gate/limits.py PathMetric: the same directions)
 }
 
 
@@ -70,6 +74,7 @@ class Row:
 class Section:
     title: str
     rows: list[Row]
+    note: str = ""  # printed under the rows: what was not compared, and why
 
 
 @dataclass
@@ -216,6 +221,31 @@ def _pipeline(a: Analysis, b: Analysis) -> Section | None:
     return Section(f"Pipeline ({_attr(pa, 'schedule') or '-'} vs {_attr(pb, 'schedule') or '-'})", _defined(rows))
 
 
+def _path(a: Analysis, b: Analysis) -> Section | None:
+    """The job's critical path (length, HTA's five shares) and the mean of the ranks' paths, as the report prints
+    them (gate/path.py); None where neither side's analysis sought a path (CPU traces)."""
+    if not (sought(a) or sought(b)):
+        return None
+    rows = []
+    ma, mb = rank_means(a), rank_means(b)
+    for who, get in (("job", lambda x, m, f, ratio: read(x.critical_path, f, ratio)),
+                     ("rank", lambda x, m, f, ratio: m[f])):
+        rows.append(row(f"{who} length", "time", get(a, ma, "length_ms", False), get(b, mb, "length_ms", False)))
+        rows += [row(f"{who} {word}", "path_compute" if key == "gpu_compute_bound" else "path_share",
+                     get(a, ma, key, True), get(b, mb, key, True)) for word, key in CP_COLUMNS]
+    notes = []
+    for who, m in (("job path", "path_length"), ("rank path", "rank_path_length")):
+        why = reasons([("A", a), ("B", b)], GATED[m])  # type: ignore[arg-type]
+        partly = m == "rank_path_length" and None not in (ma["length_ms"], mb["length_ms"])
+        if why:
+            notes.append(f"{who} {'compared over the ranks that state one' if partly else 'not compared'}: {why}")
+    na, nb = (sum(r.critical_path is not None for r in x.ranks) for x in (a, b))
+    return Section(f"Critical path (job: the job's path; rank: the mean of the ranks' paths, over the A {na} and B {nb} "
+                   "ranks that state one; ms per step, and % of the path in HTA's categories: cpu = cpu_bound, compute "
+                   "= gpu_compute_bound, comm = gpu_communication_bound, launch = gpu_kernel_launch_overhead, "
+                   "kernel-kernel = gpu_kernel_kernel_overhead)", _defined(rows), "\n".join(notes))
+
+
 MAX_RANK_ROWS = 16  # per metric: a 16k-rank diff lists the ranks that moved most, not 65k rows
 
 
@@ -285,7 +315,7 @@ def _compare(a: Analysis, b: Analysis, top: int, run_defaults: dict | None) -> C
     sa, sb = describe(a), describe(b)
     matched = sa.world_size == sb.world_size and sorted(r.rank for r in a.ranks) == sorted(r.rank for r in b.ranks)
     sections = [s for s in (_steps(a, b), _overlap(a, b), _comm(a, b), _throughput(a, b), _memory(a, b),
-                            _pipeline(a, b), _per_rank(a, b) if matched else None) if s is not None]
+                            _pipeline(a, b), _path(a, b), _per_rank(a, b) if matched else None) if s is not None]
     return Comparison(sa, sb, not matched, _notes(sa, sb, matched), sections, _kernels(a, b, top),
                       differences(a, b, run_defaults), verdict_line(sections))
 
@@ -312,6 +342,9 @@ def render_text(c: Comparison) -> str:
             rows = [[terminal(r.name), fmt(r.a, r.unit), fmt(r.b, r.unit), change_text(r), r.change, r.effect]
                     for r in s.rows]
             out += ["", s.title, table(["", "A", "B", "B - A", "direction", "effect"], rows, right={1, 2, 3})]
+        elif s.note:
+            out += ["", s.title]
+        out += s.note.split("\n") if s.note else []
     k = c.kernels
     titles = {"grew": "Kernels/ops that grew (ms per step, mean over the ranks that list them)",
               "shrank": "Kernels/ops that shrank"}

@@ -136,13 +136,14 @@ def render_verdict(v: Verdict) -> str:
     if base:
         head[0] += f" vs baseline {terminal(base.label)} ({ranks_text(base)})"
     rows = [[terminal(c) for c in _cells(r, v.strict)] for r in v.results]
-    out = head + [""] + [table(["metric", "agg", "baseline", "current", "delta", "limit", "status",
-                                "worst"], rows, right={2, 3, 4})]
+    header = ["metric", "agg", "baseline", "current", "delta", "limit", "status", "worst"]
+    text = table(header, rows, right={2, 3, 4}, keep={0})  # a metric's name whole where the table still fits
+    if _widest(text) > terminal_width():
+        text = table(header, rows, right={2, 3, 4})
+    out = head + [""] + [text]
     for n in v.notes:
         out.append(f"note: {terminal(n)}")
-    for r in v.results:
-        if r.status == "n/a":
-            out.append(f"n/a: {terminal(r.message)}")
+    out += [f"n/a: {terminal(m)}" for m in _na_lines(v.results)]
     for c in v.inputs:
         out.append(f"input: {terminal(c.message)}" + (f" (allowed by {c.opt_out})" if c.allowed else
                                               f" (fails the check; {c.opt_out} to allow)" if c.opt_out else ""))
@@ -157,6 +158,19 @@ def render_verdict(v: Verdict) -> str:
         n = len(v.results)
         out.append(f"PASS: {plural(n, 'gate')}" + (f" ({na} n/a)" if na else ""))
     return prose(out)
+
+
+def _na_lines(results: list[GateResult]) -> list[str]:
+    """One line per n/a message: gates that were "not compared" for one reason (the critical path's, gate/path.py)
+    share a line that names them ("path_cpu, path_comm: not compared: ..."), so a sampled capture's reason is said
+    once, not once per share."""
+    named: dict[str, list[str]] = {}
+    for r in results:
+        if r.status == "n/a":
+            why = r.message.removeprefix(f"{r.metric}: ")
+            key = why if why.startswith("not compared: ") else r.message
+            named.setdefault(key, []).append(r.metric)
+    return [f"{', '.join(dict.fromkeys(ms))}: {m}" if m.startswith("not compared: ") else m for m, ms in named.items()]
 
 
 def github_annotations(v: Verdict) -> list[str]:

@@ -62,10 +62,56 @@ ALIASES = {
 }
 
 
+
+
+@dataclass(frozen=True)
+class PathMetric(Metric):
+    """The critical path's length or one of HTA's five shares (docs/metrics.md "Critical path"): the job's path
+    (`per` "job": one value, `Analysis.critical_path`) or each rank's (`RankMetrics.critical_path`). `key` is the
+    path's field; a share is gated as a ratio (the summary's percent / 100), like overlap, so its limits read
+    as every ratio's ("0.05" is 5 points)."""
+
+    label: str = ""
+    ratio: bool = True  # a share; False: the length in ms
+    higher: bool = False  # only the compute share: a path that moved off compute moved to a cost
+
+    @property
+    def title(self) -> str:
+        return self.label
+
+    @property
+    def unit(self) -> str:
+        return "ratio" if self.ratio else "ms"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.higher
+
+
+# HTA's five categories (model/critical_path.CATEGORIES), each named by the terminal's word (CP_COLUMNS; the gaps
+# between kernels by its finer cause's, `kernel_gap`)
+PATH_SHARES = (("cpu", "cpu_bound"), ("compute", "gpu_compute_bound"), ("comm", "gpu_communication_bound"),
+               ("launch", "gpu_kernel_launch_overhead"), ("kernel_gap", "gpu_kernel_kernel_overhead"))
+
+
+def _path_metrics(prefix: str, per: str, whose: str) -> list[PathMetric]:
+    """Named by the terminal's word (`path_comm`: short enough for an 80-column verdict), HTA's key an alias."""
+    return [PathMetric(f"{prefix}_length", "length_ms", per, f"critical path length ({whose})", False),
+            *(PathMetric(f"{prefix}_{word}", key, per, f"critical path {key} share ({whose})", True,
+                         key == "gpu_compute_bound") for word, key in PATH_SHARES)]
+
+
+PATH_METRICS = {m.name: m for m in (*_path_metrics("path", "job", "job"), *_path_metrics("rank_path", "rank", "rank"))}
+GATED: dict[str, Metric] = {**METRICS, **PATH_METRICS}  # every metric a gate may name
+ALIASES.update({"critical_path": "path_length", **{f"{p}_{key}": f"{p}_{w}" for p in ("path", "rank_path")
+                                                   for w, key in PATH_SHARES},
+                "path_kernel_kernel": "path_kernel_gap", "rank_path_kernel_kernel": "rank_path_kernel_gap"})
+
+
 def metric_named(name: str, where: str | None = None) -> Metric:
-    m = METRICS.get(ALIASES.get(name, name))
+    m = GATED.get(ALIASES.get(name, name))
     if m is None:
-        raise LlmdiagError(f"unknown metric {name!r}", where, f"use one of {', '.join(METRICS)}")
+        raise LlmdiagError(f"unknown metric {name!r}", where, f"use one of {', '.join(GATED)}")
     return m
 
 
@@ -75,6 +121,7 @@ class Limit:
     relative: bool
     text: str  # as the user wrote it, for messages
     noise: bool = False  # "1.5σ": `value` times the baseline's measured noise of the metric (gate/noise.py)
+    plus_sigma: float = 0.0  # "0.05+1σ": the limit `value` plus this many σ (a move under both is not a regression)
 
 
 _UNITS = {
@@ -84,6 +131,8 @@ _UNITS = {
 # One reading per string, so the match is linear: "12", "1.5" or ".5", then an optional exponent, then a unit.
 # (The old `[0-9]*\.?[0-9]+` could split a run of digits n ways: a 16,000-digit limit took 30 s to refuse.)
 _LIMIT_RE = re.compile(r"((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Zµσ]+)?")
+# "0.05+1σ": a limit, then "+" and a multiple of σ (the left part is any limit above; one σ term)
+_PLUS_RE = re.compile(r"([^+]+?)\s*\+\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+))\s*(?:σ|sigma)")
 MAX_LIMIT_CHARS = 64  # "1.5e3ms", "512MiB", "10%": anything longer is not a limit
 MAX_INT_DIGITS = 20  # a byte limit of 10^20 is 100 EB; a longer integer is a typo (or an attack), never a limit
 
@@ -121,6 +170,14 @@ def parse_limit(raw, metric: Metric, rule: str, where: str | None = None) -> Lim
         raise LlmdiagError(f"bad limit {rule} = {_shown(raw)} for {metric.name}", where,
                            f"an integer limit has at most {MAX_INT_DIGITS} digits")
     bad = f"bad limit {rule} = {_shown(raw)} for {metric.name}"
+    if isinstance(raw, str) and len(raw) <= MAX_LIMIT_CHARS and (plus := _PLUS_RE.fullmatch(raw.strip())):
+        if rule not in RELATIVE_RULES:
+            raise LlmdiagError(bad, where, "a limit plus σ widens a move against the baseline: use it with "
+                                           "max_rise/max_drop")
+        lim = parse_limit(plus.group(1), metric, rule, where)
+        if lim.noise:
+            raise LlmdiagError(bad, where, "write one σ term: \"0.05+1σ\" (points, or a %, plus a multiple of σ)")
+        return Limit(lim.value, lim.relative, raw.strip(), plus_sigma=float(plus.group(2)))
     if not isinstance(raw, str):
         return _in_range(Limit(float(raw), False, format(raw, "g")), metric, rule, bad, where)
     if len(raw) > MAX_LIMIT_CHARS:

@@ -4,7 +4,8 @@ A shared CI runner makes every timing noisy, and by different amounts on differe
 ("500 %") is either too loose to catch anything or too tight to pass. A limit in σ is measured instead, from the
 baseline itself:
 - step to step: the spread of the metric's per-step values within each rank (pooled over ranks: the root of the
-  mean per-rank variance). A rank's value is a mean over a handful of steps that vary this much;
+  mean per-rank variance). A rank's value is a mean over a handful of steps that vary this much. The job's
+  critical path has one series, its `per_step` (gate/path.py);
 - rank to rank: the spread of the ranks' values (population standard deviation). In a job whose ranks do the
   same work, which rank comes out worst is chance, so a worst-rank gate sees this spread too;
 - run to run, where the user recorded repeated baseline runs (`check --noise-from`): the sample standard
@@ -21,7 +22,8 @@ import math
 import statistics
 from collections.abc import Callable
 
-from llmdiag.diagnose.gate.limits import Metric
+from llmdiag.diagnose.gate.limits import Metric, PathMetric
+from llmdiag.diagnose.gate.path import step_series
 from llmdiag.diagnose.gate.values import aggregate, units
 from llmdiag.diagnose.model.analysis import Analysis, StepBreakdown
 
@@ -44,10 +46,13 @@ def _finite(vals) -> list[float]:
 
 def step_spread(a: Analysis, m: Metric) -> float:
     """Pooled within-rank standard deviation of the per-step values (0 where there are none)."""
-    get = PER_STEP.get(m.name)
-    if get is None:
+    if isinstance(m, PathMetric):  # the job path's steps, or each rank's steps' paths
+        series = [_finite(s) for s in step_series(a, m)]
+    elif (get := PER_STEP.get(m.name)) is not None:
+        series = [_finite(map(get, r.steps)) for r in a.ranks]
+    else:
         return 0.0
-    variances = [statistics.variance(v) for r in a.ranks if len(v := _finite(map(get, r.steps))) >= 2]
+    variances = [statistics.variance(v) for v in series if len(v) >= 2]
     return math.sqrt(statistics.fmean(variances)) if variances else 0.0
 
 

@@ -6,7 +6,8 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from llmdiag.diagnose.gate.limits import Metric
+from llmdiag.diagnose.gate.limits import Metric, PathMetric
+from llmdiag.diagnose.gate.path import path_units
 from llmdiag.diagnose.model.analysis import Analysis
 
 # (id of the side, metric) -> (the side, its units) while a `once()` block runs; the side is held so its id is
@@ -66,6 +67,8 @@ def units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
 
 
 def _units(a: Analysis, metric: Metric) -> dict[int, tuple[str, float | None]]:
+    if isinstance(metric, PathMetric):
+        return path_units(a, metric)
     if metric.per == "stage":
         bubbles = a.pipeline.stage_bubbles if a.pipeline else []
         rep = replicas(a)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from llmdiag.diagnose.errors import printable
 from llmdiag.diagnose.gate.settings import run_differences
 from llmdiag.diagnose.gate.inputs import InputCheck, apply_allow, partial_checks, side_checks, undefined_check
-from llmdiag.diagnose.gate.limits import (ALIASES, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
-                                  metric_named, parse_limit)
+from llmdiag.diagnose.gate.limits import (ALIASES, GATED, METRICS, RELATIVE_RULES, RULES, Limit, Metric,  # noqa: F401 (re-exported)
+                                  PathMetric, metric_named, parse_limit)
 from llmdiag.diagnose.gate.noise import sigma
+from llmdiag.diagnose.gate.path import not_compared, sought
 from llmdiag.diagnose.gate.values import aggregate, once, replicas, units  # noqa: F401 (re-exported)
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.codec import no_gc
@@ -39,12 +40,22 @@ class Gate:
         return self.rule in RELATIVE_RULES
 
 
+# The job's critical path (GPU traces): a split that moved off compute, to communication, the host, launches or
+# gaps between kernels, by more than 5 points beyond the steps' own spread (1σ, gate/noise.py; σ at least 1 point).
+# Its length is the step time's, gated above. The compute share's drop is the others' rise seen from compute: a
+# move spread over the four costs shows there even where none of them passes its limit alone.
+PATH_SHARE_LIMIT = "0.05+1σ"
 DEFAULT_GATES = (
     ("overlap_ratio", "max_drop", 0.05),
     ("exposed_comm", "max_rise", 0.05),
     ("bubble", "max_rise", 0.05),
     ("step_time", "max_rise", "10%"),
     ("memory_peak", "max_rise", "10%"),
+    ("path_compute", "max_drop", PATH_SHARE_LIMIT),
+    ("path_comm", "max_rise", PATH_SHARE_LIMIT),
+    ("path_cpu", "max_rise", PATH_SHARE_LIMIT),
+    ("path_launch", "max_rise", PATH_SHARE_LIMIT),
+    ("path_kernel_gap", "max_rise", PATH_SHARE_LIMIT),
 )
 
 
@@ -68,7 +79,7 @@ def default_gates(agg: str | None = None, cpu: bool = False, repeats: bool = Fal
     measured noise, on the worst rank (`agg` replaces the aggregation); step time there only with `repeats`."""
     table, agg = (CPU_DEFAULT_GATES + CPU_REPEATS_GATES * repeats, agg or "worst") if cpu else (
         DEFAULT_GATES, agg or "worst")
-    return [Gate(n, r, parse_limit(v, METRICS[n], r), agg, "default") for n, r, v in table]
+    return [Gate(n, r, parse_limit(v, GATED[n], r), agg, "default") for n, r, v in table]
 
 
 # --- evaluation --------------------------------------------------------------------------------
@@ -140,9 +151,10 @@ def _allowed(gate: Gate, base: float, sig: float | None = None) -> float | None:
     """How far the value may move in the forbidden direction; None where a relative limit has no meaning."""
     if gate.limit.noise:
         return None if sig is None else gate.limit.value * sig
-    if not gate.limit.relative:
-        return gate.limit.value
-    return None if base == 0 else gate.limit.value * abs(base)
+    own = gate.limit.value if not gate.limit.relative else None if base == 0 else gate.limit.value * abs(base)
+    if own is None or not gate.limit.plus_sigma:
+        return own
+    return None if sig is None else own + gate.limit.plus_sigma * sig
 
 
 def _bad(gate: Gate, base: float, cur: float) -> float:
@@ -203,9 +215,10 @@ def _relative(gate: Gate, m: Metric, base: Analysis, cur: Analysis, matched: boo
     agg = gate.agg if (gate.agg != "rank" or matched) else "worst"
     r = GateResult(m.name, m.title, m.unit, gate.rule, agg, f"{gate.rule} {gate.limit.text}", None,
                    None, None, None, "n/a", None, "", gate.source)
-    sig = sigma(base, m, "worst" if agg == "rank" else agg, repeats) if gate.limit.noise else None
-    if sig is not None:
-        r.limit += f" = {_amount(m, gate.limit.value * sig)}"
+    noisy = gate.limit.noise or gate.limit.plus_sigma
+    sig = sigma(base, m, "worst" if agg == "rank" else agg, repeats) if noisy else None
+    if sig is not None and (gate.limit.noise or not gate.limit.relative):
+        r.limit += f" = {_amount(m, gate.limit.value * sig if gate.limit.noise else gate.limit.value + gate.limit.plus_sigma * sig)}"
     if agg == "rank":
         worst = _per_rank(gate, m, base, cur, sig)
         if worst is None:  # the sides' values say which one lacks it (gate/inputs.py fails that side)
@@ -259,6 +272,12 @@ def _absolute(gate: Gate, m: Metric, base: Analysis | None, cur: Analysis) -> Ga
     return r
 
 
+def _unstated(gate: Gate, m: Metric, why: str) -> GateResult:
+    """A path gate one side cannot be read for: n/a, with the summary's reason (`--strict` fails it)."""
+    return GateResult(m.name, m.title, m.unit, gate.rule, gate.agg, f"{gate.rule} {gate.limit.text}", None, None,
+                      None, None, "n/a", None, f"{m.name}: {why}", gate.source)
+
+
 def _side_notes(current: Analysis, baseline: Analysis, run_defaults: dict | None = None) -> tuple[bool, list[str]]:
     """(ranks match one to one, notes on what differs between the sides)."""
     notes = []
@@ -304,15 +323,23 @@ def _evaluate(current: Analysis, baseline: Analysis | None, gates: list[Gate], s
     for g in gates:
         m = metric_named(g.metric)
         sides = [s for s in (baseline, current) if s is not None]
-        if g.source == "default" and all(aggregate(s, m, "mean")[0] is None for s in sides):
+        if g.source == "default" and isinstance(m, PathMetric) and not any(map(sought, sides)):
+            continue  # CPU traces: no path was sought, so none is missing
+        if g.source == "default" and all(aggregate(s, m, "mean")[0] is None for s in sides) and not (
+                isinstance(m, PathMetric) and any(map(sought, sides))):
             notes.append(f"{m.name}: not gated by default (undefined on both sides)")
+            continue
+        if isinstance(m, PathMetric) and (why := not_compared(baseline, current, m)):
+            results.append(_unstated(g, m, why))
             continue
         results.append(_relative(g, m, baseline, current, matched, repeats) if g.relative
                        else _absolute(g, m, baseline, current))
-    inputs += [c for r in results if (c := undefined_check(r, baseline is not None, strict)) is not None]
+    # a path is null on purpose (gate/path.py): its n/a says why, it is not a metric that vanished
+    judged = [r for r in results if not isinstance(GATED[r.metric], PathMetric)]
+    inputs += [c for r in judged if (c := undefined_check(r, baseline is not None, strict)) is not None]
     same_world = baseline is not None and world_size(baseline) == world_size(current)
-    for name in dict.fromkeys(r.metric for r in results):  # once per metric, however many gates it has
-        m, mine = METRICS[name], [r for r in results if r.metric == name]
+    for name in dict.fromkeys(r.metric for r in judged):  # once per metric, however many gates it has
+        m, mine = GATED[name], [r for r in results if r.metric == name]
         rel = [r for r in mine if r.rule in RELATIVE_RULES]  # only these read the baseline's values
         inputs += partial_checks((rel or mine)[0], m.per, units(baseline, m) if rel else None, units(current, m),
                                  same_world)
