@@ -115,6 +115,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     out.update(recall_h_scenarios())
     out.update(recall_i_scenarios())
     __import__('tests.expert.planted_recall_j', fromlist=['x']).register(out)  # data movement (branch datamove)
+    __import__('tests.expert.planted_recall_outlier', fromlist=['x']).register(out)  # outlier steps (branch outlier)
     return out
 
 
