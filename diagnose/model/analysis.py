@@ -19,7 +19,7 @@ from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
 from llmdiag.diagnose.model.data_movement import DataMovement
 from llmdiag.diagnose.model.graph_replay import GraphReplays
-from llmdiag.diagnose.model.outlier_steps import OutlierStepOps
+from llmdiag.diagnose.model.outlier_steps import CollectiveRepeat, OutlierStepOps
 from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
@@ -211,6 +211,7 @@ class RankMetrics:
     data_movement: DataMovement | None = None  # data-movement kernels per family (metrics/rank/data_movement.py)
     graph_replays: GraphReplays | None = None  # device idle inside CUDA-graph replays (metrics/rank/graph_replay.py)
     outlier_ops: list[OutlierStepOps] = field(default_factory=list)  # outlier steps' grown host ops (metrics/rank/outlier_ops.py)
+    outlier_collectives: list[CollectiveRepeat] = field(default_factory=list)  # (metrics/rank/collective_repeats.py)
     simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
     # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",
     # "host_sync", "comm", "comm:<process group>"; only the causes the trace shows, none on CPU traces

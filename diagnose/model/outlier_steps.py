@@ -45,3 +45,23 @@ class OutlierStepOps:
     grown: int = 0  # (thread, op) pairs whose time grew by at least SPREAD_MS and SPREAD_SHARE of theirs
     ops: list[OpGrowth] = field(default_factory=list)  # the most grown first (at most TOP)
     threads: list[ThreadGrowth] = field(default_factory=list)  # threads whose op time grew, the most first
+
+
+@dataclass
+class CollectiveRepeat:
+    """A host-side collective (gloo) called once per iteration whose one call took far longer than its repeats
+    (metrics/rank/collective_repeats.py): read where the capture's steps cannot tell an outlier (too few
+    ProfilerSteps, or one covering a part of the capture), each repeat standing for one iteration."""
+
+    name: str  # `gloo:all_reduce`
+    thread: str
+    shape: str  # its Input Dims as text ("" none)
+    calls: int  # calls of this (thread, name, shape) in the capture
+    index: int  # which call is the outlier (1 = the first)
+    start_ms: float  # its start, from the capture's first event
+    ms: float  # its duration
+    median_ms: float  # the median duration of the calls after the first
+    period_ms: float | None = None  # its start to the next call's start (its iteration); None for the last call
+    median_period_ms: float | None = None  # the median of those periods over the calls after the first
+    in_steps: bool = False  # it starts inside an analysis window (a ProfilerStep)
+    with_it: int = 0  # other such collectives (other threads or shapes) whose outlier call overlaps this one

@@ -21,7 +21,7 @@ from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Analysis, Finding, RankMetrics, StepBreakdown
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.model.outlier_steps import OutlierStepOps
-from llmdiag.diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.rules.base import Ctx, severity_for, stored_gain
 from llmdiag.diagnose.rules.idle_calls import short
 
 DEFER_SHARE = 0.5  # another rule's one-step record holding this share of the excess names the step instead
@@ -114,7 +114,7 @@ def outlier_steps(c: Ctx) -> list[Finding]:
         if got:
             rows.append((r, sum(o.time_ms - o.median_ms for o, _ in got), got))
     if not rows:
-        return []
+        return outlier_iterations(c)
     r, cost, got = max(rows, key=lambda x: x[1])
     gain = statistics.fmean(x[1] / x[0].nsteps for x in rows)
     o, g = max(got, key=lambda x: x[0].time_ms - x[0].median_ms)
@@ -155,6 +155,55 @@ def outlier_steps(c: Ctx) -> list[Finding]:
     return [c.finding("outlier_steps", severity_for(gain, c.step_ms), "One step far longer than the others", ev,
                       [x[0].rank for x in rows], steps, act, eg, gain, "ranks[].outlier_ops, ranks[].steps[].critical_path",
                       gain_kind="bound", events=[short(x.op) for x in o.ops if x.op])]
+
+
+def outlier_iterations(c: Ctx) -> list[Finding]:
+    """Where the steps cannot tell (metrics/rank/collective_repeats.py): one iteration, read from a host-side
+    collective called once per iteration, far longer than the others; its cost is the iteration's time above the
+    median iteration (the call's own where it is the last one), spread over the capture's iterations."""
+    rows = [(r, x) for r in c.ranks for x in r.outlier_collectives[:1]]
+    if not rows:
+        return []
+
+    def cost(x) -> float:
+        if x.period_ms is not None and x.median_period_ms is not None:
+            return max(0.0, x.period_ms - x.median_period_ms)
+        return x.ms - x.median_ms
+
+    r, x = max(rows, key=lambda rx: cost(rx[1]))
+    gain = statistics.fmean(cost(y) / y.calls for _, y in rows)
+    apart = f" (a median {fmt(x.median_period_ms, 'ms')} apart)" if x.median_period_ms else ""
+    what = f"`{short(x.name)}`{f' {short(x.shape, 40)}' if x.shape else ''} on `{short(x.thread, 40)}`"
+    ev = (f"rank {r.rank}: {what} runs {x.calls} times in the capture, each call read as one iteration{apart}; call {x.index}, "
+          f"{fmt(x.start_ms, 'ms')} into the capture, took {fmt(x.ms, 'ms')}, {fmt(x.ms / x.median_ms, 'x')} the "
+          f"median of {fmt(x.median_ms, 'ms')} of its calls after the first")
+    if x.period_ms is not None and x.median_period_ms is not None:
+        ev += (f", and its iteration (to the next call's start) {fmt(x.period_ms, 'ms')} against a median of "
+               f"{fmt(x.median_period_ms, 'ms')}: +{fmt(cost(x), 'ms')}")
+    if x.with_it:
+        ev += (f"; {plural(x.with_it, 'other repeated collective')} ran as long at the same time: the iteration's "
+               "collectives together, not one call")
+    if not x.in_steps:
+        ev += ("; it lies outside the analysed steps (the capture's ProfilerSteps cover part of it), so the "
+               "step's numbers do not include it")
+    world = c.a.world_size or 0
+    ev += ("; on one rank a collective waiting for a late peer and one on a slow or congested link look the same: "
+           + (f"only the other ranks' traces (their arrival at this collective) tell which ({len(c.ranks)} of "
+              f"{world} ranks traced)" if world > len(c.ranks) or world == 0 else
+              f"all {world} ranks are traced: their arrivals at it (the `stragglers` rule's reading) tell which")
+           + "; what this rank's other threads did meanwhile is "
+           + ("not recorded" if r.compute_ms == 0 else "in its trace, not in this comparison"))
+    act = ("trace the other ranks of the group for the same iterations: a peer arriving late (a straggler: its host, "
+           "data or device) points at that rank, all arriving together at the network; capture more iterations to "
+           "see how often it recurs")
+    eg = (f"up to {fmt(stored_gain(gain), 'ms')} per iteration"
+          + (f" ({fmt(gain / c.step_ms, 'pct')} of the step)" if c.step_ms else "")
+          + f": the iteration's time above the median iteration ({fmt(cost(x), 'ms')} in this capture of "
+          f"{x.calls} iterations), spread over them; paid again only as often as the slowdown recurs, which this "
+          "capture does not tell")
+    return [c.finding("outlier_steps", severity_for(gain, c.step_ms), "One iteration far longer than the others",
+                      ev, [y[0].rank for y in rows], [], act, eg, gain, "ranks[].outlier_collectives",
+                      gain_kind="bound", events=[short(x.name)])]
 
 
 def outlier_pieces(a: Analysis, f: Finding) -> dict[tuple, float]:

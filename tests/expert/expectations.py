@@ -278,5 +278,6 @@ import tests.expert.expectations_recall_b  # noqa: E402  (issue #34 recall, part
 import tests.expert.expectations_alloc  # noqa: E402  (a flush in the capture's first step: adds to REAL)
 import tests.expert.expectations_cpsim  # noqa: E402  (issue #34, simulated gains read against the events)
 import tests.expert.expectations_rulefix  # noqa: E402  (the fresh review: one-time, batch advice, gloo gain)
+import tests.expert.expectations_outlier  # noqa: E402  (issue #34 recall: an outlier iteration, adds to REAL)
 import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
 from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)

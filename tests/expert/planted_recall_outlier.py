@@ -71,8 +71,59 @@ def register(out: dict) -> None:
     """Adds these scenarios, and says outlier_steps is right in `outlier_step` (planted_cases.py): its step 12
     runs every kernel 3× longer, the device compute that grew."""
     out.update(recall_outlier_scenarios())
+    out.update(gloo_iteration_scenarios())
     if "outlier_step" in out:
         out["outlier_step"][1]["claims"] = out["outlier_step"][1].get("claims", []) + [
             {"verdict": "wrong", "rules": ["outlier_steps"], "not_text": r"device compute \(gpu_compute_bound\) grew",
              "why": "step 12's kernels run 3× longer: device compute is what grew"},
             {"verdict": "right", "rules": ["outlier_steps"], "why": "step 12's kernels run 3× longer"}]
+
+
+# One traced rank of a 64-rank gloo job, CPU-only: one ProfilerStep (#100) covering the first of 6 iterations; each
+# iteration all-reduces two buckets on two gloo threads (150 ms and 140 ms), the 4th iteration's both take 200 ms
+# longer, so that iteration runs 400 ms instead of 200 ms. The calls after the first: 150, 150, 350, 150, 150 ms
+# (median 150); the iterations' periods 200, 200, 200, 400, 200 ms (the typical median 200): +200 ms in a capture of
+# 6 iterations, 33.33 ms per iteration
+ITER_MS, SLOW_ITER, ITERS, EXTRA_MS = 200.0, 3, 6, 200.0
+ITER_GAIN_MS = EXTRA_MS / ITERS
+
+
+def _gloo_writer(folder: str, prefix: str, slow: int | None = SLOW_ITER) -> list[str]:
+    import os
+
+    from tests.gen.builder import TraceBuilder
+    b = TraceBuilder(rank=3, world_size=64, backend="gloo")
+    b.thread_name(100, "pt_main_thread")
+    b.step(100, 0, int(ITER_MS * 1000))
+    t = 10_000
+    for k in range(ITERS):
+        extra = int(EXTRA_MS * 1000) if k == slow else 0
+        b.gloo("all_reduce", t, 150_000 + extra, tid=200, dims=[321271])
+        b.gloo("all_reduce", t + 5_000, 140_000 + extra, tid=201, dims=[2082411])
+        t += int(ITER_MS * 1000) + extra
+    os.makedirs(folder, exist_ok=True)
+    return [b.write(os.path.join(folder, f"{prefix}_rank3.pt.trace.json"))]
+
+
+def gloo_iteration_scenarios() -> dict[str, tuple[Knobs, dict]]:
+    g = ITER_GAIN_MS
+    what = (f"iteration {SLOW_ITER + 1} of {ITERS}: both gloo all-reduces {EXTRA_MS:.0f} ms longer, outside the one "
+            f"ProfilerStep: +{EXTRA_MS:.0f} ms, {g:.2f} ms per iteration")
+    return {
+        "outlier_gloo_iteration": (Knobs(writer=_gloo_writer), {
+            "problems": [{"id": "outlier_gloo_iteration", "what": what,
+                          "any": [{"where": "finding", "rules": ["outlier_steps"], "gain_ms": [g - 0.01, g + 0.01],
+                                   "text": r"call 4[\s\S]*\+200\.00 ms[\s\S]*1 other repeated collective"
+                                           r"[\s\S]*outside the analysed steps[\s\S]*late peer"}]}],
+            "silent": [],
+            "claims": [{"verdict": "wrong", "rules": ["outlier_steps"], "gain_ms": [g - 0.01, g + 0.01],
+                        "gain_outside": True, "why": f"the slow iteration costs {EXTRA_MS:.0f} ms over {ITERS}"},
+                       {"verdict": "right", "rules": ["outlier_steps"], "why": what}, CPU_ONLY]}),
+        "outlier_gloo_iteration_twin": (Knobs(writer=partial(_gloo_writer, slow=None)), {
+            "problems": [], "claims": [CPU_ONLY],
+            "silent": [{"id": "no_outlier_iteration", "why": "every iteration's all-reduces take the same time",
+                        "match": {"where": "finding", "rules": ["outlier_steps"]}}]}),
+    }
+
+
+CPU_ONLY = {"verdict": "right", "rules": ["contaminated_timings"], "why": "a CPU-only (gloo) trace"}

@@ -12,6 +12,7 @@ import json
 from functools import partial
 
 import pytest
+from pathlib import Path
 
 from llmdiag.diagnose.analyze import analyze_path
 from llmdiag.diagnose.io.loader import load_trace
@@ -117,3 +118,57 @@ def test_rule_defers_to_allocator_and_names_a_late_peer(job):
     assert len(f) == 1
     assert "communication (gpu_communication_bound) grew the most" in f[0].evidence.text
     assert "late peer" in f[0].evidence.text and "other ranks" in f[0].evidence.text
+
+
+def test_collective_repeats_by_hand(tmp_path):
+    """The gloo job of planted_recall_outlier.py: 6 iterations, the 4th's two all-reduces 200 ms longer, one
+    ProfilerStep over the first iteration. Durations and starts read back with plain json."""
+    from llmdiag.diagnose.metrics.rank.collective_repeats import collective_repeats
+    from tests.expert.planted_recall_outlier import _gloo_writer
+    path = _gloo_writer(str(tmp_path), "g")[0]
+    ev = [e for e in json.load(gzip.open(path) if path.endswith(".gz") else open(path))["traceEvents"]
+          if e.get("ph") == "X" and e["name"] == "gloo:all_reduce" and e["tid"] == 200]
+    durs = [e["dur"] / 1000 for e in ev]
+    assert durs == [150.0, 150.0, 150.0, 350.0, 150.0, 150.0]
+    t = load_trace(path)
+    classify(t)
+    wins, _ = windows(t)
+    recs = collective_repeats(t, wins)
+    assert len(recs) == 2 and {r.shape for r in recs} == {"[[321271]]", "[[2082411]]"}
+    r = next(r for r in recs if r.shape == "[[321271]]")
+    assert (r.calls, r.index, r.ms, r.median_ms) == (6, 4, 350.0, 150.0)
+    assert r.period_ms == pytest.approx((ev[4]["ts"] - ev[3]["ts"]) / 1000) == pytest.approx(400.0)
+    assert r.median_period_ms == pytest.approx(200.0) and not r.in_steps and r.with_it == 1
+    # the steps tell where there are enough of them: nothing read from the collectives then
+    assert collective_repeats(t, wins * 4) == []
+
+
+B2 = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real" / "kineto" / "samples" / \
+    "resnet50_num_workers_4"
+
+
+@pytest.mark.skipif(not B2.exists(), reason="real fixtures not present")
+def test_real_resnet_capture_one_step_9():
+    """kineto resnet50_num_workers_4, its first capture (`--run 1`): step 9 runs every host op slower (the expert's
+    "host jitter step #9 (+40 ms)"). aten::batch_norm's summed time on the main thread in each host ProfilerStep,
+    read with plain gzip/json, against the record."""
+    path = next(p for p in sorted(B2.iterdir()) if "1623212756351" in p.name)
+    ev = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    steps = {int(e["name"].split("#")[1]): e for e in ev if e["name"].startswith("ProfilerStep#")}
+    main = steps[9]["tid"]
+
+    def bn(n: int) -> float:
+        s = steps[n]
+        return sum(e["dur"] for e in ev if e["name"] == "aten::batch_norm" and e["tid"] == main
+                   and s["ts"] <= e["ts"] < s["ts"] + s["dur"]) / 1000
+
+    typical = sorted(bn(n) for n in (6, 7, 8, 10))
+    a = analyze_path(str(B2), run=1)
+    r = a.ranks[0]
+    assert [o.step for o in r.outlier_ops] == [9]
+    g = next(g for g in r.outlier_ops[0].ops if g.op == "aten::batch_norm")
+    assert g.ms == pytest.approx(bn(9), abs=1e-3)
+    assert g.median_ms == pytest.approx((typical[1] + typical[2]) / 2, abs=1e-3)
+    f = next(f for f in a.findings if f.id == "outlier_steps")
+    assert f.evidence.steps == [9] and "the host (cpu_bound) grew the most" in f.evidence.text
+    assert "spread over" in f.evidence.text

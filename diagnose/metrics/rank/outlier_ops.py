@@ -35,14 +35,14 @@ SPREAD_MS, SPREAD_SHARE = 0.5, 0.2  # an entry counts as grown (OutlierStepOps.g
 MAX_OUTLIERS = 10  # outlier steps read per rank, the longest first
 
 
-def outlier_windows(spans: list[float]) -> tuple[list[int], float]:
+def outlier_windows(spans: list[float], ratio: float = RATIO) -> tuple[list[int], float]:
     """(indices of the outlier spans, the median span after the first); spans in any unit, the first is left out."""
     rest = spans[1:]
     if len(rest) < MIN_STEPS:
         return [], 0.0
     med = median(rest)
     mad = median([abs(x - med) for x in rest])
-    out = [i for i, x in enumerate(spans) if i > 0 and x >= RATIO * med and x - med >= max(NOISE * mad, 0.0)]
+    out = [i for i, x in enumerate(spans) if i > 0 and x >= ratio * med and x - med >= max(NOISE * mad, 0.0)]
     return out, med
 
 

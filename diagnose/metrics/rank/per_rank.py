@@ -36,6 +36,7 @@ from llmdiag.diagnose.metrics.rank.collectives import Collectives, collectives_f
 from llmdiag.diagnose.metrics.rank.before_capture import adopt as adopt_before_capture
 from llmdiag.diagnose.metrics.rank.steps import step_source, windows
 from llmdiag.diagnose.metrics.rank.outlier_ops import outlier_ops
+from llmdiag.diagnose.metrics.rank.collective_repeats import collective_repeats
 from llmdiag.diagnose.metrics.rank.comm_codec import comm_codec
 from llmdiag.diagnose.metrics.rank.comm_host_stall import comm_host_stall
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
@@ -191,6 +192,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
     metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
+    metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
