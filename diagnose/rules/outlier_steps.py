@@ -106,6 +106,30 @@ def host_words(o: OutlierStepOps, compute_grew: float) -> tuple[str, str]:
                 "processes, frequency scaling, preemption); which of these is not in the trace")
 
 
+def peer_words(c: Ctx, step: int) -> str:
+    """Whom the step's longer collectives waited on: the job's path in that step (metrics/job/critical_path.py:
+    the rank it waited on at its collectives), else what one rank's trace cannot tell."""
+    jp = c.a.critical_path
+    ps = next((p for p in jp.per_step if p.step == step), None) if jp is not None else None
+    if jp is not None and ps is not None and ps.waiting_on:
+        rank, ms = max(ps.waiting_on.items(), key=lambda kv: kv[1])
+        others = [p.waiting_on_rank * p.length_ms / 100 for p in jp.per_step if p.step != step]
+        med = float(statistics.median(others)) if others else 0.0
+        return (f"the job's path in that step waited {fmt(ms, 'ms')} on rank {rank} at its collectives (the path's "
+                f"wait on other ranks {fmt(ps.waiting_on_rank * ps.length_ms / 100, 'ms')}, a median "
+                f"{fmt(med, 'ms')} in the other steps): a late peer, whose own step says why")
+    world = c.a.world_size or 0
+    if world > len(c.ranks) or world == 0:
+        return ("on one rank a collective waiting for a late peer and one on a slow link look the same; only the "
+                f"other ranks' traces (their arrival at the collective) tell ({len(c.ranks)} of "
+                f"{world or 'an unknown number of'} ranks traced)")
+    if jp is None:
+        return ("a late peer or a slow link: every rank is traced, but the job's path (which rank each collective "
+                "waited on) is not determined here")
+    return ("every rank is traced and the job's path in that step waits on no other rank at its collectives: no "
+            "peer is seen to arrive late, the collectives themselves ran longer (the link or the network)")
+
+
 def outlier_steps(c: Ctx) -> list[Finding]:
     """One finding over the ranks: the rank whose outlier steps cost the most is described."""
     rows = []  # (rank, cost ms in the capture, [(record, growth)])
@@ -135,8 +159,7 @@ def outlier_steps(c: Ctx) -> list[Finding]:
                "`OMP_NUM_THREADS`), look for periodic work on the training thread (checkpoints, logging, evaluation, "
                "`gc.collect`), and capture more steps to see how often it recurs")
     elif cat in COMM:
-        cause = ("collectives on the path took longer: on one rank, a collective waiting for a late peer and one on "
-                 "a slow link look the same; only the other ranks' traces (their arrival at the collective) tell")
+        cause = "collectives on the path took longer: " + peer_words(c, o.step)
         act = ("trace every rank of the group for the same steps: a peer arriving late (straggler) points at that "
                "rank's host or data; all arriving together points at the network")
     else:

@@ -117,7 +117,15 @@ def test_rule_defers_to_allocator_and_names_a_late_peer(job):
     f = _rerun(c)
     assert len(f) == 1
     assert "communication (gpu_communication_bound) grew the most" in f[0].evidence.text
-    assert "late peer" in f[0].evidence.text and "other ranks" in f[0].evidence.text
+    # all 4 ranks traced, the job's path waits on none of them in that step: no late peer is seen
+    assert a.world_size == 4 and a.critical_path is not None
+    assert not next(p for p in a.critical_path.per_step if p.step == SLOW_STEP).waiting_on
+    assert "no peer is seen to arrive late" in f[0].evidence.text
+    # 4 ranks of 64 traced: a late peer and a slow link look the same, only the others' traces tell
+    c.world_size = 64
+    f = _rerun(c)
+    assert "late peer" in f[0].evidence.text and "other ranks' traces" in f[0].evidence.text
+    assert "4 of 64 ranks traced" in f[0].evidence.text
 
 
 def test_collective_repeats_by_hand(tmp_path):
@@ -172,3 +180,18 @@ def test_real_resnet_capture_one_step_9():
     f = next(f for f in a.findings if f.id == "outlier_steps")
     assert f.evidence.steps == [9] and "the host (cpu_bound) grew the most" in f.evidence.text
     assert "spread over" in f.evidence.text
+
+
+def test_rule_names_the_peer_the_job_path_waited_on(job):
+    """The job's path in the outlier step waiting on rank 2 (set on the summary): the finding names that rank."""
+    a = analyze_path(str(job[0]))
+    for r in a.ranks:  # communication grew in step 13, as in the test above
+        s = next(s for s in r.steps if s.step == SLOW_STEP)
+        cp = s.critical_path
+        cp.gpu_communication_bound += cp.cpu_bound
+        cp.cpu_bound = 0.0
+    ps = next(p for p in a.critical_path.per_step if p.step == SLOW_STEP)
+    ps.waiting_on = {"2": 30.0}
+    ps.waiting_on_rank = 100 * 30.0 / ps.length_ms
+    f = _rerun(a)
+    assert "waited 30.00 ms on rank 2" in f[0].evidence.text and "a late peer" in f[0].evidence.text

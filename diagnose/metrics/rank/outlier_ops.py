@@ -8,8 +8,9 @@ least MIN_STEPS steps after the first are needed: a median of fewer says nothing
 For each outlier step, every top-level host op (not nested in another host op on its thread; ProfilerStep left
 out) is summed per (thread, name) and compared with the median of the same sum over the typical steps (the steps
 after the first that are not outliers); the thread's time with no top-level op is one more entry (op ""). The
-entries that grew most are kept, each with the op directly under it whose own sum grew most. Linear in events
-after the sorts top_level makes.
+entries that grew most are kept, each with the op directly under it whose own sum grew most. The typical step's
+medians are taken over at most MAX_TYPICAL of them, evenly spaced. Linear in events after the sorts top_level
+makes; nothing is read unless a step is an outlier.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ MIN_STEPS = 3  # steps after the first
 TOP = 3  # grown entries kept per outlier step
 SPREAD_MS, SPREAD_SHARE = 0.5, 0.2  # an entry counts as grown (OutlierStepOps.grown) from this much and share up
 MAX_OUTLIERS = 10  # outlier steps read per rank, the longest first
+MAX_TYPICAL = 64  # typical steps the medians are taken over (evenly spaced), whatever the capture's length
 
 
 def outlier_windows(spans: list[float], ratio: float = RATIO) -> tuple[list[int], float]:
@@ -59,6 +61,8 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
     typical = [i for i in range(1, len(wins)) if i not in set(out)]
     if not typical:
         return []
+    typical = typical[::-(-len(typical) // MAX_TYPICAL)]  # a median over an evenly spaced sample of them
+    keep = np.array(sorted(set(out) | set(typical)), np.int64)
     host = (t.stream < 0) & t.cat_mask(*HOST_CATS_OP, "user_annotation")
     host &= ~t.name_mask(lambda n: n.startswith("ProfilerStep#"), host)
     top = top_level(t, host)
@@ -70,6 +74,7 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
         idx = np.flatnonzero(mask)
         k = np.searchsorted(starts, t.ts[idx], side="right") - 1
         ok = (k >= 0) & (t.ts[idx] < ends[np.maximum(k, 0)])
+        ok &= np.isin(k, keep)
         return idx[ok], k[ok]
 
     ti, tk = per_window(top)
@@ -80,7 +85,7 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
             busy[th][k] += v
     u = iv.union(t.ts[ti], t.ts[ti] + t.dur[ti])  # no host op on any thread: un-instrumented work, or all waiting
     sums[(-1, -1)] = {k: int(ends[k] - starts[k]) - iv.total(iv.within(u, int(starts[k]), int(ends[k])))
-                      for k in range(len(wins))}
+                      for k in keep.tolist()}
     ci, ck = per_window(child)
     parent = _parents(t, ti, ci)
     has = parent >= 0
@@ -90,18 +95,19 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
     def typ(by) -> float:
         return median([by.get(k, 0) for k in typical]) / NS_PER_MS
 
+    meds = {key: typ(by) for key, by in sums.items()}  # each key's typical step, once
+    host_med = median([sum(v.get(k, 0) for th, v in busy.items()) for k in typical]) / NS_PER_MS
     res = []
     for w in out:
-        grow = sorted(((by.get(w, 0) / NS_PER_MS - typ(by), key) for key, by in sums.items()), reverse=True)
-        host_ms = sum(by.get(w, 0) for key, by in sums.items() if key[1] >= 0) / NS_PER_MS
-        host_med = median([sum(by.get(k, 0) for key, by in sums.items() if key[1] >= 0) for k in typical]) / NS_PER_MS
+        grow = sorted(((by.get(w, 0) / NS_PER_MS - meds[key], key) for key, by in sums.items()), reverse=True)
+        host_ms = sum(v.get(w, 0) for v in busy.values()) / NS_PER_MS
         ops = []
         for g, (th, nm) in grow[:TOP]:
             if g <= 0:
                 break
             by = sums[(th, nm)]
             e = OpGrowth(thread=_thread(t, th), op=t.names[nm][:160] if nm >= 0 else "",
-                         ms=by.get(w, 0) / NS_PER_MS, median_ms=typ(by))
+                         ms=by.get(w, 0) / NS_PER_MS, median_ms=meds[(th, nm)])
             cands = [(kb.get(w, 0) / NS_PER_MS - typ(kb), c) for (kth, p, c), kb in kids.items() if kth == th and p == nm]
             if nm >= 0 and cands:
                 cg, c = max(cands)
@@ -109,7 +115,7 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
                     kb = kids[(th, nm, c)]
                     e.child, e.child_ms, e.child_median_ms = t.names[c][:160], kb.get(w, 0) / NS_PER_MS, typ(kb)
             ops.append(e)
-        grown = sum(1 for g, (th, nm) in grow if nm >= 0 and g >= SPREAD_MS and g >= SPREAD_SHARE * typ(sums[(th, nm)]))
+        grown = sum(1 for g, (th, nm) in grow if nm >= 0 and g >= SPREAD_MS and g >= SPREAD_SHARE * meds[(th, nm)])
         threads = sorted(((by.get(w, 0) / NS_PER_MS - typ(by), th) for th, by in busy.items()), reverse=True)
         res.append(OutlierStepOps(step=wins[w].step, time_ms=spans[w], median_ms=med, host_ms=host_ms,
                                   host_median_ms=host_med, grown=grown, ops=ops,
