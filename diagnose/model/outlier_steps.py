@@ -42,6 +42,8 @@ class OutlierStepOps:
     median_ms: float  # median span of the rank's steps after its first
     host_ms: float  # top-level host op time in the step, all threads
     host_median_ms: float  # the same, median over the typical steps
+    runtime_idle_ms: float = 0.0  # device idle inside runtime API calls in the step (blocking copies, syncs, mallocs)
+    runtime_idle_median_ms: float = 0.0  # the same, median over the typical steps
     grown: int = 0  # (thread, op) pairs whose time grew by at least SPREAD_MS and SPREAD_SHARE of theirs
     ops: list[OpGrowth] = field(default_factory=list)  # the most grown first (at most TOP)
     threads: list[ThreadGrowth] = field(default_factory=list)  # threads whose op time grew, the most first

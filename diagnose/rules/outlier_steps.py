@@ -8,8 +8,9 @@ same record), device compute, communication (a collective waiting on a peer or a
 cannot tell which), or the device waiting for launches. Ranks without a path (CPU-only, event-sampled) compare the
 step's breakdown parts (compute, exposed communication, idle) the same way.
 
-Deferred to the rule that already names the step: a step whose allocator idle (`idle.alloc_steps`) or one long
-single-op idle stretch (`idle.stretches`: host_op_stall, host_sync) holds at least half its excess.
+Deferred to the rule that already names the step: a step whose allocator idle (`idle.alloc_steps`), one long
+single-op idle stretch (`idle.stretches`: host_op_stall, host_sync) or the device idle inside runtime calls (a
+blocking copy, synchronize or malloc: host_sync, allocator_churn) holds at least half its excess.
 
 The gain is what the outlier steps cost above the median step in this capture, spread over its steps: it is paid
 again only as often as the jitter recurs, which a capture of a few steps does not tell (a bound).
@@ -65,9 +66,11 @@ def growth(r: RankMetrics, o: OutlierStepOps) -> list[tuple[float, str, float, f
 
 
 def deferred(r: RankMetrics, o: OutlierStepOps) -> bool:
-    """An allocator flush or one long single-op idle stretch in the step holds most of its excess: the rules that
-    read them (allocator_churn, host_op_stall, host_sync) name the step and its op."""
+    """An allocator flush, one long single-op idle stretch or blocking runtime calls in the step hold most of its
+    excess: the rules that read them (allocator_churn, host_op_stall, host_sync) name the step and its op."""
     excess = o.time_ms - o.median_ms
+    if o.runtime_idle_ms - o.runtime_idle_median_ms >= DEFER_SHARE * excess:  # a blocking copy, sync or malloc
+        return True
     if r.idle is None:
         return False
     held = [a.idle_ms for a in r.idle.alloc_steps if a.step == o.step]

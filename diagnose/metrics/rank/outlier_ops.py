@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from llmdiag.diagnose.io.trace import RankTrace
+from llmdiag.diagnose.io.trace import ANNOTATION, RUNTIME, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
 from llmdiag.diagnose.metrics.rank.classify import HOST_CATS_OP, top_level
 from llmdiag.diagnose.metrics.rank.sets import median
@@ -86,6 +86,7 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
     u = iv.union(t.ts[ti], t.ts[ti] + t.dur[ti])  # no host op on any thread: un-instrumented work, or all waiting
     sums[(-1, -1)] = {k: int(ends[k] - starts[k]) - iv.total(iv.within(u, int(starts[k]), int(ends[k])))
                       for k in keep.tolist()}
+    rt = _runtime_idle(t, starts, ends, keep)
     ci, ck = per_window(child)
     parent = _parents(t, ti, ci)
     has = parent >= 0
@@ -118,10 +119,25 @@ def outlier_ops(t: RankTrace, wins: list[Window]) -> list[OutlierStepOps]:
         grown = sum(1 for g, (th, nm) in grow if nm >= 0 and g >= SPREAD_MS and g >= SPREAD_SHARE * meds[(th, nm)])
         threads = sorted(((by.get(w, 0) / NS_PER_MS - typ(by), th) for th, by in busy.items()), reverse=True)
         res.append(OutlierStepOps(step=wins[w].step, time_ms=spans[w], median_ms=med, host_ms=host_ms,
-                                  host_median_ms=host_med, grown=grown, ops=ops,
+                                  host_median_ms=host_med, runtime_idle_ms=rt[w],
+                                  runtime_idle_median_ms=median([rt[k] for k in typical]), grown=grown, ops=ops,
                                   threads=[ThreadGrowth(_thread(t, th), busy[th].get(w, 0) / NS_PER_MS,
                                                         typ(busy[th])) for g, th in threads[:TOP] if g > 0]))
     return res
+
+
+def _runtime_idle(t: RankTrace, starts: np.ndarray, ends: np.ndarray, keep: np.ndarray) -> dict[int, float]:
+    """window -> ms of device idle (no device op on any stream) inside runtime API calls in its host span: a
+    blocking copy, synchronize or malloc holding the device idle (a sync waiting on busy device work is not idle)."""
+    ri = np.flatnonzero((t.kind == RUNTIME) & (t.stream < 0))
+    dev = np.flatnonzero((t.stream >= 0) & (t.kind != ANNOTATION))
+    calls = iv.union(t.ts[ri], t.ts[ri] + t.dur[ri])
+    busy = iv.union(t.ts[dev], t.ts[dev] + t.dur[dev])
+    out = {}
+    for k in keep.tolist():
+        w = iv.within(calls, int(starts[k]), int(ends[k]))
+        out[k] = (iv.total(w) - iv.intersect_total(w, busy)) / NS_PER_MS
+    return out
 
 
 def _thread(t: RankTrace, th: int) -> str:
