@@ -21,6 +21,7 @@ from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
 from llmdiag.diagnose.model.data_movement import DataMovement
 from llmdiag.diagnose.model.graph_replay import GraphReplays
+from llmdiag.diagnose.model.outlier_steps import CollectiveRepeat, OutlierStepOps
 from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
 from llmdiag.diagnose.model.kernel_views import KernelViews, LaunchStats
 from llmdiag.diagnose.model.provenance import Provenance
@@ -214,6 +215,8 @@ class RankMetrics:
     held_reads: HeldReads | None = None  # small device-to-host reads that held the host (metrics/rank/held_reads.py)
     phase_cover: list[PhaseCover] = field(default_factory=list)  # event-sampled ranks only: how much of each host
     # phase the sample recorded (metrics/rank/phase_cover.py)
+    outlier_ops: list[OutlierStepOps] = field(default_factory=list)  # outlier steps' grown host ops (metrics/rank/outlier_ops.py)
+    outlier_collectives: list[CollectiveRepeat] = field(default_factory=list)  # (metrics/rank/collective_repeats.py)
     simulated_gain_ms: dict[str, float] = field(default_factory=dict)  # ms per step a cause's edit takes off the
     # steps, re-timed on the rank's dependency graph (metrics/rank/critical_path/simulate.py): "fp32_gemm/<speed-up>",
     # "host_sync", "comm", "comm:<process group>"; only the causes the trace shows, none on CPU traces

@@ -47,7 +47,10 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("comm_codec", comm_codec),
     ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
     ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
-    ("ddp_grad_copy", ddp_grad_copy), ("graph_replay_idle", graph_replay_idle), ("held_read", held_read), ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
+    ("ddp_grad_copy", ddp_grad_copy),
+    ("outlier_steps", __import__("llmdiag.diagnose.rules.outlier_steps", fromlist=["x"]).outlier_steps),
+    ("graph_replay_idle", graph_replay_idle), ("held_read", held_read),
+    ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
 ]
 
 

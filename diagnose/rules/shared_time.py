@@ -121,6 +121,8 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
         return {("runtime", "pageable"): g}
     if f.id == "stragglers":
         return _stalls(a, f, g)
+    if f.id == "outlier_steps":  # its idle part, inside host_bound's mean (rules/outlier_steps.py)
+        return __import__("llmdiag.diagnose.rules.outlier_steps", fromlist=["x"]).outlier_pieces(a, f)
     if f.id not in ("host_op_stall", "broadcast_buffers", "zero_grad", "optimizer_step", "ddp_grad_copy"):
         return {}
     per = _per_rank(a, f)

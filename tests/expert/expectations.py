@@ -279,6 +279,7 @@ import tests.expert.expectations_alloc  # noqa: E402  (a flush in the capture's 
 import tests.expert.expectations_cpsim  # noqa: E402  (issue #34, simulated gains read against the events)
 import tests.expert.expectations_rulefix  # noqa: E402  (the fresh review: one-time, batch advice, gloo gain)
 import tests.expert.expectations_capture  # noqa: E402  (issue #34 recall, capture: held reads, sampled)
+import tests.expert.expectations_outlier  # noqa: E402  (issue #34 recall: an outlier iteration, adds to REAL)
 import tests.expert.expectations_alloc  # noqa: E402,F401  (a flush in the capture's first step: adds to REAL)
 from tests.expert import expectations_datamove  # noqa: E402,F401  (data movement: adds to REAL)
 from tests.expert import expectations_codec  # noqa: E402,F401  (the codec's net verdict: adds to REAL)

@@ -99,11 +99,12 @@ def test_single_gpu_without_comm_is_quiet():
     assert _loud("hta/ns_resolution_rank-0.pt.trace.json.gz") == ["fp32_gemm"]
 
 
-@pytest.mark.parametrize("rel,more", [("hta/cpu_only_rank-34.pt.trace.json.gz", ["comm_latency_bound"]),
+@pytest.mark.parametrize("rel,more", [("hta/cpu_only_rank-34.pt.trace.json.gz", ["comm_latency_bound", "outlier_steps"]),
                                       ("hta/rank_not_found.json.gz", [])])
 def test_cpu_only_traces_get_only_the_caveat(rel, more):
     """Nothing loud but rank 34's 300-rank gloo all-reduces (busbw 56 MB/s, 16 KiB per ring exchange), named
-    latency-bound with their exposed time as the bound (tests/real/test_findings_real_rulefix.py)."""
+    latency-bound with their exposed time as the bound (tests/real/test_findings_real_rulefix.py), and its third
+    iteration, twice the others with ~380 ms all-reduces (tests/unit/test_outlier_steps.py)."""
     assert _ids(rel) == ["contaminated_timings", *more] and _loud(rel) == more
 
 

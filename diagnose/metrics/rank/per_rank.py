@@ -35,6 +35,8 @@ from llmdiag.diagnose.model.kernel_views import RankSequences
 from llmdiag.diagnose.metrics.rank.collectives import Collectives, collectives_from
 from llmdiag.diagnose.metrics.rank.before_capture import adopt as adopt_before_capture
 from llmdiag.diagnose.metrics.rank.steps import step_source, windows
+from llmdiag.diagnose.metrics.rank.outlier_ops import outlier_ops
+from llmdiag.diagnose.metrics.rank.collective_repeats import collective_repeats
 from llmdiag.diagnose.metrics.rank.comm_codec import comm_codec
 from llmdiag.diagnose.metrics.rank.comm_host_stall import comm_host_stall
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
@@ -196,6 +198,8 @@ def _run(job: RankJob) -> RankOutput:
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
     metrics.held_reads = held_reads(t, wins)  # small device-to-host reads holding the host (rules/held_reads.py)
     metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
+    metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
+    metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
