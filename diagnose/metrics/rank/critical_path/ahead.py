@@ -16,7 +16,7 @@ the host's time from E to the launch, with the host's own causes (the edge stays
 the device at E. A host behind its device (the previous op also waited on its launch, or ran as soon as launched)
 keeps its chain: its own time is what the device waited on, op after op (a launch-bound loop of small kernels, a
 thread idle of its own while one kernel ran: tests/unit/metrics/test_critical_path_waits.py). A point that waited
-on the device itself (a SYNC or resume edge) keeps its edge; one that is the return point of several ops takes the
+on the device itself (a SYNC or resume edge) or on another thread (a hand-over: Graph.binding) keeps its edge; one that is the return point of several ops takes the
 latest E. The graph's edges are unchanged: the what-if simulation reads them, and a host faster than the trace is
 not held by this. One lexsort over the device edges and a binary search per launching thread.
 

@@ -18,7 +18,8 @@ Edges say "v could not happen before u":
   ending inside it (a copy that held the host);
 - RESUME (resume.py): into the point that ends a long idle gap of a host thread, from what it waited on: a device
   op that ended just before (an unrecorded synchronize; typed SYNC) or another thread that went idle just before
-  (a hand-over, e.g. loss.backward() and the autograd thread; typed THREAD).
+  (a hand-over, e.g. loss.backward() and the autograd thread; typed THREAD), or, however long before, the last
+  point of a backward another thread ran while this one was silent (is_backward_op; typed THREAD).
 
 Each edge carries a cause (CAUSES): what bounds the time from u to v when the edge is on the critical path.
 The walk (Graph.binding(walk=True)) also returns from a host thread to the device where a host ahead of its device
@@ -27,6 +28,7 @@ let one op wait on its launch (ahead.py); the edges themselves stay as read.
 
 from __future__ import annotations
 
+import re
 from dataclasses import field
 
 import numpy as np
@@ -102,7 +104,11 @@ class Graph:
             pred_edge[self.dst[o][last]] = o[last]
         pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)
         if walk and len(self.src):
-            h, p = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, self.etype == THREAD)
+            # a hand-over (a THREAD edge across threads: resume.py) is a wait like a SYNC edge: its point keeps it
+            thr = np.full(self.nodes, -1, np.int64)
+            thr[self.horder] = self.hthread
+            own = (self.etype == THREAD) & (thr[self.src] == thr[self.dst])
+            h, p = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, own)
             pred[h] = p
         return pred_edge, pred
 
@@ -148,7 +154,8 @@ def build(t: RankTrace) -> Graph:
         s, d, free = blocking.sync_edges(t, ev, hk, dk, begin, end, launched, order[0], order[1])
         add(s, d, SYNC_EDGE, np.where(free, C["allocator"], C["synchronize"]))
     lag = resume.clock_lag(launched, begin[dk])
-    _resume_edges(time, dk, launched, lag, idle, t.thread[ev[launch_of[launch_of >= 0]]], add)
+    _resume_edges(time, dk, launched, lag, idle, t.thread[ev[launch_of[launch_of >= 0]]], add,
+                  2 * hk[t.name_mask(is_backward_op)[ev[hk]]])
     z = np.zeros(0, np.int64)
     # An event-sampled capture (hta/sampled_pair: ~0.5 % of launches kept) joins kept ops by stream order across
     # the dropped ones: when an op could have begun is not in it, so the walk takes no returns there (ahead.py).
@@ -215,11 +222,12 @@ def _thread_edges(t: RankTrace, ev, hk, order, add):
             nodes[j[inop]], nodes[j[inop] + 1])
 
 
-def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add) -> None:
+def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add, bw: np.ndarray) -> None:
     """RESUME edges into the points that end a long idle gap of a host thread (resume.py). Only threads that
     launched device work (`launching`: their thread ids) take part: a thread that never drives the device (a
     data loader's, a pin-memory poller's) wakes on its own clock, and a wake-up near an unrelated kernel's end or
-    another thread's pause would be chance."""
+    another thread's pause would be chance. `bw`: the begin nodes of the autograd engine's ops (is_backward_op),
+    the evidence that a thread silent through another's backward was blocked in it (resume.backward_handoff)."""
     if idle is None:
         return
     gs, gd, first, last, thread_of, os_, od = idle
@@ -237,14 +245,27 @@ def _resume_edges(time, dk, launched, lag: int, idle, launching: np.ndarray, add
     quiet_from = np.concatenate([gs, last])
     quiet_to = np.concatenate([gd, np.full(len(last), -1, np.int64)])
     hs, hd = resume.handoff(time, thread_of, quiet_from, quiet_to, woke)
-    add(hs, hd, THREAD, C["host_gap"])
-    # A wake-up another thread explains is not read as a device wait: on a busy device some op always ends
-    # within the tolerance before it.
+    bs, bd = resume.backward_handoff(time, thread_of, quiet_from, quiet_to, gd, time[gs], bw[drv(bw)])
+    add(np.concatenate([hs, bs]), np.concatenate([hd, bd]), THREAD, C["host_gap"])
+    # A wake-up another thread explains within the tolerance is not read as a device wait: on a busy device some
+    # op always ends within the tolerance before it. One after a backward may still have waited on the device
+    # once backward returned (a synchronize unrecorded): both edges, the later source binds.
     left = ~np.isin(woke, hd)
     quiet = resume.idle_resumes(time, os_, od) & drv(od)  # silent inside an op: blocked in it, or its own work
     s, d = resume.device_resume(time, 2 * dk + 1, launched, np.concatenate([since[left], time[os_[quiet]]]),
                                 np.concatenate([woke[left], od[quiet]]), lag)
     add(s, d, SYNC_EDGE, C["synchronize"])
+
+
+def is_backward_op(name: str) -> bool:
+    """An op only the autograd engine runs: its per-node wrapper (`autograd::engine::evaluate_function: ...`,
+    PyTorch >= 1.10), a backward node itself (`ConvolutionBackward0`, `NllLossBackward` in 2021's Kineto) or
+    AccumulateGrad. A thread running one ran a backward."""
+    return name.startswith("autograd::engine::evaluate_function") or name.startswith("torch::autograd::Accumulate") \
+        or _BACKWARD_NODE.search(name) is not None
+
+
+_BACKWARD_NODE = re.compile(r"^[A-Za-z_:]*Backward\d*$")
 
 
 def _host_cause(t: RankTrace, evs: np.ndarray) -> np.ndarray:

@@ -10,7 +10,12 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   from Python): an edge from that op's end, cause `synchronize`;
 - another thread: the thread resumed within HANDOFF_TOL_NS after another thread's last point before that thread
   itself went idle past the resume (it handed the work over: loss.backward() waking the autograd thread, its
-  end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled).
+  end waking the main thread): an edge from that point, cause `host_gap` (the hand-over is not profiled);
+- a backward another thread ran (backward_handoff): the thread silent through it was blocked in loss.backward()
+  (another launching thread began an autograd engine op inside its gap) and waited on that thread's last point
+  before the resume, however long after it resumed: the tolerance above is a guess at a wake-up's latency, and
+  the main thread's resume after backward includes its own untraced Python (nccl_data: 1.50-1.67 ms, the optimizer
+  step's Python before its first op). Same edge, same cause; the time after the point is the waiting thread's.
 
 A thread silent as long inside an open host op (nothing recorded under it) is read the same way for the device
 only: the op's time was a wait where its next point came right after a device op ended (torchrec
@@ -35,6 +40,8 @@ point keeps its THREAD edge. One sort and a few searchsorted passes over the gap
 from __future__ import annotations
 
 import numpy as np
+
+from llmdiag.diagnose.metrics.rank.sets import distinct  # np.unique without its numpy.ma import
 
 IDLE_MIN_NS = 1_000_000  # a thread idle this long was waiting, not running untraced code between two ops
 RESUME_TOL_NS = 60_000  # a blocking call's return after the device op it waited on: 1-52 µs in 7 real traces
@@ -129,3 +136,51 @@ def handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, qui
         best[ok] = jj[ok]
     ok = best >= 0
     return qf[best[ok]], dst[ok]
+
+
+def backward_handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, quiet_to: np.ndarray,
+                     dst: np.ndarray, since: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(point, resume node) for each resume `dst` of a thread idle since `since` (ns) that was blocked in a
+    backward another thread ran: that thread began an autograd engine op (`bw`: their begin nodes, graph.py's
+    is_backward_op) after `since` and went idle at a point (`quiet_from`, its next point `quiet_to`, -1 none) after
+    that op and before the resume, staying idle past it. loss.backward() returns only once the engine's thread has
+    run the whole backward, so the caller waited on that thread's last point however long it then took to
+    resume (nccl_data: 1.67 ms, past HANDOFF_TOL_NS); the time from that point to the resume is the caller's own.
+    The latest such point among the HANDOFF_LOOKBACK going idle last before the resume."""
+    z = np.zeros(0, np.int64)
+    if not len(quiet_from) or not len(dst) or not len(bw):
+        return z, z
+    o = np.argsort(time[quiet_from], kind="stable")
+    qf, qt = quiet_from[o], quiet_to[o]
+    qtime = time[qf]
+    qnext = np.where(qt >= 0, time[np.maximum(qt, 0)], np.iinfo(np.int64).max)
+    # the backward ops' begins by (thread, time): how many a thread began in (since, its idle point]
+    bth, btime = thread_of[bw], time[bw]
+    ob = np.lexsort((btime, bth))
+    bth, btime = bth[ob], btime[ob]
+    r = time[dst]
+    last = np.searchsorted(qtime, r, side="right") - 1
+    best = np.full(len(dst), -1, np.int64)
+    for k in range(HANDOFF_LOOKBACK):  # latest first: keep the first that fits
+        j = last - k
+        jj = np.maximum(j, 0)
+        u = thread_of[qf[jj]]
+        ok = (best < 0) & (j >= 0) & (u != thread_of[dst]) & (qnext[jj] > r) & (qtime[jj] > since)
+        ok &= _begun_in(bth, btime, u, since, qtime[jj])
+        best[ok] = jj[ok]
+    ok = best >= 0
+    return qf[best[ok]], dst[ok]
+
+
+def _begun_in(bth: np.ndarray, btime: np.ndarray, u: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per query, whether thread u[i] began an op in (lo[i], hi[i]]; `bth`, `btime` sorted by (thread, time).
+    One binary search per thread asked about (a few)."""
+    out = np.zeros(len(u), bool)
+    for v in distinct(u).tolist():
+        a, b = np.searchsorted(bth, v, side="left"), np.searchsorted(bth, v, side="right")
+        if a == b:
+            continue
+        sel = u == v
+        tt = btime[a:b]
+        out[sel] = np.searchsorted(tt, hi[sel], side="right") > np.searchsorted(tt, lo[sel], side="right")
+    return out
