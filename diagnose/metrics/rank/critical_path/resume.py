@@ -16,6 +16,8 @@ an unprofiled host gap that hides what the thread really waited on. Two waits ar
   before the resume, however long after it resumed: the tolerance above is a guess at a wake-up's latency, and
   the main thread's resume after backward includes its own untraced Python (nccl_data: 1.50-1.67 ms, the optimizer
   step's Python before its first op). Same edge, same cause; the time after the point is the waiting thread's.
+  Assumed: one training loop per process (two threads each running its own backward would read as waiting on each
+  other). Kineto's `fwdbwd` flows and `Fwd thread id` args would say whose backward it was; the loader keeps neither.
 
 A thread silent as long inside an open host op (nothing recorded under it) is read the same way for the device
 only: the op's time was a wait where its next point came right after a device op ended (torchrec
