@@ -56,7 +56,7 @@ def exposed_waits(free: dict[int, Free], rank: np.ndarray, a: np.ndarray,
     def place(t: np.ndarray) -> np.ndarray:  # each row's time on the common axis, inside its rank's block
         return base[inv] + np.maximum(np.minimum(t, last[inv]), first[inv]) - first[inv]
 
-    ga, gb = iv.covered_upto(axis, place(a)), iv.covered_upto(axis, place(b))
+    ga, gb = np.split(iv.covered_upto(axis, np.concatenate((place(a), place(b)))), 2)  # one running sum for both
     out = np.where(waits, np.maximum(gb - ga, 0), 0)
     w = np.flatnonzero(waits & (gb > ga))
     if not len(w):
