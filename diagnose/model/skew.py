@@ -53,6 +53,8 @@ class SkewResult:
     imposed_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (its start − last punctual
     # start) where late: the wait it alone imposed on the others (sums over the trace, not per step)
     wait_ms_by_rank: dict[str, float] = field(default_factory=dict)  # rank -> Σ (latest start − its start)
+    wait_exposed_ms_by_rank: dict[str, float] | None = None  # rank -> ms of those waits with no compute under
+    # them (its exposed communication); None in summaries older than the measure
     schedule_ordered: int = 0  # matched collectives across pipeline stages: no last arrival blamed
     size_mismatches: int = 0  # matched collectives whose ranks disagree on the message size (likely mis-paired)
     p2p: list[P2PMatch] = field(default_factory=list)  # send/recv matched to its peer

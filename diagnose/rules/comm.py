@@ -21,9 +21,10 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
     """Per-rank exposed comm of some roles; fires when the mean is ≥ 5 % of the step and overlap < 70 %. Event-
     sampled ranks are left out (comm_gain.py overlap_unmeasured): their overlap is not measured.
 
-    Where a straggler finding fires, each rank's measured wait for late peers at matched collectives
-    (skew.wait_ms_by_rank) is taken out first: that time is the straggler's, credited there, and no overlap
-    would hide it. Without a straggler finding the waits stay in (two ranks, or waits within chance)."""
+    Where a straggler finding fires, the exposed part of each rank's wait for late peers at matched collectives
+    (skew.wait_exposed_ms_by_rank: the wait with no compute under it) is taken out first: that time is the
+    straggler's, credited there, and no overlap would hide it; the part under compute was never exposed, so there
+    is nothing to take out. Without a straggler finding the waits stay in (two ranks, or waits within chance)."""
     waits = _peer_waits(c)
     rows: list = []
     for r in c.ranks:
@@ -77,12 +78,14 @@ def _exposed_comm_rule(c: Ctx, roles: tuple) -> tuple | None:
 
 
 def _peer_waits(c: Ctx) -> dict[int, float]:
-    """rank -> ms per step it waited for late peers at matched collectives, only where a straggler finding fires;
-    computed once per analysis (three exposed-communication rules ask)."""
+    """rank -> ms per step of exposed communication it spent waiting for late peers at matched collectives, only
+    where a straggler finding fires; computed once per analysis (three exposed-communication rules ask). A summary
+    older than the exposed measure gives the whole waits (wait_ms_by_rank)."""
     if c.peer_waits is None:
         sk = c.a.skew
-        c.peer_waits = {} if not sk or not sk.wait_ms_by_rank or not stragglers(c) else {
-            r.rank: sk.wait_ms_by_rank.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
+        by = None if not sk else sk.wait_ms_by_rank if sk.wait_exposed_ms_by_rank is None else sk.wait_exposed_ms_by_rank
+        c.peer_waits = {} if not by or not stragglers(c) else {
+            r.rank: by.get(str(r.rank), 0.0) / r.nsteps for r in c.ranks if r.nsteps}
     return c.peer_waits
 
 

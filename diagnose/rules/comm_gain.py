@@ -13,7 +13,8 @@ def simulated(r, cs, waits: float) -> float | None:
 
     Zero time is perfect hiding, which no schedule reaches beyond the compute-only time the collectives could run
     under: capped by it, as the bound is. The kernels' time includes waiting for late peers, the straggler's
-    (credited there where a straggler finding fires): those waits are taken off. The bound's cap by the
+    (credited there where a straggler finding fires): the exposed part of those waits (`waits`, with no compute
+    under it: the part the step could have paid) is taken off. The bound's cap by the
     communication on the critical path is the simulation's own answer, so it is not applied again; the simulated
     gain can exceed that cap where shortening a collective also lets a host blocked on it (a synchronous
     collective, a wait) launch the next work earlier."""

@@ -58,8 +58,8 @@ def open_words(opened: list[KindExposure], rows: list, pooled: float) -> str:
 
 
 def wait_words(rank: int, exposed: float, wait: float, late: list[int]) -> str:
-    """The whole exposure and the part of it taken out as waiting for peers at matched collectives, so the net
-    number is never read as the rank's whole exposure. `late`: the ranks a straggler finding names."""
+    """The whole exposure and the part of it taken out as waiting for peers at matched collectives (the exposed
+    part of the waits: skew.wait_exposed_ms_by_rank), so the net number is never read as the rank's whole exposure. `late`: the ranks a straggler finding names."""
     if wait <= 0:
         return ""
     if rank in late:
@@ -70,4 +70,4 @@ def wait_words(rank: int, exposed: float, wait: float, late: list[int]) -> str:
     else:
         whom = "later peers at matched collectives"
     return (f"; rank {rank} is exposed {fmt(exposed, 'ms')} per step in all, of which {fmt(wait, 'ms')} is waiting "
-            f"for {whom}: taken out above")
+            f"for {whom} with no compute under it: taken out above")

@@ -16,6 +16,7 @@ import numpy as np
 from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.model.analysis import CollectiveSkew, SkewResult
 from llmdiag.diagnose.metrics.job.straggler_replay import replay_gain_ns
+from llmdiag.diagnose.metrics.job.exposed_wait import exposed_waits
 from llmdiag.diagnose.metrics.job.stragglers import decide, last_and_imposed
 from llmdiag.diagnose.metrics.job.collective_match import (LONE, align_hosts, by_rank, capture_windows, coarse_host_shift,
                                                match_rows)
@@ -132,6 +133,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         per_rank = by_rank(t.rank, lambda r: int(shifts.get(hosts.get(r, ""), 0.0)))
         t.start = t.start + per_rank
         t.end = t.end + per_rank
+    free = _free(records, hosts, shifts)
     matched = len(t.seg)
     last = Counter()
     by_collective = []
@@ -187,6 +189,7 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         late_n_by_rank=late_n,
         imposed_ms_by_rank=imposed_by,
         wait_ms_by_rank=wait_by,
+        wait_exposed_ms_by_rank=_exposed_by_rank(t, free) if matched else {},
         schedule_ordered=int(ordered.sum()) if matched else 0,
         size_mismatches=_size_mismatches(t) if matched else 0,
         capture_windows=t.windows,
@@ -194,6 +197,24 @@ def skew(records: dict[int, Collectives], hosts: dict[int, str], compute_ms: dic
         by_order=len(t.by_order),
         decided=True,
     )
+
+
+def _free(records: dict[int, Collectives], hosts: dict[int, str], shifts: dict[str, float]) -> dict:
+    """Each rank's exposed-communication union (Collectives.free_lo/free_hi) on the aligned clock; None where the
+    rank's records carry none."""
+    def sh(r: int) -> int:
+        return int(shifts.get(hosts.get(r, ""), 0.0))
+
+    return {r: None if c.free_lo is None or c.free_hi is None else (c.free_lo + sh(r), c.free_hi + sh(r))
+            for r, c in records.items()}
+
+
+def _exposed_by_rank(t: _Table, free: dict) -> dict[str, float]:
+    """rank -> ms of its waits for later peers (its kernel begin to the last peer's, cut at its own kernel end)
+    with no compute under it, summed over the analysed trace (metrics/job/exposed_wait.py)."""
+    last = np.maximum.reduceat(t.start, t.seg)[t.group]
+    _, per = exposed_waits(free, t.rank, t.start, np.minimum(last, t.end))
+    return {str(r): ns / NS_PER_MS for r, ns in sorted(per.items())}
 
 
 def _across_stages(t: _Table, stage_of: dict[int, int]) -> np.ndarray:

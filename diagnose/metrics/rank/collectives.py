@@ -27,13 +27,16 @@ class Collectives:
     in_n: np.ndarray | None = None  # elements sent (all_to_all(v): the sum of `In split size`), -1 unknown
     out_n: np.ndarray | None = None
     seq: np.ndarray | None = None  # the group's sequence number (Kineto's `Seq`), -1 unknown
+    free_lo: np.ndarray | None = None  # the rank's exposed communication (comm − compute) in its windows, a union
+    free_hi: np.ndarray | None = None  # (rank/exposed_union.py): what part of a wait was exposed (job/exposed_wait.py)
 
     def __len__(self) -> int:
         return len(self.key)
 
     def shifted(self, ns: int) -> "Collectives":
+        free = (None, None) if self.free_lo is None or self.free_hi is None else (self.free_lo + ns, self.free_hi + ns)
         return Collectives(self.keys, self.key, self.ordinal, self.start + ns, self.end + ns, self.in_n, self.out_n,
-                           self.seq)
+                           self.seq, *free)
 
 
 

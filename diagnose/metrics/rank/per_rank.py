@@ -41,6 +41,7 @@ from llmdiag.diagnose.metrics.rank.comm_codec import comm_codec
 from llmdiag.diagnose.metrics.rank.comm_host_stall import comm_host_stall
 from llmdiag.diagnose.metrics.rank.groups import resolve as resolve_groups
 from llmdiag.diagnose.metrics.rank.track_intervals import RankTracks, step_tracks
+from llmdiag.diagnose.metrics.rank.exposed_union import exposed_union
 from llmdiag.diagnose.io.trace import COMM
 from llmdiag.diagnose.metrics.rank.action_costs import action_fixed_ns, host_p2p
 from llmdiag.diagnose.metrics.rank.launch_stats import launch_stats
@@ -202,6 +203,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
+    collectives.free_lo, collectives.free_hi = exposed_union(tl, wins)  # the exposed part of its waits (job/skew.py)
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
     per_step, metrics.critical_path, metrics.critical_path_note = stated(per_step, rank_cp, metrics.chores, cp_track)
     for s, path in zip(steps, per_step):
