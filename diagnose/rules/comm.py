@@ -180,13 +180,21 @@ BLOCKING_SHARE = 0.25  # the host waits in communication for ≥ 25 % of the exp
 def _exposed_action(c: Ctx, rows) -> str:
     """`async_op=True` only where the host thread is seen waiting in communication (IdleBreakdown.comm_wait_ms:
     a wait op or a blocking collective spans the device idle); a collective already launched asynchronously
-    gains nothing from it. Where a straggler finding fires, the remaining wait is named as its."""
+    gains nothing from it. Where a straggler finding fires, its peers' exposed waits for it are named as its (taken
+    out of the exposure above); what is left is the ranks' own exchange, with the action that fits it."""
     late = _late(c)
     late = [] if {x[0].rank for x in rows} <= set(late) else late  # the straggler's own exposure: not a wait
-    tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
+    rest = _own_action(c, rows)
     if late:
-        return (f"the ranks wait here for straggler rank(s) {ranges(late)} (see the `stragglers` finding): fix the "
-                "straggler first; find what the rest waits for with `llmdiag analyze --timeline`" + tail)
+        return (f"the ranks also wait here for straggler rank(s) {ranges(late)} (that wait is taken out above; see "
+                "the `stragglers` finding): fix the straggler first; for the exposure left, their own exchange: "
+                + rest)
+    return rest
+
+
+def _own_action(c: Ctx, rows) -> str:
+    """The action for the ranks' own exposed exchange (no wait for a straggler in it)."""
+    tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
     if ddp := _ddp_link_bound(c, rows):
         return ddp + tail
     exp = statistics.fmean(x[2] for x in rows)

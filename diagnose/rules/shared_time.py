@@ -31,9 +31,9 @@ from __future__ import annotations
 from llmdiag.diagnose.model import stats as statistics  # the standard one imports random, fractions, decimal
 from collections import defaultdict
 
-from llmdiag.diagnose.model.analysis import Analysis, Finding, RankMetrics
+from llmdiag.diagnose.model.analysis import SEVERITIES, Analysis, Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt
-from llmdiag.diagnose.rules.base import stored_gain
+from llmdiag.diagnose.rules.base import severity_for, stored_gain
 from llmdiag.diagnose.rules.one_time import one_time
 
 WHOLE = "*"
@@ -44,6 +44,11 @@ ZERO_GRAD = "Optimizer.zero_grad#"
 OPT_STEP = "Optimizer.step#"
 DDP_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 Pieces = dict[tuple, float]
+# Findings whose action names no switch of its own (profile the host, find what the op does): where their time lies
+# in findings above with a specific action (a chore: broadcast_buffers, zero_grad, ...), they are graded by the time
+# they add (nccl_data: a 24.9 ms host_op_stall in DDP's buffer unpacking, 22.5 ms of it broadcast_buffers' idle,
+# read as a second high finding for the same time).
+GENERIC = ("host_bound", "host_op_stall")
 
 
 def _stretches(r: RankMetrics, recurring: bool = False) -> list:
@@ -163,7 +168,24 @@ def _overlap(k1: tuple, k2: tuple) -> bool:
 
 def share_idle(a: Analysis, fs: list[Finding]) -> None:
     """Set `shared_ms` (and `part_of` where all of it is shared) on findings whose idle pieces lie in the pieces of
-    findings shown above them, with words in the gain text; findings already part of another are left alone."""
+    findings shown above them, with words in the gain text; findings already part of another are left alone. A
+    GENERIC finding whose time lies mostly in specific findings above is first graded by the time it adds (a
+    first pass), and the sharing is then read in the order that grading gives."""
+    for f, adds in _share(a, fs, write=False):
+        if not f.gain_ms or not f.gain_frac:
+            continue
+        sev = severity_for(adds, f.gain_ms / f.gain_frac)
+        if SEVERITIES.index(sev) > SEVERITIES.index(f.severity):
+            f.severity = sev
+            f.expected_gain += (f"; rated {sev}, not by its whole gain: findings above with an action of their own "
+                                f"hold {fmt(f.gain_ms - adds, 'ms')} of it")
+    _share(a, fs, write=True)
+
+
+def _share(a: Analysis, fs: list[Finding], write: bool) -> list[tuple[Finding, float]]:
+    """One pass of share_idle in the findings' order; with `write`, the findings are marked, else only the GENERIC
+    ones sharing with specific findings are returned with the time they add."""
+    regrade: list[tuple[Finding, float]] = []
     left: list[tuple[Finding, Pieces]] = []  # findings above, each with its pieces not yet shared
     for f in sorted((f for f in fs if f.gain_ms is not None and f.part_of is None), key=Finding.order_key):
         mine = dict(pieces(a, f))
@@ -188,6 +210,10 @@ def share_idle(a: Analysis, fs: list[Finding]) -> None:
         shared = min(sum(by.values()), g)
         if shared <= 1e-9:
             continue
+        if not write:
+            if f.id in GENERIC and not set(by) & set(GENERIC):
+                regrade.append((f, g - shared))
+            continue
         f.shared_ms = shared = stored_gain(shared)
         above = {k.id: k for k, _ in left}
         parts = [f"{fmt(x, 'ms')} {'is part' if j == 0 else ''} of the {fmt(above[i].gain_ms, 'ms')} above (`{i}`)"
@@ -200,3 +226,4 @@ def share_idle(a: Analysis, fs: list[Finding]) -> None:
         else:
             f.expected_gain += (f"; of it, {words}: {same}, counted once, so it adds {fmt(g - shared, 'ms')} "
                                 "per step")
+    return regrade

@@ -91,14 +91,19 @@ def test_nccl_data_counts_the_broadcast_idle_once():
     hb, bb, hs = by["host_bound"], by["broadcast_buffers"], by["host_op_stall"]
     unflatten = sum(s.idle_ms for s in a.ranks[0].idle.stretches if s.op == "aten::unflatten_dense_tensors") \
         / a.ranks[0].nsteps
-    assert hs.shared_ms == pytest.approx(unflatten, abs=1e-3)
     assert bb.shared_ms == pytest.approx(bb.gain_ms - unflatten, abs=1e-3)
-    assert f"of the {bb.gain_ms:.2f} ms above (`broadcast_buffers`)" in hs.expected_gain
+    assert f"{unflatten:.2f} ms is part of the {bb.gain_ms:.2f} ms above (`broadcast_buffers`)" in hs.expected_gain
+    # host_op_stall names no switch of its own and adds only what lies outside the broadcast (the optimizer's
+    # foreach ops, optimizer_step's): graded by that (< 3 % of the step), shown below, none of it counted again
+    assert hs.severity == "low" and "rated low, not by its whole gain" in hs.expected_gain
+    assert hs.part_of is not None and hs.shared_ms == pytest.approx(hs.gain_ms, abs=1e-3)
+    op = by["optimizer_step"]
     dc = by["ddp_grad_copy"]  # its idle is host_bound's; its copies' own device time (0.51 ms) adds
     dm = by["data_movement"]  # cuDNN's layout transposes (5.04 ms): device busy time, no idle of the others
     bw = by["low_busbw"]  # the all-reduces' time the path holds now (communication, no idle of the others)
-    assert counted_gain_ms(a.findings) == pytest.approx(hb.gain_ms + hs.gain_ms + dc.gain_ms - dc.shared_ms
-                                                        + dm.gain_ms + bw.gain_ms, abs=0.05)
+    assert counted_gain_ms(a.findings) == pytest.approx(
+        hb.gain_ms + unflatten + op.gain_ms - op.shared_ms + dc.gain_ms - dc.shared_ms + dm.gain_ms + bw.gain_ms,
+        abs=0.05)
     assert counted_gain_ms(a.findings) < hb.gain_ms + bb.gain_ms + hs.gain_ms - 20
 
 
