@@ -42,3 +42,26 @@ def test_a_repeated_question_is_answered_once_with_a_copy(monkeypatch):
     assert len(calls) == 4
     host_ops.launching_ops(other, ops, other.kind, score=lambda o: 0)  # a score: never from memory
     assert len(calls) == 5
+
+
+@pytest.mark.real("hta/nccl_data.json.gz")
+def test_gemm_codes_asked_twice_about_one_mask_are_computed_once(monkeypatch):
+    """metrics/rank/kernels.py asks gemm_time_by_precision, then fp32_on_path_frac, about the same mask."""
+    from llmdiag.diagnose.io.trace import COMPUTE
+    from llmdiag.diagnose.metrics.rank import precision
+
+    t = _trace()
+    compute = (t.kind == COMPUTE) & (t.stream >= 0)
+    want = precision._gemm_codes_of(t, compute)
+    assert len(want[0]) > 10  # nccl_data has GEMM kernels
+    calls = []
+    real = precision._gemm_codes_of
+    monkeypatch.setattr(precision, "_gemm_codes_of", lambda *a: calls.append(1) or real(*a))
+    first = precision._gemm_codes(t, compute)
+    first[1][:] = -1  # a caller writing into its arrays changes nobody else's
+    again = precision._gemm_codes(t, compute.copy())
+    assert len(calls) == 1 and np.array_equal(again[0], want[0]) and np.array_equal(again[1], want[1])
+    assert again[2] == want[2]
+    half = compute.copy()
+    half[len(half) // 2:] = False
+    assert np.array_equal(precision._gemm_codes(t, half)[0], real(t, half)[0]) and len(calls) == 2

@@ -20,6 +20,7 @@ spends its device time in. "GEMM kernels" below means both; conv_time_by_precisi
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 
@@ -240,8 +241,31 @@ def fp32_gemm_kernels(t: RankTrace) -> np.ndarray:
     return idx[code == labels.index("fp32")]
 
 
+# The last answer of _gemm_codes: metrics/rank/kernels.py asks gemm_time_by_precision and then fp32_on_path_frac
+# about the same trace and mask (~5 ms of a trace with fp32 GEMMs each time; issue 37).
+_LAST: dict = {"trace": None, "kind": None, "mask": None, "got": None}
+
+
 def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(GEMM and counted convolution kernel indices in `compute`, their precision codes, the code labels)."""
+    """(GEMM and counted convolution kernel indices in `compute`, their precision codes, the code labels); the
+    same trace, kinds and mask asked again: copies of the last answer."""
+    last = _LAST
+    ref = last["trace"]
+    mask = np.asarray(compute, bool).tobytes()
+    if ref is not None and ref() is t and last["kind"] is t.kind and last["mask"] == mask:
+        idx, code, labels = last["got"]
+        return idx.copy(), code.copy(), list(labels)
+    got = _gemm_codes_of(t, compute)
+    try:
+        last.update(trace=weakref.ref(t), kind=t.kind, mask=mask, got=got)
+    except TypeError:  # a stand-in with no weak references (tests): nothing kept
+        last.update(trace=None, got=None)
+        return got
+    idx, code, labels = got
+    return idx.copy(), code.copy(), list(labels)
+
+
+def _gemm_codes_of(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
     labels = list(PRECISIONS) + ["unknown"]
     idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
     gemm_ids = t.name_ids(is_gemm_name, compute) if len(idx) else np.zeros(0, np.int32)
