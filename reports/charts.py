@@ -13,7 +13,6 @@ Every string that reaches the SVG (host names come from traces) is escaped; numb
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from operator import attrgetter
 
@@ -24,6 +23,7 @@ from llmdiag.diagnose.model.analysis import Analysis, RankMetrics
 from llmdiag.diagnose.model.format import column_unit, fmt
 from llmdiag.diagnose.model.fields import FIELDS, STEP_PARTS
 from llmdiag.diagnose.model.views import hosts as rank_hosts
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 def _heat_row(key: str):
     """(label, unit, value of a rank or None) of a registry field (model/fields.py); worse is higher on each."""
@@ -44,7 +44,7 @@ def _colour(level: int) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-SAFE = re.compile(r"[A-Za-z0-9._:-]{1,48}")
+SAFE = lazy_compile(r"[A-Za-z0-9._:-]{1,48}")
 MESH_ORDER = ("pp", "dp", "fsdp", "cp", "tp")  # outermost first, as torch's device meshes usually nest them
 
 

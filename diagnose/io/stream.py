@@ -24,6 +24,7 @@ from itertools import chain
 import orjson
 
 from llmdiag.diagnose.errors import TraceError
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 try:  # ISA-L inflates gzip about twice as fast as zlib: a tenth of a rank's analysis time
     from isal import isal_zlib as _zlib
@@ -44,7 +45,7 @@ WHOLE_BYTES = 512 << 20  # the whole-file fallback inflates at most this much (i
 WHOLE_LIMIT = 256 << 20  # malformed JSON in a file up to this size is re-parsed whole, for orjson's message
 _GZ = b"\x1f\x8b"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_SEP = re.compile(rb"\}\s+,")
+_SEP = lazy_compile(rb"\}\s+,")
 GZ_HINT = "the file was cut off or damaged; re-copy it"
 JSON_HINT = "the trace was cut off or is not JSON; re-export it"
 

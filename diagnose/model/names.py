@@ -6,11 +6,12 @@ Shared by the terminal and the report, so a kernel is shortened the same way in 
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import sys
 import time
+
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 try:  # the Rust cpp_demangle crate (gimli-rs) behind a small wheel: fast, and prints what c++filt prints
     from cpp_demangle import demangle as _demangle
@@ -27,7 +28,7 @@ OUT_CAP = 256 * 1024  # the longest real kernel name seen demangles to ~10 k cha
 PER_NAME_S = 0.5
 BUDGET_S = 2.0
 CACHE_MAX = 4096
-_REFS = re.compile(r"[ST][0-9A-Z]*_")
+_REFS = lazy_compile(r"[ST][0-9A-Z]*_")
 _cache: dict[str, str] = {}
 _state = {"said": False}
 

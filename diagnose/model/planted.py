@@ -5,11 +5,11 @@ what-if section (diagnose/model/whatif_view.py) name it in the same words.
 
 from __future__ import annotations
 
-import re
 
 from llmdiag.diagnose.model.analysis import Analysis
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
-_SPEC = re.compile(r"rank:([0-9]{1,7}):([0-9]{1,3}(?:\.[0-9]{1,6})?)(?::(forward|backward))?")  # workloads/slow.py
+_SPEC = lazy_compile(r"rank:([0-9]{1,7}):([0-9]{1,3}(?:\.[0-9]{1,6})?)(?::(forward|backward))?")  # workloads/slow.py
 
 
 def planted(a: Analysis) -> tuple[int, str, str | None, str] | None:

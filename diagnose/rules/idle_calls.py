@@ -13,11 +13,12 @@ from llmdiag.diagnose.metrics.rank.idle_stretch import COVER, SAMPLED_SHARE
 from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.rules.base import Ctx, severity_for
 from llmdiag.diagnose.rules.one_time import one_time
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 IDLE_FLOOR = 0.05  # an idle part below 5 % of the step gets no finding
-ALLOC_RE = re.compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
-COPY_RE = re.compile(r"Memcpy", re.I)
-LAUNCH_RE = re.compile(r"Launch", re.I)
+ALLOC_RE = lazy_compile(r"Malloc|Free|MemAlloc|MemFree", re.I)
+COPY_RE = lazy_compile(r"Memcpy", re.I)
+LAUNCH_RE = lazy_compile(r"Launch", re.I)
 
 
 def short(name: str, n: int = 80) -> str:

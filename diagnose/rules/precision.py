@@ -19,9 +19,10 @@ from llmdiag.diagnose.model.format import fmt, plural
 from llmdiag.diagnose.model.gemm_speedup import AMD_RE, AMD_SPEEDUP, CONSUMER_SPEEDUP, gemm_speedup  # noqa: F401
 import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, host_sets_step, severity_for
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 FP32_FLOOR = 0.10  # fp32 GEMMs below 10 % of compute kernel time get no finding: the gain would be a few %
-_AMD_MATRIX = re.compile(r"\bMI(2\d\d|3\d\d)", re.I)  # CDNA2/3: bf16 matrix cores 4-8x their fp32 matrix rate
+_AMD_MATRIX = lazy_compile(r"\bMI(2\d\d|3\d\d)", re.I)  # CDNA2/3: bf16 matrix cores 4-8x their fp32 matrix rate
 
 
 def _cc(c: Ctx, r: RankMetrics) -> float | None:

@@ -8,6 +8,8 @@ imported and never used is waste. Each case runs the real command line in a fres
   does not reach every such call, so the real traces are read too.
 - the stragglers' and matching's types (model/skew.py, model/matching.py): the report's views name
   `Straggler` only as a type; a one-rank report has none to show.
+- `difflib` (~1.3 ms with its "did you mean" search): click tries `-q` as a long option first, and the miss built
+  a `NoSuchOption` that compared `-q` with every long option; cli/main.py's parsers match short options as long.
 - `statistics` (~3 ms with fractions): model/stats.py gives its two functions and imports the module for any
   other name; the import system's own `__path__` look-up (every `from ..model.stats import median`) imported it.
 """
@@ -28,7 +30,7 @@ from tests.gen.builder import gpu_rank
 REPO = Path(__file__).resolve().parents[2]
 D = "llmdiag.diagnose"
 # Not on a one-rank `analyze --json --report`: see the module's doc.
-NOT_IMPORTED = ("numpy.ma", f"{D}.model.skew", f"{D}.model.matching", f"{D}.metrics.job.skew",
+NOT_IMPORTED = ("numpy.ma", "difflib", f"{D}.model.skew", f"{D}.model.matching", f"{D}.metrics.job.skew",
                 f"{D}.metrics.job.collective_match")
 
 
@@ -109,3 +111,29 @@ def test_analyze_raises_the_collectors_first_threshold(tmp_path):
     assert threshold[0] == GC_YOUNG == 100_000 and threshold[1:] == [10, 10]
     assert passes <= 3
     assert json.loads((tmp_path / "s.json").read_text())["ranks"][0]["rank"] == 0
+
+
+def test_short_options_parse_as_their_long_names_and_a_typo_still_gets_suggestions():
+    """The parsers' short options also matched as long ones (no `NoSuchOption` for `-q`) give what the long
+    names give; a grouped short flag and an unknown option behave as click's own parser does."""
+    import click
+
+    from llmdiag.diagnose.cli.main import main
+
+    ctx = click.Context(main)
+    cmd = main.get_command(ctx, "analyze")
+    assert cmd is not None
+
+    def parse(*argv: str) -> dict:
+        sub = click.Context(cmd, info_name="analyze", parent=ctx)
+        opts, _, _ = cmd.make_parser(sub).parse_args(list(argv))
+        return opts
+
+    want = parse("--quiet", "--jobs", "3", "t")
+    assert want["quiet"] is True and want["jobs"] == "3"
+    assert parse("-q", "-j", "3", "t") == parse("-qj3", "t") == parse("-j3", "-q", "t") == want
+    with pytest.raises(click.NoSuchOption, match="-x"):
+        parse("-q", "-x", "t")
+    with pytest.raises(click.NoSuchOption) as typo:  # "did you mean": difflib where a long name is wrong
+        parse("--jsn", "x", "t")
+    assert "'--json'" in typo.value.format_message()

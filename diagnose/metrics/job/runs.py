@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -35,13 +34,14 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.io.discover import rank_from_name
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput
 from llmdiag.diagnose.metrics.job.ranks import wall_clock
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 if TYPE_CHECKING:
     from llmdiag.diagnose.model.runs import RunInfo
 
-KINETO_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d{1,10})\.(?P<ns>\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
+KINETO_NAME = lazy_compile(r"^(?P<host>.+)_(?P<pid>\d{1,10})\.(?P<ns>\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
 # tensorboard_trace_handler's names: `<worker>.<epoch ms>.pt.trace.json` (older torch) or `<worker>.<epoch ns>`
-HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<t>\d{13}|\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
+HANDLER_NAME = lazy_compile(r"^(?P<worker>.+)\.(?P<t>\d{13}|\d{16,20})\.pt\.trace\.json(?:\.gz)?$")
 MIN_GAP_US = 1e6  # two runs are at least a process start apart; one run's ranks overlap in time
 MIN_NAME_GAP_US = 60e6  # file-name times are when each rank finished writing: a large trace takes a while
 

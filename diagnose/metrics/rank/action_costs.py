@@ -17,12 +17,12 @@ span's `Input Dims` and `Input type`: the transfers of CPU pipeline runs, whose 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMPUTE, RankTrace
 from llmdiag.diagnose.model.dtypes import element_bytes
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 VIEW_OPS = frozenset({
     "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::transpose", "aten::t",
@@ -31,7 +31,7 @@ VIEW_OPS = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::result_type", "aten::resolve_conj",
     "aten::resolve_neg", "aten::lift_fresh", "aten::contiguous", "aten::view_as", "aten::expand_as",
 })
-_NODE = re.compile(r"Backward\d*$")
+_NODE = lazy_compile(r"Backward\d*$")
 HostP2P = tuple[str, int, int, int]  # (send|recv, start ns, end ns, bytes), rank-relative
 
 

@@ -29,9 +29,10 @@ from llmdiag.diagnose.metrics.rank.sets import median, member
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.chores import META_MIN_CALLS, META_SLOW_US, RankChores
 from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
-LAUNCH = re.compile(r"LaunchKernel|Memset|cuLaunch|hipExtModuleLaunch|ModuleLaunch")
+LAUNCH = lazy_compile(r"LaunchKernel|Memset|cuLaunch|hipExtModuleLaunch|ModuleLaunch")
 DDP_FORWARD = "DistributedDataParallel.forward"
 PACK = ("aten::flatten_dense_tensors", "aten::unflatten_dense_tensors", "c10d::broadcast_")
 META_OPS = ("aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::alias")

@@ -25,6 +25,7 @@ from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY,
 from llmdiag.diagnose.metrics.rank import host_ops
 from llmdiag.diagnose.metrics.rank.comm_families import NAME_CAP, family_of, looks_like_comm
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 MEMCPY_RE = re.compile(r"^(Memcpy|memcpy|dma)|^hipMemcpy|CopyDeviceToDevice|CopyHostToDevice|CopyDeviceToHost")
 MEMSET_RE = re.compile(r"^(Memset|memset)|FillBuffer")
@@ -41,7 +42,7 @@ HOST_COMM_RE = re.compile(
     r"|^autograd::engine::evaluate_function: _(?:All[Tt]oAll(?:Single)?|AllGather\w{0,64}|AllReduce|"
     r"Reduce_?Scatter\w{0,64})Backward\d{0,3}$"
 )
-GLOO_RE = re.compile(r"^gloo:")
+GLOO_RE = lazy_compile(r"^gloo:")
 
 
 def prefiltered(regex: re.Pattern, *needles: str):

@@ -25,10 +25,11 @@ from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
 from llmdiag.diagnose.metrics.rank.sets import distinct
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import CommCodec
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 CODEC_RE = re.compile(r"^## (encoder|decoder) (\S+)")
 NODE = "autograd::engine::evaluate_function: "
-BACKWARD_RE = re.compile(r"^(?:\w+::)*(\w+?)Backward\d*$")
+BACKWARD_RE = lazy_compile(r"^(?:\w+::)*(\w+?)Backward\d*$")
 
 
 def _base(op: str) -> str:

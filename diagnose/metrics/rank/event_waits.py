@@ -25,9 +25,10 @@ from llmdiag.diagnose.io.trace import COMM, COMPUTE, MEMCPY, MEMSET, RUNTIME, SY
 from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.idle import EventWait
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
-WAIT_RE = re.compile(r"^(cuda|hip|cu)StreamWaitEvent", re.I)
-RECORD_RE = re.compile(r"^(cuda|hip|cu)EventRecord", re.I)
+WAIT_RE = lazy_compile(r"^(cuda|hip|cu)StreamWaitEvent", re.I)
+RECORD_RE = lazy_compile(r"^(cuda|hip|cu)EventRecord", re.I)
 HELD = 0.5  # the queued op started at least this share of the idle stretch after it could have (its launch)
 
 

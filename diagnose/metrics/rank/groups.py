@@ -27,7 +27,6 @@ Evidence, in order:
 from __future__ import annotations
 
 import operator
-import re
 import zlib
 from functools import cached_property
 
@@ -39,10 +38,11 @@ from llmdiag.diagnose.metrics.rank.layout import pg_config
 from llmdiag.diagnose.model.format import ranges
 from llmdiag.diagnose.model.roles import pg_role
 from llmdiag.diagnose.metrics.rank.sets import distinct
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 LONG = 30  # members written out in full up to this many (Kineto's own cut)
 Ranks = tuple[int, ...] | range  # a group's members; a range for a long strided run (parse_ranks)
-_LIST = re.compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
+_LIST = lazy_compile(r"^\[\s*(\d+(?:\s*,\s*\d+)*)?\s*\]$")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 
-FUSED_OP = re.compile(r"^aten::_fused_(sgd|adam|adamw|adagrad)_")
-FUSED_KERNEL = re.compile(r"Fused(Adam|AdamW|Sgd|SGD|Adagrad)\w*Functor|fused_(adam|sgd|adagrad)", re.I)
-FOREACH_OP = re.compile(r"^aten::_foreach_")
+from llmdiag.diagnose.model.lazy_re import lazy_compile
+
+FUSED_OP = lazy_compile(r"^aten::_fused_(sgd|adam|adamw|adagrad)_")
+FUSED_KERNEL = lazy_compile(r"Fused(Adam|AdamW|Sgd|SGD|Adagrad)\w*Functor|fused_(adam|sgd|adagrad)", re.I)
+FOREACH_OP = lazy_compile(r"^aten::_foreach_")
 
 FUSED, FOREACH, PER_PARAM = "fused", "foreach", "per_param"
 

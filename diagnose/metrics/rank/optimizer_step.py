@@ -25,9 +25,10 @@ from llmdiag.diagnose.metrics.rank.sets import distinct, median, member
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
 from llmdiag.diagnose.model.optimizer import OptimizerStep
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 STEP = re.compile(r"^Optimizer\.step#([^.#]{1,80})\.step")
-MULTI = re.compile(r"^aten::_(foreach|fused)_|multi_tensor_apply|_fused_")
+MULTI = lazy_compile(r"^aten::_(foreach|fused)_|multi_tensor_apply|_fused_")
 
 
 def _in_windows(t: RankTrace, idx: np.ndarray, wins: list[Window]) -> np.ndarray:

@@ -20,6 +20,7 @@ spends its device time in. "GEMM kernels" below means both; conv_time_by_precisi
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from llmdiag.diagnose.metrics.rank.launch_pairs import launch_calls
 from llmdiag.diagnose.metrics.rank.name_memo import per_name
 from llmdiag.diagnose.metrics.rank.sets import distinct
 from llmdiag.diagnose.model.dtypes import precision as dtype_precision
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp6", "mxfp4", "fp4", "int8")
 _HEAD = 1024  # characters of a kernel name read: the type tokens sit in its head
@@ -43,11 +45,11 @@ _TOKENS = {"bf16": "bf16", "bfloat16": "bf16", "f16": "fp16", "fp16": "fp16", "h
            "fp8": "fp8", "i8": "int8", "int8": "int8", "s8": "int8"}
 _ARCH_GEMM = re.compile(r"(?:^|_)(bf16|fp16|f16|tf32|i8|int8)_([hsi])\d{3,6}gemm|(?:^|_)([hsi])(\d{3,6})gemm")
 _CUTLASS3 = re.compile(r"gemm_(bf16|f16|tf32|f32|e4m3|e5m2|f64|s8|i8)_(bf16|f16|tf32|f32|e4m3|e5m2|f64|s8|i8)")
-_CUTLASS_T = re.compile(r"cutlass::(bfloat16_t|half_t|tfloat32_t|float_e4m3_t|float_e5m2_t|float_e2m1_t|"
+_CUTLASS_T = lazy_compile(r"cutlass::(bfloat16_t|half_t|tfloat32_t|float_e4m3_t|float_e5m2_t|float_e2m1_t|"
                         r"float_e2m3_t|float_e3m2_t)")
 _CUTLASS_T_MAP = {"bfloat16_t": "bf16", "half_t": "fp16", "tfloat32_t": "tf32", "float_e4m3_t": "fp8",
                   "float_e5m2_t": "fp8", "float_e2m1_t": "mxfp4", "float_e2m3_t": "mxfp6", "float_e3m2_t": "mxfp6"}
-_TEMPLATE_FIRST_FLOAT = re.compile(r"<(?:\s*(?:int|long|unsigned|bool|\d+)\s*,)*\s*(float|double|__half|half|"
+_TEMPLATE_FIRST_FLOAT = lazy_compile(r"<(?:\s*(?:int|long|unsigned|bool|\d+)\s*,)*\s*(float|double|__half|half|"
                                    r"__nv_bfloat16|c10::bfloat16|c10::half)\s*[,>]")
 _CUBLAS_TEMPLATES = ("gemv2t_kernel", "gemv2n_kernel", "gemvnsp_kernel", "gemmk1_kernel", "gemmsn_", "gemvx",
                      "cublas")  # cuBLAS's non-tensor-core kernels, typed by their first template argument
@@ -239,8 +241,31 @@ def fp32_gemm_kernels(t: RankTrace) -> np.ndarray:
     return idx[code == labels.index("fp32")]
 
 
+# The last answer of _gemm_codes: metrics/rank/kernels.py asks gemm_time_by_precision and then fp32_on_path_frac
+# about the same trace and mask (~5 ms of a trace with fp32 GEMMs each time; issue 37).
+_LAST: dict = {"trace": None, "kind": None, "mask": None, "got": None}
+
+
 def _gemm_codes(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(GEMM and counted convolution kernel indices in `compute`, their precision codes, the code labels)."""
+    """(GEMM and counted convolution kernel indices in `compute`, their precision codes, the code labels); the
+    same trace, kinds and mask asked again: copies of the last answer."""
+    last = _LAST
+    ref = last["trace"]
+    mask = np.asarray(compute, bool).tobytes()
+    if ref is not None and ref() is t and last["kind"] is t.kind and last["mask"] == mask:
+        idx, code, labels = last["got"]
+        return idx.copy(), code.copy(), list(labels)
+    got = _gemm_codes_of(t, compute)
+    try:
+        last.update(trace=weakref.ref(t), kind=t.kind, mask=mask, got=got)
+    except TypeError:  # a stand-in with no weak references (tests): nothing kept
+        last.update(trace=None, got=None)
+        return got
+    idx, code, labels = got
+    return idx.copy(), code.copy(), list(labels)
+
+
+def _gemm_codes_of(t: RankTrace, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
     labels = list(PRECISIONS) + ["unknown"]
     idx = np.flatnonzero(compute & (t.kind == COMPUTE) & (t.stream >= 0))
     gemm_ids = t.name_ids(is_gemm_name, compute) if len(idx) else np.zeros(0, np.int32)

@@ -20,6 +20,7 @@ from llmdiag.diagnose.metrics.rank.classify import prefiltered
 from llmdiag.diagnose.metrics.rank.iterations import detect
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
 from llmdiag.diagnose.io.trace import ANNOTATION, COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, SYNC, RankTrace
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER_RE = re.compile(r"DataLoader|dataloader.*__next__")
@@ -58,7 +59,7 @@ def host_steps(t: RankTrace) -> list[tuple[int, int, int]]:
     return sorted((n, s, e) for n, (s, e) in out.items())
 
 
-OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
+OPTIMIZER_STEP_RE = lazy_compile(r"^Optimizer\.step#")
 MIN_ITERATIONS = 2  # iterations (optimizer steps less one) below which the capture is one window
 
 
