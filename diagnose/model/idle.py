@@ -40,6 +40,8 @@ class IdleStretch:
     event_wait: EventWait | None = None  # a blocking call whose device op waited on a stream-event wait
     later_calls_ms: float | None = None  # set where the op is the first call of its name and shapes (Input Dims) and
     # the later calls are much shorter: their median (a one-time setup, e.g. cuBLASLt's first call of a shape)
+    first_use: int = 0  # first-use events starting in the stretch: the driver loading a kernel on its first launch
+    # (the profiler's `Lazy Function Loading`) or a module load (`cuModuleLoad*`, `cuLibraryLoad*`)
 
 
 @dataclass

@@ -238,12 +238,15 @@ def one_time_setup(c: Ctx) -> list[Finding]:
     r, held = max(got, key=lambda x: sum(s.idle_ms for s in x[1]))
     tot = sum(s.idle_ms for s in held)
     steps = sorted({s.step for s in held if s.step >= 0})
-    calls = "; ".join(f"`{short(s.op, 60)}` {fmt(s.op_ms, 'ms')} (later calls {fmt(s.later_calls_ms, 'ms')})"
-                      for s in held[:4])
+    calls = "; ".join(f"`{short(s.op, 60)}` {fmt(s.op_ms, 'ms')} ({_why_first(s)})" for s in held[:4])
     where = f"in {plural(len(steps), 'step')} of {r.nsteps}" if steps else "in the capture"
+    loads = sum(s.first_use for s in held)
+    said = (f"; {plural(loads, 'first-use load')} (a kernel loaded at its first launch, `Lazy Function Loading`, or a "
+            f"module load) start{'s' if loads == 1 else ''} in these stalls" if loads else "")
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(tot, 'ms')} in all under the first call of "
           f"{plural(len(held), 'op shape')} ({calls}), {where}: the same "
-          f"op with the same Input Dims runs far shorter afterwards ({plural(len(got), 'rank')}){stack_caveat(r)}")
+          f"op with the same Input Dims runs far shorter afterwards, or is called once and loads a kernel or module "
+          f"in the stall{said} ({plural(len(got), 'rank')}){stack_caveat(r)}")
     act = ("a one-time setup (first call of a shape: cuBLASLt heuristics, kernel loading), not a per-step cost: "
            "warm up before profiling (a `schedule(wait=..., warmup=...)` that skips the first steps); nothing to "
            "change in the step")
@@ -251,6 +254,13 @@ def one_time_setup(c: Ctx) -> list[Finding]:
                       [x[0].rank for x in got], steps, act, "none in steady state: paid once, not per step", None,
                       "ranks[].idle.stretches[].later_calls_ms", gain_kind="bound",
                       events=[short(s.op) for s in held[:4]])]
+
+
+def _why_first(s) -> str:
+    """Why stretch `s` is a first call: its later calls' median, or the first-use loads in it (an op called once)."""
+    if s.later_calls_ms is not None:
+        return f"later calls {fmt(s.later_calls_ms, 'ms')}"
+    return f"called once; {plural(s.first_use, 'first-use load')} in it"
 
 
 def sampled(r) -> bool:

@@ -60,6 +60,7 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         return []
     cs, ce, ck, cb = t.ts[cand], t.ts[cand] + t.dur[cand], t.kind[cand], blocking[cand]
     next_launch = _next_launch(t)
+    loads = first_use_starts(t)
     waits = EventWaits(t)
     out = []
     for a, b, step, is_rt in zip(s.tolist(), e.tolist(), k.tolist(), rt.tolist()):
@@ -76,11 +77,13 @@ def long_stretches(t: RankTrace, steps, blocking: np.ndarray) -> list[IdleStretc
         ew = waits.at(i, a, b) if is_rt else None  # work queued before the call, held by an event wait: kept
         if got is None or got[0] != t.thread[i] or (got[1] < t.ts[i] and ew is None):
             continue  # the device's next work was issued elsewhere (or nobody knows by whom): not this op's idle
+        later = _first_call(t, i) if not is_rt else None
         out.append(IdleStretch(step=step, idle_ms=float(ov[j]) / NS_PER_MS, op=t.names[t.name[i]][:200],
                                op_ms=float(t.dur[i]) / NS_PER_MS, cause="runtime" if is_rt else "host",
                                stack=_stack(t, cand, cs, ce, ck, i),
                                unrecorded_ms=_unrecorded(t, i) / NS_PER_MS if t.kind[i] == CPU_OP else 0.0,
-                               event_wait=ew, later_calls_ms=_first_call(t, i) if not is_rt else None))
+                               event_wait=ew, later_calls_ms=later,
+                               first_use=_first_use(t, i, later, loads, a, b) if not is_rt else 0))
         if len(out) >= KEPT:
             break
     return out
@@ -93,13 +96,39 @@ def _first_call(t: RankTrace, i: int) -> float | None:
     """The median duration (ms) of op i's later calls with the same name and Input Dims, where op i is the first
     such call on the rank and they take at most FIRST_CALL of its time (the first call of a shape sets it up:
     cuBLASLt heuristics, a kernel's first load); else None. Without recorded shapes, the name alone."""
-    same = np.flatnonzero((t.name == t.name[i]) & (t.stream < 0))
-    dims = t.comm_args.get(i, {}).get("Input Dims")
-    same = same[[t.comm_args.get(int(j), {}).get("Input Dims") == dims for j in same.tolist()]]
+    same = _same_shape(t, i)
     if not len(same) or int(same[0]) != i or len(same) < 2:
         return None
     later = median(t.dur[same[1:]])
     return later / NS_PER_MS if later <= FIRST_CALL * t.dur[i] else None
+
+
+FIRST_USE = ("Lazy Function Loading",)  # the profiler's event for a kernel the driver loads on its first launch
+MODULE_LOAD = ("cuModuleLoad", "cuLibraryLoad")  # driver calls that load a module (cubin/fatbin) into the context
+
+
+def first_use_starts(t: RankTrace) -> np.ndarray:
+    """Sorted start times (ns) of the events that only the first use of a kernel or module in the process records:
+    the driver's lazy loading of a kernel at its first launch and explicit module loads. A stall holding one is
+    setup work, whether or not the capture calls its op again (b200_vllm: the lm_head `aten::mm`, called once, holds
+    a 36 us `Lazy Function Loading`)."""
+    m = t.name_mask(lambda n: n in FIRST_USE or n.startswith(MODULE_LOAD))
+    return np.sort(t.ts[m])
+
+
+def _same_shape(t: RankTrace, i: int) -> np.ndarray:
+    """Host events with op i's name and Input Dims, in time order."""
+    same = np.flatnonzero((t.name == t.name[i]) & (t.stream < 0))
+    dims = t.comm_args.get(i, {}).get("Input Dims")
+    return same[[t.comm_args.get(int(j), {}).get("Input Dims") == dims for j in same.tolist()]]
+
+
+def _first_use(t: RankTrace, i: int, later: float | None, loads: np.ndarray, a: int, b: int) -> int:
+    """First-use loads starting in the stall [a, b) under op i, counted only where op i is a first call: its later
+    calls far shorter (`later`), or its only call of that name and Input Dims (an op called again as slowly is no
+    setup, whatever it loaded the first time)."""
+    n = int(np.searchsorted(loads, b) - np.searchsorted(loads, a))
+    return n if n and (later is not None or len(_same_shape(t, i)) == 1) else 0
 
 
 def _next_launch(t: RankTrace):
