@@ -120,6 +120,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     __import__('tests.expert.planted_recall_capture', fromlist=['x']).register(out)  # held reads, sampled comm
     __import__('tests.expert.planted_recall_ncclsync', fromlist=['x']).register(out)  # optimizer, busbw (ncclsync)
     __import__('tests.expert.planted_recall_outlier', fromlist=['x']).register(out)  # outlier steps (branch outlier)
+    __import__('tests.expert.planted_recall_actckpt', fromlist=['x']).register(out)  # recompute (branch actckpt)
     return out
 
 
