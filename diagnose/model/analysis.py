@@ -19,6 +19,7 @@ from llmdiag.diagnose.model.held_reads import HeldReads
 from llmdiag.diagnose.model.phase_cover import PhaseCover
 from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
+from llmdiag.diagnose.model.recompute import Recompute
 from llmdiag.diagnose.model.data_movement import DataMovement
 from llmdiag.diagnose.model.graph_replay import GraphReplays
 from llmdiag.diagnose.model.outlier_steps import CollectiveRepeat, OutlierStepOps
@@ -213,6 +214,7 @@ class RankMetrics:
     data_movement: DataMovement | None = None  # data-movement kernels per family (metrics/rank/data_movement.py)
     graph_replays: GraphReplays | None = None  # device idle inside CUDA-graph replays (metrics/rank/graph_replay.py)
     held_reads: HeldReads | None = None  # small device-to-host reads that held the host (metrics/rank/held_reads.py)
+    recompute: Recompute | None = None  # activation checkpointing's recomputed forward (metrics/rank/recompute.py)
     phase_cover: list[PhaseCover] = field(default_factory=list)  # event-sampled ranks only: how much of each host
     # phase the sample recorded (metrics/rank/phase_cover.py)
     outlier_ops: list[OutlierStepOps] = field(default_factory=list)  # outlier steps' grown host ops (metrics/rank/outlier_ops.py)

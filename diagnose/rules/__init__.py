@@ -50,6 +50,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("ddp_grad_copy", ddp_grad_copy),
     ("outlier_steps", __import__("llmdiag.diagnose.rules.outlier_steps", fromlist=["x"]).outlier_steps),
     ("graph_replay_idle", graph_replay_idle), ("held_read", held_read),
+    ("activation_recompute", __import__("llmdiag.diagnose.rules.recompute", fromlist=["x"]).activation_recompute),
     ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
 ]
 

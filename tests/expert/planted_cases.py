@@ -121,6 +121,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     __import__('tests.expert.planted_recall_ncclsync', fromlist=['x']).register(out)  # optimizer, busbw (ncclsync)
     __import__('tests.expert.planted_recall_outlier', fromlist=['x']).register(out)  # outlier steps (branch outlier)
     __import__('tests.expert.planted_recall_firstcall', fromlist=['x']).register(out)  # first-use loads (firstcall)
+    __import__('tests.expert.planted_recall_actckpt', fromlist=['x']).register(out)  # recompute (branch actckpt)
     return out
 
 

@@ -53,6 +53,7 @@ from llmdiag.diagnose.metrics.rank.critical_path.path import stated, step_paths
 from llmdiag.diagnose.metrics.rank.chores import rank_chores
 from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
 from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
+from llmdiag.diagnose.metrics.rank.recompute import recompute
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
@@ -197,6 +198,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
+    metrics.recompute = recompute(t, wins)  # activation checkpointing's recomputed forward (issue #34, actckpt)
     metrics.held_reads = held_reads(t, wins)  # small device-to-host reads holding the host (rules/held_reads.py)
     metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
