@@ -113,3 +113,46 @@ def test_terminal_and_report_print_it_beside_the_mean(tmp_path, width):
     html = " ".join(re.sub(r"<[^>]+>", "", render_html(a).split('id="critical-path-typical"')[1]
                            .split("</ul>")[0]).split())
     assert "Rank 0: mean" in html and "typical step #3:" in html and "compute 100" in html
+
+
+def _job_steps(compute_us: tuple[int, int, int]) -> list[TraceBuilder]:
+    """Two ranks, three steps 50,000 µs apart. In step s (base B): both ranks compute compute_us[s-1] from B+100
+    (launched at B+50), all-reduce for 100 from its end (arriving together), then rank 0 runs a 1,000 tail and
+    rank 1 a 500 one from the all-reduce's end."""
+    from tests.unit.metrics.test_job_critical_path import _ar, _gemm, _ranks
+
+    bs = _ranks(2, [(s, (s - 1) * 50_000, (s - 1) * 50_000 + 40_000) for s in (1, 2, 3)])
+    for s, c in zip((1, 2, 3), compute_us):
+        base = (s - 1) * 50_000
+        for b, tail in zip(bs, (1_000, 500)):
+            _gemm(b, base + 100, c, base + 50)
+            _ar(b, base + 100 + c, base + 200 + c, base + 60, "0", [0, 1])
+            _gemm(b, base + 200 + c, tail, base + 70, "void adam_kernel<float>()")
+    return bs
+
+
+def test_job_path_gets_the_typical_step_and_its_even_twin_none(tmp_path):
+    """Each step's path: rank 0's tail (1,000), the all-reduce both reached together (100), rank 0's compute back
+    to the step's start (c): c + 1,100. Computes 8,000, 20,000, 9,000: 9.1, 21.1, 10.1 ms; the median step is
+    step 3 (10.1 ms: compute 10,000 / 10,100 = 99.0 %, communication 1.0 %), the longest 2.09x it: typical. The
+    twin (8,000 each: 9.1 ms thrice) has none. The terminal's job paragraph says it."""
+    from llmdiag.diagnose.analyze import analyze_path
+    from llmdiag.diagnose.cli.terminal import render
+
+    for b in _job_steps((8_000, 20_000, 9_000)):
+        b.write(str(tmp_path / "uneven" / f"rank{b.rank}.json"))
+    a = analyze_path(str(tmp_path / "uneven"), jobs=1, rules=False)
+    cp = a.critical_path
+    assert cp is not None and [s.length_ms for s in cp.per_step] == pytest.approx([9.1, 21.1, 10.1])
+    assert cp.length_ms == pytest.approx(40.3 / 3, abs=1e-3)
+    t = cp.typical
+    assert t is not None and t.step == 3 and t.length_ms == pytest.approx(10.1)
+    assert t.gpu_compute_bound == pytest.approx(99.0) and t.gpu_communication_bound == pytest.approx(1.0)
+    flat = " ".join(render(a, width=80).split())
+    assert ("That is the mean over 3 steps of unequal length; typical step #3: 10.10 ms (compute 99.0 %, comm "
+            "1.0 %).") in flat
+    for b in _job_steps((8_000, 8_000, 8_000)):
+        b.write(str(tmp_path / "even" / f"rank{b.rank}.json"))
+    even = analyze_path(str(tmp_path / "even"), jobs=1, rules=False).critical_path
+    assert even is not None and [s.length_ms for s in even.per_step] == pytest.approx([9.1] * 3)
+    assert even.typical is None
