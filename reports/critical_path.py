@@ -6,9 +6,9 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from llmdiag.diagnose.model.analysis import Analysis
-from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, JOB_NOTE, critical_path_rows,
-                                                      job_path_view, job_path_words, job_unstated_words,
-                                                      unstated_words)
+from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, JOB_NOTE, TYPICAL_NOTE,
+                                                      critical_path_rows, job_path_view, job_path_words,
+                                                      job_unstated_words, typical_rows, unstated_words)
 
 MAX_RANKS = 32
 
@@ -28,7 +28,10 @@ def critical_path_view(a: Analysis, num) -> dict | None:
                     "parts": [num(getattr(x.path, f) / 100, None, "pct") for _, f in CP_COLUMNS],
                     "cause": x.top_cause, "share": num(x.top_share / 100 if x.top_share is not None else None, None,
                                                        "pct", True)})
+    typical = [Markup(t) for t in typical_rows(a, rows, lambda x, k: num(x, k, "ms").__html__(),
+                                               lambda x: num(x / 100, None, "pct", True).__html__())]
     return {"header": CP_HEADER, "note": CP_NOTE, "rows": out, "more": n - len(rows), "job": _job(a, num),
+            "typical": typical, "typical_note": TYPICAL_NOTE,  # our words, rank numbers and tagged numbers
             "unstated": unstated, "job_unstated": job_unstated_words(a)}  # our words and rank numbers only
 
 

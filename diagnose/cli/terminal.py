@@ -139,8 +139,8 @@ def _share(x: float) -> str:
 
 
 def _critical_path(a: Analysis) -> str:
-    from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, critical_path_rows,
-                                                          unstated_words)
+    from llmdiag.diagnose.model.critical_path_view import (CP_COLUMNS, CP_HEADER, CP_NOTE, TERMINAL_ROWS, TYPICAL_NOTE,
+                                                          critical_path_rows, typical_rows, unstated_words)
 
     rows, n = critical_path_rows(a, TERMINAL_ROWS)
     # shares: the summary's percent / 100 in the pct format, as the report, `diff` and `check` print them
@@ -148,6 +148,8 @@ def _critical_path(a: Analysis) -> str:
              f"{x.top_cause} {_share(x.top_share)}" if x.top_cause else "—"] for x in rows]
     title = "Critical path per rank (% of the path; path ms per step, each rank's mean; least device-bound first)"
     out = _table(title, CP_HEADER, body, (CP_NOTE + " " + _more(n - len(rows), "ranks")).strip(), cut={7})
+    if typical := typical_rows(a, rows, lambda x, k: _ms(x), _share):  # steps of unequal length: the typical one's
+        out += "\n" + "\n".join(_wrap(t, "  ", "") for t in typical) + "\n" + _wrap(TYPICAL_NOTE, "  ")
     if unstated := unstated_words(a):  # event-sampled ranks: the path is withheld, and the reason said
         out += "\n" + _wrap(unstated)
     return out + _job_path(a) if out else out

@@ -56,6 +56,33 @@ class CriticalPath:
         return {c: getattr(self, c) for c in CATEGORIES}
 
 
+# A step's path this many times the median step's: the steps differ materially, and the mean's split (weighted by
+# length: a one-off long step's cause swamps it) is not what bounds most steps; the typical step's is stated too.
+TYPICAL_RATIO = 1.5
+TYPICAL_MIN_STEPS = 3  # of two steps, neither is the typical one
+
+
+@dataclass
+class TypicalStep(CriticalPath):
+    """The path of the median-length step (the lower of the two middle ones in an even count), stated beside the
+    mean where the steps differ materially (typical_step)."""
+
+    step: int = 0  # the step number (ProfilerStep#N)
+
+
+def typical_step(steps: list[tuple[int, CriticalPath]]) -> TypicalStep | None:
+    """The typical step of (step number, path) pairs, the steps the mean is over: None with fewer than
+    TYPICAL_MIN_STEPS, or where the longest path is under TYPICAL_RATIO × the median step's. The one place the
+    rank's and the job's typical step are chosen."""
+    if len(steps) < TYPICAL_MIN_STEPS:
+        return None
+    ordered = sorted(steps, key=lambda x: (x[1].length_ms, x[0]))
+    step, mid = ordered[(len(ordered) - 1) // 2]
+    if mid.length_ms <= 0 or ordered[-1][1].length_ms < TYPICAL_RATIO * mid.length_ms:
+        return None
+    return TypicalStep(length_ms=mid.length_ms, step=step, **{c: getattr(mid, c) for c in CATEGORIES})
+
+
 @dataclass
 class RankCriticalPath(CriticalPath):
     """A rank's steps together, with the finer causes (kept per rank only: per step they would double a
@@ -63,6 +90,7 @@ class RankCriticalPath(CriticalPath):
 
     causes: dict[str, float] = field(default_factory=dict)  # finer causes, percent of the length
     steps_left_out: int = 0  # steps not in the mean: no whole iteration (critical_path/path.py whole_iterations)
+    typical: TypicalStep | None = None  # the median-length step's path, where the steps differ (typical_step)
 
 
 @dataclass
@@ -93,6 +121,7 @@ class JobCriticalPath(CriticalPath):
     steps: int = 0  # steps walked
     hops: float = 0.0  # changes of rank per step (mean)
     per_step: list[JobStepPath] = field(default_factory=list)  # each step walked, in step order
+    typical: TypicalStep | None = None  # the median-length step of per_step, where the steps differ (typical_step)
 
     def shares(self) -> dict[str, float]:
         """HTA's five categories and the wait on other ranks (an overlay of the five), in percent."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.model.analysis import Analysis
-from llmdiag.diagnose.model.critical_path import RankCriticalPath
+from llmdiag.diagnose.model.critical_path import TYPICAL_RATIO, RankCriticalPath, TypicalStep
 from llmdiag.diagnose.model.format import fmt, plural, ranges
 
 TERMINAL_ROWS = 8  # the terminal's share of its rank rows (the report shows more): the least device-bound ranks
@@ -47,6 +47,33 @@ def critical_path_rows(a: Analysis, limit: int | None = None) -> tuple[list[Crit
                                     top[1] if top and top[1] > 0 else None))
     rows.sort(key=lambda x: (x.path.gpu_compute_bound + x.path.gpu_communication_bound, x.rank))
     return rows[:limit] if limit is not None else rows, len(rows)
+
+
+TYPICAL_NOTE = (f"Where a rank's steps differ (the longest step's path {TYPICAL_RATIO:g}x the median step's or more), "
+                "its mean is weighted by the long step's cause; the typical step is the median-length one.")
+
+
+def typical_split(t: TypicalStep, ms, pct, key: str) -> str:
+    """"typical step #5: 143 ms (compute 60 %, cpu 30 %, ...)": `ms(value, summary path)` and `pct(percent)` format
+    the numbers; `key`: the summary path of the typical step ("ranks.0.critical_path.typical.")."""
+    parts = sorted(((c, getattr(t, f)) for c, f in CP_COLUMNS if getattr(t, f) > 0), key=lambda x: -x[1])
+    return (f"typical step #{t.step}: {ms(t.length_ms, key + 'length_ms')} ms ("
+            + ", ".join(f"{c} {pct(x)}" for c, x in parts) + ")")
+
+
+def typical_rows(a: Analysis, rows: list[CriticalPathRow], ms, pct) -> list[str]:
+    """One line per shown rank whose steps differ: its mean (the table's headline) and its typical step's split."""
+    out = []
+    for x in rows:
+        t = x.path.typical
+        if t is None:
+            continue
+        n = sum(1 for s in a.ranks[x.index].steps if s.critical_path is not None) - x.path.steps_left_out
+        over = f" over {plural(n, 'step')}" if n > 0 else ""
+        key = f"ranks.{x.index}.critical_path."
+        out.append(f"Rank {x.rank}: mean {ms(x.path.length_ms, key + 'length_ms')} ms{over}; "
+                   + typical_split(t, ms, pct, key + "typical.") + ".")
+    return out
 
 
 def unstated_words(a: Analysis) -> str:
@@ -95,6 +122,7 @@ class JobPathView:
     waited: list[tuple[int, float]]  # (rank waited on, ms per step), the most first, above the floor (WAIT_FLOOR_*)
     hops: float
     floored: bool = False  # some waits were below the floor: left out of the text
+    typical: TypicalStep | None = None  # the median-length step, where the steps differ
 
 
 def job_path_view(a: Analysis) -> JobPathView | None:
@@ -106,7 +134,7 @@ def job_path_view(a: Analysis) -> JobPathView | None:
     every = _ranks(p.waiting_on)
     waited = [(r, x) for r, x in every if x >= WAIT_FLOOR_MS or x >= WAIT_FLOOR_SHARE * p.length_ms]
     return JobPathView(p.length_ms, p.steps, parts, _ranks(p.held_by), p.waiting_on_rank, waited, p.hops,
-                       len(waited) < len(every))
+                       len(waited) < len(every), p.typical)
 
 
 def _ranks(d: dict[str, float]) -> list[tuple[int, float]]:
@@ -123,6 +151,9 @@ def job_path_words(v: JobPathView, ms, pct) -> str:
             f"{ms(v.length_ms, 'critical_path.length_ms')} ms per step ("
             + ", ".join(f"{c} {pct(x)}" for c, _, x in v.parts) + f"). Per step it runs on {held}, changing rank "
             f"{v.hops:g} times.")
+    if v.typical is not None:
+        text += (f" That is the mean over {v.steps} steps of unequal length; "
+                 + typical_split(v.typical, ms, pct, "critical_path.typical.") + ".")
     if v.waited:
         text += (f" For {pct(v.waiting_pct)} of it, the rank it came from was waiting at a collective for the rank "
                  "it runs on; waited on per step: "

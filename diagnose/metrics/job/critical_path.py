@@ -30,7 +30,8 @@ import numpy as np
 
 from llmdiag.diagnose.metrics.job.collective_match import LONE
 
-from llmdiag.diagnose.model.critical_path import CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath, job_sampled_note
+from llmdiag.diagnose.model.critical_path import (CATEGORIES, MAX_WAITED, JobCriticalPath, JobStepPath,
+                                                  job_sampled_note, typical_step)
 
 COMM = CATEGORIES.index("gpu_communication_bound")
 CPU = CATEGORIES.index("cpu_bound")
@@ -101,7 +102,8 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
     if out is None or not steps:
         return None
     return JobCriticalPath(**out, waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
-                           hops=round(hops / steps, 2), per_step=per_step)
+                           hops=round(hops / steps, 2), per_step=per_step,
+                           typical=typical_step([(s.step, s) for s in per_step]))
 
 
 def segment_tracks(segs: list[Segment], tracks: dict, shift: dict[int, int]) -> None:

@@ -21,7 +21,8 @@ from llmdiag.diagnose.metrics.rank.critical_path.hta import HtaRank
 from llmdiag.diagnose.metrics.rank.critical_path.split import split, split_hta
 from llmdiag.diagnose.io.trace import RankTrace
 from llmdiag.diagnose.model.chores import RankChores
-from llmdiag.diagnose.model.critical_path import CriticalPath, RankCriticalPath, sampled_note
+from llmdiag.diagnose.model.critical_path import (CriticalPath, RankCriticalPath, TypicalStep, sampled_note,
+                                                  typical_step)
 
 HOST_GAP = CAUSES.index("host_gap")
 KERNEL_GAP = CAUSES.index("kernel_gap")
@@ -187,7 +188,8 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
         per = [h.window(win.host_start, win.host_end)[0] for win in wins]
         keep = whole_iterations(wins)
         rank = split_hta(np.sum([p for p, k in zip(per, keep) if k], axis=0), sum(keep))
-        return [split_hta(p) for p in per], _left_out(rank, len(wins) - sum(keep))
+        steps = [split_hta(p) for p in per]
+        return steps, _left_out(rank, len(wins) - sum(keep), _typical(wins, steps, keep))
     w = Walker(build(t))
     if walker is not None:
         walker.append(w)
@@ -205,7 +207,8 @@ def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None,
         track += [x for p in pieces for x in p]
     keep = whole_iterations(wins)
     rank = split(np.sum([p for p, k in zip(ns, keep) if k], axis=0), sum(keep))
-    return [split(p) for p in ns], _left_out(rank, len(wins) - sum(keep))
+    steps = [split(p) for p in ns]
+    return steps, _left_out(rank, len(wins) - sum(keep), _typical(wins, steps, keep))
 
 
 def stated(per_step: list, rank: RankCriticalPath | None, chores: RankChores | None, track: list | None = None
@@ -233,11 +236,17 @@ def whole_iterations(wins) -> list[bool]:
     return gpu if any(gpu) else [True] * len(wins)
 
 
-def _left_out(rank, n: int) -> RankCriticalPath | None:
+def _left_out(rank, n: int, typical: TypicalStep | None = None) -> RankCriticalPath | None:
     if not isinstance(rank, RankCriticalPath):
         return None
     rank.steps_left_out = n
+    rank.typical = typical
     return rank
+
+
+def _typical(wins, steps: list, keep: list[bool]) -> TypicalStep | None:
+    """The median-length step among those in the mean, where the steps differ (model/critical_path.typical_step)."""
+    return typical_step([(w.step, p) for w, p, k in zip(wins, steps, keep) if k and p is not None])
 
 
 def merged(segs: list[tuple[int, int, int]], step: int) -> list[tuple[int, int, int, str, str]]:
