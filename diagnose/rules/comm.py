@@ -184,7 +184,7 @@ def _exposed_action(c: Ctx, rows) -> str:
     out of the exposure above); what is left is the ranks' own exchange, with the action that fits it."""
     late = _late(c)
     late = [] if {x[0].rank for x in rows} <= set(late) else late  # the straggler's own exposure: not a wait
-    rest = _own_action(c, rows)
+    rest = _own_action(c, rows, blocked_ok=not late)
     if late:
         return (f"the ranks also wait here for straggler rank(s) {ranges(late)} (that wait is taken out above; see "
                 "the `stragglers` finding): fix the straggler first; for the exposure left, their own exchange: "
@@ -192,8 +192,10 @@ def _exposed_action(c: Ctx, rows) -> str:
     return rest
 
 
-def _own_action(c: Ctx, rows) -> str:
-    """The action for the ranks' own exposed exchange (no wait for a straggler in it)."""
+def _own_action(c: Ctx, rows, blocked_ok: bool = True) -> str:
+    """The action for the ranks' own exposed exchange (no wait for a straggler in it). `blocked_ok` False where
+    the ranks wait for a straggler: the host's wait in the collective is then largely that wait, and launching
+    it asynchronously would not shorten it, so no `async_op` advice."""
     tail = "; " + role_note({(cc.kind, cc.pg): c.role(cc) for x in rows for cc in x[3]}, c.a.layout)
     if ddp := _ddp_link_bound(c, rows):
         return ddp + tail
@@ -206,7 +208,7 @@ def _own_action(c: Ctx, rows) -> str:
                 "whether the calling thread waits in it (no device activity to attribute): where it is called "
                 "without `async_op=True`, issue it asynchronously and wait just before its result is used, with "
                 f"independent compute beside it{cores}, or shrink it" + tail)
-    if exp > 0 and blocked >= BLOCKING_SHARE * exp:
+    if blocked_ok and exp > 0 and blocked >= BLOCKING_SHARE * exp:
         return (f"the host waits in the collective ({fmt(blocked, 'ms')} per step): launch it asynchronously "
                 "(`async_op=True`, wait just before its result is used) and overlap it with independent compute "
                 "(prefetch), or shrink it" + tail)

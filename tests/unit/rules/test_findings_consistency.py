@@ -92,7 +92,10 @@ def test_mi300_ddp_page_is_consistent():
     assert f"part of the same {exposed:.2f} ms" in bw.expected_gain
     dc = by["ddp_grad_copy"]  # DDP's copies back out of the buckets (0.28 ms): other time than the exposed comm
     dm = by["data_movement"]  # MIOpen's layout transposes (1.36 ms, compute-stream time beside the collectives)
-    assert counted_gain_ms(a.findings) == pytest.approx(ec.gain_ms + dc.gain_ms + dm.gain_ms)
+    # the recomputed forward's time with no collective running (activation_recompute): its layout transposes may
+    # also be data_movement's (at most ~0.1 ms here, said in its text, not subtracted)
+    rc = by["activation_recompute"]
+    assert counted_gain_ms(a.findings) == pytest.approx(ec.gain_ms + dc.gain_ms + dm.gain_ms + rc.gain_ms)
 
 
 def _pp(tmp_path: Path, spec: str | None) -> tuple:
