@@ -24,9 +24,13 @@ def _wrap(text: str, indent: str = "", first: str | None = None) -> str:
     """Prose wrapped to the terminal width (words kept whole, a word longer than the line cut), each paragraph
     escaped for the terminal here: with `fit` for tables, the terminal sink's one place of escaping."""
     paras = str(text).split("\n")
-    return "\n".join(textwrap.fill(printable(p), WIDTH.get(), initial_indent=indent if first is None or n else first,
-                                   subsequent_indent=indent, break_long_words=True, break_on_hyphens=False)
+    return "\n".join(textwrap.fill(printable(p).replace(" %", _GLUE), WIDTH.get(),
+                                   initial_indent=indent if first is None or n else first, subsequent_indent=indent,
+                                   break_long_words=True, break_on_hyphens=False).replace(_GLUE, " %")
                      for n, p in enumerate(paras))
+
+
+_GLUE = "\u00a0%"  # a share's number and its " %" kept on one line (textwrap breaks only at ASCII whitespace)
 
 
 def _sev(word: str) -> str:

@@ -135,3 +135,21 @@ def test_cards_and_diff_titles_are_escaped():
     assert "\x1b" not in cards and "\x07" not in cards and cards.count("\\x1b") == 3
     title = prose(["", "Pipeline (1f1b" + OSC52 + " vs -)", "a\nb" + OSC52])
     assert "\x1b" not in title and "\x07" not in title
+
+
+@pytest.mark.parametrize("width", [40, 41, 42, 43, 44, 45, 46])
+def test_a_share_and_its_percent_sign_stay_on_one_line(width):
+    """The job path's paragraph wrapped "cpu 25.4" at a line's end and "%" at the next's start (80 columns, torchrec
+    sst_long_a2a_optimizer_3): a number and its " %" are kept together, wherever the line breaks."""
+    from llmdiag.diagnose.cli.terminal_layout import WIDTH, _wrap
+
+    text = "typical step #6: 161.77 ms (compute 63.3 %, cpu 25.4 %, comm 7.3 %, kernel-kernel 3.9 %)."
+    tok = WIDTH.set(width)
+    try:
+        out = _wrap(text)
+    finally:
+        WIDTH.reset(tok)
+    lines = out.split("\n")
+    assert not any(ln.lstrip().startswith("%") for ln in lines)
+    assert " ".join(ln.strip() for ln in lines) == text  # nothing lost, no stray glue left
+    assert max(map(len, lines)) <= width
