@@ -120,24 +120,8 @@ def handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, qui
     """(point, resume node) for each resume `dst` within HANDOFF_TOL_NS after another thread's point at which it
     went idle (`quiet_from`, its next point `quiet_to`, -1 for none) and stayed idle past the resume: the latest
     such point among the HANDOFF_LOOKBACK going idle last before the resume. `thread_of` is per node."""
-    if not len(quiet_from) or not len(dst):
-        z = np.zeros(0, np.int64)
-        return z, z
-    o = np.argsort(time[quiet_from], kind="stable")
-    qf, qt = quiet_from[o], quiet_to[o]
-    qtime = time[qf]
-    qnext = np.where(qt >= 0, time[np.maximum(qt, 0)], np.iinfo(np.int64).max)
     r = time[dst]
-    last = np.searchsorted(qtime, r, side="right") - 1
-    best = np.full(len(dst), -1, np.int64)
-    for k in range(HANDOFF_LOOKBACK):  # latest first: keep the first that fits
-        j = last - k
-        jj = np.maximum(j, 0)
-        ok = (best < 0) & (j >= 0) & (qtime[jj] >= r - HANDOFF_TOL_NS) & (thread_of[qf[jj]] != thread_of[dst]) \
-            & (qnext[jj] > r)
-        best[ok] = jj[ok]
-    ok = best >= 0
-    return qf[best[ok]], dst[ok]
+    return _latest_idle(time, thread_of, quiet_from, quiet_to, dst, lambda qf, qt: qt >= r - HANDOFF_TOL_NS)
 
 
 def backward_handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, quiet_to: np.ndarray,
@@ -149,26 +133,37 @@ def backward_handoff(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.nda
     run the whole backward, so the caller waited on that thread's last point however long it then took to
     resume (nccl_data: 1.67 ms, past HANDOFF_TOL_NS); the time from that point to the resume is the caller's own.
     The latest such point among the HANDOFF_LOOKBACK going idle last before the resume."""
+    if not len(bw):
+        z = np.zeros(0, np.int64)
+        return z, z
+    # the backward ops' begins by (thread, time): how many a thread began in (since, its idle point]
+    bth, btime = thread_of[bw], time[bw]
+    ob = np.lexsort((btime, bth))
+    bth, btime = bth[ob], btime[ob]
+    return _latest_idle(time, thread_of, quiet_from, quiet_to, dst,
+                        lambda qf, qt: (qt > since) & _begun_in(bth, btime, thread_of[qf], since, qt))
+
+
+def _latest_idle(time: np.ndarray, thread_of: np.ndarray, quiet_from: np.ndarray, quiet_to: np.ndarray,
+                 dst: np.ndarray, fits) -> tuple[np.ndarray, np.ndarray]:
+    """(point, resume node) per resume `dst`: the latest, among the HANDOFF_LOOKBACK points going idle last
+    before it, at which another thread went idle (`quiet_from`, its next point `quiet_to`, -1 none) and stayed
+    idle past the resume, and which `fits(point, its time)` (a mask per resume) accepts."""
     z = np.zeros(0, np.int64)
-    if not len(quiet_from) or not len(dst) or not len(bw):
+    if not len(quiet_from) or not len(dst):
         return z, z
     o = np.argsort(time[quiet_from], kind="stable")
     qf, qt = quiet_from[o], quiet_to[o]
     qtime = time[qf]
     qnext = np.where(qt >= 0, time[np.maximum(qt, 0)], np.iinfo(np.int64).max)
-    # the backward ops' begins by (thread, time): how many a thread began in (since, its idle point]
-    bth, btime = thread_of[bw], time[bw]
-    ob = np.lexsort((btime, bth))
-    bth, btime = bth[ob], btime[ob]
     r = time[dst]
     last = np.searchsorted(qtime, r, side="right") - 1
     best = np.full(len(dst), -1, np.int64)
     for k in range(HANDOFF_LOOKBACK):  # latest first: keep the first that fits
         j = last - k
         jj = np.maximum(j, 0)
-        u = thread_of[qf[jj]]
-        ok = (best < 0) & (j >= 0) & (u != thread_of[dst]) & (qnext[jj] > r) & (qtime[jj] > since)
-        ok &= _begun_in(bth, btime, u, since, qtime[jj])
+        ok = (best < 0) & (j >= 0) & (thread_of[qf[jj]] != thread_of[dst]) & (qnext[jj] > r)
+        ok &= fits(qf[jj], qtime[jj])
         best[ok] = jj[ok]
     ok = best >= 0
     return qf[best[ok]], dst[ok]
