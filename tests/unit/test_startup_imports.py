@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REAL
+from tests.unit.cli.test_imports import _modules, _under  # one fresh-interpreter probe for both files
 from tests.gen.builder import gpu_rank
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,22 +33,6 @@ D = "llmdiag.diagnose"
 # Not on a one-rank `analyze --json --report`: see the module's doc.
 NOT_IMPORTED = ("numpy.ma", "difflib", f"{D}.model.skew", f"{D}.model.matching", f"{D}.metrics.job.skew",
                 f"{D}.metrics.job.collective_match")
-
-
-def _modules(cwd: Path, *argv: str) -> set[str]:
-    """The modules loaded once `llmdiag *argv` has run (exit 0) in a fresh interpreter."""
-    code = ("import json, runpy, sys\nsys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
-            "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "print('MODULES', json.dumps(sorted(sys.modules)))")
-    p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=300,
-                       cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert p.returncode == 0, p.stderr
-    return set(json.loads(p.stdout.split("MODULES ", 1)[1]))
-
-
-def _under(mods: set[str], names) -> list[str]:
-    return sorted(m for m in mods for n in names if m == n or m.startswith(n + "."))
 
 
 def _whole(tmp_path: Path, trace: Path | str) -> set[str]:
