@@ -89,6 +89,10 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     groups = group_runs(all_outputs)
     picked = pick_runs(groups, run, src.path)
     seen = described(groups) if len(groups) > 1 else None  # once for every run analysed: `--run all` was quadratic
+    if seen is not None:  # what each run holds, from its ranks' metrics of the one parse (rules/other_runs.py)
+        from llmdiag.diagnose.rules.other_runs import digest_runs, run_lines
+
+        digest_runs(seen, groups)
     out = []
     for k in picked:
         outputs = groups[k]
@@ -113,6 +117,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         if seen is not None:
             analysis.runs = seen.infos_for(k)
             analysis.issues.insert(0, Issue(src.path, seen.message(k), None, "warning"))
+            analysis.issues[1:1] = [Issue(src.path, t, None, "warning") for t in run_lines(analysis.runs)]
         if man_k is not None and (why := _stale(man_k)):
             analysis.issues.append(Issue(src.path, why, None, "warning"))
         t2 = time.perf_counter()
