@@ -63,3 +63,19 @@ def run_count(runs: list[RunInfo]) -> int:
     in runs) still says how many there were; a list written before the cut is as long as its last number."""
     last = runs[-1].number if runs else 0
     return max(len(runs), last if type(last) is int else 0)
+
+
+def others_hint(runs: list[RunInfo], most: int = 4) -> str:
+    """The largest outlier step of each run not analysed (up to `most` runs), in a few words for a header: the
+    line under the issues says what grew, `--run K` analyses it; "" where none has one."""
+    from llmdiag.diagnose.model.format import fmt
+
+    parts: list[str] = []
+    for r in runs:
+        if r.analysed or not r.outliers or len(parts) >= most:
+            continue
+        o = r.outliers[0]
+        size = (f"{fmt(o.time_ms / o.median_ms, 'x')} its median" if o.of_all or not o.median_ms else
+                f"+{fmt(o.time_ms - o.median_ms, 'ms')} over its median")
+        parts.append(f"run {r.number}'s step {o.step} {size}")
+    return "; ".join(parts)

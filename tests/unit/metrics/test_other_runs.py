@@ -18,7 +18,7 @@ STEPS = 6
 SLOW_STEP, SLOW_RANK, SLOW_US = 4, 1, 2000
 
 
-def _write(d: Path, start_us: int, pid0: int, slow: bool, pieces: int = 1) -> None:
+def _write(d: Path, start_us: int, pid0: int, slow: bool, pieces: int = 1, name: str = "slow_python") -> None:
     """`pieces` host ops share the slow step's 2 ms: one holds the device idle (host_op_stall's stretch), three
     of 0.666 ms each hold none of it alone (the host slower across the step)."""
     for r in range(2):
@@ -32,7 +32,7 @@ def _write(d: Path, start_us: int, pid0: int, slow: bool, pieces: int = 1) -> No
                    pg_ranks=[0, 1])
             if extra:
                 for i in range(pieces):
-                    b.cpu_op(f"slow_python{i or ''}", k0 + 850 + i * extra // pieces, extra // pieces)
+                    b.cpu_op(f"{name}{i or ''}", k0 + 850 + i * extra // pieces, extra // pieces)
             b.kernel("void tail_kernel()", k0 + 900 + extra, 100, stream=7, launch_at=k0 + 895 + extra)
             k0 += 1000 + extra
         ns = (start_us + 5_000_000 + 1000 * r) * 1000
@@ -100,3 +100,21 @@ def test_spread_host_growth_is_read_from_the_critical_path(tmp_path):
     assert abs(o["op_grew_ms"] - 0.666) < 1e-6 and abs(o["grew_ms"] - SLOW_US / 1e3) < 0.01
     (line,) = _lines(summary(out))
     assert "on its critical path the host (cpu_bound) grew the most (+2.00 ms), spread over 3 host ops" in line
+
+
+def test_terminal_and_report_name_it_and_escape_the_op(tmp_path):
+    """The header of the terminal and of the report names run 1's outlier step beside `--run N`; the op name,
+    from the trace, is text in the report, never markup."""
+    from llmdiag.diagnose.analyze import analyze_runs
+    from llmdiag.diagnose.cli.terminal import render
+    from llmdiag.reports.render import render_html
+
+    d = tmp_path / "two"
+    _write(d, WALL_US, 100, slow=True, name="<b>evil</b>")
+    _write(d, WALL_US + APART_US, 200, slow=False)
+    (a,) = analyze_runs(str(d), jobs=1)
+    text = render(a, width=400)
+    assert "outlier steps there: run 1's step 4 +2.00 ms over its median (see the issues)" in text
+    html = render_html(a)
+    assert "<b>evil</b>" not in html and "&lt;b&gt;evil&lt;/b&gt;" in html
+    assert "outlier steps there: run 1&#39;s step 4 +2.00 ms over its median" in html
