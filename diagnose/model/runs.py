@@ -55,6 +55,9 @@ class RunInfo:
     exposed_comm_ms: float | None = None
     idle_ms: float | None = None
     outliers: list[RunOutlier] = field(default_factory=list)  # the largest excess first, at most 3
+    idle_rank: int | None = None  # the rank idle the most in its median step (two or more numbered ranks)
+    idle_rank_ms: float | None = None  # that rank's idle in its median step (the median over its steps)
+    idle_median_ms: float | None = None  # the same idle, median over the run's ranks
 
 
 def run_count(runs: list[RunInfo]) -> int:

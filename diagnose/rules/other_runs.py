@@ -35,6 +35,7 @@ DIFFER = 0.10  # a headline number differs from the analysed run's from this sha
 DIFFER_MS = 1.0  # ... and this many ms
 HEADLINE = (("step_ms", "mean step"), ("compute_ms", "compute per step"),
             ("exposed_comm_ms", "exposed communication per step"), ("idle_ms", "idle per step"))
+IDLE_RATIO, IDLE_MS = 3.0, 5.0  # a rank's idle in its median step stands out from this × the median rank's and ms more
 RANK_KEY = {"step_ms": "step_time_ms"}  # RunInfo's name -> RankMetrics' where they differ
 
 
@@ -56,6 +57,10 @@ def digest(info: RunInfo, outs: list[RankOutput]) -> None:
     for key, _ in HEADLINE:
         setattr(info, key, statistics.fmean(getattr(r, RANK_KEY.get(key, key)) for r in ranks))
     info.outliers = outliers(ranks)
+    idle = [(float(statistics.median(x.idle_ms for x in r.steps)), r.rank) for r in ranks]
+    if len(idle) > 1 and all(k is not None and k >= 0 for _, k in idle):  # rank-less traces: no rank to name
+        info.idle_rank_ms, info.idle_rank = max(idle, key=lambda x: (x[0], -x[1]))
+        info.idle_median_ms = float(statistics.median(v for v, _ in idle))
 
 
 def _median_step(r: RankMetrics) -> float:
@@ -171,8 +176,22 @@ def line(r: RunInfo, cur: RunInfo) -> str:
         if a is not None and b is not None and abs(a - b) >= DIFFER_MS and abs(a - b) >= DIFFER * max(abs(b), 1e-9):
             diffs.append(f"{word} {fmt(a, 'ms')} against {fmt(b, 'ms')}")
     text += "; " + ("; ".join(_outlier(x) for x in r.outliers) if r.outliers else "no outlier step")
+    if _idle_stands_out(r):
+        same = cur.idle_rank == r.idle_rank and _idle_stands_out(cur)
+        text += (f"; rank {r.idle_rank} idles {fmt(r.idle_rank_ms, 'ms')} in its median step against "
+                 f"{fmt(r.idle_median_ms, 'ms')} on the median rank ("
+                 + (f"in run {cur.number} too: {fmt(cur.idle_rank_ms, 'ms')})" if same else
+                    f"run {cur.number}: rank {cur.idle_rank}, {fmt(cur.idle_rank_ms, 'ms')})" if _idle_stands_out(cur)
+                    else f"no rank stands out so in run {cur.number})"))
     return text + (("; " + ", ".join(diffs)) if diffs else
                    f"; its mean step, compute, exposed communication and idle within {DIFFER:.0%} of run {cur.number}'s")
+
+
+def _idle_stands_out(r: RunInfo) -> bool:
+    """One rank idles IDLE_RATIO × the median rank's idle in its median step, and IDLE_MS more: a rank whose
+    device waits on its own host while its peers' do not (A3: rank 2's host stall, both runs)."""
+    return (r.idle_rank_ms is not None and r.idle_median_ms is not None
+            and r.idle_rank_ms >= IDLE_RATIO * r.idle_median_ms and r.idle_rank_ms - r.idle_median_ms >= IDLE_MS)
 
 
 def _outlier(x: RunOutlier) -> str:

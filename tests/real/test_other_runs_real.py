@@ -63,6 +63,12 @@ def test_a3_run1_step5_allocator():
     calls = sum(x["dur"] for x in ev if x.get("name") in ("cudaMalloc", "cudaFree") and s <= x["ts"] < e) / 1e3
     assert o.grew_ms <= calls + 1e-6 and o.grew_ms >= 0.5 * (o.time_ms - o.median_ms)
     assert "longest step 5 on 4 ranks" in line and "allocator calls" in line
+    # rank 2's host stall in both runs: the independent reading (review truth A3, from the events) has its
+    # device idle 17.5-21.2 ms per steady step in both runs, the other ranks 1.1-3.7 ms
+    one, two = a.runs
+    for r in (one, two):
+        assert r.idle_rank == 2 and 17.5 <= r.idle_rank_ms <= 21.2 and r.idle_median_ms <= 3.7
+    assert "rank 2 idles 20.36 ms in its median step" in line and "(in run 2 too: 20.09 ms)" in line
 
 
 def test_b1_run1_no_outlier_and_slower():

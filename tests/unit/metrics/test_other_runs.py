@@ -18,18 +18,19 @@ STEPS = 6
 SLOW_STEP, SLOW_RANK, SLOW_US = 4, 1, 2000
 
 
-def _write(d: Path, start_us: int, pid0: int, slow: bool, pieces: int = 1, name: str = "slow_python") -> None:
+def _write(d: Path, start_us: int, pid0: int, slow: bool, pieces: int = 1, name: str = "slow_python",
+           world: int = 2, idle_us: int = 0) -> None:
     """`pieces` host ops share the slow step's 2 ms: one holds the device idle (host_op_stall's stretch), three
     of 0.666 ms each hold none of it alone (the host slower across the step)."""
-    for r in range(2):
-        b = gpu_rank(r, world_size=2, steps=0, base_us=start_us + 37 * r, pid=pid0 + r)
+    for r in range(world):
+        b = gpu_rank(r, world_size=world, steps=0, base_us=start_us + 37 * r, pid=pid0 + r)
         k0 = 0
         for k in range(1, STEPS + 1):
-            extra = SLOW_US if slow and r == SLOW_RANK and k == SLOW_STEP else 0
+            extra = (SLOW_US if slow and r == SLOW_RANK and k == SLOW_STEP else 0) + (idle_us if r == 1 else 0)
             b.step(k, k0, k0 + 1000 + extra)
             b.kernel("void gemm_kernel<float>()", k0 + 100, 600, stream=7, launch_at=k0 + 10)
-            b.nccl("allreduce", k0 + 600, 300, stream=20, launch_at=k0 + 11, nelems=1 << 20, group_size=2,
-                   pg_ranks=[0, 1])
+            b.nccl("allreduce", k0 + 600, 300, stream=20, launch_at=k0 + 11, nelems=1 << 20, group_size=world,
+                   pg_ranks=list(range(world)))
             if extra:
                 for i in range(pieces):
                     b.cpu_op(f"{name}{i or ''}", k0 + 850 + i * extra // pieces, extra // pieces)
@@ -118,3 +119,30 @@ def test_terminal_and_report_name_it_and_escape_the_op(tmp_path):
     html = render_html(a)
     assert "<b>evil</b>" not in html and "&lt;b&gt;evil&lt;/b&gt;" in html
     assert "outlier steps there: run 1&#39;s step 4 +2.00 ms over its median" in html
+
+
+def test_a_rank_idle_in_every_step_is_named_in_both_runs(tmp_path):
+    """4 ranks; rank 1's host holds each step's last launch 6 ms (a 6 ms op before it), so its device idles
+    6 ms in every step (window [100, 6900] µs: gemm, allreduce, then nothing until the tail kernel at 6900),
+    the other ranks 0: the median rank's idle is 0, rank 1's 6 ms stands out (≥ 3× and ≥ 5 ms more). Run 2
+    the same: "in run 2 too"; a run 2 without it: "no rank stands out so in run 2"; 2 ms: not stated."""
+    d = tmp_path / "both"
+    _write(d, WALL_US, 100, slow=False, world=4, idle_us=6000)
+    _write(d, WALL_US + APART_US, 200, slow=False, world=4, idle_us=6000)
+    _, out = analyze(tmp_path, d)
+    one = summary(out)["runs"][0]
+    assert (one["idle_rank"], one["idle_median_ms"]) == (1, 0.0) and abs(one["idle_rank_ms"] - 6.0) < 1e-6
+    (line,) = _lines(summary(out))
+    assert "; rank 1 idles 6.00 ms in its median step against 0.00 ms on the median rank (in run 2 too: 6.00 ms)" in line
+    d = tmp_path / "first"
+    _write(d, WALL_US, 100, slow=False, world=4, idle_us=6000)
+    _write(d, WALL_US + APART_US, 200, slow=False, world=4)
+    _, out = analyze(tmp_path, d)
+    (line,) = _lines(summary(out))
+    assert "rank 1 idles 6.00 ms in its median step" in line and "(no rank stands out so in run 2)" in line
+    d = tmp_path / "small"
+    _write(d, WALL_US, 100, slow=False, world=4, idle_us=2000)
+    _write(d, WALL_US + APART_US, 200, slow=False, world=4)
+    _, out = analyze(tmp_path, d)
+    (line,) = _lines(summary(out))
+    assert "idles" not in line
