@@ -35,6 +35,10 @@ Wait under compute: the same with GEMM A [100, 10100]: ranks 0/1/3 wait [8100, 1
   takes out only the exposed wait, so their sum over-counts here: open, docs/recommendations.md exposed_comm).
   The expectation pins the split (5.00 in all, 2.00 of it waiting) and a gain between the after-fix 1.00 and the
   now 3.00 ms.
+Slow link: the exposed job with message sizes, 2^20 floats (4 MiB) per rank: moved in the 3.00 ms transfer, busbw
+  4,194,304 B / 3 ms × 3/4 = 1.05 GB/s (under half of the V100's 130 GB/s: low_busbw); read over the peers' 7.00 ms
+  kernels, wait included, it would be 0.45 GB/s (mean over the ranks 0.60). A faster link shortens the transfer
+  only: 3.00 × (1 − 1.049 / 104.0) = 2.97 ms per step, never the 4.00 ms wait.
 Hidden twin: the exposed job, plus a kernel C [100, 15100] on stream 8 on every rank (independent of the exchange):
   every all_to_all (wait and transfer) lies under C: nothing exposed; the straggler still costs 4.00 ms (on time,
   GEMM B runs [11100, 15100], C still ends at 15100).
@@ -58,7 +62,7 @@ OWN_MS, WAIT_MS = TRANSFER / 1000, STALL / 1000
 GAIN = [OWN_MS - 0.01, OWN_MS + 0.01]
 
 
-def _job(folder: str, prefix: str, hidden: bool, a_end: int = ARRIVE) -> list[str]:
+def _job(folder: str, prefix: str, hidden: bool, a_end: int = ARRIVE, nelems: int | None = None) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     paths = []
     for r in range(RANKS):
@@ -75,7 +79,7 @@ def _job(folder: str, prefix: str, hidden: bool, a_end: int = ARRIVE) -> list[st
             b.annotation("# running sparse arch", k0 + 9, at - 9)  # the user region holding it, as TorchRec's
             b.cpu_op("torchrec::input_dist", k0 + 10, 8070)
             b.cpu_op("nccl:all_to_all", k0 + at - 8, 6)
-            b.nccl("all_to_all", k0 + at, END - at, stream=21, group_size=RANKS, name=SENDRECV,
+            b.nccl("all_to_all", k0 + at, END - at, stream=21, group_size=RANKS, name=SENDRECV, nelems=nelems,
                    launch_at=k0 + at - 5)
             b.cpu_op("aten::mm", k0 + at + 2, 3)
             b.kernel(GEMM, k0 + END, 4000, launch_at=k0 + at + 3)
@@ -118,6 +122,24 @@ def register(out: dict) -> None:
                                                  "time; the exposed wait is the straggler's"},
                    {"verdict": "right", "rules": ["exposed_comm"], "why": "the own transfer, the wait named"},
                    STRAGGLER_RIGHT]})
+    bw = 4 * 2**20 / (TRANSFER * 1e-6) * (RANKS - 1) / RANKS / 1e9  # GB/s over the transfer alone
+    link = OWN_MS * (1 - bw / (0.8 * 130.0))  # the V100's NVLink reference, 80 % of it the target
+    out["a2a_straggler_slow_link"] = (Knobs(writer=partial(_job, hidden=False, nelems=1 << 20)), {
+        "problems": [{"id": "slow_link", "what": f"the transfer moves 4 MiB per rank in {OWN_MS:.2f} ms: busbw "
+                                                 f"{bw:.2f} GB/s, read over the transfer, not the peers' wait",
+                      "any": [{"where": "finding", "rules": ["low_busbw"], "gain_ms": [link - 0.01, link + 0.01],
+                               "text": rf"busbw {bw:.1f} GB/s \(mean over straggler rank\(s\) {LATE}"}]},
+                     {"id": "own_exchange", "what": what,
+                      "any": [{"where": "finding", "rules": ["exposed_comm"], "gain_ms": GAIN, "text": split}]}],
+        "silent": [],
+        "claims": [{"verdict": "wrong", "rules": ["low_busbw"], "gain_ms": [0.0, OWN_MS + 0.01], "gain_outside": True,
+                    "why": f"a faster link shortens the {OWN_MS:.2f} ms transfer, not the wait for rank {LATE}"},
+                   {"verdict": "misleading", "rules": ["low_busbw"], "text": r"busbw 0\.[0-9]+ GB/s|MB/s",
+                    "why": "bandwidth read over kernels that also hold the wait for the straggler"},
+                   {"verdict": "right", "rules": ["low_busbw"], "why": f"busbw {bw:.2f} GB/s by construction"},
+                   {"verdict": "wrong", "rules": ["exposed_comm"], "gain_ms": GAIN, "gain_outside": True,
+                    "why": f"hiding the exchange saves its own {OWN_MS:.2f} ms per step"},
+                   {"verdict": "right", "rules": ["exposed_comm"], "why": what}, STRAGGLER_RIGHT]})
     out["a2a_straggler_hidden_twin"] = (Knobs(writer=partial(_job, hidden=True)), {
         "problems": [{"id": "straggler", "what": f"rank {LATE} late by {WAIT_MS:.2f} ms at every all_to_all",
                       "any": [{"where": "finding", "rules": ["stragglers"], "rank": LATE}]}],
