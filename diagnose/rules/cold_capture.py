@@ -104,12 +104,14 @@ def cold_capture(c: Ctx) -> list[Finding]:
         spent = lch.kernel_launch_ms_per_step - sum(s.op_ms for s in held if not one_time(r, s)) / n
         kern += f", whose launch calls take {fmt(max(0.0, spent), 'ms')} per step besides the one-time ones"
     alike = f" ({plural(len(got), 'rank')} alike)" if len(got) > 1 else ""
+    k = h.kernels_per_step or 0
+    per = f" ({fmt(1e3 * rest['op'] / k, 'us')} per kernel launched)" if k else ""
     ev = (f"rank {r.rank}: the capture holds {plural(n, 'step')} ({names}, among the profiler's first "
-          f"{COLD_FIRST + 1}) and {'it pays' if n == 1 else 'every one pays'} a one-time cost: {stalls}; no step shows "
-          "the steady state. With "
+          f"{COLD_FIRST + 1} steps, #0-#{COLD_FIRST}) and {'it pays' if n == 1 else 'every one pays'} a one-time "
+          f"cost: {stalls}; no step shows the steady state. With "
           f"those {fmt(once, 'ms')} per step set aside, the rest of the step's critical path, {fmt(rest['length'], 'ms')}"
           f" of {fmt(cp.length_ms, 'ms')}, is {fmt(host, 'pct')} host: the host's op work and the gaps "
-          f"between ops {fmt(rest['op'], 'ms')}, runtime calls {fmt(rest['runtime'], 'ms')}, the {c.dev}'s work "
+          f"between ops {fmt(rest['op'], 'ms')}{per}, runtime calls {fmt(rest['runtime'], 'ms')}, the {c.dev}'s work "
           f"{fmt(rest['device'], 'ms')}; the {c.dev} is busy {fmt(busy, 'ms')} per step "
           f"({fmt(busy / rest['length'], 'pct')} of that rest, {fmt(busy / r.step_time_ms, 'pct')} of the whole step)"
           f"{kern}{alike}{stack_caveat(r)}. Assumed: steady steps look like "
