@@ -52,6 +52,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("graph_replay_idle", graph_replay_idle), ("held_read", held_read),
     ("activation_recompute", __import__("llmdiag.diagnose.rules.recompute", fromlist=["x"]).activation_recompute),
     ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
+    ("cold_capture", __import__("llmdiag.diagnose.rules.cold_capture", fromlist=["x"]).cold_capture),
 ]
 
 
