@@ -4,6 +4,8 @@ the step (`norm_fusion`): each reads and writes its tensor where a fused kernel 
 
 from __future__ import annotations
 
+import re
+
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural
@@ -81,6 +83,22 @@ def _norm_after(r: RankMetrics) -> tuple[float, float] | None:
     return after, then
 
 
+BN_NAME = re.compile(r"\bbn_(fw|bw)_|batch_?norm", re.I)
+
+
+def _norm_action(kernel: str, training: bool | None) -> str:
+    """torch.compile always; conv-BN folding for a BatchNorm only where the capture does not train (training
+    BatchNorm needs its batch statistics); a fused add+norm kernel for the other normalizations (transformers)."""
+    act = ("fuse the normalization with its neighbours: `torch.compile(model)` (Inductor folds ReLU, the residual "
+           "add and their backward into the normalization's own reads and writes)")
+    if not BN_NAME.search(kernel[:300]):
+        return act + "; or a fused add+LayerNorm / RMSNorm kernel (Apex/TE/Liger `FusedAddRMSNorm`-style)"
+    if training is False:
+        return act + ("; for inference, fold BatchNorm into the convolution (`torch.fx` conv-BN fusion, "
+                      "`torch.ao.quantization.fuse_modules`)")
+    return act
+
+
 def _short(kernel: str) -> str:
     """A kernel's name without its `void ` and arguments, at most 80 characters."""
     return kernel.removeprefix("void ").split("(")[0][:80]
@@ -143,13 +161,10 @@ def norm_fusion(c: Ctx) -> list[Finding]:
     if any(w.rank in f.evidence.ranks for f in fp32_gemm(c)):
         ev += (". The rank also runs fp32 GEMMs (the fp32 finding): under its autocast these kernels move 16-bit "
                "tensors, and this gain about halves")
-    act = ("fuse the normalization with its neighbours: `torch.compile(model)` (Inductor folds ReLU, the residual "
-           "add and their backward into the normalization's own reads and writes); for inference, fold BatchNorm "
-           "into the convolution (`torch.ao.quantization.fuse_modules` / `torch.fx` conv-BN fusion, cuDNN's fused "
-           "conv-bias-ReLU); for transformers a fused add+LayerNorm / RMSNorm kernel (Apex/TE/Liger)")
-    if nf.native:
-        act += ("; the normalization itself runs PyTorch's native kernel: cuDNN/MIOpen's (PyTorch hands bf16 "
-                "BatchNorm to MIOpen only in recent ROCm releases) or the compiled one may be faster, not counted here")
+    act = _norm_action(nf.norm_kernel, c.training)
+    if nf.native and BN_NAME.search(nf.norm_kernel[:300]):
+        act += ("; the BatchNorm itself runs PyTorch's native kernel: cuDNN's/MIOpen's (PyTorch hands bf16 BatchNorm "
+                "to MIOpen only in recent ROCm releases) or the compiled one may be faster, not counted here")
     eg = c.gain_text(gain, "simulated on the rank's dependency graph with the chain pointwise kernels shortened by what "
                      "fusion is estimated to remove (one-input ops wholly, two-input ops by 2/3), every later op as "
                      "early as its own dependencies allow; the normalization kernels' own time not counted; mean over "

@@ -40,6 +40,7 @@ BINARY = frozenset(f"aten::{o}" for o in ("add", "add_", "mul", "mul_", "sub", "
                                           "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward",
                                           "hardtanh_backward", "leaky_relu_backward", "elu_backward"))
 SAVED_BINARY = 2.0 / 3.0  # of a two-input pointwise kernel's time: its output write and one re-read go, one read stays
+MIN_SAVED_SHARE = 0.01  # of the steps' compute kernel time: below it no record (nothing to say; summaries stay small)
 NAME_CUT = 120
 TOP_OPS = 4
 _HEAD = 300
@@ -83,12 +84,17 @@ def chain_kernels(t: RankTrace, wins: list[Window]) -> tuple[np.ndarray, np.ndar
 
 
 def norm_fusion(t: RankTrace, wins: list[Window]) -> NormFusion | None:
-    """The rank's NormFusion record (module docstring), or None without normalization kernels."""
+    """The rank's NormFusion record (module docstring), or None without normalization kernels or where what fusion
+    removes is under MIN_SAVED_SHARE of the compute kernel time (a LayerNorm beside one add: nothing to state, and
+    no simulation is run for it)."""
     got = chain_kernels(t, wins)
-    if got is None:
+    if got is None or t.kind is None:
         return None
     norm, unary, binary, op_of = got
     n = len(wins)
+    compute = float(t.dur[in_windows(t, (t.kind == COMPUTE) & (t.stream >= 0), wins)].sum())
+    if float(t.dur[unary].sum()) + SAVED_BINARY * float(t.dur[binary].sum()) < MIN_SAVED_SHARE * compute:
+        return None
 
     def ms(k: np.ndarray) -> float:
         return float(t.dur[k].sum()) / NS_PER_MS / n
