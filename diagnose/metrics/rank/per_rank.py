@@ -55,6 +55,7 @@ from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
 from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
 from llmdiag.diagnose.metrics.rank.recompute import recompute
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
+from llmdiag.diagnose.metrics.rank.norm_fusion import norm_fusion
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
 from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
@@ -180,6 +181,7 @@ def _run(job: RankJob) -> RankOutput:
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
     profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
     elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
+    metrics.norm_fusion = norm_fusion(t, wins)  # normalization chains (rules/fusion.py); before `want`: simulated
     p2p, no_peers = p2p_records(t, wins)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
