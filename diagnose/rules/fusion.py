@@ -4,6 +4,8 @@ the step (`norm_fusion`): each reads and writes its tensor where a fused kernel 
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 
 from llmdiag.diagnose.model import stats as statistics
@@ -158,9 +160,10 @@ def norm_fusion(c: Ctx) -> list[Finding]:
     after = (bad, NORM_SIM, "the chain pointwise kernels shortened by what fusion removes")
     said = after_fix.clause(*after)
     ev += said or _after_text(bad)
-    if any(w.rank in f.evidence.ranks for f in fp32_gemm(c)):
+    halves = any(w.rank in f.evidence.ranks for f in fp32_gemm(c))
+    if halves:  # graded by what is left after the larger fix: both apply, and the autocast one comes first
         ev += (". The rank also runs fp32 GEMMs (the fp32 finding): under its autocast these kernels move 16-bit "
-               "tensors, and this gain about halves")
+               "tensors, and this gain about halves; the severity is graded by that half")
     act = _norm_action(nf.norm_kernel, c.training)
     if nf.native and BN_NAME.search(nf.norm_kernel[:300]):
         act += ("; the BatchNorm itself runs PyTorch's native kernel: cuDNN's/MIOpen's (PyTorch hands bf16 BatchNorm "
@@ -169,8 +172,10 @@ def norm_fusion(c: Ctx) -> list[Finding]:
                      "fusion is estimated to remove (one-input ops wholly, two-input ops by 2/3), every later op as "
                      "early as its own dependencies allow; the normalization kernels' own time not counted; mean over "
                      "those ranks" + (after_fix.clause(*after, short=True) or _after_text(bad, short=True)))
-    return [c.finding(NORM_SIM, severity_for(gain, c.step_ms), f"Normalization and pointwise kernels run unfused on "
-                      f"the {c.dev}'s path", ev, [r.rank for r in bad], [], act, eg, gain,
-                      "ranks[].norm_fusion", gain_kind="estimate",
-                      events=["normalization kernels", "pointwise kernels beside them on their stream",
-                              "launching aten ops (innermost cpu_op around the launch)"])]
+    f = c.finding(NORM_SIM, severity_for(gain, c.step_ms), f"Normalization and pointwise kernels run unfused on "
+               f"the {c.dev}'s path", ev, [r.rank for r in bad], [], act, eg, gain,
+               "ranks[].norm_fusion", gain_kind="estimate",
+               events=["normalization kernels", "pointwise kernels beside them on their stream",
+                       "launching aten ops (innermost cpu_op around the launch)"])
+    # the gain another finding's fix also shrinks is graded by what remains after it (docs: Severity)
+    return [dataclasses.replace(f, severity=severity_for(gain / 2, c.step_ms)) if halves and gain else f]
