@@ -122,6 +122,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     __import__('tests.expert.planted_recall_outlier', fromlist=['x']).register(out)  # outlier steps (branch outlier)
     __import__('tests.expert.planted_recall_firstcall', fromlist=['x']).register(out)  # first-use loads (firstcall)
     __import__('tests.expert.planted_recall_actckpt', fromlist=['x']).register(out)  # recompute (branch actckpt)
+    __import__('tests.expert.planted_recall_itemsync', fromlist=['x']).register(out)  # item() refill (itemsync)
     return out
 
 
