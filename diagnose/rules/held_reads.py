@@ -109,7 +109,8 @@ def held_read(c: Ctx) -> list[Finding]:
         eg = c.gain_text(g, f"simulated: the waits in those calls (every site) removed from the rank's dependency "
                             f"graph and its steps re-timed, each no shorter than its {c.dev}'s work nor than its "
                             f"length less its {c.dev} idle; mean over the {plural(len(sim), 'rank')} the graph "
-                            "explains")
+                            "explains; the idle it removes includes the later host delays (allocator calls, slow "
+                            "ops) the host, freed, would meet with a lead, which their own findings may count too")
     else:
         g, kind = gain, "estimate"
         eg = c.gain_text(g, f"estimate: the {c.dev} idle after the reads (every site) until the first op launched "
