@@ -290,3 +290,4 @@ from tests.expert import expectations_actckpt  # noqa: E402,F401  (activation re
 from tests.expert import expectations_a2a  # noqa: E402,F401  (A3's own exposed a2a: silent, adds to REAL)
 from tests.expert import expectations_coldstep  # noqa: E402,F401  (cold steps only: adds to REAL)
 from tests.expert import expectations_fusion  # noqa: E402,F401  (normalization chains: adds to REAL)
+from tests.expert import expectations_itemsync  # noqa: E402,F401  (item() refill, pageable index sync: adds to REAL)
