@@ -98,5 +98,49 @@ EXAMPLES = {
 }
 
 
+def entry() -> None:
+    """The `llmdiag` process (its script and `python -m`): the command, its exit handlers, then out without the
+    interpreter's teardown. Freeing every module, array and summary object one by one at exit took ~25-40 ms of a
+    small trace's whole run (issue 37, docs/benchmarks.md "Seventh pass"); the kernel frees the process at once.
+    `main` itself stays a plain click group (tests and wrappers call it and catch its SystemExit)."""
+    try:
+        main()
+    except SystemExit as e:
+        leave(e.code)
+        raise
+    leave(0)
+
+
+def leave(code) -> None:
+    """`os._exit(code)` once nothing is left that Python's own exit would still do for the user: every output is
+    closed (the command returned), the exit handlers run here (the workers reaped, the code cache saved), and
+    the standard streams flushed. Returns instead (Python's exit follows) for a code that is not a number, a
+    thread that is not a daemon (Python would wait for it), a profiler or tracer (cProfile, coverage: they write
+    at teardown), torch loaded (`run`: its C++ teardown is left to it) and a stream that cannot be flushed (a
+    closed pipe: Python reports it)."""
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if (not (code is None or type(code) is int) or sys.gettrace() is not None or sys.getprofile() is not None
+            or "torch" in sys.modules):
+        return
+    if threading is not None and any(t is not threading.main_thread() and t.is_alive() and not t.daemon
+                                     for t in threading.enumerate()):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        code = code or 120  # what Python exits with when it cannot flush stdout at exit
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()
