@@ -74,3 +74,11 @@ def test_python_exits_as_usual_under_a_profiler_or_beside_a_live_thread(trace, t
     done = _run(mode, "analyze", trace, "-q", "--json", str(tmp_path / "s.json"), "--no-report", cache=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "HANDLER" in done.stderr and "TEARDOWN" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "--help"], ["--help"]])
+def test_the_launcher_and_no_command_keep_pythons_exit(tmp_path, args):
+    """`run` (torch, signals, its workers' process group) and a process that ran no command exit as Python does."""
+    done = _run("plain", *args, cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout and "HANDLER" in done.stderr and "TEARDOWN" in done.stderr
