@@ -3,7 +3,8 @@
 Python's own exit frees every module, array and summary object one by one; the command's entry
 (`cli/main.py` `entry`) runs the exit handlers, flushes stdout/stderr and leaves by `os._exit`, the kernel
 freeing the process at once. Each run is a fresh `analyze TRACE -q --json J --report H` process whose first
-registered exit handler (so the last to run) writes the monotonic clock and its own CPU time to a pipe; the
+registered exit handler (so the last to run) writes the monotonic clock and the CPU time of the process and of
+the children it reaped (the forked ones are reaped by an earlier handler) to a pipe; the
 parent reads the clock again as soon as `wait4` returns. The difference, wall and CPU, is what the process
 still cost after that handler: the teardown, the exit, the reaping. The same tree both ways, `main()` (Python's
 exit) against `entry()`, alternated run by run; the minimum and the median over `--repeats` (the minimum is the
@@ -26,8 +27,8 @@ from benchmarks.whole_command import REAL, ROOT, cases
 _WRAP = """
 import atexit, os, resource, sys, time
 def last():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    os.write(int(os.environ["LLMDIAG_EXIT_FD"]), f"{time.monotonic()} {r.ru_utime + r.ru_stime}".encode())
+    cpu = sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    os.write(int(os.environ["LLMDIAG_EXIT_FD"]), f"{time.monotonic()} {cpu}".encode())
 atexit.register(last)
 sys.argv = ["llmdiag", *sys.argv[1:]]
 from llmdiag.diagnose.cli.main import entry, main
