@@ -111,8 +111,9 @@ _RAN: list[str | None] = [None]
 
 def entry() -> None:
     """The `llmdiag` process (its script and `python -m`): the command, its exit handlers, then out without the
-    interpreter's teardown. Freeing every module, array and summary object one by one at exit took ~25-40 ms of a
-    small trace's whole run (issue 37, docs/benchmarks.md "Seventh pass"); the kernel frees the process at once.
+    interpreter's teardown. Freeing every module, array and summary object one by one at exit took ~13-16 ms of each
+    run on a quiet machine, 15-65 ms of wall under load (issue 37, docs/benchmarks.md "Seventh pass",
+    benchmarks/exit_cost.py); the kernel frees the process at once.
     `main` itself stays a plain click group (tests and wrappers call it and catch its SystemExit)."""
     try:
         main()
