@@ -12,7 +12,9 @@ idle breakdown it lies in, read from the metric fields that define it:
   ops are the chore's own ops (`_chore_stretches`, from the
   stretch's names and the chore's op names), then the rest of it, assumed host-bound idle outside the
   stretches: `("host_rest", chore)`. That assumption is the conservative one: the rest may also be queued or
-  unattributed idle, which no other finding claims; counting it as shared can only lower a total.
+  unattributed idle, which no other finding claims; counting it as shared can only lower a total. Except
+  zero_grad's where host_bound reads the launch waits: its gain leaves the fills out there (launch.py `_owned`),
+  so their rest is a region of its own, `("zero_grad_fills", "zero_grad")`.
 - pageable_copy: its idle follows blocking copy calls, whose own idle is host_sync's: `("runtime", "pageable")`
   against host_sync's `("runtime", "*")` (the split inside the call and after it is not in the summary).
 - stragglers: the straggler's host stalls in the ops launching its collectives (`ranks[].comm_host_stall`),
@@ -107,7 +109,10 @@ def _per_rank(a: Analysis, f: Finding) -> list[Pieces]:
                 p[_key(s) + (WHOLE,)] += got
                 left -= got
             if left > 0:
-                p[("host_rest", f.id)] += left
+                # host_bound's gain leaves zero_grad's fills out where it reads the launch waits (launch.py
+                # `_owned`): there the rest is no part of it, a region of its own
+                own = f.id == "zero_grad" and r.idle is not None and r.idle.launch_wait is not None
+                p[("zero_grad_fills", f.id) if own else ("host_rest", f.id)] += left
         out.append(dict(p))
     return out
 
