@@ -161,7 +161,10 @@ def held_reads(t: RankTrace, wins: list[Window], calls_out: list[int] | None = N
     c, dd = wt[ix], d[ix]
     b = iv.overlap_each(t.ts[c], t.ts[dd], busy)
     cm = np.flatnonzero((t.kind == COMM) & (t.stream >= 0))
-    b_comm = iv.overlap_each(t.ts[c], t.ts[dd], iv.union(t.ts[cm], t.ts[cm] + t.dur[cm]))
+    # communication with no other device op beside it: a queue held up by a collective, not by compute beside it
+    other = alld[t.kind[alld] != COMM]
+    b_comm = iv.overlap_each(t.ts[c], t.ts[dd], iv.difference(iv.union(t.ts[cm], t.ts[cm] + t.dur[cm]),
+                                                               iv.union(t.ts[other], t.ts[other] + t.dur[other])))
     queued, starved = 0, 0
     for ci, di in zip(c.tolist(), dd.tolist()):
         a, s = int(t.ts[ci]), int(t.ts[di])
