@@ -28,8 +28,13 @@ def _trace(path, kind: str) -> None:
         b.step(n + 1, t, t + STEP)
         queued = kind != "idle"
         first = t + 50 if queued else t + 400
+        gemm = 500 if kind == "comm_alone" else 2000  # comm_alone: the GEMMs end at 2,050, an all-reduce to 8,050
         for k in range(4):
-            b.kernel("volta_sgemm_128x64_tn", first + 2000 * k, 2000, launch_at=t + 10 * k + (0 if queued else 390))
+            b.kernel("volta_sgemm_128x64_tn", first + gemm * k, gemm, launch_at=t + 10 * k + (0 if queued else 390))
+        if kind == "comm_beside":  # an all-reduce on its own stream beside the GEMMs, 100-8,000 µs
+            b.nccl("allreduce", t + 100, 7900, nelems=1 << 20, launch_at=t + 5)
+        if kind == "comm_alone":
+            b.nccl("allreduce", t + 2050, 6000, nelems=1 << 20, launch_at=t + 5)
         call_at = t + 100 if queued else t + 20
         copy_at = t + 8050 if queued else t + 25
         copy_dur = 4000 if kind == "transfer" else 2
@@ -91,3 +96,19 @@ def test_held_read_silent_without_a_queue_or_for_a_transfer(tmp_path, kind):
     a, got = _analyze(tmp_path, kind)
     assert "held_read" not in got
     assert a.ranks[0].held_reads is None
+
+
+def test_held_read_calls_the_queue_a_collective_only_where_nothing_else_ran_beside_it(tmp_path):
+    """comm_beside: an all-reduce runs 100-8,000 µs beside the GEMMs (50-8,050): communication with nothing else
+    beside it inside the hold (100-8,050) is 0, so no "mostly a collective" (trace_diff/test: the compute stream
+    ran ~78 % of the holds beside the all-to-all). comm_alone: the GEMMs end at 2,050 and the all-reduce alone runs
+    2,050-8,050: 6.00 ms of the 7.95 ms busy, the queue held up by a collective."""
+    (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
+    a, got = _analyze(tmp_path / "b", "comm_beside")
+    h = a.ranks[0].held_reads
+    assert h.comm_ms == pytest.approx(0.0, abs=1e-6) and h.busy_ms == pytest.approx(7.95, abs=1e-6)
+    assert "mostly a collective" not in got["held_read"].evidence.text
+    a, got = _analyze(tmp_path / "c", "comm_alone")
+    h = a.ranks[0].held_reads
+    assert h.comm_ms == pytest.approx(6.0, abs=1e-6) and h.busy_ms == pytest.approx(7.95, abs=1e-6)
+    assert "mostly a collective" in got["held_read"].evidence.text
