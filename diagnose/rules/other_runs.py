@@ -219,5 +219,7 @@ def _outlier(x: RunOutlier) -> str:
             text += f", one host op holding most of it: {top} +{fmt(x.op_grew_ms, 'ms')}"
         else:
             text += (f", spread over {plural(x.grown_ops, 'host op')} that each ran ≥ 20 % longer (the host slower "
-                     f"in the whole step), {top} +{fmt(x.op_grew_ms, 'ms')} the most")
+                     f"in the whole step), {top} +{fmt(x.op_grew_ms, 'ms')} the most: look for CPU contention "
+                     "(DataLoader workers, other processes or `OMP_NUM_THREADS` threads on the training thread's "
+                     "cores; pin them apart)")
     return text

@@ -101,6 +101,7 @@ def test_spread_host_growth_is_read_from_the_critical_path(tmp_path):
     assert abs(o["op_grew_ms"] - 0.666) < 1e-6 and abs(o["grew_ms"] - SLOW_US / 1e3) < 0.01
     (line,) = _lines(summary(out))
     assert "on its critical path the host (cpu_bound) grew the most (+2.00 ms), spread over 3 host ops" in line
+    assert "look for CPU contention" in line  # the action for a host slower over the whole step
 
 
 def test_terminal_and_report_name_it_and_escape_the_op(tmp_path):
