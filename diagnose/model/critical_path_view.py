@@ -6,7 +6,7 @@ whose path is least on the device come first (the ones a faster kernel would not
 
 from __future__ import annotations
 
-from llmdiag.diagnose.model.dc import dataclass
+from llmdiag.diagnose.model.dc import dataclass, field
 from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.critical_path import TYPICAL_RATIO, RankCriticalPath, TypicalStep
 from llmdiag.diagnose.model.format import fmt, plural, ranges
@@ -123,6 +123,9 @@ class JobPathView:
     hops: float
     floored: bool = False  # some waits were below the floor: left out of the text
     typical: TypicalStep | None = None  # the median-length step, where the steps differ
+    # (rank, ms of the typical step's path on it), the most first, and its index in `critical_path.per_step`
+    typical_held: list[tuple[int, float]] = field(default_factory=list)
+    typical_index: int = -1
 
 
 def job_path_view(a: Analysis) -> JobPathView | None:
@@ -133,8 +136,9 @@ def job_path_view(a: Analysis) -> JobPathView | None:
     parts = sorted(((c, f, getattr(p, f)) for c, f in CP_COLUMNS if getattr(p, f) > 0), key=lambda x: -x[2])
     every = _ranks(p.waiting_on)
     waited = [(r, x) for r, x in every if x >= WAIT_FLOOR_MS or x >= WAIT_FLOOR_SHARE * p.length_ms]
+    at = next((i for i, s in enumerate(p.per_step) if p.typical is not None and s.step == p.typical.step), -1)
     return JobPathView(p.length_ms, p.steps, parts, _ranks(p.held_by), p.waiting_on_rank, waited, p.hops,
-                       len(waited) < len(every), p.typical)
+                       len(waited) < len(every), p.typical, _ranks(p.per_step[at].held_by) if at >= 0 else [], at)
 
 
 def _ranks(d: dict[str, float]) -> list[tuple[int, float]]:
@@ -152,8 +156,11 @@ def job_path_words(v: JobPathView, ms, pct) -> str:
             + ", ".join(f"{c} {pct(x)}" for c, _, x in v.parts) + f"). Per step it runs on {held}, changing rank "
             f"{v.hops:g} times.")
     if v.typical is not None:
+        on = ", ".join(f"rank {r} for {ms(x, f'critical_path.per_step.{v.typical_index}.held_by.{r}')} ms"
+                       for r, x in v.typical_held[:3])
         text += (f" That is the mean over {v.steps} steps of unequal length; "
-                 + typical_split(v.typical, ms, pct, "critical_path.typical.") + ".")
+                 + typical_split(v.typical, ms, pct, "critical_path.typical.") + (f", run on {on}" if on else "")
+                 + ".")
     if v.waited:
         text += (f" For {pct(v.waiting_pct)} of it, the rank it came from was waiting at a collective for the rank "
                  "it runs on; waited on per step: "

@@ -103,7 +103,7 @@ def job_critical_path(outputs, shift: dict[int, int], matched: dict[int, np.ndar
         return None
     return JobCriticalPath(**out, waiting_on=_top(waited, steps), held_by=_top(held, steps), steps=steps,
                            hops=round(hops / steps, 2), per_step=per_step,
-                           typical=typical_step([(s.step, s) for s in per_step]))
+                           typical=typical_step([(s.step, s) for s in per_step], skip_first=True))
 
 
 def segment_tracks(segs: list[Segment], tracks: dict, shift: dict[int, int]) -> None:

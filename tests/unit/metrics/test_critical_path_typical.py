@@ -87,6 +87,16 @@ def test_typical_step_is_the_median_length_one(steps, want):
         assert (t.length_ms, t.cpu_bound, t.gpu_compute_bound) == (src.length_ms, src.cpu_bound, src.gpu_compute_bound)
 
 
+def test_the_jobs_first_step_is_no_candidate():
+    """The job's first step starts at its ranks' earliest start, not at a previous step's end (torchrec qcomm: #4
+    191.14 ms against 143-149 ms on every rank, a late rank's lead-in): `skip_first` chooses among the rest (the
+    lower middle of 397.32 and 145.90: #6), the ratio still read over all three (397.32 ≥ 1.5 x 145.90)."""
+    steps = [(4, _p(191.14, 45)), (5, _p(397.32, 67)), (6, _p(145.90, 12))]
+    assert typical_step(steps).step == 4 and typical_step(steps, skip_first=True).step == 6
+    even = [(4, _p(191.14, 45)), (5, _p(150.0, 20)), (6, _p(145.90, 12))]  # 191.14 < 1.5 x 145.90: none
+    assert typical_step(even, skip_first=True) is None
+
+
 def test_job_steps_choose_the_same_way():
     """The job's per_step (JobStepPath: the waits add nothing to the choice or to the five shares kept)."""
     steps = [JobStepPath(397.99, 70, 25, 5, 0, 0, step=4, waiting_on_rank=3),
@@ -150,7 +160,7 @@ def test_job_path_gets_the_typical_step_and_its_even_twin_none(tmp_path):
     assert t.gpu_compute_bound == pytest.approx(99.0) and t.gpu_communication_bound == pytest.approx(1.0)
     flat = " ".join(render(a, width=80).split())
     assert ("That is the mean over 3 steps of unequal length; typical step #3: 10.10 ms (compute 99.0 %, comm "
-            "1.0 %).") in flat
+            "1.0 %), run on rank 0 for 10.10 ms.") in flat
     for b in _job_steps((8_000, 8_000, 8_000)):
         b.write(str(tmp_path / "even" / f"rank{b.rank}.json"))
     even = analyze_path(str(tmp_path / "even"), jobs=1, rules=False).critical_path
