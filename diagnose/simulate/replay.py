@@ -257,10 +257,11 @@ def _busiest(cost: dict[tuple[int, str], float], m2: int) -> float | None:
     return max(per.values()) if per else None
 
 
-def complete_from_job(analysis, job: Job) -> None:
-    """`complete_pipeline` over the pipeline assembly measured: the Job's kept ranks, their staged actions and
-    clock shifts (metrics/job/state.py), not worked out again from the raw outputs."""
-    if analysis.pipeline is None:
+def complete_from_job(job: Job) -> None:
+    """`complete_pipeline` over the pipeline resolution measured (job.pipeline, filled in place before the
+    Analysis is built): the Job's kept ranks, their staged actions and clock shifts (metrics/job/state.py), not
+    worked out again from the raw outputs."""
+    if job.pipeline is None:
         return
     fixed, host = {}, {}
     for o in job.ranks:
@@ -270,5 +271,5 @@ def complete_from_job(analysis, job: Job) -> None:
             fixed[o.rank] = o.action_fixed_ns if same and len(o.action_fixed_ns) == len(acts) else []
             # gloo's host spans carry the bytes; device send/recv (o.p2p) only their span: latency alone
             host[o.rank] = o.host_p2p or [(k, s, e, 0) for _, k, _, s, e in o.p2p]
-    complete_pipeline(analysis.pipeline, job.actions, job.oversubscribed, (fixed, host, job.shift_ns),
-                      stage_layers(analysis.manifest))
+    complete_pipeline(job.pipeline, job.actions, job.oversubscribed, (fixed, host, job.shift_ns),
+                      stage_layers(job.manifest))
