@@ -110,12 +110,13 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         if tracks is not None:
             tracks[name] = run_tracks
         stale = _stale(man_k) if man_k is not None else None  # marks the manifest: before the Analysis holds it
-        complete_from_job(job)  # the replay fills the pipeline measured, before the Analysis holds it
         analysis = build_analysis(
-            job, name=name, opts=opts, version=__version__, whatif=kineto_whatif(job), tracks=run_tracks,
+            job, name=name, opts=opts, version=__version__, pipeline=complete_from_job(job),
+            whatif=kineto_whatif(job), tracks=run_tracks,
             runs=seen.infos_for(k) if seen is not None else (),
             first_issues=[Issue(src.path, seen.message(k), None, "warning")] if seen is not None else (),
             last_issues=[Issue(src.path, stale, None, "warning")] if stale else ())
+        job.release()
         del job
         t2 = time.perf_counter()
         if rules:
@@ -195,13 +196,14 @@ def _stale(man) -> str | None:
 
 # The simulations, imported only where there is something to simulate (a one-rank trace imports neither):
 # each returns at once without pipeline actions, so the test is theirs, repeated here before the import.
-def complete_from_job(job) -> None:
-    """simulate.replay's pipeline replay and predictions; only where resolution measured a pipeline (imported
-    then: a job without one never loads simulate)."""
-    if job.pipeline is not None:
-        from llmdiag.diagnose.simulate.replay import complete_from_job as replay
+def complete_from_job(job):
+    """The measured pipeline with simulate.replay's replay and predictions (a copy); None where resolution
+    measured no pipeline (simulate imported only where it did: a job without one never loads it)."""
+    if job.pipeline is None:
+        return None
+    from llmdiag.diagnose.simulate.replay import complete_from_job as replay
 
-        replay(job)
+    return replay(job)
 
 
 def kineto_whatif(job):

@@ -3,8 +3,10 @@
 Resolution (resolve.py) has decided the ranks, clocks and matches; here nothing is decided again and nothing
 the Job holds is written (the skew's compute-excess stragglers go on a copy of the resolved skew). What a
 later stage adds is passed in: the what-if (diagnose.simulate, above metrics), the runs the input holds and
-the issues said about the input as a whole (analyze.py). The rules then fill `findings`, and cap_steps cuts
-per-step rows (model/step_cap.py) after the rules have read them: those two stay after the build.
+the issues said about the input as a whole (analyze.py); the measured pipeline completed by the replay
+(simulate/replay.py, on a copy). The rules then fill `findings`, and cap_steps cuts
+per-step rows (model/step_cap.py) after the rules have read them: those two stay after the build. Building
+twice from one Job gives equal Analyses (tests/unit/metrics/test_job_resolve.py).
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ from llmdiag.diagnose.model.analysis import Aggregate, Analysis, AnalysisOptions
 if TYPE_CHECKING:
     from llmdiag.diagnose.model.analysis import JobCriticalPath, KernelViews
     from llmdiag.diagnose.model.manifest import Manifest
+    from llmdiag.diagnose.model.pipeline import PipelineResult
     from llmdiag.diagnose.model.skew import SkewResult
 
 
-def build_analysis(job: Job, *, name: str, opts: AnalysisOptions, version: str, whatif=None, runs=(),
-                   first_issues: list[Issue] | tuple = (), last_issues: list[Issue] | tuple = (),
+def build_analysis(job: Job, *, name: str, opts: AnalysisOptions, version: str, pipeline: PipelineResult | None = None,
+                   whatif=None, runs=(), first_issues: list[Issue] | tuple = (), last_issues: list[Issue] | tuple = (),
                    tracks: dict | None = None) -> Analysis:
-    """The Analysis of `job`, constructed once. `first_issues` / `last_issues` go before / after the Job's
-    and the step summary's (the runs line first, a stale manifest last, as every output has listed them);
-    `tracks`, when given, gets the job path's stretches (the timeline's job path track)."""
+    """The Analysis of `job`, constructed once. `pipeline`: the measured one as the replay completed it
+    (simulate/replay.py), else the Job's as measured. `first_issues` / `last_issues` go before / after the
+    Job's and the step summary's (the runs line first, a stale manifest last, as every output has listed
+    them); `tracks`, when given, gets the job path's stretches (the timeline's job path track)."""
+    pipeline = job.pipeline if pipeline is None else pipeline
     metrics = [o.metrics for o in job.ranks]
     source = os.path.abspath(job.source)
     agg = aggregate(metrics, job.manifest)
@@ -44,7 +49,7 @@ def build_analysis(job: Job, *, name: str, opts: AnalysisOptions, version: str, 
     return Analysis(
         source=source, name=name, trace_kind=trace_kind(metrics), world_size=job.world,
         layout=job.layout, manifest=job.manifest, ranks=metrics, ranks_missing=job.missing,
-        aggregate=agg, pipeline=job.pipeline, skew=skew_section(job, metrics, agg, moe),
+        aggregate=agg, pipeline=pipeline, skew=skew_section(job, metrics, agg, moe),
         issues=[*first_issues, *job.issues, *step_issues, *last_issues],
         options=dataclasses.replace(opts, bytes=sum(o.bytes_read for o in job.in_order)),
         llmdiag_version=version, ranks_duplicate=job.duplicates,
@@ -74,8 +79,7 @@ def kernel_views_section(job: Job) -> KernelViews | None:
 
 def job_path_section(job: Job, tracks: dict | None = None) -> tuple[JobCriticalPath | None, str]:
     """The job's critical path through its matched collectives (critical_path.py) and the note that says why
-    it is not stated (some rank event-sampled); (None, "") with one rank. The ranks' path hops are read here
-    and then released: the biggest per-rank arrays the coordinator holds, read by nothing after this."""
+    it is not stated (some rank event-sampled); (None, "") with one rank."""
     if len(job.in_order) < 2:
         return None, ""
     from llmdiag.diagnose.metrics.job.critical_path import job_critical_path, sampled_job_note, segment_tracks
@@ -83,8 +87,6 @@ def job_path_section(job: Job, tracks: dict | None = None) -> tuple[JobCriticalP
     segs: list | None = [] if tracks is not None else None  # the path's stretches: the timeline's job path track
     path = job_critical_path(job.in_order, job.shift_ns, job.collectives, segs)
     note = sampled_job_note(job.in_order)
-    for o in job.in_order:  # a release, not a write of data: nothing reads them after the path
-        o.path_hops = o.path_cuts = None
     if tracks is not None and segs:
         segment_tracks(segs, tracks, job.shift_ns)
     return path, note

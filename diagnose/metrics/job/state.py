@@ -8,10 +8,9 @@ instead of working it out again from the raw outputs, so a duplicate the gate ca
 them too, and every reader puts a rank on the same clock. The timeline reads the same shifts from
 `RankMetrics.clock_shift_ns`, written once by resolution from `shift_ns`.
 
-Frozen: no stage after resolution rebinds a field. The objects it holds (the outputs, the SkewResult, the
-PipelineResult) are not copied: sections read them; the one writer after resolution is the pipeline replay,
-which fills the measured PipelineResult's replay and predictions (simulate/replay.py) before the Analysis is
-built.
+Frozen: no stage after resolution rebinds a field, and none writes into what it holds (the outputs, the
+SkewResult, the PipelineResult): the sections and the replay that add to the skew or the pipeline do so on a
+copy. `release` drops the ranks' path hops once the Analysis is built (memory, not data).
 """
 
 from __future__ import annotations
@@ -63,6 +62,13 @@ class Job:
     skew: SkewResult | None = None
     pipeline: PipelineResult | None = None  # the pipeline measured (bubbles), before the replay completes it
     issues: list[Issue] = field(default_factory=list)  # what resolution found, in the order it found it
+
+    def release(self) -> None:
+        """Drops the ranks' path hops once the Analysis is built: the biggest per-rank arrays the coordinator
+        holds, read only by the job's critical path (sections.py), and kept alive through the rules by the
+        run's outputs otherwise. A release, not a write of data."""
+        for o in self.in_order:
+            o.path_hops = o.path_cuts = None
 
     def with_actions(self) -> list[RankOutput]:
         """The kept ranks with pipeline actions (parsed, or staged by resolution): what the what-if simulates;
