@@ -111,7 +111,7 @@ def resolve_job(outputs: list[RankOutput], man: Manifest | None, *, source: str,
     _drop_timelines([o.metrics for o in ranks])
     return Job(ranks, shift, missing, staged, chained, matched, pairs, bool(man and man.oversubscribed),
                in_order=good, source=source, manifest=man, world=world, duplicates=sorted(duplicates),
-               layout=layout, hosts=hosts, skew=sk, pipeline=pipeline, issues=issues)
+               layout=layout, hosts=hosts, offset_ns=offset, skew=sk, pipeline=pipeline, issues=issues)
 
 
 def _rank_warnings(good: list[RankOutput], issues: list[Issue]) -> None:

@@ -57,6 +57,9 @@ class Job:
     duplicates: list[int] = field(default_factory=list)  # ranks with several trace files, one kept
     layout: dict[str, int] | None = None  # parallel dims: manifest, process groups, DDP/FSDP ops, inferred pp
     hosts: dict[int, str] = field(default_factory=dict)  # rank -> host name ("" unknown)
+    # rank -> ns from the earliest rank's trace origin to its own (clock.py): what collectives are matched on;
+    # shift_ns adds the host skew the matching measured
+    offset_ns: dict[int, int] = field(default_factory=dict)
     # the skew of the matched collectives, alignment issues applied and send/recv pairs held; stragglers
     # by arrival only (the compute-excess ones are a section: sections.py), None with one rank and no p2p
     skew: SkewResult | None = None
