@@ -34,6 +34,7 @@ def _run(args: list[str]) -> tuple[float, float]:
 
 def measure(path: str, repeats: int = 5) -> dict:
     """Median wall and CPU of `analyze` without and with the report, and the median ratio over pairs."""
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="llmdiag-rc-") as out:
         j, h = os.path.join(out, "s.json"), os.path.join(out, "r.html")
         _run([path, "--no-report", "--json", j])  # the page cache, and the report's compiled templates
@@ -48,7 +49,7 @@ def measure(path: str, repeats: int = 5) -> dict:
     ratio = lambda k: statistics.median(b[k] / a[k] for a, b in zip(without, with_))
     return {"without_s": med(without, 0), "with_s": med(with_, 0), "ratio": ratio(0),
             "without_cpu": med(without, 1), "with_cpu": med(with_, 1), "ratio_cpu": ratio(1), "target": TARGET,
-            "report_bytes": size, "load": os.getloadavg()[0],
+            "report_bytes": size, "load_start": load0, "load": os.getloadavg()[0],
             "runs_without": [[round(x, 3) for x in r] for r in without],
             "runs_with": [[round(x, 3) for x in r] for r in with_]}
 
@@ -61,7 +62,7 @@ def line(m: dict, mb: float, what: str = "") -> str:
     return (f"report cost, {what}: analyze {m['without_s']:.2f} s, with the report {m['with_s']:.2f} s: ratio "
             f"{m['ratio']:.2f} wall, {m['ratio_cpu']:.2f} cpu ({m['without_cpu']:.2f} -> {m['with_cpu']:.2f} s; target "
             f"<= {m['target']:.2f}: {ok(m['ratio'])} / {ok(m['ratio_cpu'])}; {m['report_bytes'] / 1e3:.0f} kB of HTML; "
-            f"load {m['load']:.1f})")
+            f"load {m.get('load_start', m['load']):.1f} -> {m['load']:.1f})")
 
 
 def main(argv=None) -> None:

@@ -93,6 +93,10 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     groups = group_runs(all_outputs)
     picked = pick_runs(groups, run, src.path)
     seen = described(groups) if len(groups) > 1 else None  # once for every run analysed: `--run all` was quadratic
+    if seen is not None:  # what each run holds, from its ranks' metrics of the one parse (rules/other_runs.py)
+        from llmdiag.diagnose.rules.other_runs import digest_runs, run_lines
+
+        digest_runs(seen, groups)
     out = []
     for k in picked:
         outputs = groups[k]
@@ -110,11 +114,11 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
         if tracks is not None:
             tracks[name] = run_tracks
         stale = _stale(man_k) if man_k is not None else None  # marks the manifest: before the Analysis holds it
+        infos = seen.infos_for(k) if seen is not None else []
+        first = [Issue(src.path, t, None, "warning") for t in ([seen.message(k), *run_lines(infos)] if seen is not None else [])]
         analysis = build_analysis(
             job, name=name, opts=opts, version=__version__, pipeline=complete_from_job(job),
-            whatif=kineto_whatif(job), tracks=run_tracks,
-            runs=seen.infos_for(k) if seen is not None else (),
-            first_issues=[Issue(src.path, seen.message(k), None, "warning")] if seen is not None else (),
+            whatif=kineto_whatif(job), tracks=run_tracks, runs=infos, first_issues=first,
             last_issues=[Issue(src.path, stale, None, "warning")] if stale else ())
         job.release()
         del job

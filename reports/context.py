@@ -26,6 +26,7 @@ from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOT
 from llmdiag.diagnose.model.dims import layout_text
 from llmdiag.diagnose.model.names import demangle_many, short_names
 from llmdiag.diagnose.model.pack import file_schema
+from llmdiag.diagnose.model.runs import others_hint
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
 from llmdiag.reports import charts
 from llmdiag.reports.kernel_views import kernel_views
@@ -357,7 +358,7 @@ def build(a: Analysis) -> dict:
         "omitted": len(a.ranks) - len(idx), "dist": distributions(a, paths), "stepv": stepv, "steps": stepv["rows"],
         "comm": comm, "comm_units": comm_units([c for c in comm if c.busbw.v is not None]), "link_note": views.link_note(a), "p2p_note": views.comm_note(a), "kernels": kernel_rows(a),
         "memory": mem, "memory_units": memory_units(mem), "memory_series": shown_mem,
-        "pipe": pipeline_view(a), "facts": facts(a), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
+        "pipe": pipeline_view(a), "facts": facts(a), "runs_hint": others_hint(a.runs), "made_by": made_by(a), "warnings": warn[:200], "warnings_more": max(0, len(warn) - 200),
         "worst_overlap": worst, "last_arrivals": last, "skew": skew,
         "stragglers": views.stragglers(a)[:MAX_RANKS],
         "host_shift": sorted(skew.host_shift_ms.items())[:32] if skew else [], "hosts": views.hosts(a),

@@ -288,10 +288,10 @@ def _outputs(analysis, json_path, report_path, no_report, quiet, cross_check, ex
     json_path, report_path, timeline_path, tables_dir = (_run_path(p, analysis, several) for p in
                                                          (json_path, report_path, timeline_path, tables_dir))
     if analysis.runs:  # on stderr too: -q prints no terminal tables (nor issues)
-        from llmdiag.diagnose.model.runs import RUNS_PREFIX  # an input of one run has no such issue
+        from llmdiag.diagnose.model.runs import OTHER_RUN, RUNS_PREFIX  # an input of one run has no such issue
 
         for i in analysis.issues:
-            if i.message.startswith(RUNS_PREFIX):
+            if i.message.startswith((RUNS_PREFIX, OTHER_RUN)):  # the runs, then what the others hold
                 click.echo(printable(f"llmdiag: {i.file}: {i.message}"), err=True)
     analysis.provenance = provenance(click.get_current_context(), analysis)
     with frozen_heap():  # the analysis lives to the end: the collector need not rescan it while outputs are built

@@ -33,6 +33,11 @@ class _Group(click.Group):
             self.add_command(cmd)
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        _RAN[0] = cmd.name if cmd is not None else None  # the command this process runs, for `leave`
+        return name, cmd, rest
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -98,5 +103,57 @@ EXAMPLES = {
 }
 
 
+# The commands whose process leaves by `os._exit` (`leave`); `run` (the launcher: torch, signals, its workers'
+# process group) keeps Python's exit. `_RAN` holds the command this process ran.
+LEAVE_FAST = frozenset({"analyze", "check", "diff"})
+_RAN: list[str | None] = [None]
+
+
+def entry() -> None:
+    """The `llmdiag` process (its script and `python -m`): the command, its exit handlers, then out without the
+    interpreter's teardown. Freeing every module, array and summary object one by one at exit took ~13-16 ms of each
+    run on a quiet machine, 15-65 ms of wall under load (issue 37, docs/benchmarks.md "Seventh pass",
+    benchmarks/exit_cost.py); the kernel frees the process at once.
+    `main` itself stays a plain click group (tests and wrappers call it and catch its SystemExit)."""
+    try:
+        main()
+    except SystemExit as e:
+        leave(e.code)
+        raise
+    leave(0)
+
+
+def leave(code) -> None:
+    """`os._exit(code)` once nothing is left that Python's own exit would still do for the user: every output is
+    closed (the command returned), the exit handlers run here (the workers reaped, the code cache saved), and
+    the standard streams flushed. Returns instead (Python's exit follows) for a command not in LEAVE_FAST (or
+    none: `--help`, a usage error before one), a code that is not a number, a
+    thread that is not a daemon (Python would wait for it), a profiler or tracer (cProfile, coverage: they write
+    at teardown), torch loaded (`run`: its C++ teardown is left to it) and a stream that cannot be flushed (a
+    closed pipe: Python reports it)."""
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if (_RAN[0] not in LEAVE_FAST or not (code is None or type(code) is int) or sys.gettrace() is not None
+            or sys.getprofile() is not None or "torch" in sys.modules):
+        return
+    if threading is not None and any(t is not threading.main_thread() and t.is_alive() and not t.daemon
+                                     for t in threading.enumerate()):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        code = code or 120  # what Python exits with when it cannot flush stdout at exit
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

@@ -21,7 +21,7 @@ from llmdiag.diagnose.model.format import column_unit, fmt, fmt_gain, header_uni
 from llmdiag.diagnose.model.idle_view import IDLE_COLUMNS, IDLE_HEADER, IDLE_NOTE, idle_rows
 from llmdiag.diagnose.model.moe_view import MOE_RANK_HEADER, accum_cards, ep_groups_text, moe_cards, moe_rank_rows
 from llmdiag.diagnose.model.names import demangle_many
-from llmdiag.diagnose.model.runs import run_count
+from llmdiag.diagnose.model.runs import others_hint, run_count
 from llmdiag.diagnose.model.step_cap import note as step_note
 from llmdiag.diagnose.model.steps import step_span, steps_of
 from llmdiag.diagnose.model.views import DISTRIBUTIONS
@@ -64,8 +64,9 @@ def _run_of(a: Analysis) -> str:
     n = run_count(a.runs)
     others = [str(r.number) for r in a.runs if not r.analysed]
     named = f"run {', '.join(others)}" if n <= 4 else f"the other {n - 1} runs"
+    hint = f"; outlier steps there: {h} (see the issues)" if (h := others_hint(a.runs)) else ""
     return (f"; run {cur.number} of {n} in this input (started {printable(cur.start) or 'at an unknown time'}"
-            + (f"; not analysed: {named}, `--run N` or `--run all`" if n > 1 else "") + ")")
+            + (f"; not analysed: {named}, `--run N` or `--run all`{hint}" if n > 1 else "") + ")")
 
 
 def _ranks(a: Analysis) -> str:

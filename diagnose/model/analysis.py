@@ -21,6 +21,7 @@ from llmdiag.diagnose.model.optimizer import OptimizerStep
 from llmdiag.diagnose.model.ddp_copies import DdpCopies
 from llmdiag.diagnose.model.recompute import Recompute
 from llmdiag.diagnose.model.data_movement import DataMovement
+from llmdiag.diagnose.model.norm_fusion import NormFusion
 from llmdiag.diagnose.model.graph_replay import GraphReplays
 from llmdiag.diagnose.model.outlier_steps import CollectiveRepeat, OutlierStepOps
 from llmdiag.diagnose.model.critical_path import CriticalPath, JobCriticalPath, RankCriticalPath
@@ -212,6 +213,7 @@ class RankMetrics:
     optimizer: OptimizerStep | None = None  # the optimizer step's span and device idle (metrics/rank/optimizer_step.py)
     ddp_copies: DdpCopies | None = None  # DDP's copies of gradients into/out of buckets (metrics/rank/ddp_copies.py)
     data_movement: DataMovement | None = None  # data-movement kernels per family (metrics/rank/data_movement.py)
+    norm_fusion: NormFusion | None = None  # normalization kernels and their chained pointwise ones (metrics/rank/norm_fusion.py)
     graph_replays: GraphReplays | None = None  # device idle inside CUDA-graph replays (metrics/rank/graph_replay.py)
     held_reads: HeldReads | None = None  # small device-to-host reads that held the host (metrics/rank/held_reads.py)
     recompute: Recompute | None = None  # activation checkpointing's recomputed forward (metrics/rank/recompute.py)

@@ -16,7 +16,7 @@ from llmdiag.diagnose.rules.comm_latency import comm_latency_bound
 from llmdiag.diagnose.rules.host import (allocator_churn, contaminated_timings, dataloader, exposed_memcpy,
                                  host_bound, host_sync)
 from llmdiag.diagnose.rules.precision import fp32_gemm
-from llmdiag.diagnose.rules.fusion import unfused_elementwise
+from llmdiag.diagnose.rules.fusion import norm_fusion, unfused_elementwise
 from llmdiag.diagnose.rules.profiler import profiler_overhead
 from llmdiag.diagnose.rules.memory import memory_near_capacity, memory_unused
 from llmdiag.diagnose.rules.moe import moe_cross_node, moe_exposed_a2a, moe_imbalance
@@ -43,7 +43,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("moe_imbalance", moe_imbalance), ("moe_exposed_a2a", moe_exposed_a2a), ("moe_cross_node", moe_cross_node),
     ("accum_fsdp_regather", accum_fsdp_regather),
     ("host_op_stall", host_op_stall),
-    ("unfused_elementwise", unfused_elementwise), ("profiler_overhead", profiler_overhead),
+    ("unfused_elementwise", unfused_elementwise), ("norm_fusion", norm_fusion), ("profiler_overhead", profiler_overhead),
     ("comm_codec", comm_codec),
     ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
     ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
@@ -52,6 +52,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("graph_replay_idle", graph_replay_idle), ("held_read", held_read),
     ("activation_recompute", __import__("llmdiag.diagnose.rules.recompute", fromlist=["x"]).activation_recompute),
     ("data_movement", __import__("llmdiag.diagnose.rules.data_movement", fromlist=["x"]).data_movement),
+    ("cold_capture", __import__("llmdiag.diagnose.rules.cold_capture", fromlist=["x"]).cold_capture),
 ]
 
 

@@ -294,21 +294,25 @@ def low_busbw(c: Ctx) -> list[Finding]:
                 continue
             groups.setdefault((cc.kind, cc.pg), []).append((r, cc))
     out = []
+    waits, late = _peer_waits(c), _late(c)
     for (kind, pg), xs in groups.items():
-        bw = statistics.fmean(cc.busbw_gbps for _, cc in xs)
+        judged = _transfer_rows(xs, waits, late)
+        bw = statistics.fmean(cc.busbw_gbps for _, cc in judged)
         if bw >= 0.5 * ref:
             continue
         target = 0.8 * ref
-        gain = statistics.fmean(min((cc.total_ms - cc.overlapped_ms) / r.nsteps, held_now(r, cc))
-                                for r, cc in xs) * (1 - bw / target)
+        gain = statistics.fmean(min(max(0.0, (cc.total_ms - cc.overlapped_ms) / r.nsteps - waits.get(r.rank, 0.0)),
+                                    held_now(r, cc)) for r, cc in xs) * (1 - bw / target)
         floor = 0.01 * statistics.fmean(r.step_time_ms for r, _ in xs)
-        later = later_bound(xs, bw, target) if gain < floor else None
+        later = later_bound(judged, bw, target) if gain < floor else None
         if gain < floor and (later is None or later < floor):  # off the critical path: a slow link that nothing
             continue  # waits on costs nothing (unless the host sets the step: then it may once that is fixed)
         where = (f"≈ {fmt(lp.busbw_gbps, 'gbps')} achievable on {c.device} ({lp.link})" if known else
                  f"{fmt(ref, 'gbps')}: the traces do not say whether the group spans nodes, so it is judged "
                  f"against the lower of {c.device}'s {fmt(lp.busbw_gbps, 'gbps')} ({lp.link}) and one 200 Gb/s NIC")
-        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {plural(len(xs), 'rank')}, messages "
+        over = (f"{plural(len(judged), 'rank')}" if judged is xs else
+                f"straggler rank(s) {ranges([r.rank for r, _ in judged])}: its peers' kernels also hold their wait for it")
+        ev = (f"{kind}{f' on pg {pg!r}' if pg else ''}: busbw {fmt(bw, 'gbps')} (mean over {over}, messages "
               f"≥ 4 MiB) vs {where} ({fmt(bw / ref, 'pct')})")
         act = ("check the topology (`nvidia-smi topo -m` / `rocm-smi --showtopo`: the fabric, not PCIe/SYS, between "
                "the group's GPUs), `NCCL_DEBUG=INFO` for the transport (and the NIC for groups across nodes), unset "
@@ -330,3 +334,12 @@ def low_busbw(c: Ctx) -> list[Finding]:
                              events=["collective kernels with message sizes (In/Out msg nelems, dtype, Group size)",
                                      "deviceProperties.name"]))
     return out
+
+
+def _transfer_rows(xs: list, waits: dict[int, float], late: list[int]) -> list:
+    """The (rank, collectives) rows whose kernel time is the transfer: where a straggler finding fires, its peers'
+    kernels also hold their wait for it (bytes over that time read as a slow link), so the bandwidth is judged on
+    the straggler's own rows, which wait least; all rows otherwise, or where the straggler has none. The gain
+    takes each rank's exposed wait out as the exposed rules do: a faster link does not shorten a wait."""
+    own = [x for x in xs if x[0].rank in late] if waits else []
+    return own or xs

@@ -1,13 +1,20 @@
-"""Fusion rule: unfused elementwise kernels (eager RMSNorm, rotary, activations, casts) take a large share of the
-GPU's compute, each reading and writing its tensor where a fused kernel would do it once."""
+"""Fusion rules: unfused elementwise kernels (eager RMSNorm, rotary, activations, casts) take a large share of the
+GPU's compute (`unfused_elementwise`), or pointwise kernels chained to normalization kernels sit on the path of
+the step (`norm_fusion`): each reads and writes its tensor where a fused kernel would do it once."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import re
+
 from llmdiag.diagnose.model import stats as statistics
-from llmdiag.diagnose.model.analysis import Finding
+from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural
 import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, severity_for
+from llmdiag.diagnose.rules.precision import fp32_gemm
+from llmdiag.diagnose.metrics.rank.critical_path.after_fix import STEP, WANT
 
 ELEMENTWISE_FLOOR = 0.40  # share of compute kernel time: eager transformer training spends ~15-30 % there
 MIN_KERNELS = 100  # per step: many...
@@ -57,3 +64,118 @@ def unfused_elementwise(c: Ctx) -> list[Finding]:
                       f"{c.dev} compute", ev, [r.rank for r in bad], [], act, eg, gain,
                       "ranks[].hints.elementwise_frac", gain_kind="bound",
                       events=["elementwise/reduce kernels", "launching aten ops (innermost cpu_op around the launch)"])]
+
+
+NORM_FLOOR = 0.03  # of the step (now, or the step once a removable bound is fixed): the medium grade's floor
+NORM_MIN_MS = 0.5  # normalization kernels per step below this: no normalization chain worth a finding
+NORM_SIM = "norm_fusion"  # RankMetrics.simulated_gain_ms key (critical_path/simulate.py), and after_fix's candidate
+
+
+def _elementwise_ranks(c: Ctx) -> set[int]:
+    """Ranks the `unfused_elementwise` finding counts (its kernels include the chains' adds and muls)."""
+    return {r for f in unfused_elementwise(c) for r in f.evidence.ranks}
+
+
+def _norm_after(r: RankMetrics) -> tuple[float, float] | None:
+    """(ms the fusion takes off once the removable bounds are fixed, the step then) where simulated."""
+    after = after_fix.after_fix_ms(r, NORM_SIM)
+    if after is None:
+        return None
+    then = r.simulated_gain_ms.get(STEP) or r.step_time_ms - r.simulated_gain_ms.get(WANT, 0.0)
+    return after, then
+
+
+BN_NAME = re.compile(r"\bbn_(fw|bw)_|batch_?norm", re.I)
+
+
+def _norm_action(kernel: str, training: bool | None) -> str:
+    """torch.compile always; conv-BN folding for a BatchNorm only where the capture does not train (training
+    BatchNorm needs its batch statistics); a fused add+norm kernel for the other normalizations (transformers)."""
+    act = ("fuse the normalization with its neighbours: `torch.compile(model)` (Inductor folds ReLU, the residual "
+           "add and their backward into the normalization's own reads and writes)")
+    if not BN_NAME.search(kernel[:300]):
+        return act + "; or a fused add+LayerNorm / RMSNorm kernel (Apex/TE/Liger `FusedAddRMSNorm`-style)"
+    if training is False:
+        return act + ("; for inference, fold BatchNorm into the convolution (`torch.fx` conv-BN fusion, "
+                      "`torch.ao.quantization.fuse_modules`)")
+    return act
+
+
+def _short(kernel: str) -> str:
+    """A kernel's name without its `void ` and arguments, at most 80 characters."""
+    return kernel.removeprefix("void ").split("(")[0][:80]
+
+
+def _after_text(bad: list[RankMetrics], short: bool = False) -> str:
+    """The gain once the removable bounds are fixed, where after_fix.clause leaves it out because it is small
+    against today's step (it is judged against the step then, NORM_FLOOR)."""
+    rows = [(r, a) for r in bad if (a := _norm_after(r)) is not None and a[1] > 0 and a[0] >= NORM_FLOOR * a[1]]
+    if not rows:
+        return ""
+    r, (ms, then) = max(rows, key=lambda p: p[1][0] / p[1][1])
+    names = " and ".join(after_fix.NAMES[b].split(" (")[0] if short else after_fix.NAMES[b]
+                         for b in after_fix.bounds_of(r))
+    verb = "sets" if len(after_fix.bounds_of(r)) == 1 and after_fix.bounds_of(r)[0] not in after_fix.PLURAL else "set"
+    return (f"; {fmt(ms, 'ms')} per step once {names} no longer {verb} the step ({fmt(ms / then, 'pct')} of the "
+            f"{fmt(then, 'ms')} step then; simulated on rank {r.rank}'s dependency graph, assuming it is fixed first)")
+
+
+def _norm_qualifies(r: RankMetrics) -> bool:
+    nf = r.norm_fusion
+    now = r.simulated_gain_ms.get(NORM_SIM)
+    if nf is None or now is None or nf.norm_ms < NORM_MIN_MS or r.step_time_ms <= 0:
+        return False
+    if now >= NORM_FLOOR * r.step_time_ms:
+        return True
+    aft = _norm_after(r)
+    return aft is not None and aft[1] > 0 and aft[0] >= NORM_FLOOR * aft[1]
+
+
+def norm_fusion(c: Ctx) -> list[Finding]:
+    """Normalization kernels with pointwise kernels chained to them (metrics/rank/norm_fusion.py) whose fusion
+    shortens the step by ≥ NORM_FLOOR of it, now or once a removable bound (DataLoader, allocator) is fixed. The
+    precondition is the rank's dependency graph's: the gain is simulated there (the chain pointwise kernels
+    shortened by what fusion removes), so a step the host or a collective sets gives little or nothing. The
+    gain is an estimate (the bytes model of metrics/rank/norm_fusion.py); the normalization kernels' own time is
+    not counted. Ranks the `unfused_elementwise` finding counts are left to it (the same adds and muls)."""
+    skip = _elementwise_ranks(c)
+    bad = [r for r in c.ranks if r.trace_kind == "gpu" and r.rank not in skip and _norm_qualifies(r)]
+    if not bad:
+        return []
+    gain = statistics.fmean(r.simulated_gain_ms[NORM_SIM] for r in bad)
+    w = max(bad, key=lambda r: r.simulated_gain_ms[NORM_SIM] / r.step_time_ms)
+    nf = w.norm_fusion
+    assert nf is not None
+    ops = ", ".join(f"`{k}` {fmt(v, 'ms')}" for k, v in nf.ops.items())
+    lib = "PyTorch's native kernel" if nf.native else "the library's kernel"
+    ev = (f"rank {w.rank}: {fmt(nf.norm_count, 'int')} normalization kernels per step take {fmt(nf.norm_ms, 'ms')} "
+          f"({fmt(nf.norm_ms / w.compute_ms if w.compute_ms else 0.0, 'pct')} of {fmt(w.compute_ms, 'ms')} compute; "
+          f"`{_short(nf.norm_kernel)}` the longest, {fmt(nf.norm_kernel_ms, 'ms')}, {lib}), and "
+          f"{fmt(nf.pointwise_count, 'int')} pointwise kernels per step run right before or after them on the same "
+          f"stream, {fmt(nf.unary_ms + nf.binary_ms, 'ms')} per step (by launching op: {ops}), each reading and "
+          f"writing again a tensor the normalization reads or writes; {fmt(nf.saved_ms, 'ms')} per step of their device time "
+          f"is what fusion removes (estimate: one-input ops all of it, two-input ops 2/3: the second operand is "
+          f"still read); on the rank's dependency graph with that time removed the step shortens by "
+          f"{fmt(w.simulated_gain_ms[NORM_SIM], 'ms')} ({plural(len(bad), 'rank')})")
+    after = (bad, NORM_SIM, "the chain pointwise kernels shortened by what fusion removes")
+    said = after_fix.clause(*after)
+    ev += said or _after_text(bad)
+    halves = any(w.rank in f.evidence.ranks for f in fp32_gemm(c))
+    if halves:  # graded by what is left after the larger fix: both apply, and the autocast one comes first
+        ev += (". The rank also runs fp32 GEMMs (the fp32 finding): under its autocast these kernels move 16-bit "
+               "tensors, and this gain about halves; the severity is graded by that half")
+    act = _norm_action(nf.norm_kernel, c.training)
+    if nf.native and BN_NAME.search(nf.norm_kernel[:300]):
+        act += ("; the BatchNorm itself runs PyTorch's native kernel: cuDNN's/MIOpen's (PyTorch hands bf16 BatchNorm "
+                "to MIOpen only in recent ROCm releases) or the compiled one may be faster, not counted here")
+    eg = c.gain_text(gain, "simulated on the rank's dependency graph with the chain pointwise kernels shortened by what "
+                     "fusion is estimated to remove (one-input ops wholly, two-input ops by 2/3), every later op as "
+                     "early as its own dependencies allow; the normalization kernels' own time not counted; mean over "
+                     "those ranks" + (after_fix.clause(*after, short=True) or _after_text(bad, short=True)))
+    f = c.finding(NORM_SIM, severity_for(gain, c.step_ms), f"Normalization and pointwise kernels run unfused on "
+               f"the {c.dev}'s path", ev, [r.rank for r in bad], [], act, eg, gain,
+               "ranks[].norm_fusion", gain_kind="estimate",
+               events=["normalization kernels", "pointwise kernels beside them on their stream",
+                       "launching aten ops (innermost cpu_op around the launch)"])
+    # the gain another finding's fix also shrinks is graded by what remains after it (docs: Severity)
+    return [dataclasses.replace(f, severity=severity_for(gain / 2, c.step_ms)) if halves and gain else f]

@@ -292,7 +292,7 @@ def host_op_stall(c: Ctx) -> list[Finding]:
     others = "; also " + ", ".join(f"`{short(x.op, 60)}` {fmt(x.idle_ms, 'ms')}" + (f" (step {x.step})" if x.step >= 0
                                                                                      else "") for x in held[1:4]) \
         if len(held) > 1 else ""
-    where = (f"{fmt(single_op_ms(r, True), 'ms')} per step over the {r.nsteps} profiled steps, in "
+    where = (f"{fmt(single_op_ms(r, True), 'ms')} per step over the {plural(r.nsteps, 'profiled step')}, in "
              f"{plural(len(steps), 'step')}" if steps else f"{fmt(single_op_ms(r, True), 'ms')} in all")
     bare = s.unrecorded_ms >= COVER * s.idle_ms  # the idle fits in a stretch of the op with nothing recorded
     ev = (f"rank {r.rank}: the {c.dev} is idle {fmt(s.idle_ms, 'ms')} {in_step(s.step)} while the host runs "

@@ -124,6 +124,8 @@ def pieces(a: Analysis, f: Finding) -> Pieces:
         return {("runtime", WHOLE): g}
     if f.id == "pageable_copy":
         return {("runtime", "pageable"): g}
+    if f.id == "held_read":  # the device's idle after the drain, before the host's next launches: host-bound idle
+        return {("host_rest", WHOLE): g}
     if f.id == "stragglers":
         return _stalls(a, f, g)
     if f.id == "outlier_steps":  # its idle part, inside host_bound's mean (rules/outlier_steps.py)

@@ -95,8 +95,9 @@ def test_alltoall_16rank_queued_idle_is_not_host_bound():
 
 
 def test_single_gpu_without_comm_is_quiet():
-    # fp32 ResNet training on a V100: only the fp16 advice (tests/real/test_findings_real_precision.py)
-    assert _loud("hta/ns_resolution_rank-0.pt.trace.json.gz") == ["fp32_gemm"]
+    # fp32 ResNet training on a V100: the fp16 advice (tests/real/test_findings_real_precision.py) and the fusion of
+    # BN's ReLU/add neighbours on its 99 %-busy device (truth B3 problem 2; tests/expert/expectations_fusion.py)
+    assert _loud("hta/ns_resolution_rank-0.pt.trace.json.gz") == ["fp32_gemm", "norm_fusion"]
 
 
 @pytest.mark.parametrize("rel,more", [("hta/cpu_only_rank-34.pt.trace.json.gz", ["comm_latency_bound", "outlier_steps"]),
@@ -213,14 +214,15 @@ def test_roles_come_from_evidence_not_defaults():
 
 def test_mi250_first_launch_is_named_not_fused():
     """The toy's 6.5 ms `hipLaunchKernel` (the first `aten::add_` launch: code loading) holds most of the idle of
-    step 1: named as one host call, its idle not counted as launch-bound. What is left, 7 kernels per step each
+    step 1: named as one host call, its idle not counted as launch-bound. What is left, 14 kernels per step each
     behind ~130 µs of host (an eager op's dispatch), is no host_bound claim (the expert: a toy)."""
     rel = "hta/amd_mi250_minitoy.json.gz"
     f = _f(rel, "host_op_stall")
     assert "`hipLaunchKernel` (under `aten::add_`" in f.evidence.text and f.evidence.steps == [1]
     assert f.severity == "low" and f.gain_ms is None  # a warm-up cost: nothing to gain in steady state
     r = _a(rel).ranks[0]
-    assert r.hints.kernels_per_step < 50 and r.idle.host_bound_ms - 3.0 < 0.2 * r.hints.kernels_per_step
+    once = r.idle.stretches[0].idle_ms / r.nsteps  # the first launch, per step (one step: #2 is the profiler's stop)
+    assert r.hints.kernels_per_step < 50 and r.idle.host_bound_ms - once < 0.2 * r.hints.kernels_per_step
     assert "host_bound" not in _ids(rel)
 
 

@@ -64,7 +64,11 @@ def test_v100_resnet_fp32_gets_fp16_advice():
     rel = "hta/ns_resolution_rank-0.pt.trace.json.gz"
     (r,) = _a(rel).ranks
     assert r.hints.fp32_gemm_frac == pytest.approx(_sgemm_share(REAL / rel, convs=True), abs=0.05)
-    assert [f.id for f in _a(rel).findings if f.severity in ("high", "medium")] == ["fp32_gemm"]
+    # and the BN chains' fusion (truth B3 problem 2, tests/expert/expectations_fusion.py): nothing else
+    assert [f.id for f in _a(rel).findings if f.severity in ("high", "medium")] == ["fp32_gemm", "norm_fusion"]
+    # graded by the half left after the fp32 finding's autocast: ~10 % of the step now, medium (the truth: 5-10 ms)
+    nf = next(f for f in _a(rel).findings if f.id == "norm_fusion")
+    assert nf.gain_ms / _a(rel).ranks[0].step_time_ms >= 0.10 and nf.severity == "medium"
 
 
 def test_bf16_mi300_and_b200_are_silent():

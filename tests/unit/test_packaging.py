@@ -37,7 +37,7 @@ def test_only_llmdiag_at_the_top(wheel):
     assert {t for t in tops if not t.endswith(".dist-info")} == {"llmdiag"}
     info = next(t for t in tops if t.endswith(".dist-info"))
     assert wheel.read(f"{info}/top_level.txt").decode().split() == ["llmdiag"]
-    assert "llmdiag = llmdiag.diagnose.cli.main:main" in wheel.read(f"{info}/entry_points.txt").decode()
+    assert "llmdiag = llmdiag.diagnose.cli.main:entry" in wheel.read(f"{info}/entry_points.txt").decode()
 
 
 def test_the_card_folders_are_inside_it(wheel):

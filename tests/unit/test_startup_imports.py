@@ -84,7 +84,7 @@ def test_analyze_raises_the_collectors_first_threshold(tmp_path):
     code = ("import gc, json, runpy, sys\nraised = []\n"
             "gc.callbacks.append(lambda p, i: p == 'start' and gc.get_threshold()[0] > 700 and raised.append(i))\n"
             "sys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('GC', json.dumps([gc.get_threshold(), len(raised)]))")
     argv = ["analyze", str(tmp_path / "run"), "-q", "-j", "1", "--json", str(tmp_path / "s.json"),

@@ -54,7 +54,7 @@ def test_patterns_a_trace_never_searches_stay_uncompiled(tmp_path):
             str(tmp_path / "s.json"), "--report", str(tmp_path / "r.html")]
     code = ("import importlib, json, runpy, sys\npins = json.loads(sys.argv[2])\n"
             "sys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "from llmdiag.diagnose.model.lazy_re import compiled\n"
             "print('LAZY', json.dumps({f'{m}.{n}': compiled(getattr(importlib.import_module(m), n)) for m, n in pins}))")

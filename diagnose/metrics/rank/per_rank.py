@@ -55,8 +55,10 @@ from llmdiag.diagnose.metrics.rank.optimizer_step import optimizer_step
 from llmdiag.diagnose.metrics.rank.ddp_copies import ddp_copies
 from llmdiag.diagnose.metrics.rank.recompute import recompute
 from llmdiag.diagnose.metrics.rank.data_movement import data_movement
+from llmdiag.diagnose.metrics.rank.norm_fusion import norm_fusion
 from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
+from llmdiag.diagnose.metrics.rank.critical_path.held_read_sim import held_read_gain
 from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
 from llmdiag.diagnose.metrics.rank.critical_path.after_fix import after_fix_gains
@@ -180,12 +182,15 @@ def _run(job: RankJob) -> RankOutput:
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
     profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
     elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
+    metrics.norm_fusion = norm_fusion(t, wins)  # normalization chains (rules/fusion.py); before `want`: simulated
     p2p, no_peers = p2p_records(t, wins)
     props = t.meta.get("deviceProperties")
     device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
     want = wanted(metrics) | after_wanted(metrics.hints.device_idle_frac)  # after_fix: metrics/rank/critical_path/after_fix.py
-    cp.send((want, p2p, device))  # what the what-ifs and hops need from here
+    reads: list[int] = []  # the held reads' holding calls, for their what-if (critical_path/held_read_sim.py)
+    metrics.held_reads = held_reads(t, wins, reads)  # small device-to-host reads holding the host (rules/held_reads.py)
+    cp.send((want, p2p, device, reads))  # what the what-ifs and hops need from here
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
         actions, links = infer_actions(t, wins, p2p, no_peers)
@@ -199,7 +204,6 @@ def _run(job: RankJob) -> RankOutput:
     metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
     metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
     metrics.recompute = recompute(t, wins)  # activation checkpointing's recomputed forward (issue #34, actckpt)
-    metrics.held_reads = held_reads(t, wins)  # small device-to-host reads holding the host (rules/held_reads.py)
     metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
     metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
@@ -235,9 +239,10 @@ def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
     per_step, rank_cp = step_paths(t, wins, job.hta_compat, cp_track, walker)
     row_ev: list[int] = []
     collectives = collective_records(t, wins, groups, row_ev)
-    want, p2p, device = get()
+    want, p2p, device, reads = get()
     gains = simulated_gains(t, wins, gemm_speedup(device)[0], groups, want,
                             walker[0].g if walker else None)  # what-ifs on the path's graph
+    gains.update(held_read_gain(t, wins, reads, walker[0].g if walker else None))  # the held reads' waits gone
     gains.update(after_fix_gains(t, wins, gemm_speedup(device)[0], want, walker[0].g if walker else None))
     rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
     hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None

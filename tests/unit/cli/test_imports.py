@@ -40,7 +40,7 @@ ONE_RANK_UNNEEDED = tuple(f"{D}.{m}" for m in (
 def _modules(tmp_path: Path, *argv: str) -> set[str]:
     """The modules loaded once `llmdiag *argv` has run (it must exit 0) in a fresh interpreter."""
     code = ("import json, runpy, sys\nsys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('MODULES', json.dumps(sorted(sys.modules)))")
     p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120,
@@ -102,7 +102,7 @@ def test_each_command_help_keeps_its_examples(cmd):
 def _threads_after(tmp_path: Path, env: dict, *argv: str) -> tuple[int, str | None]:
     """(threads alive, OPENBLAS_NUM_THREADS as the process sees it) once `llmdiag *argv` has run with `env`."""
     code = ("import json, os, runpy, sys\nsys.argv = ['llmdiag', *json.loads(sys.argv[1])]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('THREADS', json.dumps([len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS')]))")
     p = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120,

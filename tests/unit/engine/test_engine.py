@@ -68,7 +68,7 @@ def test_no_progress_off_a_terminal_and_no_dask_import(tmp_path):
     imported by an analysis that does not ask for them (import time is every run's fixed cost)."""
     d = _folder(tmp_path / "run")
     code = ("import sys, runpy; sys.argv = ['llmdiag', 'analyze', %r, '--no-report', '--json', %r]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('LOADED', sorted(m for m in ('dask', 'distributed', 'rich') if m in sys.modules))"
             % (str(d), str(tmp_path / "s.json")))

@@ -150,6 +150,7 @@ def test_step_without_gpu_work_uses_host_span_and_warns(tmp_path):
     b.step(1, 0, 1000)
     b.kernel("void k()", 100, 300, launch_at=10)
     b.step(2, 1000, 1500)  # launches nothing
+    b.cpu_op("aten::empty", 1100, 20)  # host work: an iteration (an empty last step is the profiler's stop)
     r = one(tmp_path, b)
     assert [s.time_ms for s in r.steps] == [approx(0.3), approx(0.5)]
     assert r.steps[1].idle_ms == approx(0.5)

@@ -79,8 +79,9 @@ def test_packed_summary_round_trips_and_stays_small(big, tmp_path):
     d = big.to_dict()
     raw = summary_bytes(d)
     # per rank: 16,384 ranks in ≤ 47.5 MB, under the ladder's 64 MB target (benchmarks/ladder.py); 2,800 until the
-    # simulated gains, the launch waits and the fp32-convolution hints joined every rank (2,851 measured)
-    assert len(raw) <= 2900 * N
+    # simulated gains, the launch waits and the fp32-convolution hints joined every rank (2,851 measured); 2,900
+    # until `norm_fusion` (null on these ranks: ~4 bytes each; 2,904 measured)
+    assert len(raw) <= 2910 * N
     packed = orjson.loads(raw)
     assert packed["schema_version"] == 3 and packed["encoding"] == "columnar"
     back = unpack(packed)

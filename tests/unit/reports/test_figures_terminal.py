@@ -96,7 +96,7 @@ def test_quiet_analysis_does_not_import_rich(tmp_path):
     src = _folder(tmp_path / "run")
     root = Path(__file__).resolve().parents[3]
     code = ("import sys, runpy; sys.argv = ['llmdiag', 'analyze', %r, '--no-report', '-q', '--json', %r]\n"
-            "try:\n    runpy.run_module('llmdiag.diagnose.cli.main', run_name='__main__')\n"
+            "try:\n    from llmdiag.diagnose.cli.main import main\n    main()  # not entry(): it leaves by os._exit\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('RICH', 'rich' in sys.modules)" % (str(src), str(tmp_path / "out.json")))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,

@@ -67,7 +67,10 @@ def test_held_read_names_the_read_its_hold_and_the_starved_device(tmp_path):
     assert h.copy_us == pytest.approx(2.0) and h.copy_bytes == 704
     assert h.stack == ["aten::to", "## sparse_data_dist ##"]
     f = got["held_read"]
-    assert f.gain_ms == pytest.approx(1.448, abs=1e-6) and f.gain_kind == "bound"
+    # the same idle read as the refill (copy end to the first op launched after the return); the graph is not
+    # simulated here (a 1.45-ms unprofiled host gap per step: sim_graph.unexplained_share), so an estimate
+    assert h.refill_ms == pytest.approx(1.448, abs=1e-6) and h.all_refill_ms == pytest.approx(1.448, abs=1e-6)
+    assert f.gain_ms == pytest.approx(1.448, abs=1e-6) and f.gain_kind == "estimate"
     assert "704 B, 2.0 µs of copy" in f.evidence.text and "7.95 ms per step" in f.evidence.text and "`aten::to` ← `## sparse_data_dist ##`" in f.evidence.text
     assert "not for the copy" in f.action and "sparse_data_dist" in f.action
 

@@ -15,7 +15,7 @@ The scenario: the bound's host time goes (the chain edges inside its ops' spans 
 edges into their ends are removed), alone and together with each candidate edit. The candidate's gain after the
 fix is (gain of both) − (gain of the fix alone): the step the fix leaves, shortened by the candidate. Keys in
 RankMetrics.simulated_gain_ms: "after_fix:<bound>" (each bound's fix alone), "after_fix" (all material bounds
-fixed together), "after_fix:step_ms" (the step then), "after_fix/<candidate>" ("fp32_gemm/<speed-up>", "data_movement:<family>", "elementwise"). A bound whose fix
+fixed together), "after_fix:step_ms" (the step then), "after_fix/<candidate>" ("fp32_gemm/<speed-up>", "data_movement:<family>", "elementwise", "norm_fusion"). A bound whose fix
 alone takes less than MIN_SHARE of the step in most steps is not assumed fixed (it does not set the step: an
 allocator storm in one outlier step is that step's, the allocator finding's). A step freed of its bound is at
 least its device's work (`_Scenarios.floor`): the graph holds only the syncs the trace showed, and a host with no
@@ -35,6 +35,7 @@ from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import UNEXPLAINED_SH
 from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator
 from llmdiag.diagnose.metrics.rank.data_movement import family_kernels
 from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts, is_elementwise
+from llmdiag.diagnose.metrics.rank.norm_fusion import chain_kernels, fused_weights
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
@@ -176,6 +177,9 @@ def after_fix_gains(t: RankTrace, wins, speedup: float, want: set[str], graph=No
     for key, nodes, factor in _candidates(t, wins, speedup, want, pos):
         both = sc.gains(_merge(fixed, sim.w, sim.scaled(nodes, factor)))
         out[f"{WANT}/{key}"] = round(max(float((both - base).mean()), 0.0) / NS_PER_MS, 3)
+    if "fusion" in want and (nf := chain_kernels(t, wins)) is not None and len(nf[1]) + len(nf[2]):
+        both = sc.gains(_merge(fixed, sim.w, fused_weights(sim, pos[nf[1]][pos[nf[1]] >= 0], pos[nf[2]][pos[nf[2]] >= 0])))
+        out[f"{WANT}/norm_fusion"] = round(max(float((both - base).mean()), 0.0) / NS_PER_MS, 3)
     return out
 
 

@@ -42,6 +42,7 @@ from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, S
                                                                Graph, build)
 from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, with_queue_edges,
                                                                    unexplained_share)
+from llmdiag.diagnose.metrics.rank.norm_fusion import chain_kernels, fused_weights
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.metrics.rank.sets import median  # np.median without its numpy.ma import (~7 ms)
 from llmdiag.diagnose.model.format import NS_PER_MS
@@ -306,6 +307,8 @@ def wanted(m) -> set[str]:
         out.add("sync")
     if m.exposed_comm_ms > 0:
         out.add("comm")
+    if m.norm_fusion is not None and m.norm_fusion.saved_ms > 0:
+        out.add("fusion")  # the chain pointwise kernels fused into their normalization (metrics/rank/norm_fusion.py)
     return out
 
 
@@ -340,6 +343,8 @@ def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = No
     f32 = pos[f32][pos[f32] >= 0] if len(f32) else f32
     if len(f32) and speedup > 1:
         run(f"fp32_gemm/{speedup:g}", sim.scaled(f32, 1.0 / speedup))
+    if "fusion" in want and (nf := chain_kernels(t, wins)) is not None and len(nf[1]) + len(nf[2]):
+        run("norm_fusion", fused_weights(sim, pos[nf[1]][pos[nf[1]] >= 0], pos[nf[2]][pos[nf[2]] >= 0]))
     if "sync" in want and (sim.recorded_syncs() & sim.in_win).any():
         run("host_sync", sim.without_syncs())
     comm = (np.flatnonzero(g.device & (t.kind[g.ev] == COMM)) if t.kind is not None and "comm" in want
