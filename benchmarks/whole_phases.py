@@ -62,7 +62,8 @@ def wrap(mod, name, label):
             acc[label] = acc.get(label, 0.0) + T() - s
     setattr(mod, name, timed)
 wrap(an, "run_jobs", "parse + per-rank metrics")
-wrap(an, "assemble", "cross-rank assembly")
+wrap(an, "resolve_job", "cross-rank assembly")  # resolution and the build: what `assemble` was
+wrap(an, "build_analysis", "cross-rank assembly")
 wrap(rules, "findings", "rules")
 wrap(ca, "json_safe", "summary bytes")
 wrap(ca, "write_json", "summary write")

@@ -1,7 +1,9 @@
 """`analyze`: a run folder or trace folder in, the typed Analysis (with its findings) out.
 
 The stages in order: discover the files (io), parse each rank on the engine (diagnose.engine: the local
-process pool, or Dask; only summaries come back), assemble the ranks (metrics.cross_rank), then run the rules.
+process pool, or Dask; only summaries come back), resolve the job (metrics/job/resolve.py: a frozen Job), the
+replay and the what-if over it (simulate), the Analysis built once from it (metrics/job/sections.py), then the
+rules, and last the cap on per-step rows (after the rules have read them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.engine import EngineSpec, Work, default_workers, run_jobs
 from llmdiag.diagnose.io.discover import discover
 from llmdiag.diagnose.io.op_table_path import find_op_table
-from llmdiag.diagnose.metrics.job.cross_rank import assemble, stage_hint
+from llmdiag.diagnose.metrics.job.cross_rank import stage_hint
+from llmdiag.diagnose.metrics.job.resolve import resolve_job
+from llmdiag.diagnose.metrics.job.sections import build_analysis
 from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
 from llmdiag.diagnose.metrics.job.runs import described, group_runs, pick_runs
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
@@ -30,7 +34,7 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
                  track_ranks: list[int] | None = None, hta_compat: bool = False) -> Analysis:
     """`engine` says where the per-rank jobs run (default: the local pool of `jobs` processes); `progress` draws
     files done, MB/s and ETA on a terminal. `timings`, when given, gets the seconds of each phase: map (the
-    per-rank jobs on the engine), reduce (assemble) and rules. `run`: which run of an input holding several
+    per-rank jobs on the engine), reduce (resolve, simulate, build) and rules. `run`: which run of an input holding several
     (diagnose.metrics.runs): "newest" (default: the newest complete run, else the newest) or its number, 1 the
     oldest. `tracks`, when given, gets each rank's timeline intervals from this same pass (`analyze --timeline`:
     metrics/rank/track_intervals.py), of `track_ranks` only where given."""
@@ -106,20 +110,18 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             if sum(os.path.basename(d) == name for d in mans) > 1:  # two run folders of one name: both kept apart
                 name = f"{name}-run{k + 1}"
         run_tracks: dict | None = {} if tracks is not None else None
-        analysis, job = assemble(outputs, man_k, source=src.path, name=name, skipped=src.skipped, opts=opts,
-                                 version=__version__, tracks=run_tracks)
+        job = resolve_job(outputs, man_k, source=src.path, skipped=src.skipped, tracks=run_tracks)
         if tracks is not None:
             tracks[name] = run_tracks
-        complete_from_job(analysis, job)  # the replay and the what-if read the job assembly resolved
-        analysis.whatif = kineto_whatif(job)
+        stale = _stale(man_k) if man_k is not None else None  # marks the manifest: before the Analysis holds it
+        infos = seen.infos_for(k) if seen is not None else []
+        first = [Issue(src.path, t, None, "warning") for t in ([seen.message(k), *run_lines(infos)] if seen is not None else [])]
+        analysis = build_analysis(
+            job, name=name, opts=opts, version=__version__, pipeline=complete_from_job(job),
+            whatif=kineto_whatif(job), tracks=run_tracks, runs=infos, first_issues=first,
+            last_issues=[Issue(src.path, stale, None, "warning")] if stale else ())
+        job.release()
         del job
-        add_step_summary(analysis)  # before the rules: they may name the step a quantity concentrates in
-        if seen is not None:
-            analysis.runs = seen.infos_for(k)
-            analysis.issues.insert(0, Issue(src.path, seen.message(k), None, "warning"))
-            analysis.issues[1:1] = [Issue(src.path, t, None, "warning") for t in run_lines(analysis.runs)]
-        if man_k is not None and (why := _stale(man_k)):
-            analysis.issues.append(Issue(src.path, why, None, "warning"))
         t2 = time.perf_counter()
         if rules:
             from llmdiag.diagnose.rules import findings
@@ -127,7 +129,9 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             analysis.findings = findings(analysis)
         if timings is not None:
             timings.update(map=t1 - t0, reduce=t2 - t1, rules=time.perf_counter() - t2)
-        cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
+        # per-step rows above the cap cut: after the build and the rules, which read every step's row (the
+        # step summary, the step a quantity concentrates in); the cap is only what the outputs keep
+        cap_steps(analysis)
         out.append(analysis)
     return out
 
@@ -196,13 +200,14 @@ def _stale(man) -> str | None:
 
 # The simulations, imported only where there is something to simulate (a one-rank trace imports neither):
 # each returns at once without pipeline actions, so the test is theirs, repeated here before the import.
-def complete_from_job(analysis, job) -> None:
-    """simulate.replay's pipeline replay and predictions; only where assembly found a pipeline (imported then:
-    a job without one never loads simulate)."""
-    if analysis.pipeline is not None:
-        from llmdiag.diagnose.simulate.replay import complete_from_job as replay
+def complete_from_job(job):
+    """The measured pipeline with simulate.replay's replay and predictions (a copy); None where resolution
+    measured no pipeline (simulate imported only where it did: a job without one never loads it)."""
+    if job.pipeline is None:
+        return None
+    from llmdiag.diagnose.simulate.replay import complete_from_job as replay
 
-        replay(analysis, job)
+    return replay(job)
 
 
 def kineto_whatif(job):

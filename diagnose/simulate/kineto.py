@@ -1,4 +1,4 @@
-"""The what-if graph of a Kineto pipeline job, from what cross-rank assembly already resolved (the Job,
+"""The what-if graph of a Kineto pipeline job, from what resolution already decided (the Job,
 metrics/job/state.py: the kept ranks, each one's clock shift, its staged pipeline actions): each rank's
 pipeline actions (F/B/I/W per microbatch and step), its send/recv records with their peers, and its
 collectives (as the skew matched them across ranks: by sequence number or completion time).
@@ -47,7 +47,7 @@ class _Ops:
 
 def kineto_whatif(job: Job) -> WhatIf | None:
     """None where no rank has pipeline actions (nothing to simulate); a WhatIf naming what is missing where
-    the graph cannot be built from the evidence. Ranks, actions and clocks are the Job's, as assembly resolved
+    the graph cannot be built from the evidence. Ranks, actions and clocks are the Job's, as resolution decided
     them (a duplicate trace it left out is not a rank here)."""
     good = job.with_actions()
     if not good:
@@ -179,7 +179,7 @@ def _prev_in_stream(acts):
 
 def _collectives(good, shift, matched, by_rank, ops: _Ops, edges: list, groups: list) -> None:
     """Each collective after the action before its launch, and synchronised with the rows of the other ranks
-    the assembly matched it to (`matched`: Job.collectives); one no other rank's row matched is a group of one."""
+    the skew matched it to (`matched`: Job.collectives); one no other rank's row matched is a group of one."""
     members = defaultdict(list)
     for o in good:
         c = o.collectives

@@ -14,7 +14,7 @@ import numpy as np
 
 from llmdiag.diagnose.io.megatron_ops import OpTable, read_op_table
 from llmdiag.diagnose.metrics.rank import intervals as iv
-from llmdiag.diagnose.metrics.job.cross_rank import _aggregate as aggregate  # the one aggregate over ranks, shared with Kineto
+from llmdiag.diagnose.metrics.job.sections import aggregate  # the one aggregate over ranks, shared with Kineto
 from llmdiag.diagnose.model.analysis import Analysis, AnalysisOptions, Hints, Issue, KernelStat, RankMetrics, StepBreakdown
 from llmdiag.diagnose.model.manifest import DIMS
 from llmdiag.diagnose.simulate.artifact import whatif_of_table

@@ -17,6 +17,7 @@ measured: the replay sits one stage above metrics, beside the rest of the what-i
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -257,11 +258,13 @@ def _busiest(cost: dict[tuple[int, str], float], m2: int) -> float | None:
     return max(per.values()) if per else None
 
 
-def complete_from_job(analysis, job: Job) -> None:
-    """`complete_pipeline` over the pipeline assembly measured: the Job's kept ranks, their staged actions and
-    clock shifts (metrics/job/state.py), not worked out again from the raw outputs."""
-    if analysis.pipeline is None:
-        return
+def complete_from_job(job: Job) -> PipelineResult | None:
+    """The pipeline resolution measured (job.pipeline), completed by `complete_pipeline` on a copy (the Job is
+    left as resolved): the Job's kept ranks, their staged actions and clock shifts (metrics/job/state.py), not
+    worked out again from the raw outputs. None without a pipeline."""
+    if job.pipeline is None:
+        return None
+    res = copy.deepcopy(job.pipeline)  # stage bubbles and predictions: a few per rank
     fixed, host = {}, {}
     for o in job.ranks:
         if (acts := job.actions.get(o.rank)) is not None:
@@ -270,5 +273,5 @@ def complete_from_job(analysis, job: Job) -> None:
             fixed[o.rank] = o.action_fixed_ns if same and len(o.action_fixed_ns) == len(acts) else []
             # gloo's host spans carry the bytes; device send/recv (o.p2p) only their span: latency alone
             host[o.rank] = o.host_p2p or [(k, s, e, 0) for _, k, _, s, e in o.p2p]
-    complete_pipeline(analysis.pipeline, job.actions, job.oversubscribed, (fixed, host, job.shift_ns),
-                      stage_layers(analysis.manifest))
+    complete_pipeline(res, job.actions, job.oversubscribed, (fixed, host, job.shift_ns), stage_layers(job.manifest))
+    return res

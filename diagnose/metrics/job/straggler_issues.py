@@ -1,33 +1,16 @@
-"""What the cross-rank pass says about collective matching once it is done: compute-excess stragglers decided
-beside the arrival ones, captures that start or end at different collectives, and matching failures (skew or
-a straggler cost longer than a step), each as an issue line (diagnose.metrics.cross_rank calls these)."""
+"""What resolution says about collective matching once it is done: captures that start or end at different
+collectives, and matching failures (skew or a straggler cost longer than a step), each as an issue line
+(resolve.py calls this; the compute-excess stragglers are a section of the Analysis: sections.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmdiag.diagnose.metrics.job.stragglers import compute_stragglers
-from llmdiag.diagnose.model.analysis import Analysis, Issue
+from llmdiag.diagnose.model.analysis import Issue
 
 if TYPE_CHECKING:
     from llmdiag.diagnose.model.skew import SkewResult
 from llmdiag.diagnose.model.format import fmt, plural
-
-
-def compute_stragglers_into(a: Analysis) -> None:
-    """Compute-excess stragglers join the arrival ones in skew.stragglers, decided once (metrics/job/stragglers.py)
-    now that the stages and the MoE expert compute they discount are known."""
-    if a.skew is not None and not a.skew.decided:  # send/recv only: no collectives were matched
-        a.skew.decided = True
-    late = [x for x in (a.skew.stragglers if a.skew else []) if x.kind]
-    comp = compute_stragglers(a.ranks, a.pipeline, a.manifest, a.layout, a.moe, a.step_ms, {x.rank for x in late})
-    if comp and a.skew is None:
-        from llmdiag.diagnose.model.skew import SkewResult  # (imported where there is a skew to hold)
-
-        a.skew = SkewResult(matched=0, by_collective=[], last_arrivals={}, host_shift_ms={}, stragglers=[],
-                            decided=True)
-    if a.skew is not None:
-        a.skew.stragglers = late + comp
 
 
 MAX_WINDOW_LINES = 8  # ranks named one line each; the rest counted (all are in skew.capture_windows)
