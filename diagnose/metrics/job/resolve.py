@@ -144,7 +144,8 @@ def _skew(good, man, layout, hosts, records, offset, matched: dict, source: str,
         for w in sk.capture_windows:
             other = next((v for r, v in first if r != w.rank), None)
             w.first_event_ms = (offset[w.rank] - other) / NS_PER_MS if other is not None else None
-        alignment_issues(sk, step_ms, longest, source, issues)
+        sampled = {o.rank for o in good if o.metrics.chores is not None and o.metrics.chores.sampled_share is not None}
+        alignment_issues(sk, step_ms, longest, source, issues, sampled)
     if sk and sk.size_mismatches:
         issues.append(Issue(source, f"{sk.size_mismatches} of {sk.matched} matched collectives disagree across ranks "
                                     "on their message size: where no sequence number (Seq) pairs them, the traces "

@@ -17,10 +17,18 @@ MAX_WINDOW_LINES = 8  # ranks named one line each; the rest counted (all are in 
 
 
 def alignment_issues(sk: SkewResult, step_ms: float | None, longest: float | None, source: str,
-                      issues: list[Issue]) -> None:
+                      issues: list[Issue], sampled: set[int] | frozenset[int] = frozenset()) -> None:
     """Captures that start or end at different collectives, one line per rank; and skew or a straggler cost
-    longer than the step, which no real job has: a matching failure, said as such (the finding is withheld)."""
+    longer than the step, which no real job has: a matching failure, said as such (the finding is withheld).
+    On an event-sampled rank (`sampled`) a collective without its partners is one the sampling dropped, not a
+    late start or an early end (hta/sampled_pair: half of each rank's collectives unpaired, through both steps)."""
     for w in sk.capture_windows[:MAX_WINDOW_LINES]:
+        if w.rank in sampled and (w.lead_n or w.trail_n):
+            issues.append(Issue(source, f"rank {w.rank}'s capture is event-sampled: "
+                                        f"{plural(w.lead_n + w.trail_n, 'collective')} at its start or end with no "
+                                        "partner in its group left out of skew (the sampling dropped the partner, "
+                                        "not a late start or an early end)", w.rank, "warning"))
+            continue
         late = w.first_event_ms if w.first_event_ms is not None and w.first_event_ms > 0 else w.lead_ms
         parts = ([f"starts {plural(w.lead_n, 'collective')} / {fmt(late, 'ms')} after the others'"]
                  if w.lead_n else []) + ([f"ends {plural(w.trail_n, 'collective')} / {fmt(w.trail_ms, 'ms')} before the "
