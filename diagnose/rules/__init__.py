@@ -27,7 +27,7 @@ from llmdiag.diagnose.rules.overlaps import rank_overlaps
 from llmdiag.diagnose.rules.planted import name_planted
 from llmdiag.diagnose.rules.chores import broadcast_buffers, embedding_imbalance, pageable_copy, zero_grad
 from llmdiag.diagnose.rules.optimizer import optimizer_step
-from llmdiag.diagnose.rules.capture import sampled_capture, slow_host_ops
+from llmdiag.diagnose.rules.capture import forward_only, sampled_capture, slow_host_ops
 from llmdiag.diagnose.rules.ddp_copies import ddp_grad_copy
 from llmdiag.diagnose.rules.graph_replay import graph_replay_idle
 from llmdiag.diagnose.rules.held_reads import held_read
@@ -46,7 +46,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
     ("unfused_elementwise", unfused_elementwise), ("norm_fusion", norm_fusion), ("profiler_overhead", profiler_overhead),
     ("comm_codec", comm_codec),
     ("zero_grad", zero_grad), ("pageable_copy", pageable_copy), ("broadcast_buffers", broadcast_buffers),
-    ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture),
+    ("embedding_imbalance", embedding_imbalance), ("optimizer_step", optimizer_step), ("slow_host_ops", slow_host_ops), ("sampled_capture", sampled_capture), ("forward_only", forward_only),
     ("ddp_grad_copy", ddp_grad_copy),
     ("outlier_steps", __import__("llmdiag.diagnose.rules.outlier_steps", fromlist=["x"]).outlier_steps),
     ("graph_replay_idle", graph_replay_idle), ("held_read", held_read),
@@ -69,4 +69,4 @@ def findings(a: Analysis) -> list[Finding]:
     return [f for f in ranked if f.id in CAVEATS] + [f for f in ranked if f.id not in CAVEATS]
 
 
-CAVEATS = ("contaminated_timings", "sampled_capture", "slow_host_ops")
+CAVEATS = ("contaminated_timings", "sampled_capture", "slow_host_ops", "forward_only")

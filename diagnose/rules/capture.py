@@ -1,6 +1,6 @@
 """Caveats on what a capture's times are (issue #34, recall): host ops far slower than their floor (a contended
-or oversubscribed CPU, measured, its cause assumed) and an event-sampled capture (per-step totals are lower
-bounds). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others. The
+or oversubscribed CPU, measured, its cause assumed), an event-sampled capture (per-step totals are lower
+bounds) and a training loop captured without its backward (forward_only). Both read `RankMetrics.chores` (metrics/rank/chores.py) and give no gain: they qualify the others. The
 sampled caveat also states what a sample supports: the recorded communication kernels per step (a lower bound,
 device events only) and the host phases it left mostly unrecorded (`RankMetrics.phase_cover`)."""
 
@@ -57,6 +57,36 @@ def sampled_capture(c: Ctx) -> list[Finding]:
     return [c.finding("sampled_capture", "low", "Event-sampled capture: per-step totals are lower bounds", ev,
                       [r.rank for r, _ in bad], [], act, "none: a caveat on every number", None,
                       "ranks[].chores.sampled_share", events=["External id"])]
+
+
+def forward_only(c: Ctx) -> list[Finding]:
+    """A training loop captured without its backward: the steps call `Optimizer.zero_grad` or run a data-parallel
+    wrapper (DDP / FSDP ops), signs of training, but no rank runs an autograd backward op or an optimizer step in
+    them (RankMetrics.training). Inference (vLLM: none of those signs) is not this. Every backward, optimizer and
+    gradient-communication reading is then out of reach, which the user must be told rather than left to infer
+    from silence (torchrec sst_sleep_pl_dense_after_backward_2)."""
+    ev = [(r, r.training) for r in c.ranks if r.training is not None]
+    if not ev or any(t.backward_ops > 0 or t.optimizer_ops > 0 for _, t in ev):
+        return []
+    zg = [(r, r.chores.zero_grad_op) for r, _ in ev if r.chores is not None and r.chores.zero_grad_op]
+    wrap = [r for r, t in ev if t.ddp_ops > 0 or t.fsdp_ops > 0]
+    if not zg and not wrap:
+        return []
+    fsdp = any(t.fsdp_ops > 0 for _, t in ev)
+    sign = (f"call `{zg[0][1][:80]}` (a training loop's zero_grad)" if zg else
+            "run FSDP's ops (a model sharded for training)" if fsdp else
+            "run `DistributedDataParallel.forward` (a model wrapped in DDP for training)")
+    ranks = sorted({r.rank for r, _ in zg} | {r.rank for r in wrap})
+    text = (f"rank {ranks[0]}: the profiled steps {sign} but no autograd backward op (`*Backward*`, "
+            f"`autograd::engine::evaluate_function`) and no `Optimizer.step#...` on any of the {plural(len(ev), 'rank')}: "
+            "the capture holds the forward only (a forward-only loop, or the profiler's window on a forward or "
+            "evaluation phase)")
+    act = ("read no backward, optimizer or gradient-communication cost from this capture (none of it was "
+           "recorded); if the job trains, capture steps that include `loss.backward()` and `optimizer.step()` "
+           "(check where `prof.step()` is called and the schedule's window)")
+    return [c.finding("forward_only", "low", "Forward-only capture of a training loop", text, ranks, [], act,
+                      "none: a caveat on what the capture shows", None, "ranks[].training",
+                      events=["Optimizer.zero_grad#", "autograd backward ops", "Optimizer.step#"])]
 
 
 COMM_FLOOR = 0.05  # recorded communication under 5 % of the step is not named in the caveat

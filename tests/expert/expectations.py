@@ -289,5 +289,6 @@ from tests.expert import expectations_firstcall  # noqa: E402,F401  (first-use l
 from tests.expert import expectations_actckpt  # noqa: E402,F401  (activation recompute: adds to REAL)
 from tests.expert import expectations_a2a  # noqa: E402,F401  (A3's own exposed a2a: silent, adds to REAL)
 from tests.expert import expectations_coldstep  # noqa: E402,F401  (cold steps only: adds to REAL)
+from tests.expert import expectations_forward  # noqa: E402,F401  (forward-only capture: adds to REAL)
 from tests.expert import expectations_fusion  # noqa: E402,F401  (normalization chains: adds to REAL)
 from tests.expert import expectations_itemsync  # noqa: E402,F401  (item() refill, pageable index sync: adds to REAL)

@@ -125,6 +125,7 @@ def scenarios() -> dict[str, tuple[Knobs, dict]]:
     __import__('tests.expert.planted_recall_a2a', fromlist=['x']).register(out)  # straggler + own a2a (a2a)
     __import__('tests.expert.planted_recall_coldstep', fromlist=['x']).register(out)  # cold steps only (coldstep)
     __import__('tests.expert.planted_recall_fusion', fromlist=['x']).register(out)  # norm chains (branch fusion)
+    __import__('tests.expert.planted_recall_forward', fromlist=['x']).register(out)  # forward-only capture
     __import__('tests.expert.planted_recall_itemsync', fromlist=['x']).register(out)  # item() refill (itemsync)
     return out
 

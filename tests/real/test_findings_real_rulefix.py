@@ -135,3 +135,18 @@ def test_sampled_pair_unpaired_collectives_are_not_a_late_start():
     msgs = [i.message for i in _a("hta/sampled_pair").issues]
     assert not any("after the others'" in m for m in msgs)
     assert any("capture is event-sampled" in m and "the sampling dropped the partner" in m for m in msgs)
+
+
+def test_forward_only_capture_is_said():
+    """torchrec sst_sleep_pl_dense_after_backward_2 (fresh review, stop 42: "never says the capture is forward-
+    only"): every file runs `DistributedDataParallel.forward` but no `*Backward*` op and no `Optimizer.step#`,
+    read here; llmdiag says the capture is forward-only. nccl_data (a DDP job with its backward) does not get it."""
+    files = sorted(glob.glob(str(REAL / "torchrec/sst_sleep_pl_dense_after_backward_2/*.json.gz")))
+    assert len(files) == 4
+    for p in files:
+        names = {str(e.get("name", "")) for e in _events(p)}
+        assert "DistributedDataParallel.forward" in names
+        assert not any("Backward" in n or n.startswith("Optimizer.step#") for n in names)
+    assert [f.severity for f in _a("torchrec/sst_sleep_pl_dense_after_backward_2").findings
+            if f.id == "forward_only"] == ["low"]
+    assert not [f for f in _a("hta/nccl_data.json.gz").findings if f.id == "forward_only"]
