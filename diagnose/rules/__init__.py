@@ -57,7 +57,7 @@ RULES = [  # (id, function): the one table of rules; docs/recommendations.md doc
 
 
 def findings(a: Analysis) -> list[Finding]:
-    """All findings of all rules in the one order every output shows: a caveat on the timings first, then
+    """All findings of all rules in the one order every output shows: the caveats first (CAVEATS), then
     `Finding.order_key` (severity, then expected gain); findings that claim the same piece of time are ranked (diagnose/rules/overlaps.py), and a slowdown
     planted with `--inject-slow` is named as such (diagnose/rules/planted.py)."""
     c = Ctx(a)
@@ -65,7 +65,7 @@ def findings(a: Analysis) -> list[Finding]:
     for _, rule in RULES:
         out += rule(c)
     ranked = sorted(name_planted(a, rank_overlaps(a, out)), key=Finding.order_key)
-    # the caveat that qualifies every other finding (CPU-only or oversubscribed timings) is read first (issue 36)
+    # the caveats that qualify every other finding (the timings, what the capture recorded) are read first (issue 36)
     return [f for f in ranked if f.id in CAVEATS] + [f for f in ranked if f.id not in CAVEATS]
 
 
