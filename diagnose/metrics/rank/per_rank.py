@@ -60,7 +60,7 @@ from llmdiag.diagnose.metrics.rank.graph_replay import graph_replays
 from llmdiag.diagnose.metrics.rank.held_reads import held_reads
 from llmdiag.diagnose.metrics.rank.critical_path.held_read_sim import held_read_gain
 from llmdiag.diagnose.metrics.rank.phase_cover import phase_cover
-from llmdiag.diagnose.metrics.rank.critical_path.simulate import simulated_gains, wanted
+from llmdiag.diagnose.metrics.rank.critical_path.simulate import shared_simulator, simulated_gains, wanted
 from llmdiag.diagnose.metrics.rank.critical_path.after_fix import after_fix_gains
 from llmdiag.diagnose.metrics.rank.critical_path.after_fix import wanted as after_wanted
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
@@ -240,10 +240,10 @@ def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
     row_ev: list[int] = []
     collectives = collective_records(t, wins, groups, row_ev)
     want, p2p, device, reads = get()
-    gains = simulated_gains(t, wins, gemm_speedup(device)[0], groups, want,
-                            walker[0].g if walker else None)  # what-ifs on the path's graph
-    gains.update(held_read_gain(t, wins, reads, walker[0].g if walker else None))  # the held reads' waits gone
-    gains.update(after_fix_gains(t, wins, gemm_speedup(device)[0], want, walker[0].g if walker else None))
+    sims = shared_simulator(t, wins, walker[0].g if walker else None)  # the what-ifs on the path's graph, built once
+    gains = simulated_gains(t, wins, gemm_speedup(device)[0], groups, want, sims=sims)
+    gains.update(held_read_gain(t, wins, reads, sims=sims))  # the held reads' waits gone
+    gains.update(after_fix_gains(t, wins, gemm_speedup(device)[0], want, sims=sims))
     rows, sr = np.array(row_ev, np.int64), p2p_rows(t, p2p) if walker else None  # the job path's part (hops, cuts)
     hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
     cuts = (path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)

@@ -24,15 +24,16 @@ bound would otherwise run ahead of its device without end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 from typing import cast
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMPUTE, RankTrace
-from llmdiag.diagnose.metrics.rank.critical_path.graph import DEVICE, LAUNCH, SYNC_EDGE, build
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import UNEXPLAINED_SHARE, unexplained_share
-from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator
+from llmdiag.diagnose.metrics.rank.critical_path.graph import DEVICE, LAUNCH, SYNC_EDGE
+from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator, simulator
 from llmdiag.diagnose.metrics.rank.data_movement import family_kernels
 from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts, is_elementwise
 from llmdiag.diagnose.metrics.rank.norm_fusion import chain_kernels, fused_weights
@@ -89,7 +90,7 @@ def _merge(w: np.ndarray, base: np.ndarray, edit: np.ndarray) -> np.ndarray:
     return out
 
 
-class _Scenarios:
+class Scenarios:
     """One rank's Simulator and the device floor of each step under an edit (`gains`)."""
 
     def __init__(self, t: RankTrace, s: Simulator):
@@ -134,24 +135,21 @@ class _Scenarios:
         return np.maximum(self.s.lengths(self.s.retime(w)), self.floor(w))
 
 
-def after_fix_gains(t: RankTrace, wins, speedup: float, want: set[str], graph=None) -> dict[str, float]:
+def after_fix_gains(t: RankTrace, wins, speedup: float, want: set[str], graph=None,
+                    sims: Callable[[], Simulator | None] | None = None) -> dict[str, float]:
     """ms per step (module docstring's keys) for the bounds this rank's trace shows and the candidates `want`
     names ("fp32" for the fp32 GEMMs, WANT for the data-movement families; nothing without WANT); `graph`: the
-    rank's graph where the path already built it."""
+    rank's graph where the path already built it; `sims`: the rank's `shared_simulator`."""
     if WANT not in want or not t.is_gpu or not wins or t.kind is None:
         return {}
     host = t.stream < 0
     masks = {k: t.name_mask(fn, host) for k, fn in BOUNDS.items()}
     if not any(m.any() for m in masks.values()):
         return {}
-    g = graph if graph is not None else build(t)
-    if not len(g.src) or np.abs(g.time).max() >= 2**59:
+    sim = (sims or partial(simulator, t, wins, graph))()
+    if sim is None:
         return {}
-    binding = g.binding()
-    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
-        return {}
-    sim = Simulator(t, g, wins, binding[0])
-    sc = _Scenarios(t, sim)
+    sc = Scenarios(t, sim)
     pos = np.full(len(t), -1, np.int64)
     pos[sim.g.ev] = np.arange(len(sim.g.ev))
     out: dict[str, float] = {}

@@ -14,14 +14,15 @@ host running ahead hides in the simulation: the outlier's own finding, not the s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 
 from llmdiag.diagnose.io.trace import ANNOTATION, RankTrace
 from llmdiag.diagnose.metrics.rank import intervals as iv
-from llmdiag.diagnose.metrics.rank.critical_path.after_fix import _Scenarios
-from llmdiag.diagnose.metrics.rank.critical_path.graph import build
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import UNEXPLAINED_SHARE, unexplained_share
-from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator
+from llmdiag.diagnose.metrics.rank.critical_path.after_fix import Scenarios
+from llmdiag.diagnose.metrics.rank.critical_path.simulate import NEG, Simulator, simulator
 from llmdiag.diagnose.model.format import NS_PER_MS
 
 KEY = "held_read"  # RankMetrics.simulated_gain_ms's key
@@ -37,18 +38,17 @@ def _idle_per_step(t: RankTrace, wins) -> np.ndarray:
     return (z - a) - iv.overlap_each(a, z, busy)
 
 
-def held_read_gain(t: RankTrace, wins, reads: list[int] | None, graph=None) -> dict[str, float]:
+def held_read_gain(t: RankTrace, wins, reads: list[int] | None, graph=None,
+                   sims: Callable[[], Simulator | None] | None = None) -> dict[str, float]:
     """{KEY: ms per step} for removing the waits in `reads` (event indices of the holding calls), or {} where
-    nothing is simulated; `graph`: the rank's graph where the path already built it."""
+    nothing is simulated; `graph`: the rank's graph where the path already built it; `sims`: the rank's
+    `shared_simulator`."""
     if not reads or not t.is_gpu or not wins or t.kind is None:
         return {}
-    g = graph if graph is not None else build(t)
-    if not len(g.src) or np.abs(g.time).max() >= 2**59:
+    sim = (sims or partial(simulator, t, wins, graph))()
+    if sim is None:
         return {}
-    binding = g.binding()
-    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
-        return {}
-    sim = Simulator(t, g, wins, binding[0])
+    g = sim.g
     calls = np.unique(np.asarray(reads, np.int64))
     mine = np.zeros(len(g.ev), bool)
     pos = np.searchsorted(g.ev, calls).clip(0, max(len(g.ev) - 1, 0))
@@ -56,7 +56,7 @@ def held_read_gain(t: RankTrace, wins, reads: list[int] | None, graph=None) -> d
     w = sim.without_syncs()  # all recorded syncs out (stream-event waits kept) ...
     back = (w == NEG) & ~mine[g.dst // 2]
     w[back] = sim.w[back]  # ... but those into the held reads' calls
-    sc = _Scenarios(t, sim)
+    sc = Scenarios(t, sim)
     old = sc.old
     new = np.maximum(sc.new(w), old - _idle_per_step(t, wins))
     d = (old - new).astype(float)

@@ -34,6 +34,8 @@ where the graph does not explain the steps (unexplained_share).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
+from functools import cache, partial
 
 import numpy as np
 
@@ -312,24 +314,42 @@ def wanted(m) -> set[str]:
     return out
 
 
+def simulator(t: RankTrace, wins, graph=None) -> Simulator | None:
+    """The rank's Simulator on `graph` (the path's, built here where None), or None where no what-if can be read
+    from it: an empty graph, times with no room for their sums in int64, or steps the graph does not explain
+    (`unexplained_share`). The one gate and the one build every what-if of a rank goes through."""
+    if not t.is_gpu or not wins:
+        return None
+    g = graph if graph is not None else build(t)
+    if not len(g.src) or np.abs(g.time).max() >= 2**59:
+        return None
+    binding = g.binding()
+    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
+        return None
+    return Simulator(t, g, wins, binding[0])
+
+
+def shared_simulator(t: RankTrace, wins, graph=None) -> Callable[[], Simulator | None]:
+    """`simulator`, built on the first call and kept: simulated_gains, held_read_gain and after_fix_gains of one
+    rank share one build (its queue edges, chains and order), and none is built where none of them simulates."""
+    return cache(partial(simulator, t, wins, graph))
+
+
 def simulated_gains(t: RankTrace, wins, speedup: float, groups: dict | None = None,
-                    want: frozenset[str] | set[str] = frozenset({"fp32", "sync", "comm"}), graph=None
-                    ) -> dict[str, float]:
+                    want: frozenset[str] | set[str] = frozenset({"fp32", "sync", "comm"}), graph=None,
+                    sims: Callable[[], Simulator | None] | None = None) -> dict[str, float]:
     """ms per step each cause's edit takes off the rank's steps, simulated on its graph, for the causes in `want`
     (`wanted`) the trace shows: "fp32_gemm/<speed-up>" (fp32 GEMM kernels `speedup` times faster), "host_sync"
     (the host no longer waits in synchronizing calls), "comm" (communication kernels take no time) and
     "comm:<process group>" (one group's, for the MAX_GROUPS longest; `groups`: per comm event its resolved group,
     metrics/rank/groups.py). No graph is built where nothing is wanted; `graph`: the rank's graph when the path
-    already built it (graph.build(t): the same graph, built once)."""
+    already built it (graph.build(t): the same graph, built once); `sims`: the rank's `shared_simulator`."""
     if not t.is_gpu or not wins or not want:
         return {}
-    g = graph if graph is not None else build(t)
-    if not len(g.src) or np.abs(g.time).max() >= 2**59:  # no room for sums of times in int64: no simulation
+    sim = (sims or partial(simulator, t, wins, graph))()
+    if sim is None:
         return {}
-    binding = g.binding()
-    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
-        return {}
-    sim = Simulator(t, g, wins, binding[0])
+    g = sim.g  # the graph plus the simulation's queue edges: the same points (Graph.ev) as the path's
     out: dict[str, float] = {}
 
     def run(key: str, w: np.ndarray) -> None:
