@@ -91,9 +91,12 @@ class Ctx:
 
     def finding(self, id: str, severity: str, title: str, evidence: str, ranks, steps, action: str,
                 expected_gain: str, gain_ms: float | None, metric: str, *, gain_kind: str = "estimate",
-                source: str = "trace", events: list[str] | None = None) -> Finding:
+                source: str = "trace", events: list[str] | None = None, grade_ms: float | None = None) -> Finding:
+        """`grade_ms`: the gain the severity is graded by where it is not the whole gain (what is left of it once
+        a larger finding's fix that also shrinks it is made; docs/recommendations.md "Severity")."""
         gain = None if gain_ms is None else stored_gain(gain_ms)
-        severity, capped = graded(id, severity, gain, self.step_ms, source)  # every rule's level: one rule
+        severity, capped = graded(id, severity, gain if grade_ms is None else grade_ms, self.step_ms,
+                                  source)  # every rule's level: one rule
         if capped:
             expected_gain = f"{expected_gain} ({ASSUMED_CAP})"
         if gain is not None and self.contaminated:  # oversubscribed: no precise gain, and nothing above low

@@ -4,7 +4,6 @@ the step (`norm_fusion`): each reads and writes its tensor where a fused kernel 
 
 from __future__ import annotations
 
-import dataclasses
 
 import re
 
@@ -172,10 +171,9 @@ def norm_fusion(c: Ctx) -> list[Finding]:
                      "fusion is estimated to remove (one-input ops wholly, two-input ops by 2/3), every later op as "
                      "early as its own dependencies allow; the normalization kernels' own time not counted; mean over "
                      "those ranks" + (after_fix.clause(*after, short=True) or _after_text(bad, short=True)))
-    f = c.finding(NORM_SIM, severity_for(gain, c.step_ms), f"Normalization and pointwise kernels run unfused on "
-               f"the {c.dev}'s path", ev, [r.rank for r in bad], [], act, eg, gain,
-               "ranks[].norm_fusion", gain_kind="estimate",
-               events=["normalization kernels", "pointwise kernels beside them on their stream",
-                       "launching aten ops (innermost cpu_op around the launch)"])
-    # the gain another finding's fix also shrinks is graded by what remains after it (docs: Severity)
-    return [dataclasses.replace(f, severity=severity_for(gain / 2, c.step_ms)) if halves and gain else f]
+    return [c.finding(NORM_SIM, severity_for(gain, c.step_ms), f"Normalization and pointwise kernels run unfused on "
+                      f"the {c.dev}'s path", ev, [r.rank for r in bad], [], act, eg, gain,
+                      "ranks[].norm_fusion", gain_kind="estimate",
+                      events=["normalization kernels", "pointwise kernels beside them on their stream",
+                              "launching aten ops (innermost cpu_op around the launch)"],
+                      grade_ms=gain / 2 if halves else None)]  # what is left after the autocast (docs: Severity)
