@@ -10,6 +10,7 @@ import re
 from llmdiag.diagnose.model import stats as statistics
 from llmdiag.diagnose.model.analysis import Finding, RankMetrics
 from llmdiag.diagnose.model.format import fmt, plural
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 import llmdiag.diagnose.rules.after_fix as after_fix  # not `from rules import`: the package imports every rule
 from llmdiag.diagnose.rules.base import Ctx, severity_for
 from llmdiag.diagnose.rules.precision import fp32_gemm
@@ -84,7 +85,7 @@ def _norm_after(r: RankMetrics) -> tuple[float, float] | None:
     return after, then
 
 
-BN_NAME = re.compile(r"\bbn_(fw|bw)_|batch_?norm", re.I)
+BN_NAME = lazy_compile(r"\bbn_(fw|bw)_|batch_?norm", re.I)
 
 
 def _norm_action(kernel: str, training: bool | None) -> str:

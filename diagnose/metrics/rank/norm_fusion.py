@@ -25,14 +25,15 @@ from llmdiag.diagnose.metrics.rank.name_memo import per_name
 from llmdiag.diagnose.metrics.rank.overlap import in_windows
 from llmdiag.diagnose.metrics.rank.steps import Window
 from llmdiag.diagnose.model.format import NS_PER_MS
+from llmdiag.diagnose.model.lazy_re import lazy_compile
 from llmdiag.diagnose.model.norm_fusion import NormFusion
 
 # cuDNN `bn_fw_tr_1C11_*`/`bn_bw_1C11_*`/`bn_fw_inf_*`, `batchnorm_fwtr_nhwc_*`; PyTorch's `batch_norm_*`,
 # `layer_norm_*`, `LayerNorm*`, `GammaBetaBackward*`, group norm's `RowwiseMoments`/`Compute*FusedParams`; MIOpen's
 # `MIOpenBatchNorm*`, `MIOpenLayerNorm*`; RMSNorm / instance / group norm by name
-NORM = re.compile(r"\bbn_(fw|bw)_|batchnorm|batch_norm|layer_?norm|GammaBetaBackward|group_?norm|RowwiseMoments|"
-                  r"Compute1dBackwardFusedParams|ComputeFusedParams|rms_?norm|instance_?norm", re.I)
-FUSED = re.compile(r"fused|^triton|renormalize", re.I)  # already fused (vLLM's fused_add_rms_norm, Inductor's)
+NORM = lazy_compile(r"\bbn_(fw|bw)_|batchnorm|batch_norm|layer_?norm|GammaBetaBackward|group_?norm|RowwiseMoments|"
+                     r"Compute1dBackwardFusedParams|ComputeFusedParams|rms_?norm|instance_?norm", re.I)
+FUSED = lazy_compile(r"fused|^triton|renormalize", re.I)  # already fused (vLLM's fused_add_rms_norm, Inductor's)
 UNARY = frozenset(f"aten::{o}" for o in ("relu", "relu_", "clamp_min", "clamp_min_", "clamp", "clamp_", "hardtanh",
                                          "hardtanh_", "silu", "silu_", "gelu", "sigmoid", "sigmoid_", "tanh", "tanh_",
                                          "leaky_relu", "leaky_relu_", "threshold", "threshold_", "elu", "elu_"))
