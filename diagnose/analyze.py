@@ -13,13 +13,14 @@ import os
 import time
 
 from llmdiag.diagnose import __version__
-from llmdiag.diagnose.errors import LlmdiagError
 from llmdiag.diagnose.engine import EngineSpec, Work, default_workers, run_jobs
-from llmdiag.diagnose.io.discover import discover
+from llmdiag.diagnose.io import ahead
+from llmdiag.diagnose.io.discover import Source, discover
 from llmdiag.diagnose.io.op_table_path import find_op_table
 from llmdiag.diagnose.metrics.job.cross_rank import stage_hint
 from llmdiag.diagnose.metrics.job.resolve import resolve_job
 from llmdiag.diagnose.metrics.job.sections import build_analysis
+from llmdiag.diagnose.metrics.rank.comm_regex import check_comm_regex
 from llmdiag.diagnose.metrics.rank.per_rank import RankJob, RankOutput, failed_output, run_job
 from llmdiag.diagnose.metrics.job.runs import described, group_runs, pick_runs
 from llmdiag.diagnose.metrics.job.step_stats import add_step_summary
@@ -50,16 +51,18 @@ def analyze_path(path, *, comm_regex: str | None = None, exclude_last_step: bool
 def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool = False, jobs: int | None = None,
                  progress: bool = False, top_k: int = 20, rules: bool = True, engine: EngineSpec | None = None,
                  timings: dict | None = None, run: str | int = "newest", tracks: dict | None = None,
-                 track_ranks: list[int] | None = None, hta_compat: bool = False) -> list[Analysis]:
+                 track_ranks: list[int] | None = None, hta_compat: bool = False,
+                 source: Source | None = None) -> list[Analysis]:
     """As `analyze_path`, one Analysis per run analysed: `run` "all" gives every run of the input, oldest first
     (the files are parsed once). A run number the input does not have is an LlmdiagError (exit 2). `tracks`, when
-    given, gets {analysis name: {rank: its timeline intervals}}, one entry per run analysed."""
+    given, gets {analysis name: {rank: its timeline intervals}}, one entry per run analysed. `source`: `path` as
+    `discover` read it, where the caller did already (the command line, to parse the traces ahead: io/ahead.py)."""
     path = inputs(path)
     check_comm_regex(comm_regex)
     engine = engine or EngineSpec()
     if jobs is not None:
         engine = dataclasses.replace(engine, jobs=jobs)
-    if isinstance(path, str) and (table := find_op_table(path)):  # the straggler study's op tables: a kind of their own
+    if source is None and isinstance(path, str) and (table := find_op_table(path)):  # the straggler study's op tables: a kind of their own
         from llmdiag.diagnose.simulate.op_table import analyse_op_table
 
         analysis = analyse_op_table(table, __version__)
@@ -70,7 +73,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
             analysis.findings = findings(analysis)
         cap_steps(analysis)  # per-step rows above the cap cut, after everything over steps was computed
         return [analysis]
-    src = discover(path)
+    src = source or discover(path)
     man = manifest_from_dict(src.manifest, src.path) if src.manifest is not None else None
     folder_of, mans = _nested_manifests(src) if man is None else ({}, {})
 
@@ -89,6 +92,7 @@ def analyze_runs(path, *, comm_regex: str | None = None, exclude_last_step: bool
     t0 = time.perf_counter()
     work = Work(run_job, failed_output, RankOutput)  # run_job looked up here: tests patch it
     all_outputs = run_jobs(job_list, work, engine, progress=progress)
+    ahead.release()  # what the command parsed ahead and a forked child's job claimed there
     t1 = time.perf_counter()
     groups = group_runs(all_outputs)
     picked = pick_runs(groups, run, src.path)
@@ -141,18 +145,6 @@ def inputs(path):
     if isinstance(path, (str, os.PathLike)):
         return os.fspath(path)
     return [os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else path
-
-
-def check_comm_regex(comm_regex: str | None) -> None:
-    """A bad `comm_regex` is the caller's mistake, said once (exit 2 on the command line), not an internal error
-    of every rank's worker."""
-    if comm_regex:
-        import re
-
-        try:
-            re.compile(comm_regex)
-        except re.error as e:
-            raise LlmdiagError(f"--comm-regex is not a valid regular expression ({e})") from None
 
 
 def _nested_manifests(src) -> tuple[dict[str, str], dict]:

@@ -12,13 +12,16 @@ import gc
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 from llmdiag.diagnose.errors import LlmdiagError, printable
 from llmdiag.diagnose.model.files import check_target, write_atomic
-from llmdiag.diagnose.model.analysis import Analysis
 from llmdiag.diagnose.model.provenance import Provenance
+
+if TYPE_CHECKING:  # loaded with the analysis, after the parse of a small input has started (cli/ahead.py)
+    from llmdiag.diagnose.model.analysis import Analysis
 
 # The cyclic collector's first threshold for this command (Python's is 700 allocations). Its passes over the young
 # objects (the modules being imported, the parse's rows) found ~300 objects in cycles in a whole run on the real
@@ -197,10 +200,7 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     nothing usable remains or the input is wrong.
     """
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-    from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
-
-    load_numpy_single_threaded()  # before anything loads numpy: its BLAS threads are only start-up cost here
-    from llmdiag.diagnose.analyze import analyze_runs, check_comm_regex
+    from llmdiag.diagnose.metrics.rank.comm_regex import check_comm_regex
 
     exclude_last_step = exclude_last_step or hta_compat  # HTA drops the last step
 
@@ -235,10 +235,13 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
         check_target(p)
     engine = engine_spec(click.get_current_context(), jobs, scheduler, scheduler_file, dask_local)
     engine = dataclasses.replace(engine, meanwhile=lambda: _warm(not no_report, quiet))
+    source, engine = _parse_ahead(target, engine)
+    from llmdiag.diagnose.analyze import analyze_runs
+
     tracks: dict | None = {} if timeline_path else None  # the timeline's intervals, from this same pass, per run
     analyses = analyze_runs(target, comm_regex=comm_regex, exclude_last_step=exclude_last_step, engine=engine,
                             progress=not quiet, top_k=top_k, run=run, tracks=tracks, track_ranks=timeline_ranks,
-                            hta_compat=hta_compat)
+                            hta_compat=hta_compat, source=source)
     if timeline_ranks:  # ranks read from the traces: checked before any output is written
         from llmdiag.diagnose.export.timeline import check_ranks
 
@@ -256,6 +259,29 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
     # exit handlers still run and reference counting still frees every object.
     atexit.register(gc.freeze)
     sys.exit(max(codes))
+
+
+def _parse_ahead(target, engine):
+    """(the input discovered or None, the engine): a small input's traces parsed in a forked child while this
+    process imports the analysis and warms its outputs (cli/ahead.py, io/ahead.py); the engine then has nothing
+    left to do meanwhile (engine/fork.py NOTHING)."""
+    from llmdiag.diagnose.cli.ahead import start
+    from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
+    from llmdiag.diagnose.engine.fork import NOTHING, quietly
+
+    source, early = start(target, engine)
+    load_numpy_single_threaded()  # before anything loads numpy: its BLAS threads are only start-up cost here
+    if early is None:
+        return source, engine
+    try:
+        import llmdiag.diagnose.analyze  # noqa: F401  (the per-rank metrics and the job's sections)
+
+        quietly(engine.meanwhile)
+        early.take()
+    except BaseException:  # Ctrl-C, a broken install: the child's parse is wanted no more
+        early.close()
+        raise
+    return source, dataclasses.replace(engine, meanwhile=NOTHING)
 
 
 def _warm(report: bool, quiet: bool) -> None:

@@ -22,17 +22,23 @@ from llmdiag.diagnose.engine.work import Work, failure_line
 from llmdiag.diagnose.io import forked
 
 
-def usable(meanwhile, n_workers: int) -> bool:
-    """Whether to fork: opted in, allowed a second worker, and forked.usable()."""
-    return meanwhile is not None and n_workers > 1 and forked.usable()
+def NOTHING() -> None:
+    """`meanwhile` when this process has nothing left to do meanwhile (its imports were made while the traces
+    were parsed ahead: io/ahead.py): a lone job then runs here, two or more are still shared with a child."""
 
 
-def split(order: list[int], sizes: list[int]) -> tuple[list[int], list[int]]:
-    """(the child's jobs, this process's jobs), largest first to the side with fewer bytes so far; this process
-    starts one job's share behind (it runs `meanwhile` too), so a lone job goes to the child."""
+def usable(meanwhile, n_workers: int, n_jobs: int = 1) -> bool:
+    """Whether to fork: opted in, allowed a second worker, something to run beside the child, and forked.usable()."""
+    return (meanwhile is not None and n_workers > 1 and (meanwhile is not NOTHING or n_jobs > 1)
+            and forked.usable())
+
+
+def split(order: list[int], sizes: list[int], head: bool = True) -> tuple[list[int], list[int]]:
+    """(the child's jobs, this process's jobs), largest first to the side with fewer bytes so far; with `head`
+    this process starts one job's share behind (it runs `meanwhile` too), so a lone job goes to the child."""
     mine: list[int] = []
     theirs: list[int] = []
-    load = [0, max(sizes, default=0) // 4 + 1]  # child, this process
+    load = [0, max(sizes, default=0) // 4 + 1 if head else 0]  # child, this process
     for k in order:
         side = 0 if load[0] <= load[1] else 1
         (theirs if side == 0 else mine).append(k)
@@ -43,7 +49,7 @@ def split(order: list[int], sizes: list[int]) -> tuple[list[int], list[int]]:
 def run_forked(jobs: list, order: list[int], sizes: list[int], work: Work, meanwhile, keep) -> bool:
     """`keep(k, output)` for every job, its share run in a forked child; False (nothing run) if no child could
     be made: the caller runs them here."""
-    theirs, mine = split(order, sizes)
+    theirs, mine = split(order, sizes, meanwhile is not NOTHING)
     try:
         child = forked.Forked(lambda: [work.fn(jobs[k]) for k in theirs])
     except OSError:  # no memory for the page tables, a process limit: run everything here

@@ -22,7 +22,7 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
     for this process: engine/fork.py), in one forked child while this process does it."""
     n, fn = len(jobs), work.fn
     allowed = n_workers
-    n_workers = max(1, min(n_workers, n, sum(sizes) // MIN_BYTES_PER_WORKER))
+    n_workers = workers(sizes, allowed)
     order = sorted(range(n), key=lambda k: -sizes[k])
     out: list = [None] * n
 
@@ -31,7 +31,7 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
         bar.advance(sizes[k])
 
     if n_workers <= 1:
-        if usable(meanwhile, allowed) and run_forked(jobs, order, sizes, work, meanwhile, keep):
+        if usable(meanwhile, allowed, n) and run_forked(jobs, order, sizes, work, meanwhile, keep):
             return out
         for k in order:  # `meanwhile` is left to happen where its imports are first needed, as before
             keep(k, fn(jobs[k]))
@@ -52,6 +52,11 @@ def run_pool(jobs: list, sizes: list[int], n_workers: int, work: Work, bar: Prog
             for k, res in zip(left, tp.map(lambda k: _isolated(jobs[k], work), left)):
                 keep(k, res)
     return out
+
+
+def workers(sizes: list[int], allowed: int) -> int:
+    """The pool's size for files of these sizes on disk: 1 means no pool (this process, or one forked child)."""
+    return max(1, min(allowed, len(sizes), sum(sizes) // MIN_BYTES_PER_WORKER))
 
 
 def _isolated(job, work: Work):

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from llmdiag.diagnose.io import cache
+from llmdiag.diagnose.io import ahead, cache
 from llmdiag.diagnose.io import fastjson
 from llmdiag.diagnose.io import stream as tracestream
 from llmdiag.diagnose.errors import TraceError
@@ -39,15 +39,23 @@ def load_trace(path: str, helpers: int = 0) -> RankTrace:
     """Parse one trace file into a RankTrace (rank from distributedInfo only; discovery may fill it).
 
     With helpers > 1, a file over SPLIT_MIN_BYTES is parsed by that many forked processes (split_parse.py).
+    A trace the command parsed ahead (ahead.py) is taken from there while the file is unchanged.
     With LLMDIAG_CACHE_DIR set, a file parsed before (same content identity) is read from there (cache.py).
     The file's identity is taken before the parse and checked after it: a trace that changed during the read
     is read once more (with a warning), and left out if it changes again; it is never cached under a key
     that does not describe the bytes parsed.
     """
-    cache_dir = cache.directory()
+    return load_identified(path, helpers)[1]
+
+
+def load_identified(path: str, helpers: int = 0) -> tuple[str | None, RankTrace]:
+    """(the file's identity as parsed, its RankTrace): `load_trace`, for a caller that hands the trace on."""
     before = cache.identity(path)
+    if (t := ahead.claim(path, before)) is not None:
+        return before, t
+    cache_dir = cache.directory()
     if cache_dir and (t := cache.load(path, cache_dir, before)) is not None:
-        return t
+        return before, t
     t = _parse_once(path, helpers)
     after = cache.identity(path)
     if before != after:  # rewritten or replaced during the read: never blend two versions
@@ -60,7 +68,7 @@ def load_trace(path: str, helpers: int = 0) -> RankTrace:
         t.warnings.append("the trace changed while it was read; it was read again, whole, after the change")
     if cache_dir and before is not None:
         cache.store(t, cache_dir, before)
-    return t
+    return after, t
 
 
 def _parse_once(path: str, helpers: int) -> RankTrace:

@@ -208,6 +208,11 @@ def _run(job: RankJob) -> RankOutput:
     metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
     metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
     metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
+    # the output's own sections before the path's result: with the path beside, they run while it finishes
+    moe, forwards, regather = rank_moe(t, wins), forward_counts(t, wins), regather_ms(t, wins)
+    fixed, host_sends = action_fixed_ns(t, actions), host_p2p(t) if actions else []
+    idle_streams = stream_idle(t, wins) if t.is_gpu else []
+    sequences = kernel_sequences(t, wins) if t.is_gpu else None
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
     collectives.free_lo, collectives.free_hi = exposed_union(tl, wins)  # the exposed part of its waits (job/skew.py)
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
@@ -217,13 +222,10 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=collectives, bytes_read=t.bytes_read, moe=rank_moe(t, wins),
-        base_time_ns=_base_time(t.meta),
-        forwards=forward_counts(t, wins), regather_ms=regather_ms(t, wins),
-        action_fixed_ns=action_fixed_ns(t, actions), host_p2p=host_p2p(t) if actions else [],
+        collectives=collectives, bytes_read=t.bytes_read, moe=moe, base_time_ns=_base_time(t.meta),
+        forwards=forwards, regather_ms=regather, action_fixed_ns=fixed, host_p2p=host_sends,
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
-        op_kernels=views[0], roofline=views[1], stream_idle=stream_idle(t, wins) if t.is_gpu else [],
-        kernel_sequences=kernel_sequences(t, wins) if t.is_gpu else None,
+        op_kernels=views[0], roofline=views[1], stream_idle=idle_streams, kernel_sequences=sequences,
         path_hops=hops, path_cuts=cuts,
     )
 

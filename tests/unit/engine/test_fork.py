@@ -144,3 +144,17 @@ def test_a_killed_child_costs_only_its_jobs(tmp_path):
     b = str(tmp_path / "b")
     assert out[3].startswith(f"llmdiag: {b}: the worker analysing this trace died (killed by signal 9 (SIGKILL; "
                              "the out-of-memory killer?)); left out")
+
+
+def test_nothing_left_meanwhile_runs_a_lone_job_here_and_shares_two(tmp_path):
+    """After the parse ahead (io/ahead.py) this process has nothing to do meanwhile: a lone job runs here (a fork
+    would only cost), two or more are still shared, with no head start for this process."""
+    assert fork.split([0, 1, 2], [100, 90, 20], head=False) == ([0], [1, 2])
+    assert fork.split([0, 1, 2], [100, 90, 20]) == ([0, 2], [1])  # here a job's share behind: the 20 goes there
+    out = _fresh(tmp_path, """
+        from llmdiag.diagnose.engine.fork import NOTHING
+        one = run_jobs(jobs[:1], PID_WORK, EngineSpec(jobs=2, meanwhile=NOTHING))
+        three = run_jobs(jobs, PID_WORK, EngineSpec(jobs=2, meanwhile=NOTHING))
+        out = [one[0][1] == here, [pid == here for _, pid in three]]
+        """)
+    assert out == [True, [True, False, True]]
