@@ -4,8 +4,9 @@ A bare `os.fork` (no multiprocessing: nothing to import, ~1 ms for the page tabl
 loaded module and every array of the trace as they are, copy-on-write; only the function's value travels back
 (`Forked.take`), and, with `later`, one value the child waits for (`Forked.send`: an input this process computes
 meanwhile). Used by the engine (a small input's jobs while the command imports its outputs' modules:
-engine/fork.py) and by one rank's analysis (its critical path while the other metrics run: metrics/rank/per_rank.py
-through `Beside`).
+engine/fork.py), by the command's parse ahead (io/ahead.py), and by one rank's analysis (its critical path while the
+other metrics run: metrics/rank/per_rank.py through `Beside`, the sections left when either side is done shared
+through `Shares`).
 
 Only on Linux, where this process runs no other thread (a fork copies the calling thread alone: a lock
 another thread held would stay held in the child), and where a core is likely idle (`idle_core`: on a machine
@@ -182,6 +183,41 @@ def _child(fn, args, out: int, get_fd: int | None) -> None:
         code = 0
     finally:
         os._exit(code)
+
+
+class Shares:
+    """Pieces of work 0..n-1, each handed to whichever process asks first: this one and a child forked after it
+    alike. One byte per piece in a pipe both hold, its writing end closed: each read takes a piece no other read
+    gets, and an empty pipe reads as the end. So the side that finishes its own part first takes what is left,
+    with no scheduler, and with no child this process takes them all."""
+
+    def __init__(self, n: int) -> None:
+        if not 0 <= n <= 256:
+            raise ValueError(f"{n} pieces: a byte each, at most 256")
+        r, w = os.pipe()
+        try:
+            os.write(w, bytes(range(n)))  # far below a pipe's capacity: never blocks
+        finally:
+            os.close(w)
+        self._fd: int | None = r
+
+    def next(self) -> int | None:
+        """The next piece nobody took, or None once all are taken."""
+        if self._fd is None:
+            return None
+        got = os.read(self._fd, 1)
+        if got:
+            return got[0]
+        self.close()
+        return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Beside:

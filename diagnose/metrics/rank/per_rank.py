@@ -7,6 +7,7 @@ needed for cross-rank matching. The RankTrace columns die with the call.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from llmdiag.diagnose.errors import TraceError
 from llmdiag.diagnose.metrics.rank.kernels import hints, top_kernels
 from llmdiag.diagnose.metrics.rank.idle import idle_breakdown, training_evidence
 from llmdiag.diagnose.metrics.rank.layout import pg_sizes, slim_pg_config
-from llmdiag.diagnose.io.forked import Beside
+from llmdiag.diagnose.io.forked import Beside, Shares
 from llmdiag.diagnose.io.loader import load_trace
 from llmdiag.diagnose.metrics.rank.memory import memory_stats
 from llmdiag.diagnose.metrics.rank.elementwise import elementwise_facts
@@ -66,6 +67,9 @@ from llmdiag.diagnose.metrics.rank.critical_path.after_fix import wanted as afte
 from llmdiag.diagnose.model.gemm_speedup import gemm_speedup
 from llmdiag.diagnose.metrics.rank.critical_path.hops import PathHops, p2p_rows, path_hops
 from llmdiag.diagnose.metrics.rank.critical_path.cuts import PathCuts, path_cuts
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @dataclass
@@ -151,7 +155,20 @@ def _run(job: RankJob) -> RankOutput:
     groups = resolve_groups(t, np.flatnonzero(in_windows(t, np.asarray(t.kind == COMM), wins)))  # once, for both users
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     # The critical path, its what-ifs and hops on the other core for a lone rank (io/forked.py), else at result()
-    cp = Beside(job.helpers > 1 and t.bytes_read >= BESIDE_BYTES, _critical_path, t, wins, job, groups, want_tracks)
+    shares = Shares(len(_SECTIONS))
+    cp = Beside(job.helpers > 1 and t.bytes_read >= BESIDE_BYTES, _critical_path, t, wins, job, groups, want_tracks,
+                shares)
+    # What the path's what-ifs need from here first (it waits for them once its walk is done), the rest after
+    hint, idle = hints(t, wins, mean("idle_ms"), step_ms), idle_breakdown(t, wins)
+    fusion = norm_fusion(t, wins)  # normalization chains (rules/fusion.py); before `want`: simulated
+    p2p, no_peers = p2p_records(t, wins)
+    props = t.meta.get("deviceProperties")
+    device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
+    reads: list[int] = []  # the held reads' holding calls, for their what-if (critical_path/held_read_sim.py)
+    held = held_reads(t, wins, reads)  # small device-to-host reads holding the host (rules/held_reads.py)
+    want = wanted(hint, idle, mean("exposed_comm_ms"), fusion) | after_wanted(hint.device_idle_frac)  # after_fix.py
+    cp.send((want, p2p, device, reads))  # what the what-ifs and hops need from here
     metrics = RankMetrics(
         rank=t.rank if t.rank is not None else -1,
         file=job.path,
@@ -173,47 +190,33 @@ def _run(job: RankJob) -> RankOutput:
         top_kernels=top,
         kernel_time_ms=kernel_ms,
         memory=memory_stats(t, job.cpu_capacity),
-        hints=hints(t, wins, mean("idle_ms"), step_ms),
+        hints=hint,
         origin_us=t.origin_us,
         warnings=list(t.warnings) + warns,
-        idle=idle_breakdown(t, wins),
+        idle=idle,
         training=training_evidence(t, wins),
     )
     metrics.warnings += bound_values(metrics)  # values no real run produces: a warning, never a crash (model/bounds.py)
     profiler_facts(t, wins, metrics.hints)  # with_stack / record_shapes / profile_memory evidence
     elementwise_facts(t, wins, metrics.hints)  # unfused elementwise kernels and their op patterns
-    metrics.norm_fusion = norm_fusion(t, wins)  # normalization chains (rules/fusion.py); before `want`: simulated
-    p2p, no_peers = p2p_records(t, wins)
-    props = t.meta.get("deviceProperties")
-    device = str(props[0].get("name", "")) if isinstance(props, list) and props and isinstance(props[0], dict) else ""
-    device = device or device_from_categories(t.cats)  # an MTIA trace may name its device only by its categories
-    want = wanted(metrics) | after_wanted(metrics.hints.device_idle_frac)  # after_fix: metrics/rank/critical_path/after_fix.py
-    reads: list[int] = []  # the held reads' holding calls, for their what-if (critical_path/held_read_sim.py)
-    metrics.held_reads = held_reads(t, wins, reads)  # small device-to-host reads holding the host (rules/held_reads.py)
-    cp.send((want, p2p, device, reads))  # what the what-ifs and hops need from here
+    metrics.norm_fusion, metrics.held_reads = fusion, held
     actions, links = extract_actions(t, wins, job.stage_hint), None
     if not actions:  # no PP: labels: a Megatron-style pipeline is read from its send/recv
         actions, links = infer_actions(t, wins, p2p, no_peers)
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
-    views = (op_kernels(t, wins), roofline(t, wins, device)) if t.is_gpu else ([], [])  # HTA / TraceLens views
-    metrics.launch = launch_stats(t, wins) if t.is_gpu else None
-    metrics.steps_source = step_source(t)
-    metrics.comm_host_stall = comm_host_stall(t, wins) if t.is_gpu else None
-    metrics.comm_codec = comm_codec(t, wins) if t.is_gpu else None
-    metrics.chores = rank_chores(t, wins)  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
-    metrics.optimizer = optimizer_step(t, wins)  # the optimizer step's host span, its device idle, its launches
-    metrics.ddp_copies, metrics.graph_replays = ddp_copies(t, wins), graph_replays(t, wins)  # issue #34 (recallB)
-    metrics.recompute = recompute(t, wins)  # activation checkpointing's recomputed forward (issue #34, actckpt)
-    metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
-    metrics.outlier_ops = outlier_ops(t, wins)  # outlier steps' grown host ops (rules/outlier_steps.py)
-    metrics.outlier_collectives = collective_repeats(t, wins)  # ... and iterations, where the steps cannot tell
-    metrics.data_movement = data_movement(t, wins)  # cat / layout-transpose / copy kernels (rules/data_movement.py)
-    # the output's own sections before the path's result: with the path beside, they run while it finishes
-    moe, forwards, regather = rank_moe(t, wins), forward_counts(t, wins), regather_ms(t, wins)
     fixed, host_sends = action_fixed_ns(t, actions), host_p2p(t) if actions else []
-    idle_streams = stream_idle(t, wins) if t.is_gpu else []
-    sequences = kernel_sequences(t, wins) if t.is_gpu else None
-    per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track = cp.result()
+    # the sections that read the trace alone: taken by this process, or by the path's child once it is done
+    todo = _sections(t, wins, device)
+    got = {}
+    while (k := shares.next()) is not None:
+        got[k] = todo[k][1]()
+    per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track, theirs = cp.result()
+    shares.close()
+    got.update(theirs)
+    sec: dict[str, Any] = {name: got[k] if k in got else fn() for k, (name, fn) in enumerate(todo)}  # a child died
+    for name in _METRIC_SECTIONS:
+        setattr(metrics, name, sec[name])
+    metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     collectives.free_lo, collectives.free_hi = exposed_union(tl, wins)  # the exposed part of its waits (job/skew.py)
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
     per_step, metrics.critical_path, metrics.critical_path_note = stated(per_step, rank_cp, metrics.chores, cp_track)
@@ -222,20 +225,58 @@ def _run(job: RankJob) -> RankOutput:
     return RankOutput(
         path=job.path, rank=t.rank, world_size=t.world_size, distributed=_small(dist), host=host,
         device_name=device, metrics=metrics, actions=actions, links=links, p2p=p2p,
-        collectives=collectives, bytes_read=t.bytes_read, moe=moe, base_time_ns=_base_time(t.meta),
-        forwards=forwards, regather_ms=regather, action_fixed_ns=fixed, host_p2p=host_sends,
+        collectives=collectives, bytes_read=t.bytes_read, moe=sec["moe"], base_time_ns=_base_time(t.meta),
+        forwards=sec["forwards"], regather_ms=sec["regather_ms"], action_fixed_ns=fixed, host_p2p=host_sends,
         tracks=_tracks(t, wins, cp_track) if want_tracks else None,
-        op_kernels=views[0], roofline=views[1], stream_idle=idle_streams, kernel_sequences=sequences,
-        path_hops=hops, path_cuts=cuts,
+        op_kernels=sec["op_kernels"], roofline=sec["roofline"], stream_idle=sec["stream_idle"],
+        kernel_sequences=sec["kernel_sequences"], path_hops=hops, path_cuts=cuts,
     )
 
 
 BESIDE_BYTES = 4 << 20  # decompressed: below, the path's share (~5 ms) is worth less than the fork
 
 
-def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
+# The sections that read the trace and its windows alone, costliest first (~1-7 ms each on a 10-35 MB trace): the
+# RankMetrics fields, then the RankOutput's own. Whichever of this process and the path's child is free takes the next.
+_SECTIONS = ("data_movement", "op_kernels", "kernel_sequences", "comm_host_stall", "chores", "roofline", "launch",
+             "ddp_copies", "optimizer", "moe", "graph_replays", "stream_idle", "recompute", "outlier_ops",
+             "outlier_collectives", "comm_codec", "steps_source", "forwards", "regather_ms")
+_METRIC_SECTIONS = ("data_movement", "comm_host_stall", "chores", "launch", "ddp_copies", "optimizer",
+                    "graph_replays", "recompute", "outlier_ops", "outlier_collectives", "comm_codec", "steps_source")
+
+
+def _sections(t, wins, device: str) -> list[tuple[str, Callable[[], object]]]:
+    """(name, its computation) in the order of _SECTIONS; the same list in either process, so a piece's number
+    (io/forked.py Shares) names the same section in both."""
+    gpu = t.is_gpu
+    fns = {
+        "data_movement": lambda: data_movement(t, wins),  # cat / layout-transpose / copy (rules/data_movement.py)
+        "op_kernels": lambda: op_kernels(t, wins) if gpu else [],  # HTA's view
+        "kernel_sequences": lambda: kernel_sequences(t, wins) if gpu else None,
+        "comm_host_stall": lambda: comm_host_stall(t, wins) if gpu else None,
+        "chores": lambda: rank_chores(t, wins),  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
+        "roofline": lambda: roofline(t, wins, device) if gpu else [],  # TraceLens's view
+        "launch": lambda: launch_stats(t, wins) if gpu else None,
+        "ddp_copies": lambda: ddp_copies(t, wins),
+        "optimizer": lambda: optimizer_step(t, wins),  # the optimizer step's host span, its device idle, its launches
+        "moe": lambda: rank_moe(t, wins),
+        "graph_replays": lambda: graph_replays(t, wins),
+        "stream_idle": lambda: stream_idle(t, wins) if gpu else [],
+        "recompute": lambda: recompute(t, wins),  # activation checkpointing's recomputed forward
+        "outlier_ops": lambda: outlier_ops(t, wins),  # outlier steps' grown host ops (rules/outlier_steps.py)
+        "outlier_collectives": lambda: collective_repeats(t, wins),  # ... and iterations, where steps cannot tell
+        "comm_codec": lambda: comm_codec(t, wins) if gpu else None,
+        "steps_source": lambda: step_source(t),
+        "forwards": lambda: forward_counts(t, wins),
+        "regather_ms": lambda: regather_ms(t, wins),
+    }
+    return [(name, fns[name]) for name in _SECTIONS]
+
+
+def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, shares: Shares, get):
     """The rank's critical path per step and over its steps, its simulated what-ifs, its collectives, the job
-    path's hops and cuts (critical_path/cuts.py), with the timeline's path segments; `get()`: (what-ifs wanted, p2p records, device)."""
+    path's hops and cuts (critical_path/cuts.py), with the timeline's path segments; `get()`: (what-ifs wanted,
+    p2p records, device, held reads). Then the sections nobody took yet ({their number: value})."""
     cp_track: list | None = [] if want_tracks else None
     walker: list = []
     per_step, rank_cp = step_paths(t, wins, job.hta_compat, cp_track, walker)
@@ -250,7 +291,10 @@ def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, get):
     hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
     cuts = (path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
             if hops is not None else None)
-    return per_step, rank_cp, gains, collectives, hops, cuts, cp_track
+    todo, mine = _sections(t, wins, device), {}
+    while (k := shares.next()) is not None:
+        mine[k] = todo[k][1]()
+    return per_step, rank_cp, gains, collectives, hops, cuts, cp_track, mine
 
 
 def _tracks(t, wins, critical: list | None) -> RankTracks:

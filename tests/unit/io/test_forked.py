@@ -113,3 +113,33 @@ def test_no_fork_where_every_core_is_busy(monkeypatch):
     assert forked.idle_core()
     monkeypatch.setattr(forked.os, "sched_getaffinity", lambda pid: {0})
     assert not forked.idle_core()
+
+
+def test_shares_hand_each_piece_to_one_process_whichever_asks_first():
+    """200 pieces drained by this process and a forked child at once: each taken exactly once, both took some;
+    with no child, this process takes them all; past 256 pieces (a byte each) it refuses."""
+    out = _fresh("""
+        import time
+        from llmdiag.diagnose.io.forked import Shares
+
+        def drain(shares, get):
+            got = []
+            while (k := shares.next()) is not None:
+                got.append(k)
+                time.sleep(0.0005)
+            return got
+
+        s = Shares(200)
+        b = Beside(True, drain, s)
+        b.send(None)
+        mine = drain(s, None)
+        theirs = b.result()
+        alone = Shares(5)
+        try:
+            Shares(257)
+            refused = False
+        except ValueError:
+            refused = True
+        out = [sorted(mine + theirs) == list(range(200)), bool(mine), bool(theirs), drain(alone, None), refused]
+        """)
+    assert out == [True, True, True, [0, 1, 2, 3, 4], True]

@@ -299,17 +299,17 @@ class Simulator:
         return w
 
 
-def wanted(m) -> set[str]:
-    """The what-ifs whose rule has evidence in these RankMetrics (the rest are not simulated): fp32 GEMMs
+def wanted(hints, idle, exposed_comm_ms: float, norm_fusion) -> set[str]:
+    """The what-ifs whose rule has evidence in the rank's metrics (the rest are not simulated): fp32 GEMMs
     evidenced ("fp32"), device idle under blocking runtime calls ("sync"), exposed communication ("comm")."""
     out = set()
-    if (m.hints.fp32_gemm_frac or 0) > 0:
+    if (hints.fp32_gemm_frac or 0) > 0:
         out.add("fp32")
-    if m.idle is not None and m.idle.runtime_ms > 0:
+    if idle is not None and idle.runtime_ms > 0:
         out.add("sync")
-    if m.exposed_comm_ms > 0:
+    if exposed_comm_ms > 0:
         out.add("comm")
-    if m.norm_fusion is not None and m.norm_fusion.saved_ms > 0:
+    if norm_fusion is not None and norm_fusion.saved_ms > 0:
         out.add("fusion")  # the chain pointwise kernels fused into their normalization (metrics/rank/norm_fusion.py)
     return out
 
