@@ -191,20 +191,24 @@ class Shares:
     gets, and an empty pipe reads as the end. So the side that finishes its own part first takes what is left,
     with no scheduler, and with no child this process takes them all."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, forking: bool = True) -> None:
+        """`forking` False: no child will share them (a pool's worker), so no pipe: this process takes them all."""
         if not 0 <= n <= 256:
             raise ValueError(f"{n} pieces: a byte each, at most 256")
-        r, w = os.pipe()
-        try:
-            os.write(w, bytes(range(n)))  # far below a pipe's capacity: never blocks
-        finally:
-            os.close(w)
-        self._fd: int | None = r
+        self._fd: int | None = None
+        self._left = iter(range(n))
+        if forking:
+            r, w = os.pipe()
+            try:
+                os.write(w, bytes(range(n)))  # far below a pipe's capacity: never blocks
+            finally:
+                os.close(w)
+            self._fd = r
 
     def next(self) -> int | None:
         """The next piece nobody took, or None once all are taken."""
         if self._fd is None:
-            return None
+            return next(self._left, None)
         got = os.read(self._fd, 1)
         if got:
             return got[0]
@@ -212,6 +216,7 @@ class Shares:
         return None
 
     def close(self) -> None:
+        self._left = iter(())
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

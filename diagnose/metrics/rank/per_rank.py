@@ -155,9 +155,9 @@ def _run(job: RankJob) -> RankOutput:
     groups = resolve_groups(t, np.flatnonzero(in_windows(t, np.asarray(t.kind == COMM), wins)))  # once, for both users
     want_tracks = job.tracks is True or bool(job.tracks and t.rank in job.tracks)
     # The critical path, its what-ifs and hops on the other core for a lone rank (io/forked.py), else at result()
-    shares = Shares(len(_SECTIONS))
-    cp = Beside(job.helpers > 1 and t.bytes_read >= BESIDE_BYTES, _critical_path, t, wins, job, groups, want_tracks,
-                shares)
+    beside = job.helpers > 1 and t.bytes_read >= BESIDE_BYTES
+    shares = Shares(len(_SECTIONS), forking=beside)
+    cp = Beside(beside, _critical_path, t, wins, job, groups, want_tracks, shares)
     # What the path's what-ifs need from here first (it waits for them once its walk is done), the rest after
     hint, idle = hints(t, wins, mean("idle_ms"), step_ms), idle_breakdown(t, wins)
     fusion = norm_fusion(t, wins)  # normalization chains (rules/fusion.py); before `want`: simulated
