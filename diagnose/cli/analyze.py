@@ -217,8 +217,10 @@ def analyze(paths, json_path, report_path, no_report, comm_regex, exclude_last_s
                 from None
     check_comm_regex(comm_regex)
     if tables_dir and tables_format != "csv":  # before the analysis: a missing extra is one line, not minutes lost
+        from llmdiag.diagnose.engine.blas import load_numpy_single_threaded
         from llmdiag.diagnose.export.tables import require_pyarrow
 
+        load_numpy_single_threaded()  # pyarrow loads numpy: with one BLAS thread, as the analysis does below
         require_pyarrow()
     target = list(paths) if len(paths) > 1 else paths[0]
     if timeline_ranks is not None and not timeline_path:
