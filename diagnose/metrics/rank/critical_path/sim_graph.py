@@ -75,7 +75,8 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
         return g, none
     dst = np.concatenate(dsts)
     out = Graph(g.ev, g.time, g.device, np.r_[g.src, src], np.r_[g.dst, dst],
-                np.r_[g.etype, np.full(len(src), SYNC_EDGE, np.int8)], np.r_[g.cause, np.full(len(src), -1, np.int8)])
+                np.r_[g.etype, np.full(len(src), SYNC_EDGE, np.int8)], np.r_[g.cause, np.full(len(src), -1, np.int8)],
+                memo=g.same_points())
     return out, np.r_[none, np.ones(len(src), bool)]
 
 
@@ -89,11 +90,15 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     gains' own: from each step's start back to the one before (the last step: from its end back to its start),
     along the binding edges, bounded by the node count."""
     pred_edge, pred = binding if binding is not None else g.binding()
-    o = np.argsort(g.time, kind="stable")
+    o = g.time_order()
     ts = g.time[o]
     dev_node = np.repeat(g.device, 2)
-    time, pe, pr = g.time.tolist(), pred_edge.tolist(), pred.tolist()
-    gap = (np.isin(g.etype, (LAUNCH, STREAM)) | ((g.etype == THREAD) & (g.cause == HOST_GAP))).tolist()
+    # per node: its binding edge is such a wait (a launch / stream gap, or a host gap), of at least UNEXPLAINED_NS
+    has = pred_edge >= 0
+    e = np.maximum(pred_edge, 0)
+    gap = np.isin(g.etype[e], (LAUNCH, STREAM)) | ((g.etype[e] == THREAD) & (g.cause[e] == HOST_GAP))
+    held_at = has & gap & (g.time - g.time[np.maximum(pred, 0)] >= UNEXPLAINED_NS)
+    time, pr = g.times(), pred.tolist()
     held = total = 0
     budget = g.nodes
     spans = [(a.start, b.start) for a, b in zip(wins, wins[1:])] + [(wins[-1].start, wins[-1].end)]
@@ -105,12 +110,16 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
         tied = o[int(np.searchsorted(ts, ts[k], side="left")):k + 1]  # a device point first among equal times
         dev = tied[dev_node[tied]]
         v = int(dev[0] if len(dev) else tied[-1])
+        walked = []  # the nodes whose binding edge the walk crossed: summed in numpy once it ends
         while time[v] > lo and budget > 0:
             budget -= 1
-            e, u = pe[v], pr[v]
-            if e < 0:
+            u = pr[v]
+            if u < 0:
                 break
-            if gap[e] and time[v] - time[u] >= UNEXPLAINED_NS:
-                held += min(time[v], hi) - max(time[u], lo)
+            walked.append(v)
             v = u
+        if walked:
+            a = np.array(walked, np.int64)
+            a = a[held_at[a]]
+            held += sum((np.minimum(g.time[a], hi) - np.maximum(g.time[pred[a]], lo)).tolist())
     return held / total if total > 0 else 0.0

@@ -79,7 +79,6 @@ class Simulator:
         w[(g.etype == THREAD) & ~binding] = np.minimum(obs[(g.etype == THREAD) & ~binding], 0)
         self.w = w
         self._chains(t)
-        self._sorted: np.ndarray | None = None  # the points in time order, for the windows' boundaries
         # the edges inside the windows (by their end point), the only ones a scenario edits
         self.in_win = np.zeros(len(g.src), bool)
         if len(g.src):
@@ -226,9 +225,7 @@ class Simulator:
     def boundaries(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(new start, new end) per window: the earliest new time of the points at the window's first time at or
         after its start, the latest of those at its last time at or before its end (the window's own points)."""
-        if self._sorted is None:
-            self._sorted = np.argsort(self.t0, kind="stable")
-        o = self._sorted
+        o = self.g.time_order()
         ts = self.t0[o]
         starts, ends = [], []
         for win in self.wins:
