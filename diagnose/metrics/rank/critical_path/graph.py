@@ -119,24 +119,53 @@ class Graph:
             pred_edge = self.memo["pred_edge"] = self._pred_edge()
         pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)
         if walk and len(self.src):
+            h, p = self._returns(pred_edge)
+            pred[h] = p
+        return pred_edge, pred
+
+    def _returns(self, pred_edge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The walk's returns to the device (ahead.idle_returns): (host point, device end node), once per graph."""
+        r = self.memo.get("returns")
+        if r is None:
             # a hand-over (a THREAD edge across threads: resume.py) is a wait like a SYNC edge: its point keeps it
             thr = np.full(self.nodes, -1, np.int64)
             thr[self.horder] = self.hthread
             own = (self.etype == THREAD) & (thr[self.src] == thr[self.dst])
-            h, p = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, own)
-            pred[h] = p
-        return pred_edge, pred
+            r = self.memo["returns"] = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, own)
+        return r
+
+    def pred_list(self, walk: bool = False) -> list[int]:
+        """binding(walk)'s sources as a Python list (-1 none), made once per graph and never edited: the walks
+        read them one node at a time. The walk's is the other's with its few returns (ahead.py) written over."""
+        key = "walk_preds" if walk else "preds"
+        out = self.memo.get(key)
+        if out is None:
+            if not walk:
+                out = self.binding()[1].tolist()
+            else:
+                out = self.pred_list().copy()
+                if len(self.src):
+                    for a, b in zip(*(x.tolist() for x in self._returns(self.binding()[0]))):
+                        out[a] = b
+            self.memo[key] = out
+        return out
 
     def _pred_edge(self) -> np.ndarray:
         pred_edge = np.full(self.nodes, -1, np.int64)
         if len(self.src):
             ts = self.time[self.src]
-            if len(ts) and np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
-                o = np.lexsort((ts * 8 + PRIORITY[self.etype], self.dst))
+            if np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
+                # per node the largest key, of equal keys the last edge: the last of a lexsort on (node, key),
+                # without the sort (~3x faster)
+                key = ts * 8 + PRIORITY[self.etype]
+                best = np.full(self.nodes, np.iinfo(np.int64).min, np.int64)
+                np.maximum.at(best, self.dst, key)
+                cand = np.flatnonzero(key == best[self.dst])
+                np.maximum.at(pred_edge, self.dst[cand], cand)
             else:  # times a hostile trace stretched past what one int64 key holds
                 o = np.lexsort((PRIORITY[self.etype], ts, self.dst))
-            last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
-            pred_edge[self.dst[o][last]] = o[last]
+                last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
+                pred_edge[self.dst[o][last]] = o[last]
         pred_edge.flags.writeable = False  # shared by every caller (memo)
         return pred_edge
 

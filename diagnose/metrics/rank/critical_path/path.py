@@ -47,12 +47,12 @@ class Walker:
 
     def __init__(self, g: Graph):
         self.g = g
-        pred_edge, pred = g.binding(walk=True)
+        pred_edge = g.binding()[0]
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
         self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: walks.py
         # per node: its time, its binding edge's source (-1 none) and that edge's cause, read by walks.Walks too
-        self.times, self.preds = g.times(), pred.tolist()
+        self.times, self.preds = g.times(), g.pred_list(walk=True)
         self._order = np.zeros(0, np.int64)
         self.crossed = -1  # set by walk
         self._ready = False

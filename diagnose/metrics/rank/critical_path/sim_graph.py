@@ -90,6 +90,7 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     gains' own: from each step's start back to the one before (the last step: from its end back to its start),
     along the binding edges, bounded by the node count."""
     pred_edge, pred = binding if binding is not None else g.binding()
+    pr = g.pred_list() if binding is None else pred.tolist()
     o = g.time_order()
     ts = g.time[o]
     dev_node = np.repeat(g.device, 2)
@@ -98,7 +99,7 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     e = np.maximum(pred_edge, 0)
     gap = np.isin(g.etype[e], (LAUNCH, STREAM)) | ((g.etype[e] == THREAD) & (g.cause[e] == HOST_GAP))
     held_at = has & gap & (g.time - g.time[np.maximum(pred, 0)] >= UNEXPLAINED_NS)
-    time, pr = g.times(), pred.tolist()
+    time = g.times()
     held = total = 0
     budget = g.nodes
     spans = [(a.start, b.start) for a, b in zip(wins, wins[1:])] + [(wins[-1].start, wins[-1].end)]

@@ -146,12 +146,21 @@ class Simulator:
         v = np.r_[self.xa, chain]
         keep = u != v  # an edge from an anchor's own run segment into it: a loop of one, cut
         u, v = u[keep], v[keep]
+        nodes = self.order[self.anchors]
+        by_time_a = np.argsort(self.t0[nodes], kind="stable")  # trace time, then position
+        rank = np.empty(n, np.int64)
+        rank[by_time_a] = np.arange(n)
+        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
+        if (rank[u] < rank[v]).all():
+            # the time order is already topological (every anchor waits only on earlier ones: no loop, so Kahn's
+            # would cut none), and every topological order re-times alike (each anchor reads only finished ones):
+            # taken as it is, without Kahn's Python loop (2-3 ms a rank)
+            return by_time_a.tolist()
         indeg = np.bincount(v, minlength=n).tolist()
         o = np.argsort(u, kind="stable")
         succ = v[o].tolist()
         sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
-        nodes = self.order[self.anchors]
-        by_time = np.lexsort((np.arange(n), self.t0[nodes])).tolist()
+        by_time = by_time_a.tolist()
         queued = [False] * n
         heap: list[tuple[int, int]] = []
         t0 = self.t0[nodes].tolist()
@@ -161,7 +170,6 @@ class Simulator:
                 queued[i] = True
         heapq.heapify(heap)
         out: list[int] = []
-        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
         k = 0  # the next anchor in time order to cut at, where Kahn stalls
         while len(out) < n:
             if not heap:
@@ -320,10 +328,9 @@ def simulator(t: RankTrace, wins, graph=None) -> Simulator | None:
     g = graph if graph is not None else build(t)
     if not len(g.src) or np.abs(g.time).max() >= 2**59:
         return None
-    binding = g.binding()
-    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
+    if unexplained_share(g, wins) >= UNEXPLAINED_SHARE:
         return None
-    return Simulator(t, g, wins, binding[0])
+    return Simulator(t, g, wins, g.binding()[0])
 
 
 def shared_simulator(t: RankTrace, wins, graph=None) -> Callable[[], Simulator | None]:
