@@ -13,8 +13,8 @@ Re-timing. A node's new time is the max over its in-edges of (source's new time 
 in-edge keeps its time. The nodes form chains (a host thread's points, a stream's begin/end points), each point
 with at most one in-edge from its chain; launches, waits, syncs and hand-overs between threads cross chains. The
 re-timing is one pass: over the anchors (where something enters a chain run: its first point, a cross edge's end)
-in a topological order computed once per rank (`_topo`, Kahn's), a Python step per anchor and per cross edge; the
-points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
+in a topological order computed once per rank (`_topo`: the time order, or Kahn's), a Python step per anchor and
+per cross edge; the points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
 settles. The graph is a DAG: every edge points forward in trace time (ties are settled by chain order), but for
 a device clock running ahead of the host's (a kernel that begins before its launch call); the loop that closes
 through a sync on such an op is not drawn (blocking.py: a call waits only on ops launched before it), and any loop a hostile trace still closes
@@ -129,33 +129,41 @@ class Simulator:
 
     def _topo(self) -> list[int]:
         """The anchors in a topological order of what they wait on (the anchor before in their run, the anchors
-        their cross edges come from): Kahn's algorithm, ready anchors in the trace's time order. The graph is a
+        their cross edges come from): the trace's time order where it is one, else Kahn's algorithm, ready anchors in
+        the trace's time order. The graph is a
         DAG wherever every edge points forward in trace time (ties included: chain order and Kahn's order settle
         them). Only a skewed clock (a kernel that begins before its launch call, two ops of one stream that
         overlap) can close a loop; Kahn then stalls, and the loop is cut at its earliest anchor in trace time
         (then position): it is re-timed at once, reading what it waits on that is not re-timed yet at its trace
         time (the chain weights since its run's anchor applied). One step per anchor and per edge between
         anchors."""
-        g = self.g
-        n = len(self.anchors)
-        if not n:
+        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
+        if not len(self.anchors):
             return []
+        u, v, by_time = self._anchor_edges()
+        rank = np.empty(len(by_time), np.int64)
+        rank[by_time] = np.arange(len(by_time))
+        if (rank[u] < rank[v]).all():
+            # the time order is already topological (every anchor waits only on earlier ones: no loop, so Kahn's
+            # would cut none), and every topological order re-times alike (each anchor reads only finished ones):
+            # taken as it is, without Kahn's Python loop (2-3 ms a rank)
+            return by_time.tolist()
+        return self._kahn(u, v, by_time)
+
+    def _anchor_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(u, v): anchor v waits on anchor u; and the anchors in trace time order (then position)."""
+        g = self.g
         src_a = self.aidx[self.pos_of[g.src[self.xe]]]
         chain = np.flatnonzero(~self.seg[self.anchors])  # anchors that read the anchor before them
         u = np.r_[src_a, chain - 1]
         v = np.r_[self.xa, chain]
         keep = u != v  # an edge from an anchor's own run segment into it: a loop of one, cut
-        u, v = u[keep], v[keep]
+        return u[keep], v[keep], np.argsort(self.t0[self.order[self.anchors]], kind="stable")
+
+    def _kahn(self, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> list[int]:
+        """`_topo`'s order by Kahn's algorithm, ready anchors by trace time, a stall cut at its earliest anchor."""
+        n = len(by_time_a)
         nodes = self.order[self.anchors]
-        by_time_a = np.argsort(self.t0[nodes], kind="stable")  # trace time, then position
-        rank = np.empty(n, np.int64)
-        rank[by_time_a] = np.arange(n)
-        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
-        if (rank[u] < rank[v]).all():
-            # the time order is already topological (every anchor waits only on earlier ones: no loop, so Kahn's
-            # would cut none), and every topological order re-times alike (each anchor reads only finished ones):
-            # taken as it is, without Kahn's Python loop (2-3 ms a rank)
-            return by_time_a.tolist()
         indeg = np.bincount(v, minlength=n).tolist()
         o = np.argsort(u, kind="stable")
         succ = v[o].tolist()
