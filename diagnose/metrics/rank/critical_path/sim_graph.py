@@ -94,11 +94,12 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     o = g.time_order()
     ts = g.time[o]
     dev_node = np.repeat(g.device, 2)
-    # per node: its binding edge is such a wait (a launch / stream gap, or a host gap), of at least UNEXPLAINED_NS
+    # the nodes whose binding edge is such a wait (a launch / stream gap, or a host gap) of at least UNEXPLAINED_NS,
+    # found in numpy (times below 2**59: simulator's gate), so the walk below only follows edges
     has = pred_edge >= 0
     e = np.maximum(pred_edge, 0)
     gap = np.isin(g.etype[e], (LAUNCH, STREAM)) | ((g.etype[e] == THREAD) & (g.cause[e] == HOST_GAP))
-    held_at = has & gap & (g.time - g.time[np.maximum(pred, 0)] >= UNEXPLAINED_NS)
+    held_at = set(np.flatnonzero(has & gap & (g.time - g.time[np.maximum(pred, 0)] >= UNEXPLAINED_NS)).tolist())
     time = g.times()
     held = total = 0
     budget = g.nodes
@@ -111,16 +112,12 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
         tied = o[int(np.searchsorted(ts, ts[k], side="left")):k + 1]  # a device point first among equal times
         dev = tied[dev_node[tied]]
         v = int(dev[0] if len(dev) else tied[-1])
-        walked = []  # the nodes whose binding edge the walk crossed: summed in numpy once it ends
         while time[v] > lo and budget > 0:
             budget -= 1
             u = pr[v]
             if u < 0:
                 break
-            walked.append(v)
+            if v in held_at:
+                held += min(time[v], hi) - max(time[u], lo)
             v = u
-        if walked:
-            a = np.array(walked, np.int64)
-            a = a[held_at[a]]
-            held += sum((np.minimum(g.time[a], hi) - np.maximum(g.time[pred[a]], lo)).tolist())
     return held / total if total > 0 else 0.0
