@@ -63,8 +63,7 @@ class Walks:
     def _rest(self, walk: int, k: int) -> list[int]:
         """ns per category that `walk` summed from its step `k` on, its tail included."""
         cat, ns = self.steps[walk]
-        cat, ns = cat[k:], ns[k:]
-        return [int(ns[cat == j].sum()) + t for j, t in enumerate(self.tail[walk])]
+        return [s + t for s, t in zip(_by_cat(cat[k:], ns[k:]), self.tail[walk])]
 
     def run(self, v: int, end: int, out: np.ndarray) -> int:
         """Walk back from node `v` (at or before `end`, -1 none) to the window's start; adds ns per HTA category
@@ -109,7 +108,7 @@ class Walks:
             c_at[0] = min(c_at[0], end)
             np.minimum.accumulate(c_at, out=c_at)
             steps = (CAT[self.w.cause[nodes[:-1]]], c_at[:-1] - np.maximum(c_at[1:], start))
-            acc = [int(steps[1][steps[0] == j].sum()) + t for j, t in enumerate(tail)]
+            acc = [s + t for s, t in zip(_by_cat(*steps), tail)]
         else:
             steps = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self.steps.append(steps)
@@ -118,3 +117,13 @@ class Walks:
         acc[GAP] += gap
         out += np.asarray(acc, np.float32)
         return reached
+
+
+def _by_cat(cat: np.ndarray, ns: np.ndarray) -> list[int]:
+    """ns (each >= 0) summed per category: one bincount, whose float64 sums are exact below 2**53 ns (104 days),
+    else the int64 sums one category at a time."""
+    if not len(ns):
+        return [0] * NCAT
+    if int(ns.max()) * len(ns) < 2**53:
+        return np.bincount(cat, weights=ns, minlength=NCAT).astype(np.int64).tolist()
+    return [int(ns[cat == j].sum()) for j in range(NCAT)]
