@@ -1,7 +1,10 @@
 """The dependency graph as the what-if simulation (simulate.py) reads it: its host chains in order, the edges it
-adds for launches blocked on a full launch queue, and whether the graph explains the steps at all."""
+adds for launches blocked on a full launch queue, whether the graph explains the steps at all, and the re-timing's
+order where trace time is not one (`kahn`)."""
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -121,3 +124,42 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
                 held += min(time[v], hi) - max(time[u], lo)
             v = u
     return held / total if total > 0 else 0.0
+
+
+def kahn(t0: np.ndarray, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> tuple[list[int], int]:
+    """(a topological order of the anchors, the loops cut): anchor v waits on anchor u; Kahn's algorithm, ready
+    anchors by trace time (`t0`, per anchor), a stall (a loop a skewed clock closed) cut at its earliest anchor in
+    `by_time_a` (trace time, then position). Simulator._topo's where the time order is not already one."""
+    n = len(by_time_a)
+    indeg = np.bincount(v, minlength=n).tolist()
+    o = np.argsort(u, kind="stable")
+    succ = v[o].tolist()
+    sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
+    by_time = by_time_a.tolist()
+    queued = [False] * n
+    heap: list[tuple[int, int]] = []
+    times = t0.tolist()
+    for i in by_time:
+        if indeg[i] == 0:
+            heap.append((times[i], i))
+            queued[i] = True
+    heapq.heapify(heap)
+    out: list[int] = []
+    cuts = 0
+    k = 0  # the next anchor in time order to cut at, where Kahn stalls
+    while len(out) < n:
+        if not heap:
+            while queued[by_time[k]]:
+                k += 1
+            i = by_time[k]
+            queued[i] = True
+            cuts += 1
+            heap.append((times[i], i))
+        _, i = heapq.heappop(heap)
+        out.append(i)
+        for j in succ[sb[i]:sb[i + 1]]:
+            indeg[j] -= 1
+            if indeg[j] == 0 and not queued[j]:
+                queued[j] = True
+                heapq.heappush(heap, (times[j], j))
+    return out, cuts

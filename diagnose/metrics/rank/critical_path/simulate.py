@@ -33,17 +33,17 @@ where the graph does not explain the steps (unexplained_share).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from functools import cache, partial
+from types import SimpleNamespace
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, C,
                                                                Graph, build)
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, with_queue_edges,
-                                                                   unexplained_share)
+from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, kahn, thread_order,
+                                                                   with_queue_edges, unexplained_share)
 from llmdiag.diagnose.metrics.rank.norm_fusion import chain_kernels, fused_weights
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.metrics.rank.sets import median  # np.median without its numpy.ma import (~7 ms)
@@ -126,6 +126,7 @@ class Simulator:
         self.xe, self.xa = xe[o], xa[o]  # cross edges grouped by the anchor they enter
         self.xbounds = np.searchsorted(self.xa, np.arange(len(self.anchors) + 1))
         self.proc = self._topo()
+        self._st: SimpleNamespace | None = None  # _static
 
     def _topo(self) -> list[int]:
         """The anchors in a topological order of what they wait on (the anchor before in their run, the anchors
@@ -161,39 +162,9 @@ class Simulator:
         return u[keep], v[keep], np.argsort(self.t0[self.order[self.anchors]], kind="stable")
 
     def _kahn(self, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> list[int]:
-        """`_topo`'s order by Kahn's algorithm, ready anchors by trace time, a stall cut at its earliest anchor."""
-        n = len(by_time_a)
-        nodes = self.order[self.anchors]
-        indeg = np.bincount(v, minlength=n).tolist()
-        o = np.argsort(u, kind="stable")
-        succ = v[o].tolist()
-        sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
-        by_time = by_time_a.tolist()
-        queued = [False] * n
-        heap: list[tuple[int, int]] = []
-        t0 = self.t0[nodes].tolist()
-        for i in by_time:
-            if indeg[i] == 0:
-                heap.append((t0[i], i))
-                queued[i] = True
-        heapq.heapify(heap)
-        out: list[int] = []
-        k = 0  # the next anchor in time order to cut at, where Kahn stalls
-        while len(out) < n:
-            if not heap:
-                while queued[by_time[k]]:
-                    k += 1
-                i = by_time[k]
-                queued[i] = True
-                self.cuts += 1
-                heap.append((t0[i], i))
-            _, i = heapq.heappop(heap)
-            out.append(i)
-            for j in succ[sb[i]:sb[i + 1]]:
-                indeg[j] -= 1
-                if indeg[j] == 0 and not queued[j]:
-                    queued[j] = True
-                    heapq.heappush(heap, (t0[j], j))
+        """`_topo`'s order by Kahn's algorithm (sim_graph.kahn); counts the loops it cut in `cuts`."""
+        out, cuts = kahn(self.t0[self.order[self.anchors]], u, v, by_time_a)
+        self.cuts += cuts
         return out
 
     def retime(self, w: np.ndarray) -> np.ndarray:
@@ -202,32 +173,31 @@ class Simulator:
         and their cross edges only; between anchors a run's time is its chain weight (numpy). A point's time is
         the max over its in-edges of (source's time + weight); a point with no in-edge keeps its trace time."""
         g, order, link = self.g, self.order, self.link
-        if ((link >= 0) & (w[np.maximum(link, 0)] <= NEG)).any():
+        st = self._static()
+        lw = w[st.link_at]
+        if ((link >= 0) & (lw <= NEG)).any():
             raise ValueError("a chain edge cannot be removed")
         live = w > NEG
         has_in = np.zeros(g.nodes, bool)
         has_in[g.dst[live]] = True
         seg, anchors, aidx = self.seg, self.anchors, self.aidx
-        cum = np.cumsum(np.where(seg, 0, w[np.maximum(link, 0)]))
-        seg_id = np.cumsum(seg) - 1
-        wrel = cum - cum[np.flatnonzero(seg)][seg_id]  # chain weight from the run's first point
-        xe = self.xe
-        sp = self.pos_of[g.src[xe]]
-        xj = aidx[sp].tolist()  # the anchor each source reads its time from, plus its offset
+        cum = np.cumsum(np.where(seg, 0, lw))
+        wrel = cum - cum[st.seg_first][st.seg_id]  # chain weight from the run's first point
+        xe, sp = self.xe, st.sp
+        ins = st.ins  # per anchor its cross edges: (the anchor each source reads its time from, the edge's slot)
         xoff = np.where(live[xe], wrel[sp] + w[xe], NEG).tolist()
-        xb = self.xbounds.tolist()
-        nodes = order[anchors]
-        M = (self.t0[nodes] - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
-        base = np.where(has_in[nodes], NEG, self.t0[nodes]).tolist()
+        nodes = st.nodes
+        M = (st.t0 - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
+        base = np.where(has_in[nodes], NEG, st.t0).tolist()
         wr = wrel[anchors].tolist()
-        first = seg[anchors].tolist()
+        first = st.first
         neg = int(NEG)
         for i in self.proc:
             c = base[i]
-            for k in range(xb[i], xb[i + 1]):
+            for j, k in ins[i]:
                 off = xoff[k]
                 if off != neg:
-                    v = M[xj[k]] + off
+                    v = M[j] + off
                     if v > c:
                         c = v
             a = c - wr[i]
@@ -237,6 +207,18 @@ class Simulator:
         T = np.empty(g.nodes, np.int64)
         T[order] = wrel + np.array(M, np.int64)[aidx]
         return T
+
+    def _static(self) -> SimpleNamespace:
+        """What every re-timing reads of the chains and anchors alone (no weight), made on the first."""
+        if self._st is None:
+            g, seg, anchors = self.g, self.seg, self.anchors
+            sp = self.pos_of[g.src[self.xe]]
+            nodes = self.order[anchors]
+            self._st = SimpleNamespace(link_at=np.maximum(self.link, 0), seg_first=np.flatnonzero(seg),
+                                       seg_id=np.cumsum(seg) - 1, sp=sp, ins=_by_anchor(self.aidx[sp].tolist(),
+                                       self.xbounds.tolist()), nodes=nodes, t0=self.t0[nodes],
+                                       first=seg[anchors].tolist())
+        return self._st
 
     def boundaries(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(new start, new end) per window: the earliest new time of the points at the window's first time at or
@@ -310,6 +292,12 @@ class Simulator:
         on_event = (pe >= 0) & (g.etype[np.maximum(pe, 0)] == WAIT)
         w[self.recorded_syncs() & self.in_win & ~on_event] = NEG
         return w
+
+
+def _by_anchor(xj: list[int], xb: list[int]) -> list[tuple]:
+    """Per anchor, its cross edges as (source anchor, edge slot) pairs: the re-timing's loop reads no bounds."""
+    pairs = list(zip(xj, range(len(xj))))
+    return [tuple(pairs[a:b]) for a, b in zip(xb, xb[1:])]
 
 
 def wanted(hints, idle, exposed_comm_ms: float, norm_fusion) -> set[str]:
