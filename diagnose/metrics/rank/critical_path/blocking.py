@@ -34,7 +34,7 @@ def sync_edges(t: RankTrace, ev: np.ndarray, hk: np.ndarray, dk: np.ndarray, beg
     after the device drained is the allocator's own work, not a wait (graph.py names its edge so). `ev`,
     `begin`, `end`: the graph's selected events; `hk` / `dk` their host / device positions; `launched`: per
     device event (dk order), its launch's begin (int64 min unknown); `nodes`, `th`: the host nodes in thread
-    order and their thread (graph.host_points)."""
+    order and their thread (host_order.host_points)."""
     nm = t.name[ev[hk]]
     sync = np.zeros(len(t.names), bool)
     sync[t.name_ids(is_sync_call)] = True

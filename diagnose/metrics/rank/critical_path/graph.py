@@ -36,6 +36,7 @@ import numpy as np
 from llmdiag.diagnose.model.dc import dataclass
 from llmdiag.diagnose.io.trace import COMM, COMPUTE, CPU_OP, MEMCPY, MEMSET, RUNTIME, SYNC, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path import ahead, blocking, resume
+from llmdiag.diagnose.metrics.rank.critical_path.host_order import host_points
 from llmdiag.diagnose.metrics.rank.host_wait import is_sync_call
 from llmdiag.diagnose.metrics.rank.idle import is_alloc_call
 from llmdiag.diagnose.metrics.rank.idle_stretch import SAMPLED_SHARE, op_ids_contiguous
@@ -82,10 +83,31 @@ class Graph:
     horder: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     hthread: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     runtime: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per selected event: a runtime call
+    # what several passes of one rank read from the same arrays (the walk, the what-ifs' gate, their boundaries):
+    # computed once (`time_order`, `times`, the binding's edges); the arrays are never edited once built
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def nodes(self) -> int:
         return len(self.time)
+
+    def time_order(self) -> np.ndarray:
+        """The nodes in time order (stable: equal times in node order), sorted once per graph."""
+        o = self.memo.get("order")
+        if o is None:
+            o = self.memo["order"] = np.argsort(self.time, kind="stable")
+        return o
+
+    def times(self) -> list[int]:
+        """`time` as a Python list (a walk reads one node at a time: a list indexes ~10x faster than numpy)."""
+        o = self.memo.get("times")
+        if o is None:
+            o = self.memo["times"] = self.time.tolist()
+        return o
+
+    def same_points(self) -> dict:
+        """The memo entries that depend on the points alone, for a graph of the same points with more edges."""
+        return {k: v for k, v in self.memo.items() if k in ("order", "times")}
 
     def binding(self, walk: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Per node, the in-edge whose source arrives last (-1 for none), and that source. The edge a node
@@ -93,24 +115,60 @@ class Graph:
         what-if simulation, whose host chains keep their edges), a host thread's point where a walk that left the
         device for a late launch returns to it goes back to that device op's end instead, its edge (its cause) kept
         (ahead.py: the host was ahead of its device until then)."""
-        pred_edge = np.full(self.nodes, -1, np.int64)
-        if len(self.src):
-            ts = self.time[self.src]
-            if len(ts) and np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
-                o = np.lexsort((ts * 8 + PRIORITY[self.etype], self.dst))
-            else:  # times a hostile trace stretched past what one int64 key holds
-                o = np.lexsort((PRIORITY[self.etype], ts, self.dst))
-            last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
-            pred_edge[self.dst[o][last]] = o[last]
+        pred_edge = self.memo.get("pred_edge")
+        if pred_edge is None:  # the same edges for the walk and the what-ifs: one lexsort per graph
+            pred_edge = self.memo["pred_edge"] = self._pred_edge()
         pred = np.where(pred_edge >= 0, self.src[np.maximum(pred_edge, 0)], -1)
         if walk and len(self.src):
+            h, p = self._returns(pred_edge)
+            pred[h] = p
+        return pred_edge, pred
+
+    def _returns(self, pred_edge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The walk's returns to the device (ahead.idle_returns): (host point, device end node), once per graph."""
+        r = self.memo.get("returns")
+        if r is None:
             # a hand-over (a THREAD edge across threads: resume.py) is a wait like a SYNC edge: its point keeps it
             thr = np.full(self.nodes, -1, np.int64)
             thr[self.horder] = self.hthread
             own = (self.etype == THREAD) & (thr[self.src] == thr[self.dst])
-            h, p = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, own)
-            pred[h] = p
-        return pred_edge, pred
+            r = self.memo["returns"] = ahead.idle_returns(self, pred_edge, self.etype == LAUNCH, own)
+        return r
+
+    def pred_list(self, walk: bool = False) -> list[int]:
+        """binding(walk)'s sources as a Python list (-1 none), made once per graph and never edited: the walks
+        read them one node at a time. The walk's is the other's with its few returns (ahead.py) written over."""
+        key = "walk_preds" if walk else "preds"
+        out = self.memo.get(key)
+        if out is None:
+            if not walk:
+                out = self.binding()[1].tolist()
+            else:
+                out = self.pred_list().copy()
+                if len(self.src):
+                    for a, b in zip(*(x.tolist() for x in self._returns(self.binding()[0]))):
+                        out[a] = b
+            self.memo[key] = out
+        return out
+
+    def _pred_edge(self) -> np.ndarray:
+        pred_edge = np.full(self.nodes, -1, np.int64)
+        if len(self.src):
+            ts = self.time[self.src]
+            if np.abs(ts).max() < 2**59:  # one key: arrival, then the tie-break
+                # per node the largest key, of equal keys the last edge: the last of a lexsort on (node, key),
+                # without the sort (~3x faster)
+                key = ts * 8 + PRIORITY[self.etype]
+                best = np.full(self.nodes, np.iinfo(np.int64).min, np.int64)
+                np.maximum.at(best, self.dst, key)
+                cand = np.flatnonzero(key == best[self.dst])
+                np.maximum.at(pred_edge, self.dst[cand], cand)
+            else:  # times a hostile trace stretched past what one int64 key holds
+                o = np.lexsort((PRIORITY[self.etype], ts, self.dst))
+                last = np.r_[self.dst[o][1:] != self.dst[o][:-1], True]
+                pred_edge[self.dst[o][last]] = o[last]
+        pred_edge.flags.writeable = False  # shared by every caller (memo)
+        return pred_edge
 
 
 def _kinds(t: RankTrace) -> np.ndarray:
@@ -169,21 +227,6 @@ def build(t: RankTrace) -> Graph:
                  np.concatenate(causes), ho, ht, rt)
 
 
-def host_points(t: RankTrace, ev: np.ndarray, hk: np.ndarray, begin: np.ndarray, end: np.ndarray):
-    """The host nodes in each thread's nesting order: (nodes, thread per node, +1 begin / -1 end per node).
-    At one instant ends come before begins; of two begins the longer (outer) first, of two ends the later
-    begun (inner) first."""
-    thr = t.thread[ev[hk]]
-    nodes = np.concatenate([2 * hk, 2 * hk + 1])
-    tm = np.concatenate([begin[hk], end[hk]])
-    isb = np.concatenate([np.ones(len(hk), np.int8), np.zeros(len(hk), np.int8)])
-    second = np.concatenate([-(end[hk] - begin[hk]), -begin[hk]])
-    third = np.concatenate([hk, -hk])
-    th = np.concatenate([thr, thr])
-    o = np.lexsort((third, second, isb, tm, th))
-    return nodes[o], th[o], np.where(isb[o] == 1, 1, -1)
-
-
 def _thread_edges(t: RankTrace, ev, hk, order, add):
     """THREAD edges with their cause: the innermost host event open between the two points (none: a gap
     between top-level ops, where nothing was profiled). Returns the gaps and each thread's last point:
@@ -200,8 +243,15 @@ def _thread_edges(t: RankTrace, ev, hk, order, add):
     depth = cs - (cs[base] - step[base])
     # innermost open event after point j: the last begin at or before j with the same depth after it
     pos = np.arange(len(nodes))
-    grp = th.astype(np.int64) * (len(nodes) + 2) + depth
-    o = np.lexsort((pos, grp))
+    # (thread, depth) groups, positions in order within each: a stable sort on a 16-bit key where it fits (numpy
+    # radix-sorts those: linear), else on thread * (len + 2) + depth
+    lo, span = int(depth.min()), int(depth.max() - depth.min()) + 1
+    t0 = int(th.min())
+    if (int(th.max()) - t0 + 1) * span <= 1 << 16:
+        grp = ((th.astype(np.int64) - t0) * span + (depth - lo)).astype(np.uint16)
+    else:
+        grp = th.astype(np.int64) * (len(nodes) + 2) + depth
+    o = np.argsort(grp, kind="stable")
     big = len(nodes) + 1
     gr = np.cumsum(np.r_[True, grp[o][1:] != grp[o][:-1]])  # group rank, increasing along o
     val = np.where(step[o] == 1, pos[o], -1) + gr * big

@@ -47,12 +47,12 @@ class Walker:
 
     def __init__(self, g: Graph):
         self.g = g
-        pred_edge, pred = g.binding(walk=True)
+        pred_edge = g.binding()[0]
         self.dev_end = np.zeros(g.nodes, bool)
         self.dev_end[1::2] = g.device
         self.cause = np.where(pred_edge >= 0, g.cause[np.maximum(pred_edge, 0)], -1)  # numpy too: walks.py
         # per node: its time, its binding edge's source (-1 none) and that edge's cause, read by walks.Walks too
-        self.times, self.preds, self._cause = g.time.tolist(), pred.tolist(), self.cause.tolist()
+        self.times, self.preds = g.times(), g.pred_list(walk=True)
         self._order = np.zeros(0, np.int64)
         self.crossed = -1  # set by walk
         self._ready = False
@@ -85,7 +85,7 @@ class Walker:
     def _prepare(self) -> None:
         if not self._ready:  # sorted once, on the first window
             self._ready = True
-            self._order = np.argsort(self.g.time, kind="stable")
+            self._order = self.g.time_order()
             self._sorted = self.g.time[self._order]
             dev = np.flatnonzero(self.g.device)
             o = dev[np.argsort(self.g.time[2 * dev], kind="stable")]
@@ -132,36 +132,54 @@ class Walker:
         if v < 0:
             acc[HOST_GAP] = end - start
             return np.array(acc, np.int64)
-        time, pred, cause = self.times, self.preds, self._cause
-        c = max(min(time[v], end), start)  # a window with no node in it: all of it a gap, not more
+        time, pred = self.times, self.preds
+        c = c0 = max(min(time[v], end), start)  # a window with no node in it: all of it a gap, not more
         acc[HOST_GAP] += end - c
         budget = len(time)  # a hostile trace's times can close a loop of binding edges: never walk one forever
+        # The loop only follows the edges; what each step adds is summed in numpy once it ends (_steps). Step i
+        # goes from nodes[i] to nodes[i + 1] over the time the walk carried (a running min), its cause the binding
+        # edge's, or kernel_gap where the walk went on from what the device was doing (steps in `jumps`).
+        nodes, jumps, rest = [v], [], None
         while c > start:
             u = pred[v]
             budget -= 1
             if u < 0 and budget >= 0 and (u := self.device_at(c)) >= 0:  # no recorded dependency: the device's
-                tu = max(min(time[u], c), start)
-                acc[KERNEL_GAP] += c - tu
-                if segs is not None and c > tu:
-                    segs.append((tu, c, KERNEL_GAP))
-                if tu <= start:
-                    self.crossed = v
-                c, v = tu, u
-                continue
-            if u < 0 or budget < 0:
-                acc[HOST_GAP] += c - start
-                if segs is not None:
-                    segs.append((start, c, HOST_GAP))
+                jumps.append(len(nodes) - 1)
+            elif u < 0 or budget < 0:
+                rest = c  # the rest of the window an unprofiled host gap
                 break
-            tu = min(time[u], c)
-            lo = tu if tu > start else start
-            acc[cause[v]] += c - lo
-            if segs is not None and c > lo:
-                segs.append((lo, c, cause[v]))
-            if tu <= start:
-                self.crossed = v
-            c, v = tu, u
-        return np.array(acc, np.int64)
+            nodes.append(u)
+            if time[u] < c:
+                c = time[u]
+            v = u
+        out = np.array(acc, np.int64)
+        if len(nodes) > 1:
+            self._steps(nodes, jumps, c0, start, out, segs)
+        if rest is not None:
+            out[HOST_GAP] += rest - start
+            if segs is not None:
+                segs.append((start, rest, HOST_GAP))
+        return out
+
+    def _steps(self, nodes: list[int], jumps: list[int], c0: int, start: int, out: np.ndarray,
+               segs: list | None) -> None:
+        """Walk's steps summed per cause into `out` (segments appended to `segs`); sets `crossed` where the last
+        step crossed `start`."""
+        a = np.array(nodes, np.int64)
+        c = np.empty(len(a), np.int64)
+        c[0] = c0
+        c[1:] = self.g.time[a[1:]]
+        np.minimum.accumulate(c, out=c)
+        lo = np.maximum(c[1:], start)
+        d = c[:-1] - lo
+        cause = self.cause[a[:-1]]
+        cause[jumps] = KERNEL_GAP
+        np.add.at(out, cause, d)
+        if c[-1] <= start:
+            self.crossed = nodes[-2]
+        if segs is not None:
+            k = np.flatnonzero(d > 0)
+            segs += zip(lo[k].tolist(), c[k].tolist(), cause[k].tolist())
 
 
 def step_paths(t: RankTrace, wins, hta: bool = False, track: list | None = None, walker: list | None = None

@@ -1,7 +1,10 @@
 """The dependency graph as the what-if simulation (simulate.py) reads it: its host chains in order, the edges it
-adds for launches blocked on a full launch queue, and whether the graph explains the steps at all."""
+adds for launches blocked on a full launch queue, whether the graph explains the steps at all, and the re-timing's
+order where trace time is not one (`kahn`)."""
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -75,7 +78,8 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
         return g, none
     dst = np.concatenate(dsts)
     out = Graph(g.ev, g.time, g.device, np.r_[g.src, src], np.r_[g.dst, dst],
-                np.r_[g.etype, np.full(len(src), SYNC_EDGE, np.int8)], np.r_[g.cause, np.full(len(src), -1, np.int8)])
+                np.r_[g.etype, np.full(len(src), SYNC_EDGE, np.int8)], np.r_[g.cause, np.full(len(src), -1, np.int8)],
+                memo=g.same_points())
     return out, np.r_[none, np.ones(len(src), bool)]
 
 
@@ -89,11 +93,17 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     gains' own: from each step's start back to the one before (the last step: from its end back to its start),
     along the binding edges, bounded by the node count."""
     pred_edge, pred = binding if binding is not None else g.binding()
-    o = np.argsort(g.time, kind="stable")
+    pr = g.pred_list() if binding is None else pred.tolist()
+    o = g.time_order()
     ts = g.time[o]
     dev_node = np.repeat(g.device, 2)
-    time, pe, pr = g.time.tolist(), pred_edge.tolist(), pred.tolist()
-    gap = (np.isin(g.etype, (LAUNCH, STREAM)) | ((g.etype == THREAD) & (g.cause == HOST_GAP))).tolist()
+    # the nodes whose binding edge is such a wait (a launch / stream gap, or a host gap) of at least UNEXPLAINED_NS,
+    # found in numpy (times below 2**59: simulator's gate), so the walk below only follows edges
+    has = pred_edge >= 0
+    e = np.maximum(pred_edge, 0)
+    gap = np.isin(g.etype[e], (LAUNCH, STREAM)) | ((g.etype[e] == THREAD) & (g.cause[e] == HOST_GAP))
+    held_at = set(np.flatnonzero(has & gap & (g.time - g.time[np.maximum(pred, 0)] >= UNEXPLAINED_NS)).tolist())
+    time = g.times()
     held = total = 0
     budget = g.nodes
     spans = [(a.start, b.start) for a, b in zip(wins, wins[1:])] + [(wins[-1].start, wins[-1].end)]
@@ -107,10 +117,49 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
         v = int(dev[0] if len(dev) else tied[-1])
         while time[v] > lo and budget > 0:
             budget -= 1
-            e, u = pe[v], pr[v]
-            if e < 0:
+            u = pr[v]
+            if u < 0:
                 break
-            if gap[e] and time[v] - time[u] >= UNEXPLAINED_NS:
+            if v in held_at:
                 held += min(time[v], hi) - max(time[u], lo)
             v = u
     return held / total if total > 0 else 0.0
+
+
+def kahn(t0: np.ndarray, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> tuple[list[int], int]:
+    """(a topological order of the anchors, the loops cut): anchor v waits on anchor u; Kahn's algorithm, ready
+    anchors by trace time (`t0`, per anchor), a stall (a loop a skewed clock closed) cut at its earliest anchor in
+    `by_time_a` (trace time, then position). Simulator._topo's where the time order is not already one."""
+    n = len(by_time_a)
+    indeg = np.bincount(v, minlength=n).tolist()
+    o = np.argsort(u, kind="stable")
+    succ = v[o].tolist()
+    sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
+    by_time = by_time_a.tolist()
+    queued = [False] * n
+    heap: list[tuple[int, int]] = []
+    times = t0.tolist()
+    for i in by_time:
+        if indeg[i] == 0:
+            heap.append((times[i], i))
+            queued[i] = True
+    heapq.heapify(heap)
+    out: list[int] = []
+    cuts = 0
+    k = 0  # the next anchor in time order to cut at, where Kahn stalls
+    while len(out) < n:
+        if not heap:
+            while queued[by_time[k]]:
+                k += 1
+            i = by_time[k]
+            queued[i] = True
+            cuts += 1
+            heap.append((times[i], i))
+        _, i = heapq.heappop(heap)
+        out.append(i)
+        for j in succ[sb[i]:sb[i + 1]]:
+            indeg[j] -= 1
+            if indeg[j] == 0 and not queued[j]:
+                queued[j] = True
+                heapq.heappush(heap, (times[j], j))
+    return out, cuts

@@ -13,8 +13,8 @@ Re-timing. A node's new time is the max over its in-edges of (source's new time 
 in-edge keeps its time. The nodes form chains (a host thread's points, a stream's begin/end points), each point
 with at most one in-edge from its chain; launches, waits, syncs and hand-overs between threads cross chains. The
 re-timing is one pass: over the anchors (where something enters a chain run: its first point, a cross edge's end)
-in a topological order computed once per rank (`_topo`, Kahn's), a Python step per anchor and per cross edge; the
-points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
+in a topological order computed once per rank (`_topo`: the time order, or Kahn's), a Python step per anchor and
+per cross edge; the points between two anchors of a run follow by their chain weights in numpy. Linear in the edges, and it always
 settles. The graph is a DAG: every edge points forward in trace time (ties are settled by chain order), but for
 a device clock running ahead of the host's (a kernel that begins before its launch call); the loop that closes
 through a sync on such an op is not drawn (blocking.py: a call waits only on ops launched before it), and any loop a hostile trace still closes
@@ -33,17 +33,17 @@ where the graph does not explain the steps (unexplained_share).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from functools import cache, partial
+from types import SimpleNamespace
 
 import numpy as np
 
 from llmdiag.diagnose.io.trace import COMM, RankTrace
 from llmdiag.diagnose.metrics.rank.critical_path.graph import (DEVICE, LAUNCH, STREAM, SYNC_EDGE, THREAD, WAIT, C,
                                                                Graph, build)
-from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, thread_order, with_queue_edges,
-                                                                   unexplained_share)
+from llmdiag.diagnose.metrics.rank.critical_path.sim_graph import (UNEXPLAINED_SHARE, kahn, thread_order,
+                                                                   with_queue_edges, unexplained_share)
 from llmdiag.diagnose.metrics.rank.norm_fusion import chain_kernels, fused_weights
 from llmdiag.diagnose.metrics.rank.precision import fp32_gemm_kernels
 from llmdiag.diagnose.metrics.rank.sets import median  # np.median without its numpy.ma import (~7 ms)
@@ -79,7 +79,6 @@ class Simulator:
         w[(g.etype == THREAD) & ~binding] = np.minimum(obs[(g.etype == THREAD) & ~binding], 0)
         self.w = w
         self._chains(t)
-        self._sorted: np.ndarray | None = None  # the points in time order, for the windows' boundaries
         # the edges inside the windows (by their end point), the only ones a scenario edits
         self.in_win = np.zeros(len(g.src), bool)
         if len(g.src):
@@ -127,58 +126,45 @@ class Simulator:
         self.xe, self.xa = xe[o], xa[o]  # cross edges grouped by the anchor they enter
         self.xbounds = np.searchsorted(self.xa, np.arange(len(self.anchors) + 1))
         self.proc = self._topo()
+        self._st: SimpleNamespace | None = None  # _static
 
     def _topo(self) -> list[int]:
         """The anchors in a topological order of what they wait on (the anchor before in their run, the anchors
-        their cross edges come from): Kahn's algorithm, ready anchors in the trace's time order. The graph is a
+        their cross edges come from): the trace's time order where it is one, else Kahn's algorithm, ready anchors in
+        the trace's time order. The graph is a
         DAG wherever every edge points forward in trace time (ties included: chain order and Kahn's order settle
         them). Only a skewed clock (a kernel that begins before its launch call, two ops of one stream that
         overlap) can close a loop; Kahn then stalls, and the loop is cut at its earliest anchor in trace time
         (then position): it is re-timed at once, reading what it waits on that is not re-timed yet at its trace
         time (the chain weights since its run's anchor applied). One step per anchor and per edge between
         anchors."""
-        g = self.g
-        n = len(self.anchors)
-        if not n:
+        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
+        if not len(self.anchors):
             return []
+        u, v, by_time = self._anchor_edges()
+        rank = np.empty(len(by_time), np.int64)
+        rank[by_time] = np.arange(len(by_time))
+        if (rank[u] < rank[v]).all():
+            # the time order is already topological (every anchor waits only on earlier ones: no loop, so Kahn's
+            # would cut none), and every topological order re-times alike (each anchor reads only finished ones):
+            # taken as it is, without Kahn's Python loop (2-3 ms a rank)
+            return by_time.tolist()
+        return self._kahn(u, v, by_time)
+
+    def _anchor_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(u, v): anchor v waits on anchor u; and the anchors in trace time order (then position)."""
+        g = self.g
         src_a = self.aidx[self.pos_of[g.src[self.xe]]]
         chain = np.flatnonzero(~self.seg[self.anchors])  # anchors that read the anchor before them
         u = np.r_[src_a, chain - 1]
         v = np.r_[self.xa, chain]
         keep = u != v  # an edge from an anchor's own run segment into it: a loop of one, cut
-        u, v = u[keep], v[keep]
-        indeg = np.bincount(v, minlength=n).tolist()
-        o = np.argsort(u, kind="stable")
-        succ = v[o].tolist()
-        sb = np.searchsorted(u[o], np.arange(n + 1)).tolist()
-        nodes = self.order[self.anchors]
-        by_time = np.lexsort((np.arange(n), self.t0[nodes])).tolist()
-        queued = [False] * n
-        heap: list[tuple[int, int]] = []
-        t0 = self.t0[nodes].tolist()
-        for i in by_time:
-            if indeg[i] == 0:
-                heap.append((t0[i], i))
-                queued[i] = True
-        heapq.heapify(heap)
-        out: list[int] = []
-        self.cuts = 0  # anchors re-timed before all they wait on: where a loop was cut
-        k = 0  # the next anchor in time order to cut at, where Kahn stalls
-        while len(out) < n:
-            if not heap:
-                while queued[by_time[k]]:
-                    k += 1
-                i = by_time[k]
-                queued[i] = True
-                self.cuts += 1
-                heap.append((t0[i], i))
-            _, i = heapq.heappop(heap)
-            out.append(i)
-            for j in succ[sb[i]:sb[i + 1]]:
-                indeg[j] -= 1
-                if indeg[j] == 0 and not queued[j]:
-                    queued[j] = True
-                    heapq.heappush(heap, (t0[j], j))
+        return u[keep], v[keep], np.argsort(self.t0[self.order[self.anchors]], kind="stable")
+
+    def _kahn(self, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> list[int]:
+        """`_topo`'s order by Kahn's algorithm (sim_graph.kahn); counts the loops it cut in `cuts`."""
+        out, cuts = kahn(self.t0[self.order[self.anchors]], u, v, by_time_a)
+        self.cuts += cuts
         return out
 
     def retime(self, w: np.ndarray) -> np.ndarray:
@@ -187,32 +173,31 @@ class Simulator:
         and their cross edges only; between anchors a run's time is its chain weight (numpy). A point's time is
         the max over its in-edges of (source's time + weight); a point with no in-edge keeps its trace time."""
         g, order, link = self.g, self.order, self.link
-        if ((link >= 0) & (w[np.maximum(link, 0)] <= NEG)).any():
+        st = self._static()
+        lw = w[st.link_at]
+        if ((link >= 0) & (lw <= NEG)).any():
             raise ValueError("a chain edge cannot be removed")
         live = w > NEG
         has_in = np.zeros(g.nodes, bool)
         has_in[g.dst[live]] = True
         seg, anchors, aidx = self.seg, self.anchors, self.aidx
-        cum = np.cumsum(np.where(seg, 0, w[np.maximum(link, 0)]))
-        seg_id = np.cumsum(seg) - 1
-        wrel = cum - cum[np.flatnonzero(seg)][seg_id]  # chain weight from the run's first point
-        xe = self.xe
-        sp = self.pos_of[g.src[xe]]
-        xj = aidx[sp].tolist()  # the anchor each source reads its time from, plus its offset
+        cum = np.cumsum(np.where(seg, 0, lw))
+        wrel = cum - cum[st.seg_first][st.seg_id]  # chain weight from the run's first point
+        xe, sp = self.xe, st.sp
+        ins = st.ins  # per anchor its cross edges: (the anchor each source reads its time from, the edge's slot)
         xoff = np.where(live[xe], wrel[sp] + w[xe], NEG).tolist()
-        xb = self.xbounds.tolist()
-        nodes = order[anchors]
-        M = (self.t0[nodes] - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
-        base = np.where(has_in[nodes], NEG, self.t0[nodes]).tolist()
+        nodes = st.nodes
+        M = (st.t0 - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
+        base = np.where(has_in[nodes], NEG, st.t0).tolist()
         wr = wrel[anchors].tolist()
-        first = seg[anchors].tolist()
+        first = st.first
         neg = int(NEG)
         for i in self.proc:
             c = base[i]
-            for k in range(xb[i], xb[i + 1]):
+            for j, k in ins[i]:
                 off = xoff[k]
                 if off != neg:
-                    v = M[xj[k]] + off
+                    v = M[j] + off
                     if v > c:
                         c = v
             a = c - wr[i]
@@ -223,12 +208,22 @@ class Simulator:
         T[order] = wrel + np.array(M, np.int64)[aidx]
         return T
 
+    def _static(self) -> SimpleNamespace:
+        """What every re-timing reads of the chains and anchors alone (no weight), made on the first."""
+        if self._st is None:
+            g, seg, anchors = self.g, self.seg, self.anchors
+            sp = self.pos_of[g.src[self.xe]]
+            nodes = self.order[anchors]
+            self._st = SimpleNamespace(link_at=np.maximum(self.link, 0), seg_first=np.flatnonzero(seg),
+                                       seg_id=np.cumsum(seg) - 1, sp=sp, ins=_by_anchor(self.aidx[sp].tolist(),
+                                       self.xbounds.tolist()), nodes=nodes, t0=self.t0[nodes],
+                                       first=seg[anchors].tolist())
+        return self._st
+
     def boundaries(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(new start, new end) per window: the earliest new time of the points at the window's first time at or
         after its start, the latest of those at its last time at or before its end (the window's own points)."""
-        if self._sorted is None:
-            self._sorted = np.argsort(self.t0, kind="stable")
-        o = self._sorted
+        o = self.g.time_order()
         ts = self.t0[o]
         starts, ends = [], []
         for win in self.wins:
@@ -299,6 +294,12 @@ class Simulator:
         return w
 
 
+def _by_anchor(xj: list[int], xb: list[int]) -> list[tuple]:
+    """Per anchor, its cross edges as (source anchor, edge slot) pairs: the re-timing's loop reads no bounds."""
+    pairs = list(zip(xj, range(len(xj))))
+    return [tuple(pairs[a:b]) for a, b in zip(xb, xb[1:])]
+
+
 def wanted(hints, idle, exposed_comm_ms: float, norm_fusion) -> set[str]:
     """The what-ifs whose rule has evidence in the rank's metrics (the rest are not simulated): fp32 GEMMs
     evidenced ("fp32"), device idle under blocking runtime calls ("sync"), exposed communication ("comm")."""
@@ -323,10 +324,9 @@ def simulator(t: RankTrace, wins, graph=None) -> Simulator | None:
     g = graph if graph is not None else build(t)
     if not len(g.src) or np.abs(g.time).max() >= 2**59:
         return None
-    binding = g.binding()
-    if unexplained_share(g, wins, binding) >= UNEXPLAINED_SHARE:
+    if unexplained_share(g, wins) >= UNEXPLAINED_SHARE:
         return None
-    return Simulator(t, g, wins, binding[0])
+    return Simulator(t, g, wins, g.binding()[0])
 
 
 def shared_simulator(t: RankTrace, wins, graph=None) -> Callable[[], Simulator | None]:

@@ -63,14 +63,14 @@ class Walks:
     def _rest(self, walk: int, k: int) -> list[int]:
         """ns per category that `walk` summed from its step `k` on, its tail included."""
         cat, ns = self.steps[walk]
-        cat, ns = cat[k:], ns[k:]
-        return [int(ns[cat == j].sum()) + t for j, t in enumerate(self.tail[walk])]
+        return [s + t for s, t in zip(_by_cat(cat[k:], ns[k:]), self.tail[walk])]
 
     def run(self, v: int, end: int, out: np.ndarray) -> int:
         """Walk back from node `v` (at or before `end`, -1 none) to the window's start; adds ns per HTA category
         (CATEGORIES order) into `out`; returns the row of the stop reached, -1 none."""
         start, wid = self.start, len(self.ends)
         tail, reached, gap, chain = [0] * NCAT, -1, 0, []
+        c, loose = end, False  # loose: ended with time left before the start (a loop, a node with no binding edge)
         if end > start and v >= 0:
             time, pred, mark = self.w.times, self.w.preds, self.mark
             c = time[v]
@@ -79,12 +79,14 @@ class Walks:
             gap = end - c
             lo = self.base << 32  # marks of this window's walks (and the stops) are at or above
             m = wid << 32
+            # The loop only follows edges. The time the walk carries (the running min of the nodes' times) is read
+            # back in numpy below; above the start before a step, it is at or below it after one iff that node's is.
             while c > start:  # a node is crossed once per walk (`mark`): a loop of edges ends the walk
                 if (h := mark[v]) >= lo:
                     if h >= STOP:
                         reached = h - STOP
                     elif h >> 32 == wid:  # a loop (hostile times): no further
-                        tail[GAP] = c - start
+                        loose = True
                     else:  # an earlier walk of this window crossed here: its rest is ours
                         tail, reached = self._rest(h >> 32, h & 0xFFFFFFFF), self.ends[h >> 32]
                     break
@@ -92,16 +94,14 @@ class Walks:
                 m += 1
                 u = pred[v]
                 if u < 0:
-                    tail[GAP] = c - start
+                    loose = True
                     break
                 chain.append(v)
-                tu = time[u]
-                if tu < c:
-                    c = tu
                 v = u
+                if time[u] <= start:
+                    break
         elif end > start:
             gap = end - start
-        acc = tail[:]
         if chain:  # step i goes from chain[i] to the next node, over the time the walk carried (a running min)
             chain.append(v)
             nodes = np.array(chain, np.int64)
@@ -109,12 +109,25 @@ class Walks:
             c_at[0] = min(c_at[0], end)
             np.minimum.accumulate(c_at, out=c_at)
             steps = (CAT[self.w.cause[nodes[:-1]]], c_at[:-1] - np.maximum(c_at[1:], start))
-            acc = [int(steps[1][steps[0] == j].sum()) + t for j, t in enumerate(tail)]
+            c = int(c_at[-1])
         else:
             steps = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if loose:
+            tail[GAP] = c - start
+        acc = [s + t for s, t in zip(_by_cat(*steps), tail)] if chain else tail[:]
         self.steps.append(steps)
         self.tail.append(tail)
         self.ends.append(reached)
         acc[GAP] += gap
         out += np.asarray(acc, np.float32)
         return reached
+
+
+def _by_cat(cat: np.ndarray, ns: np.ndarray) -> list[int]:
+    """ns (each >= 0) summed per category: one bincount, whose float64 sums are exact below 2**53 ns (104 days),
+    else the int64 sums one category at a time."""
+    if not len(ns):
+        return [0] * NCAT
+    if int(ns.max()) * len(ns) < 2**53:
+        return np.bincount(cat, weights=ns, minlength=NCAT).astype(np.int64).tolist()
+    return [int(ns[cat == j].sum()) for j in range(NCAT)]
