@@ -10,13 +10,12 @@ twice while they do; that is also below the size at which a lone rank's parse is
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from llmdiag.diagnose.engine.pool import workers
 from llmdiag.diagnose.engine.work import default_workers
 from llmdiag.diagnose.io import ahead
-from llmdiag.diagnose.io.discover import Source, discover
+from llmdiag.diagnose.io.discover import Source, discover, file_size
 from llmdiag.diagnose.io.op_table_path import find_op_table
 
 if TYPE_CHECKING:
@@ -26,10 +25,10 @@ AHEAD_MAX_BYTES = 8 << 20  # on disk: ~100 MB of JSON, ~16 MB of columns sent ba
 
 
 def start(target: str | list[str], spec: EngineSpec) -> tuple[Source | None, ahead.Ahead | None]:
-    """(the input discovered, the child parsing its traces) where the input may be parsed ahead, else what of
-    them applies: an input the local engine cannot fork for, or an op table, is discovered by the analysis itself.
-    A user's mistake (no such file, no trace in a folder) raises here as it would there, the same line."""
-    if spec.is_dask or spec.meanwhile is None or (isinstance(target, str) and find_op_table(target)):
+    """(the input discovered, the child parsing its traces where worth it): the analysis then discovers nothing
+    again. An op table is left to the analysis (None, None). A user's mistake (no such file, no trace in a folder)
+    raises here as it would there, the same line."""
+    if isinstance(target, str) and find_op_table(target):
         return None, None
     src = discover(target)
     return src, parse_ahead(src.files, spec)
@@ -40,7 +39,7 @@ def parse_ahead(files: list[str], spec: EngineSpec) -> ahead.Ahead | None:
     allowed = spec.jobs or default_workers()
     if spec.is_dask or spec.meanwhile is None or allowed < 2:
         return None
-    sizes = [_size(f) for f in files]
+    sizes = [file_size(f) for f in files]
     if sum(sizes) > AHEAD_MAX_BYTES or workers(sizes, allowed) > 1:
         return None
     return ahead.start(files, _parse)
@@ -54,10 +53,3 @@ def _parse(path: str):
     from llmdiag.diagnose.io.loader import load_identified
 
     return load_identified(path)
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0

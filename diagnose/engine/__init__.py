@@ -54,7 +54,7 @@ def run_jobs(jobs: list, work: Work, spec: EngineSpec | None = None, *, progress
              console=None) -> list:
     """`work.fn(job)` for every job on the engine `spec` names; outputs in the order of `jobs`. `progress` draws
     files done / total, MB/s and ETA on stderr when it is a terminal (or on `console`, for tests)."""
-    from llmdiag.diagnose.io.loader import file_size  # here, not above: the package loads no numpy (engine/blas.py)
+    from llmdiag.diagnose.io.discover import file_size  # here, not above: loaded where jobs run, not at import
 
     spec = spec or EngineSpec()
     sizes = [file_size(j.path) for j in jobs]

@@ -167,3 +167,12 @@ def run_folders(root: str, files: list[str]) -> dict[str, str]:
         if found:
             out[f] = found
     return out
+
+
+def file_size(path: str) -> int:
+    """A trace file's size on disk (0 where it cannot be read: its parse then says why), what the engine schedules
+    and the command sizes its parse ahead by."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

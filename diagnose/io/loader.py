@@ -12,7 +12,6 @@ and the problem. With LLMDIAG_CACHE_DIR set, parsed columns are kept on disk (ca
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from llmdiag.diagnose.io import fastjson
 from llmdiag.diagnose.io import stream as tracestream
 from llmdiag.diagnose.errors import TraceError
 from llmdiag.diagnose.io.columns import Columns, concat
+from llmdiag.diagnose.io.discover import file_size
 from llmdiag.diagnose.io.trace import MemoryEvents, RankTrace
 from llmdiag.diagnose.io.stream import JSON_HINT, Malformed, Stream, Whole, read_bytes
 
@@ -249,10 +249,3 @@ def _rank_from(header: dict) -> int | None:
         if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
             return r
     return None
-
-
-def file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0

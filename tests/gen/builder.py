@@ -201,6 +201,17 @@ def gpu_rank(rank: int = 0, world_size: int = 2, steps: int = 2, step_us: int = 
     return b
 
 
+def write_gpu_ranks(folder, n: int) -> list[str]:
+    """`n` plain GPU ranks of one job written as rank{r}.json in `folder` (rank r with 2 + r steps: told apart by
+    their outputs), their paths in rank order."""
+    out = []
+    for r in range(n):
+        p = os.path.join(str(folder), f"rank{r}.json")
+        gpu_rank(r, world_size=n, steps=2 + r).write(p)
+        out.append(p)
+    return out
+
+
 def cpu_rank(rank: int = 0, world_size: int = 2, steps: int = 2, step_us: int = 1000, **kw) -> TraceBuilder:
     """A plain gloo rank. Per step (k0 = (k-1)·step_us): aten::mm [k0+100, k0+500], the enqueue
     c10d::allreduce_ [k0+500, k0+505] (sync, not compute), gloo:all_reduce [k0+505, k0+805] on the gloo

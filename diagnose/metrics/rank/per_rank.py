@@ -206,16 +206,15 @@ def _run(job: RankJob) -> RankOutput:
     metrics.device = device[:200]  # the trace's own device name: foreign traces have no manifest to say it
     fixed, host_sends = action_fixed_ns(t, actions), host_p2p(t) if actions else []
     # the sections that read the trace alone: taken by this process, or by the path's child once it is done
-    todo = _sections(t, wins, device)
-    got = {}
-    while (k := shares.next()) is not None:
-        got[k] = todo[k][1]()
+    got = _take_sections(shares, t, wins, device)
     per_step, rank_cp, metrics.simulated_gain_ms, collectives, hops, cuts, cp_track, theirs = cp.result()
     shares.close()
     got.update(theirs)
-    sec: dict[str, Any] = {name: got[k] if k in got else fn() for k, (name, fn) in enumerate(todo)}  # a child died
-    for name in _METRIC_SECTIONS:
-        setattr(metrics, name, sec[name])
+    sec: dict[str, Any] = {}
+    for k, (name, on_metrics, fn) in enumerate(_SECTIONS):
+        sec[name] = got[k] if k in got else fn(t, wins, device)  # not in `got`: taken by a child that died
+        if on_metrics:
+            setattr(metrics, name, sec[name])
     metrics.phase_cover = phase_cover(t, wins) if metrics.chores and metrics.chores.sampled_share else []
     collectives.free_lo, collectives.free_hi = exposed_union(tl, wins)  # the exposed part of its waits (job/skew.py)
     # an event-sampled capture's path is not stated (critical_path/path.py stated): its note says why
@@ -236,41 +235,38 @@ def _run(job: RankJob) -> RankOutput:
 BESIDE_BYTES = 4 << 20  # decompressed: below, the path's share (~5 ms) is worth less than the fork
 
 
-# The sections that read the trace and its windows alone, costliest first (~1-7 ms each on a 10-35 MB trace): the
-# RankMetrics fields, then the RankOutput's own. Whichever of this process and the path's child is free takes the next.
-_SECTIONS = ("data_movement", "op_kernels", "kernel_sequences", "comm_host_stall", "chores", "roofline", "launch",
-             "ddp_copies", "optimizer", "moe", "graph_replays", "stream_idle", "recompute", "outlier_ops",
-             "outlier_collectives", "comm_codec", "steps_source", "forwards", "regather_ms")
-_METRIC_SECTIONS = ("data_movement", "comm_host_stall", "chores", "launch", "ddp_copies", "optimizer",
-                    "graph_replays", "recompute", "outlier_ops", "outlier_collectives", "comm_codec", "steps_source")
+# The sections that read the trace and its windows alone, costliest first (~1-7 ms each on a 10-35 MB trace):
+# (name, whether it is a RankMetrics field (else the RankOutput's), its computation from the trace, windows and
+# device). A section's number names it in both processes (io/forked.py Shares): whichever is free takes the next.
+_SECTIONS: tuple[tuple[str, bool, Callable[..., object]], ...] = (
+    ("data_movement", True, lambda t, w, d: data_movement(t, w)),  # cat / layout-transpose / copy kernels
+    ("op_kernels", False, lambda t, w, d: op_kernels(t, w) if t.is_gpu else []),  # HTA's view
+    ("kernel_sequences", False, lambda t, w, d: kernel_sequences(t, w) if t.is_gpu else None),
+    ("comm_host_stall", True, lambda t, w, d: comm_host_stall(t, w) if t.is_gpu else None),
+    ("chores", True, lambda t, w, d: rank_chores(t, w)),  # zero_grad, pageable copies, DDP broadcast, sampling
+    ("roofline", False, lambda t, w, d: roofline(t, w, d) if t.is_gpu else []),  # TraceLens's view
+    ("launch", True, lambda t, w, d: launch_stats(t, w) if t.is_gpu else None),
+    ("ddp_copies", True, lambda t, w, d: ddp_copies(t, w)),
+    ("optimizer", True, lambda t, w, d: optimizer_step(t, w)),  # the optimizer step's span, device idle, launches
+    ("moe", False, lambda t, w, d: rank_moe(t, w)),
+    ("graph_replays", True, lambda t, w, d: graph_replays(t, w)),
+    ("stream_idle", False, lambda t, w, d: stream_idle(t, w) if t.is_gpu else []),
+    ("recompute", True, lambda t, w, d: recompute(t, w)),  # activation checkpointing's recomputed forward
+    ("outlier_ops", True, lambda t, w, d: outlier_ops(t, w)),  # outlier steps' grown host ops
+    ("outlier_collectives", True, lambda t, w, d: collective_repeats(t, w)),  # ... and iterations
+    ("comm_codec", True, lambda t, w, d: comm_codec(t, w) if t.is_gpu else None),
+    ("steps_source", True, lambda t, w, d: step_source(t)),
+    ("forwards", False, lambda t, w, d: forward_counts(t, w)),
+    ("regather_ms", False, lambda t, w, d: regather_ms(t, w)),
+)
 
 
-def _sections(t, wins, device: str) -> list[tuple[str, Callable[[], object]]]:
-    """(name, its computation) in the order of _SECTIONS; the same list in either process, so a piece's number
-    (io/forked.py Shares) names the same section in both."""
-    gpu = t.is_gpu
-    fns = {
-        "data_movement": lambda: data_movement(t, wins),  # cat / layout-transpose / copy (rules/data_movement.py)
-        "op_kernels": lambda: op_kernels(t, wins) if gpu else [],  # HTA's view
-        "kernel_sequences": lambda: kernel_sequences(t, wins) if gpu else None,
-        "comm_host_stall": lambda: comm_host_stall(t, wins) if gpu else None,
-        "chores": lambda: rank_chores(t, wins),  # zero_grad, pageable copies, DDP buffer broadcast, sampling, lookups
-        "roofline": lambda: roofline(t, wins, device) if gpu else [],  # TraceLens's view
-        "launch": lambda: launch_stats(t, wins) if gpu else None,
-        "ddp_copies": lambda: ddp_copies(t, wins),
-        "optimizer": lambda: optimizer_step(t, wins),  # the optimizer step's host span, its device idle, its launches
-        "moe": lambda: rank_moe(t, wins),
-        "graph_replays": lambda: graph_replays(t, wins),
-        "stream_idle": lambda: stream_idle(t, wins) if gpu else [],
-        "recompute": lambda: recompute(t, wins),  # activation checkpointing's recomputed forward
-        "outlier_ops": lambda: outlier_ops(t, wins),  # outlier steps' grown host ops (rules/outlier_steps.py)
-        "outlier_collectives": lambda: collective_repeats(t, wins),  # ... and iterations, where steps cannot tell
-        "comm_codec": lambda: comm_codec(t, wins) if gpu else None,
-        "steps_source": lambda: step_source(t),
-        "forwards": lambda: forward_counts(t, wins),
-        "regather_ms": lambda: regather_ms(t, wins),
-    }
-    return [(name, fns[name]) for name in _SECTIONS]
+def _take_sections(shares: Shares, t, wins, device: str) -> dict[int, object]:
+    """{number: value} of the sections this process takes until none is left."""
+    got = {}
+    while (k := shares.next()) is not None:
+        got[k] = _SECTIONS[k][2](t, wins, device)
+    return got
 
 
 def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, shares: Shares, get):
@@ -291,10 +287,7 @@ def _critical_path(t, wins, job: RankJob, groups, want_tracks: bool, shares: Sha
     hops = path_hops(walker[0], rows, collectives.start, wins, sr, t) if walker else None
     cuts = (path_cuts(walker[0], hops, rows, collectives.start, collectives.end, wins, sr, t)
             if hops is not None else None)
-    todo, mine = _sections(t, wins, device), {}
-    while (k := shares.next()) is not None:
-        mine[k] = todo[k][1]()
-    return per_step, rank_cp, gains, collectives, hops, cuts, cp_track, mine
+    return per_step, rank_cp, gains, collectives, hops, cuts, cp_track, _take_sections(shares, t, wins, device)
 
 
 def _tracks(t, wins, critical: list | None) -> RankTracks:

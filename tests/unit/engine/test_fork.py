@@ -18,20 +18,11 @@ import pytest
 
 from llmdiag.diagnose.engine import Work, fork
 from llmdiag.diagnose.metrics.rank.per_rank import RankOutput, failed_output, run_job
-from tests.gen.builder import gpu_rank
+from tests.gen.builder import write_gpu_ranks
 
 RANK_WORK = Work(run_job, failed_output, RankOutput)
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or not hasattr(os, "fork"), reason="forks on Linux only")
-
-
-def _paths(d, n: int) -> list[str]:
-    out = []
-    for r in range(n):
-        p = d / f"rank{r}.json"
-        gpu_rank(r, world_size=n, steps=2 + r).write(p)
-        out.append(str(p))
-    return out
 
 
 def same(a, b) -> bool:
@@ -85,7 +76,7 @@ def _fresh(tmp_path, body: str) -> dict:
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_forked_outputs_equal_the_in_process_ones(tmp_path, n):
-    paths = _paths(tmp_path, n)
+    paths = write_gpu_ranks(tmp_path, n)
     out = _fresh(tmp_path, f"""
         from llmdiag.diagnose.engine import fork
         from tests.unit.engine.test_fork import RANK_WORK, same

@@ -16,20 +16,11 @@ import pytest
 
 from llmdiag.diagnose.cli import ahead as cli_ahead
 from llmdiag.diagnose.engine import EngineSpec
-from llmdiag.diagnose.io.loader import SPLIT_MIN_BYTES
-from tests.gen.builder import gpu_rank
+from llmdiag.diagnose.io.loader import SPLIT_MIN_BYTES, load_trace
+from tests.gen.builder import write_gpu_ranks
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or not hasattr(os, "fork"), reason="forks on Linux only")
-
-
-def _traces(d: Path, n: int = 2) -> list[str]:
-    out = []
-    for r in range(n):
-        p = d / f"rank{r}.json"
-        gpu_rank(r, world_size=n, steps=2 + r).write(p)
-        out.append(str(p))
-    return out
 
 
 def _fresh(body: str) -> list:
@@ -47,7 +38,7 @@ def _fresh(body: str) -> list:
 
 
 def test_each_trace_is_claimed_once_and_equals_a_parse_here(tmp_path):
-    paths = _traces(tmp_path)
+    paths = write_gpu_ranks(tmp_path, 2)
     out = _fresh(f"""
         from llmdiag.diagnose.cli.ahead import _parse
         from llmdiag.diagnose.io import ahead, cache
@@ -63,7 +54,7 @@ def test_each_trace_is_claimed_once_and_equals_a_parse_here(tmp_path):
 
 
 def test_a_file_changed_since_is_parsed_again_and_a_bad_one_named_by_its_job(tmp_path):
-    good, other = _traces(tmp_path)
+    good, other = write_gpu_ranks(tmp_path, 2)
     bad = tmp_path / "rank9.json"
     bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1')  # cut off
     out = _fresh(f"""
@@ -84,7 +75,7 @@ def test_a_file_changed_since_is_parsed_again_and_a_bad_one_named_by_its_job(tmp
         ahead.release()
         out = [got, steps, line, ahead._PARSED == {{}}]
         """)
-    fresh = len(__import__("llmdiag.diagnose.io.loader", fromlist=["x"]).load_trace(good).ts)
+    fresh = len(load_trace(good).ts)
     assert out[0] == 2 and out[1] == fresh and out[3] is True
     assert out[2] and out[2].startswith(f"llmdiag: {bad}:")
 
@@ -94,7 +85,7 @@ def test_the_command_parses_nothing_itself_and_writes_what_it_writes_without(tmp
     one `--jobs 1` (no child at all) writes."""
     folder = tmp_path / "traces"
     folder.mkdir()
-    _traces(folder)
+    write_gpu_ranks(folder, 2)
     log = tmp_path / "parses"
     out = _fresh(f"""
         from llmdiag.diagnose.io import loader
@@ -131,7 +122,7 @@ def test_a_child_no_longer_wanted_is_reaped(tmp_path):
     """The command stops (Ctrl-C) while the traces parse ahead: the child is killed and reaped, none is left."""
     folder = tmp_path / "traces"
     folder.mkdir()
-    _traces(folder)
+    write_gpu_ranks(folder, 2)
     out = _fresh(f"""
         from llmdiag.diagnose.cli.analyze import _parse_ahead
         from llmdiag.diagnose.engine import EngineSpec
@@ -153,7 +144,7 @@ def test_a_child_no_longer_wanted_is_reaped(tmp_path):
 
 
 def test_no_child_where_the_engine_would_not_fork(tmp_path, monkeypatch):
-    paths = _traces(tmp_path)
+    paths = write_gpu_ranks(tmp_path, 2)
     started = []
     monkeypatch.setattr(cli_ahead.ahead, "start", lambda files, parse: started.append(files) or "child")
     warm = EngineSpec(jobs=2, meanwhile=lambda: None)

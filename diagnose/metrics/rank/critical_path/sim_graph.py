@@ -83,7 +83,7 @@ def with_queue_edges(t: RankTrace, g: Graph) -> tuple[Graph, np.ndarray]:
     return out, np.r_[none, np.ones(len(src), bool)]
 
 
-def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+def unexplained_share(g: Graph, wins) -> float:
     """The share of the steps' time that the paths setting their lengths spend in waits the trace does not explain,
     each of at least UNEXPLAINED_NS: a launch delay or stream gap (a device op launched, its stream free, that still
     began a millisecond or more later waited on something not in the trace: an untraced kernel of a CUDA graph,
@@ -92,8 +92,8 @@ def unexplained_share(g: Graph, wins, binding: tuple[np.ndarray, np.ndarray] | N
     be: where the paths hold UNEXPLAINED_SHARE of the time or more, no what-if is simulated. The paths are the
     gains' own: from each step's start back to the one before (the last step: from its end back to its start),
     along the binding edges, bounded by the node count."""
-    pred_edge, pred = binding if binding is not None else g.binding()
-    pr = g.pred_list() if binding is None else pred.tolist()
+    pred_edge, pred = g.binding()
+    pr = g.pred_list()
     o = g.time_order()
     ts = g.time[o]
     dev_node = np.repeat(g.device, 2)

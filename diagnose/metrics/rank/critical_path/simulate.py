@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache, partial
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -125,8 +124,15 @@ class Simulator:
         o = np.argsort(xa, kind="stable")
         self.xe, self.xa = xe[o], xa[o]  # cross edges grouped by the anchor they enter
         self.xbounds = np.searchsorted(self.xa, np.arange(len(self.anchors) + 1))
+        # what every re-timing reads of the chains and anchors alone, whatever the weights
+        self.link_at = np.maximum(link, 0)
+        self.seg_first, self.seg_id = np.flatnonzero(self.seg), np.cumsum(self.seg) - 1
+        self.xsrc = pos_of[g.src[self.xe]]  # each cross edge's source position
+        self.ins = _by_anchor(self.aidx[self.xsrc].tolist(), self.xbounds.tolist())
+        self.anchor_nodes = order[self.anchors]
+        self.anchor_t0 = self.t0[self.anchor_nodes]
+        self.anchor_first = self.seg[self.anchors].tolist()
         self.proc = self._topo()
-        self._st: SimpleNamespace | None = None  # _static
 
     def _topo(self) -> list[int]:
         """The anchors in a topological order of what they wait on (the anchor before in their run, the anchors
@@ -159,11 +165,11 @@ class Simulator:
         u = np.r_[src_a, chain - 1]
         v = np.r_[self.xa, chain]
         keep = u != v  # an edge from an anchor's own run segment into it: a loop of one, cut
-        return u[keep], v[keep], np.argsort(self.t0[self.order[self.anchors]], kind="stable")
+        return u[keep], v[keep], np.argsort(self.anchor_t0, kind="stable")
 
     def _kahn(self, u: np.ndarray, v: np.ndarray, by_time_a: np.ndarray) -> list[int]:
         """`_topo`'s order by Kahn's algorithm (sim_graph.kahn); counts the loops it cut in `cuts`."""
-        out, cuts = kahn(self.t0[self.order[self.anchors]], u, v, by_time_a)
+        out, cuts = kahn(self.anchor_t0, u, v, by_time_a)
         self.cuts += cuts
         return out
 
@@ -173,8 +179,7 @@ class Simulator:
         and their cross edges only; between anchors a run's time is its chain weight (numpy). A point's time is
         the max over its in-edges of (source's time + weight); a point with no in-edge keeps its trace time."""
         g, order, link = self.g, self.order, self.link
-        st = self._static()
-        lw = w[st.link_at]
+        lw = w[self.link_at]
         if ((link >= 0) & (lw <= NEG)).any():
             raise ValueError("a chain edge cannot be removed")
         live = w > NEG
@@ -182,15 +187,14 @@ class Simulator:
         has_in[g.dst[live]] = True
         seg, anchors, aidx = self.seg, self.anchors, self.aidx
         cum = np.cumsum(np.where(seg, 0, lw))
-        wrel = cum - cum[st.seg_first][st.seg_id]  # chain weight from the run's first point
-        xe, sp = self.xe, st.sp
-        ins = st.ins  # per anchor its cross edges: (the anchor each source reads its time from, the edge's slot)
-        xoff = np.where(live[xe], wrel[sp] + w[xe], NEG).tolist()
-        nodes = st.nodes
-        M = (st.t0 - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
-        base = np.where(has_in[nodes], NEG, st.t0).tolist()
+        wrel = cum - cum[self.seg_first][self.seg_id]  # chain weight from the run's first point
+        xe = self.xe
+        ins = self.ins  # per anchor its cross edges: (the anchor each source reads its time from, the edge's slot)
+        xoff = np.where(live[xe], wrel[self.xsrc] + w[xe], NEG).tolist()
+        M = (self.anchor_t0 - wrel[anchors]).tolist()  # an anchor not re-timed yet (a cut loop) reads its trace time
+        base = np.where(has_in[self.anchor_nodes], NEG, self.anchor_t0).tolist()
         wr = wrel[anchors].tolist()
-        first = st.first
+        first = self.anchor_first
         neg = int(NEG)
         for i in self.proc:
             c = base[i]
@@ -207,18 +211,6 @@ class Simulator:
         T = np.empty(g.nodes, np.int64)
         T[order] = wrel + np.array(M, np.int64)[aidx]
         return T
-
-    def _static(self) -> SimpleNamespace:
-        """What every re-timing reads of the chains and anchors alone (no weight), made on the first."""
-        if self._st is None:
-            g, seg, anchors = self.g, self.seg, self.anchors
-            sp = self.pos_of[g.src[self.xe]]
-            nodes = self.order[anchors]
-            self._st = SimpleNamespace(link_at=np.maximum(self.link, 0), seg_first=np.flatnonzero(seg),
-                                       seg_id=np.cumsum(seg) - 1, sp=sp, ins=_by_anchor(self.aidx[sp].tolist(),
-                                       self.xbounds.tolist()), nodes=nodes, t0=self.t0[nodes],
-                                       first=seg[anchors].tolist())
-        return self._st
 
     def boundaries(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(new start, new end) per window: the earliest new time of the points at the window's first time at or
